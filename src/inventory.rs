@@ -1,0 +1,492 @@
+//! Raw facts, read through the one `SysRoot`: PCI functions, RDMA devices, netdevs, NUMA nodes,
+//! plus the NVML snapshot and notes on everything that could not be read and why.
+//!
+//! This module must not interpret topology (that is `topo`) and must not judge health (that is
+//! `checks`). A value that could not be read is None with its reason in `unread`; nothing gets
+//! a default.
+
+use crate::numa;
+use crate::nvml::NvmlSnapshot;
+use crate::pci::config::ConfigSpace;
+use crate::pci::{self, Bdf};
+use crate::sysroot::{ReadError, SysRoot};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Why a fact is missing, keyed by the fact's name.
+pub type Unread = BTreeMap<String, String>;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PciFunction {
+    pub bdf: Bdf,
+    /// Canonical kernel path, e.g. /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0
+    pub sysfs_path: String,
+    /// Root complex directory name, e.g. `pci0000:00`.
+    pub root_complex: String,
+    /// Upstream PCI functions (bridges), nearest the root complex first.
+    pub upstream: Vec<Bdf>,
+    pub class: Option<u32>,
+    pub vendor: Option<u16>,
+    pub device: Option<u16>,
+    pub subsystem_vendor: Option<u16>,
+    pub subsystem_device: Option<u16>,
+    pub driver: Option<String>,
+    pub numa_node: Option<u32>,
+    pub local_cpulist: Option<String>,
+    pub link: Link,
+    pub config: Option<ConfigSpace>,
+    pub unread: Unread,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Link {
+    pub cur_gen: Option<u8>,
+    pub cur_width: Option<u8>,
+    pub max_gen: Option<u8>,
+    pub max_width: Option<u8>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RdmaDevice {
+    pub name: String,
+    /// PCI function behind it; None for software devices (rxe, siw).
+    pub bdf: Option<Bdf>,
+    pub node_type: Option<String>,
+    pub hca_type: Option<String>,
+    pub fw_ver: Option<String>,
+    pub node_guid: Option<String>,
+    pub board_id: Option<String>,
+    /// Software devices name their netdev in `parent`.
+    pub parent_netdev: Option<String>,
+    pub ports: Vec<RdmaPort>,
+    pub unread: Unread,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RdmaPort {
+    pub port: u32,
+    pub state: Option<String>,
+    pub phys_state: Option<String>,
+    pub rate: Option<String>,
+    pub link_layer: Option<String>,
+    pub lid: Option<String>,
+    pub gids: Vec<Gid>,
+    pub unread: Unread,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Gid {
+    pub index: u32,
+    pub gid: String,
+    /// "IB/RoCE v1" or "RoCE v2"; None where the kernel has no gid_attrs.
+    pub gid_type: Option<String>,
+    pub ndev: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NetDev {
+    pub name: String,
+    pub bdf: Option<Bdf>,
+    pub mtu: Option<u32>,
+    pub operstate: Option<String>,
+    pub if_type: Option<u32>,
+    pub unread: Unread,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NumaNode {
+    pub id: u32,
+    pub cpulist: Option<String>,
+    pub distances: Option<Vec<u32>>,
+    pub unread: Unread,
+}
+
+/// A whole-inventory note: something that could not be read that is not a single attribute.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Note {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Inventory {
+    pub pci: BTreeMap<Bdf, PciFunction>,
+    pub rdma: Vec<RdmaDevice>,
+    pub netdevs: Vec<NetDev>,
+    pub numa_nodes: Vec<NumaNode>,
+    pub nvml: NvmlSnapshot,
+    pub notes: Vec<Note>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("cannot list PCI devices: {0}")]
+    NoPciBus(ReadError),
+}
+
+fn note_err(unread: &mut Unread, key: &str, e: &ReadError) {
+    unread.insert(key.to_string(), e.to_string());
+}
+
+/// Read a text attribute; on failure record why.
+fn text(sr: &SysRoot, unread: &mut Unread, key: &str, path: &str) -> Option<String> {
+    match sr.read_text(path) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            note_err(unread, key, &e);
+            None
+        }
+    }
+}
+
+/// Read and parse; a parse failure records the garbage seen.
+fn parsed<T>(
+    sr: &SysRoot,
+    unread: &mut Unread,
+    key: &str,
+    path: &str,
+    f: impl FnOnce(&str) -> Option<T>,
+) -> Option<T> {
+    let s = text(sr, unread, key, path)?;
+    match f(&s) {
+        Some(v) => Some(v),
+        None => {
+            let shown: String = s.chars().take(40).collect();
+            unread.insert(key.to_string(), format!("{path}: unparseable value '{shown}'"));
+            None
+        }
+    }
+}
+
+impl Inventory {
+    /// Read everything the topology needs. Fails only when there is no PCI bus to read at all.
+    pub fn collect(sr: &SysRoot, nvml: NvmlSnapshot) -> Result<Inventory, InventoryError> {
+        let mut notes = Vec::new();
+        let names = sr
+            .list_names("/sys/bus/pci/devices")
+            .map_err(InventoryError::NoPciBus)?;
+        let mut pci = BTreeMap::new();
+        for name in names {
+            let Ok(bdf) = name.parse::<Bdf>() else {
+                notes.push(Note {
+                    path: format!("/sys/bus/pci/devices/{name}"),
+                    reason: "entry is not a PCI address; ignored".into(),
+                });
+                continue;
+            };
+            match read_function(sr, &name, bdf) {
+                Ok(f) => {
+                    pci.insert(bdf, f);
+                }
+                Err(e) => notes.push(Note {
+                    path: format!("/sys/bus/pci/devices/{name}"),
+                    reason: format!("{e}; device left out of the topology"),
+                }),
+            }
+        }
+        let netdevs = read_netdevs(sr, &mut notes);
+        let rdma = read_rdma(sr, &mut notes);
+        let numa_nodes = read_numa(sr, &mut notes);
+        notes.sort();
+        Ok(Inventory {
+            pci,
+            rdma,
+            netdevs,
+            numa_nodes,
+            nvml,
+            notes,
+        })
+    }
+}
+
+/// The PCI function named by the last BDF component of a canonical path.
+fn bdf_of_device_link(sr: &SysRoot, path: &str) -> Result<Option<Bdf>, ReadError> {
+    let canon = sr.canonical(path)?;
+    Ok(canon
+        .split('/')
+        .filter_map(|c| c.parse::<Bdf>().ok())
+        .next_back())
+}
+
+fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, ReadError> {
+    let canon = sr.canonical(&format!("/sys/bus/pci/devices/{name}"))?;
+    let comps: Vec<&str> = canon.split('/').collect();
+    let rc_pos = comps
+        .iter()
+        .position(|c| c.starts_with("pci") && c.contains(':'))
+        .ok_or_else(|| ReadError::Io {
+            path: canon.clone(),
+            message: "no pciDDDD:BB root complex in its path".into(),
+        })?;
+    let root_complex = comps[rc_pos].to_string();
+    let mut chain: Vec<Bdf> = comps[rc_pos + 1..]
+        .iter()
+        .filter_map(|c| c.parse::<Bdf>().ok())
+        .collect();
+    match chain.pop() {
+        Some(last) if last == bdf => {}
+        _ => {
+            return Err(ReadError::Io {
+                path: canon.clone(),
+                message: format!("canonical path does not end in {bdf}"),
+            });
+        }
+    }
+    let dir = canon.clone();
+    let mut u = Unread::new();
+    let hex = |s: &str| pci::parse_hex(s);
+    let class = parsed(sr, &mut u, "class", &format!("{dir}/class"), hex);
+    let vendor = parsed(sr, &mut u, "vendor", &format!("{dir}/vendor"), hex).map(|v| v as u16);
+    let device = parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16);
+    let subsystem_vendor = parsed(sr, &mut u, "subsystem_vendor", &format!("{dir}/subsystem_vendor"), hex)
+        .map(|v| v as u16);
+    let subsystem_device = parsed(sr, &mut u, "subsystem_device", &format!("{dir}/subsystem_device"), hex)
+        .map(|v| v as u16);
+    let driver = match sr.link_name(&format!("{dir}/driver")) {
+        Ok(d) => Some(d),
+        Err(ReadError::NotFound(_)) => {
+            u.insert("driver".into(), "no driver bound".into());
+            None
+        }
+        Err(e) => {
+            note_err(&mut u, "driver", &e);
+            None
+        }
+    };
+    let numa_node = match sr.read_text(&format!("{dir}/numa_node")) {
+        Ok(s) => match numa::parse_numa_node(&s) {
+            Ok(Some(n)) => Some(n),
+            Ok(None) => {
+                u.insert(
+                    "numa_node".into(),
+                    "kernel reports -1: no NUMA affinity known (typical in VMs and single-node firmware tables)".into(),
+                );
+                None
+            }
+            Err(m) => {
+                u.insert("numa_node".into(), format!("{dir}/numa_node: {m}"));
+                None
+            }
+        },
+        Err(e) => {
+            note_err(&mut u, "numa_node", &e);
+            None
+        }
+    };
+    let local_cpulist = parsed(sr, &mut u, "local_cpulist", &format!("{dir}/local_cpulist"), |s| {
+        numa::parse_cpulist(s).map(|_| s.to_string())
+    });
+    let link = Link {
+        cur_gen: parsed(sr, &mut u, "current_link_speed", &format!("{dir}/current_link_speed"), pci::gen_from_speed),
+        cur_width: parsed(sr, &mut u, "current_link_width", &format!("{dir}/current_link_width"), pci::parse_width),
+        max_gen: parsed(sr, &mut u, "max_link_speed", &format!("{dir}/max_link_speed"), pci::gen_from_speed),
+        max_width: parsed(sr, &mut u, "max_link_width", &format!("{dir}/max_link_width"), pci::parse_width),
+    };
+    let config = match sr.read_bytes(&format!("{dir}/config")) {
+        Ok(b) => Some(ConfigSpace::parse(&b)),
+        Err(e) => {
+            note_err(&mut u, "config", &e);
+            None
+        }
+    };
+    Ok(PciFunction {
+        bdf,
+        sysfs_path: canon,
+        root_complex,
+        upstream: chain,
+        class,
+        vendor,
+        device,
+        subsystem_vendor,
+        subsystem_device,
+        driver,
+        numa_node,
+        local_cpulist,
+        link,
+        config,
+        unread: u,
+    })
+}
+
+fn read_netdevs(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NetDev> {
+    let names = match sr.list_names("/sys/class/net") {
+        Ok(n) => n,
+        Err(e) => {
+            notes.push(Note {
+                path: "/sys/class/net".into(),
+                reason: e.to_string(),
+            });
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let dir = format!("/sys/class/net/{name}");
+        let mut u = Unread::new();
+        let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
+            Ok(b) => b,
+            Err(ReadError::NotFound(_)) => None, // virtual interface (lo, bridges, veth)
+            Err(e) => {
+                note_err(&mut u, "device", &e);
+                None
+            }
+        };
+        let mtu = parsed(sr, &mut u, "mtu", &format!("{dir}/mtu"), |s| s.parse().ok());
+        let operstate = text(sr, &mut u, "operstate", &format!("{dir}/operstate"));
+        let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| s.parse().ok());
+        out.push(NetDev {
+            name,
+            bdf,
+            mtu,
+            operstate,
+            if_type,
+            unread: u,
+        });
+    }
+    out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
+    out
+}
+
+fn read_rdma(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<RdmaDevice> {
+    let names = match sr.list_names("/sys/class/infiniband") {
+        Ok(n) => n,
+        Err(ReadError::NotFound(_)) => {
+            notes.push(Note {
+                path: "/sys/class/infiniband".into(),
+                reason: "not present: no RDMA devices (ib_core not loaded or no RDMA hardware)".into(),
+            });
+            return Vec::new();
+        }
+        Err(e) => {
+            notes.push(Note {
+                path: "/sys/class/infiniband".into(),
+                reason: e.to_string(),
+            });
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let dir = format!("/sys/class/infiniband/{name}");
+        let mut u = Unread::new();
+        let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
+            Ok(b) => b,
+            Err(ReadError::NotFound(_)) => None,
+            Err(e) => {
+                note_err(&mut u, "device", &e);
+                None
+            }
+        };
+        let parent_netdev = if bdf.is_none() {
+            text(sr, &mut u, "parent", &format!("{dir}/parent"))
+        } else {
+            None
+        };
+        let node_type = text(sr, &mut u, "node_type", &format!("{dir}/node_type"));
+        let hca_type = text(sr, &mut u, "hca_type", &format!("{dir}/hca_type"));
+        let fw_ver = text(sr, &mut u, "fw_ver", &format!("{dir}/fw_ver"));
+        let node_guid = text(sr, &mut u, "node_guid", &format!("{dir}/node_guid"));
+        let board_id = text(sr, &mut u, "board_id", &format!("{dir}/board_id"));
+        let mut ports = Vec::new();
+        match sr.list_names(&format!("{dir}/ports")) {
+            Ok(pnames) => {
+                for p in pnames {
+                    let Ok(num) = p.parse::<u32>() else { continue };
+                    ports.push(read_port(sr, &format!("{dir}/ports/{p}"), num));
+                }
+            }
+            Err(e) => note_err(&mut u, "ports", &e),
+        }
+        ports.sort_by_key(|p| p.port);
+        out.push(RdmaDevice {
+            name,
+            bdf,
+            node_type,
+            hca_type,
+            fw_ver,
+            node_guid,
+            board_id,
+            parent_netdev,
+            ports,
+            unread: u,
+        });
+    }
+    out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
+    out
+}
+
+fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
+    let mut u = Unread::new();
+    let state = text(sr, &mut u, "state", &format!("{dir}/state"));
+    let phys_state = text(sr, &mut u, "phys_state", &format!("{dir}/phys_state"));
+    let rate = text(sr, &mut u, "rate", &format!("{dir}/rate"));
+    let link_layer = text(sr, &mut u, "link_layer", &format!("{dir}/link_layer"));
+    let lid = text(sr, &mut u, "lid", &format!("{dir}/lid"));
+    let mut gids = Vec::new();
+    match sr.list_names(&format!("{dir}/gids")) {
+        Ok(names) => {
+            let mut idx: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
+            idx.sort_unstable();
+            for i in idx {
+                let Ok(g) = sr.read_text(&format!("{dir}/gids/{i}")) else {
+                    continue; // unpopulated GID entries fail to read on real kernels (EINVAL)
+                };
+                if g.chars().all(|c| c == '0' || c == ':') {
+                    continue;
+                }
+                let gid_type = sr.read_text(&format!("{dir}/gid_attrs/types/{i}")).ok();
+                let ndev = sr.read_text(&format!("{dir}/gid_attrs/ndevs/{i}")).ok();
+                gids.push(Gid {
+                    index: i,
+                    gid: g,
+                    gid_type,
+                    ndev,
+                });
+            }
+        }
+        Err(e) => note_err(&mut u, "gids", &e),
+    }
+    RdmaPort {
+        port,
+        state,
+        phys_state,
+        rate,
+        link_layer,
+        lid,
+        gids,
+        unread: u,
+    }
+}
+
+fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
+    let names = match sr.list_names("/sys/devices/system/node") {
+        Ok(n) => n,
+        Err(e) => {
+            notes.push(Note {
+                path: "/sys/devices/system/node".into(),
+                reason: format!("{e}: NUMA layout unknown"),
+            });
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = format!("/sys/devices/system/node/{name}");
+        let mut u = Unread::new();
+        let cpulist = parsed(sr, &mut u, "cpulist", &format!("{dir}/cpulist"), |s| {
+            numa::parse_cpulist(s).map(|_| s.to_string())
+        });
+        let distances = parsed(sr, &mut u, "distance", &format!("{dir}/distance"), numa::parse_distances);
+        out.push(NumaNode {
+            id,
+            cpulist,
+            distances,
+            unread: u,
+        });
+    }
+    out.sort_by_key(|n| n.id);
+    out
+}

@@ -1,0 +1,14 @@
+//! gpudoctor: a doctor for GPU + RDMA servers.
+//!
+//! Data flows one way: args -> config -> source -> inventory -> topology -> report -> render.
+
+pub mod cli;
+pub mod inventory;
+pub mod numa;
+pub mod nvml;
+pub mod pci;
+pub mod render;
+pub mod report;
+pub mod run;
+pub mod sysroot;
+pub mod topo;

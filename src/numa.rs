@@ -1,0 +1,108 @@
+//! NUMA vocabulary: CPU lists (`0-55,112-167`) and node sets. Pure parsers, no I/O.
+
+use std::collections::BTreeSet;
+
+/// Parse a kernel cpulist (`0-3,8,10-11`). Empty text is an empty set.
+pub fn parse_cpulist(s: &str) -> Option<BTreeSet<u32>> {
+    let mut out = BTreeSet::new();
+    let t = s.trim();
+    if t.is_empty() {
+        return Some(out);
+    }
+    for part in t.split(',') {
+        let part = part.trim();
+        // Kernel also writes strides (`0-31:2`) in some files; accept them.
+        let (range, stride) = match part.split_once(':') {
+            Some((r, st)) => (r, st.parse::<u32>().ok().filter(|v| *v > 0)?),
+            None => (part, 1),
+        };
+        let (a, b) = match range.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+            None => {
+                let v = range.parse::<u32>().ok()?;
+                (v, v)
+            }
+        };
+        if b < a || b - a > 65536 || b > 1 << 20 {
+            return None;
+        }
+        let mut i = a;
+        while i <= b {
+            out.insert(i);
+            i += stride;
+        }
+    }
+    Some(out)
+}
+
+/// Format a set back into the kernel's compact form.
+pub fn format_cpulist(set: &BTreeSet<u32>) -> String {
+    let mut parts = Vec::new();
+    let mut it = set.iter().copied().peekable();
+    while let Some(start) = it.next() {
+        let mut end = start;
+        while it.peek() == Some(&(end + 1)) {
+            end = it.next().unwrap_or(end);
+        }
+        if start == end {
+            parts.push(start.to_string());
+        } else {
+            parts.push(format!("{start}-{end}"));
+        }
+    }
+    parts.join(",")
+}
+
+/// `numa_node` contents: Some(n) for a node, None for -1 ("unknown", never node 0).
+pub fn parse_numa_node(s: &str) -> Result<Option<u32>, String> {
+    let t = s.trim();
+    match t.parse::<i64>() {
+        Ok(-1) => Ok(None),
+        Ok(v) if (0..4096).contains(&v) => Ok(Some(v as u32)),
+        _ => Err(format!("'{t}' is not a NUMA node number")),
+    }
+}
+
+/// A node's `distance` line: `10 21`.
+pub fn parse_distances(s: &str) -> Option<Vec<u32>> {
+    s.split_whitespace().map(|x| x.parse().ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn cpulists() {
+        let s = parse_cpulist("0-3,8,10-11").unwrap();
+        assert_eq!(s.len(), 7);
+        assert_eq!(format_cpulist(&s), "0-3,8,10-11");
+        assert_eq!(parse_cpulist("").unwrap().len(), 0);
+        assert_eq!(parse_cpulist("0-7:2").unwrap().len(), 4);
+        assert!(parse_cpulist("3-1").is_none());
+        assert!(parse_cpulist("a").is_none());
+        assert!(parse_cpulist("0-4294967295").is_none());
+    }
+
+    #[test]
+    fn numa_minus_one_is_unknown() {
+        assert_eq!(parse_numa_node("-1\n"), Ok(None));
+        assert_eq!(parse_numa_node("1"), Ok(Some(1)));
+        assert!(parse_numa_node("").is_err());
+        assert!(parse_numa_node("x").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in ".{0,40}") {
+            let _ = parse_cpulist(&s);
+            let _ = parse_numa_node(&s);
+            let _ = parse_distances(&s);
+        }
+        #[test]
+        fn roundtrip(v in proptest::collection::btree_set(0u32..512, 0..64)) {
+            prop_assert_eq!(parse_cpulist(&format_cpulist(&v)).unwrap(), v);
+        }
+    }
+}

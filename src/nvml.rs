@@ -1,0 +1,328 @@
+//! NVML facts as a plain, serializable snapshot (`nvml.json` in a recorded tree or bundle).
+//!
+//! Live collection loads libnvidia-ml at run time through `nvml-wrapper`; a missing library,
+//! a missing driver, or a failing call is recorded as the reason a fact is unknown, never as a
+//! crash and never as a default value. This module must not look at sysfs: the join with
+//! sysfs devices happens in `topo`, on the numeric BDF.
+
+use crate::pci::Bdf;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const SCHEMA: &str = "gpudoctor.nvml/1";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvmlSnapshot {
+    pub schema: String,
+    /// "live", "synthetic", "derived from nvidia-smi -q", ...
+    pub source: String,
+    pub driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+    pub cuda_driver_version: Option<i32>,
+    /// Set when NVML could not be used at all (library missing, driver not loaded...).
+    pub unavailable: Option<String>,
+    /// Facts that could not be read, with the reason.
+    pub unread: BTreeMap<String, String>,
+    pub gpus: Vec<NvmlGpu>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvmlGpu {
+    pub index: u32,
+    /// NVML form, `00000000:1A:00.0`.
+    pub bus_id: String,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    pub serial: Option<String>,
+    pub memory_total_bytes: Option<u64>,
+    pub bar1_total_bytes: Option<u64>,
+    pub pcie: NvmlPcie,
+    pub nvlinks: Vec<NvmlLink>,
+    pub persistence_mode: Option<bool>,
+    pub ecc_enabled: Option<bool>,
+    pub ecc_volatile_uncorrected: Option<u64>,
+    pub retired_pending: Option<bool>,
+    pub remapped_rows_pending: Option<bool>,
+    pub unread: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvmlPcie {
+    pub gen_current: Option<u32>,
+    pub gen_max: Option<u32>,
+    pub width_current: Option<u32>,
+    pub width_max: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvmlLink {
+    pub link: u32,
+    pub active: bool,
+    pub remote_bus_id: Option<String>,
+    /// "gpu", "switch", "ibmnpu", "unknown".
+    pub remote_device_type: Option<String>,
+}
+
+impl NvmlGpu {
+    pub fn bdf(&self) -> Option<Bdf> {
+        self.bus_id.parse().ok()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("nvml.json: {0}")]
+    Parse(String),
+    #[error("nvml.json: schema '{0}' is not one this gpudoctor reads ({SCHEMA})")]
+    Schema(String),
+}
+
+impl NvmlSnapshot {
+    pub fn unavailable(reason: impl Into<String>, source: &str) -> Self {
+        NvmlSnapshot {
+            schema: SCHEMA.to_string(),
+            source: source.to_string(),
+            unavailable: Some(reason.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let snap: NvmlSnapshot =
+            serde_json::from_slice(bytes).map_err(|e| SnapshotError::Parse(e.to_string()))?;
+        if snap.schema != SCHEMA {
+            return Err(SnapshotError::Schema(snap.schema));
+        }
+        Ok(snap)
+    }
+
+    /// Collect from the live driver. Never panics; every failure is recorded.
+    pub fn collect_live() -> Self {
+        match std::panic::catch_unwind(live::collect) {
+            Ok(s) => s,
+            Err(_) => NvmlSnapshot::unavailable("NVML collection panicked (bug)", "live"),
+        }
+    }
+}
+
+mod live {
+    use super::*;
+    use nvml_wrapper::Nvml;
+    use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+    use nvml_wrapper::error::NvmlError;
+
+    /// Say what an NVML error means to an operator.
+    pub(super) fn explain(e: &NvmlError) -> String {
+        match e {
+            NvmlError::LibloadingError(inner) => {
+                format!("libnvidia-ml.so.1 could not be loaded ({inner}): NVIDIA driver not installed")
+            }
+            NvmlError::DriverNotLoaded => "NVIDIA kernel driver is not loaded".to_string(),
+            NvmlError::NoPermission => "no permission to query NVML".to_string(),
+            NvmlError::LibRmVersionMismatch => {
+                "NVML library and kernel module versions differ (driver upgraded without reboot?)"
+                    .to_string()
+            }
+            NvmlError::GpuLost => "GPU has fallen off the bus (GpuLost)".to_string(),
+            NvmlError::NotSupported => "not supported by this GPU/driver".to_string(),
+            NvmlError::FailedToLoadSymbol(s) => format!("NVML symbol missing: {s}"),
+            other => other.to_string(),
+        }
+    }
+
+    fn put<T>(unread: &mut BTreeMap<String, String>, key: &str, r: Result<T, NvmlError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                unread.insert(key.to_string(), explain(&e));
+                None
+            }
+        }
+    }
+
+    pub(super) fn collect() -> NvmlSnapshot {
+        let nvml = match Nvml::init() {
+            Ok(n) => n,
+            Err(e) => return NvmlSnapshot::unavailable(explain(&e), "live"),
+        };
+        let mut snap = NvmlSnapshot {
+            schema: SCHEMA.to_string(),
+            source: "live".to_string(),
+            ..Default::default()
+        };
+        let mut unread = BTreeMap::new();
+        snap.driver_version = put(&mut unread, "driver_version", nvml.sys_driver_version());
+        snap.nvml_version = put(&mut unread, "nvml_version", nvml.sys_nvml_version());
+        snap.cuda_driver_version =
+            put(&mut unread, "cuda_driver_version", nvml.sys_cuda_driver_version());
+        let count = match nvml.device_count() {
+            Ok(c) => c,
+            Err(e) => {
+                unread.insert("device_count".into(), explain(&e));
+                0
+            }
+        };
+        for i in 0..count {
+            let mut g = NvmlGpu {
+                index: i,
+                ..Default::default()
+            };
+            let mut u = BTreeMap::new();
+            let dev = match nvml.device_by_index(i) {
+                Ok(d) => d,
+                Err(e) => {
+                    u.insert("device".into(), explain(&e));
+                    g.unread = u;
+                    snap.gpus.push(g);
+                    continue;
+                }
+            };
+            if let Some(pci) = put(&mut u, "bus_id", dev.pci_info()) {
+                g.bus_id = pci.bus_id;
+            }
+            g.uuid = put(&mut u, "uuid", dev.uuid());
+            g.name = put(&mut u, "name", dev.name());
+            g.serial = put(&mut u, "serial", dev.serial());
+            g.memory_total_bytes = put(&mut u, "memory_total_bytes", dev.memory_info()).map(|m| m.total);
+            g.bar1_total_bytes =
+                put(&mut u, "bar1_total_bytes", dev.bar1_memory_info()).map(|m| m.total);
+            g.pcie.gen_current = put(&mut u, "pcie.gen_current", dev.current_pcie_link_gen());
+            g.pcie.gen_max = put(&mut u, "pcie.gen_max", dev.max_pcie_link_gen());
+            g.pcie.width_current = put(&mut u, "pcie.width_current", dev.current_pcie_link_width());
+            g.pcie.width_max = put(&mut u, "pcie.width_max", dev.max_pcie_link_width());
+            g.persistence_mode = put(&mut u, "persistence_mode", dev.is_in_persistent_mode());
+            g.ecc_enabled = put(&mut u, "ecc_enabled", dev.is_ecc_enabled()).map(|e| e.currently_enabled);
+            g.ecc_volatile_uncorrected = put(
+                &mut u,
+                "ecc_volatile_uncorrected",
+                dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
+            );
+            g.retired_pending = put(&mut u, "retired_pending", dev.are_pages_pending_retired());
+            g.remapped_rows_pending = remapped_pending(&nvml, &dev, &mut u);
+            // NVML_NVLINK_MAX_LINKS is 18 on Hopper; ask each link and stop at the first
+            // InvalidArg (no such link).
+            for link in 0..18u32 {
+                let l = dev.link_wrapper_for(link);
+                match l.is_active() {
+                    Ok(active) => {
+                        let remote_bus_id = if active {
+                            put(&mut u, &format!("nvlink.{link}.remote_bus_id"), l.remote_pci_info())
+                                .map(|p| p.bus_id)
+                        } else {
+                            None
+                        };
+                        let remote_device_type = if active {
+                            remote_type(&nvml, &dev, link, &mut u)
+                        } else {
+                            None
+                        };
+                        g.nvlinks.push(NvmlLink {
+                            link,
+                            active,
+                            remote_bus_id,
+                            remote_device_type,
+                        });
+                    }
+                    Err(NvmlError::InvalidArg) | Err(NvmlError::NotSupported) => break,
+                    Err(e) => {
+                        u.insert(format!("nvlink.{link}"), explain(&e));
+                        break;
+                    }
+                }
+            }
+            g.unread = u;
+            snap.gpus.push(g);
+        }
+        snap.unread = unread;
+        snap
+    }
+
+    /// nvml-wrapper 0.13's `remote_device_type` writes its answer into a temporary and always
+    /// returns Unknown, so call nvmlDeviceGetNvLinkRemoteDeviceType ourselves.
+    fn remote_type(
+        nvml: &Nvml,
+        dev: &nvml_wrapper::Device,
+        link: u32,
+        u: &mut BTreeMap<String, String>,
+    ) -> Option<String> {
+        let sym = match nvml.lib().nvmlDeviceGetNvLinkRemoteDeviceType.as_ref() {
+            Ok(s) => s,
+            Err(e) => {
+                u.insert(format!("nvlink.{link}.remote_device_type"), format!("symbol missing: {e}"));
+                return None;
+            }
+        };
+        let mut t: nvml_wrapper_sys::bindings::nvmlIntNvLinkDeviceType_t = 0xff;
+        // SAFETY: the handle comes from a live Device of this Nvml; `t` outlives the call.
+        let rc = unsafe { sym(dev.handle(), link, &mut t) };
+        if rc != 0 {
+            u.insert(format!("nvlink.{link}.remote_device_type"), format!("NVML error {rc}"));
+            return None;
+        }
+        Some(
+            match t {
+                0 => "gpu",
+                1 => "ibmnpu",
+                2 => "switch",
+                _ => "unknown",
+            }
+            .to_string(),
+        )
+    }
+
+    /// nvmlDeviceGetRemappedRows (not wrapped by nvml-wrapper 0.13): pending remaps need a
+    /// GPU reset before the memory is usable at full capacity.
+    fn remapped_pending(
+        nvml: &Nvml,
+        dev: &nvml_wrapper::Device,
+        u: &mut BTreeMap<String, String>,
+    ) -> Option<bool> {
+        let sym = match nvml.lib().nvmlDeviceGetRemappedRows.as_ref() {
+            Ok(s) => s,
+            Err(e) => {
+                u.insert("remapped_rows_pending".into(), format!("symbol missing: {e}"));
+                return None;
+            }
+        };
+        let (mut corr, mut unc, mut pending, mut failed) = (0u32, 0u32, 0u32, 0u32);
+        // SAFETY: valid handle; four out-pointers to locals.
+        let rc = unsafe { sym(dev.handle(), &mut corr, &mut unc, &mut pending, &mut failed) };
+        match rc {
+            0 => Some(pending != 0),
+            3 => {
+                u.insert("remapped_rows_pending".into(), "not supported by this GPU".into());
+                None
+            }
+            rc => {
+                u.insert("remapped_rows_pending".into(), format!("NVML error {rc}"));
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_is_checked() {
+        assert!(NvmlSnapshot::from_json(br#"{"schema":"gpudoctor.nvml/9","gpus":[]}"#).is_err());
+        assert!(NvmlSnapshot::from_json(b"{").is_err());
+        let s = NvmlSnapshot::from_json(br#"{"schema":"gpudoctor.nvml/1","gpus":[{"index":0,"bus_id":"00000000:1A:00.0"}]}"#).unwrap();
+        assert_eq!(s.gpus[0].bdf().unwrap().to_string(), "0000:1a:00.0");
+    }
+
+    #[test]
+    fn live_without_driver_is_a_finding() {
+        // On machines without the driver this must come back unavailable, not panic.
+        let s = NvmlSnapshot::collect_live();
+        if s.unavailable.is_some() {
+            assert!(s.gpus.is_empty());
+        }
+    }
+}

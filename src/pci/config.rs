@@ -1,0 +1,374 @@
+//! PCI configuration space parsing (PCI Express Base Specification, chapter 7).
+//!
+//! The kernel shows unprivileged readers only the first 64 bytes of `config` (256 on some
+//! drivers); root sees 4096. A capability that lies beyond what was read is "not readable",
+//! which is different from "absent": callers must keep that distinction.
+
+use serde::Serialize;
+
+pub const CAP_ID_PCIE: u8 = 0x10;
+pub const EXT_CAP_ID_AER: u16 = 0x0001;
+pub const EXT_CAP_ID_ACS: u16 = 0x000d;
+
+/// How much of config space we have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Coverage {
+    /// Fewer than 64 bytes: not even the header (truncated or garbage).
+    Truncated,
+    /// Header only (the kernel's unprivileged view).
+    Header,
+    /// Standard space (256 bytes), no extended capabilities.
+    Standard,
+    /// All 4096 bytes: extended capabilities readable.
+    Extended,
+}
+
+impl Coverage {
+    pub fn of(len: usize) -> Self {
+        match len {
+            0..=63 => Coverage::Truncated,
+            64..=255 => Coverage::Header,
+            256..=4095 => Coverage::Standard,
+            _ => Coverage::Extended,
+        }
+    }
+}
+
+/// PCIe Device/Port Type (PCIe Capabilities register bits 7:4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PortType {
+    Endpoint,
+    LegacyEndpoint,
+    RootPort,
+    SwitchUpstream,
+    SwitchDownstream,
+    PcieToPciBridge,
+    PciToPcieBridge,
+    RootComplexIntegrated,
+    RootComplexEventCollector,
+    Other(u8),
+}
+
+impl PortType {
+    fn from_bits(v: u8) -> Self {
+        match v {
+            0 => PortType::Endpoint,
+            1 => PortType::LegacyEndpoint,
+            4 => PortType::RootPort,
+            5 => PortType::SwitchUpstream,
+            6 => PortType::SwitchDownstream,
+            7 => PortType::PcieToPciBridge,
+            8 => PortType::PciToPcieBridge,
+            9 => PortType::RootComplexIntegrated,
+            10 => PortType::RootComplexEventCollector,
+            o => PortType::Other(o),
+        }
+    }
+}
+
+/// What the PCI Express capability says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PcieCap {
+    pub offset: u16,
+    pub port_type: PortType,
+    /// Max Read Request Size in bytes (Device Control bits 14:12).
+    pub max_read_request_bytes: u32,
+    /// Max Payload Size in bytes (Device Control bits 7:5).
+    pub max_payload_bytes: u32,
+    /// Enable Relaxed Ordering (Device Control bit 4).
+    pub relaxed_ordering: bool,
+    /// Link Capabilities: Max Link Speed (as a generation) and Max Link Width.
+    pub link_max_gen: Option<u8>,
+    pub link_max_width: Option<u8>,
+    /// Link Status: current speed and negotiated width.
+    pub link_cur_gen: Option<u8>,
+    pub link_cur_width: Option<u8>,
+}
+
+/// Access Control Services extended capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Acs {
+    pub offset: u16,
+    pub capability: u16,
+    pub control: u16,
+}
+
+impl Acs {
+    pub const SOURCE_VALIDATION: u16 = 0x01;
+    pub const TRANSLATION_BLOCKING: u16 = 0x02;
+    pub const P2P_REQUEST_REDIRECT: u16 = 0x04;
+    pub const P2P_COMPLETION_REDIRECT: u16 = 0x08;
+    pub const UPSTREAM_FORWARDING: u16 = 0x10;
+
+    /// Control bits that send peer-to-peer traffic up through the root complex.
+    pub fn redirect_bits(&self) -> u16 {
+        self.control
+            & (Self::P2P_REQUEST_REDIRECT
+                | Self::P2P_COMPLETION_REDIRECT
+                | Self::UPSTREAM_FORWARDING)
+    }
+}
+
+/// A parsed view of one function's config space.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigSpace {
+    pub length: usize,
+    pub coverage: Coverage,
+    pub vendor_id: Option<u16>,
+    pub device_id: Option<u16>,
+    pub header_type: Option<u8>,
+    /// None when the PCIe capability lies beyond what was read, or the list is malformed.
+    pub pcie: Option<PcieCap>,
+    /// Whether the standard capability list could be walked completely.
+    pub caps_readable: bool,
+    /// None when extended space was not read (or device has no extended space).
+    pub acs: Option<Acs>,
+    pub aer_offset: Option<u16>,
+    /// Whether the extended capability list could be walked (4096 bytes read and well-formed).
+    pub ext_caps_readable: bool,
+    /// Problems met while walking (loops, pointers out of range).
+    pub problems: Vec<String>,
+}
+
+fn rd8(b: &[u8], off: usize) -> Option<u8> {
+    b.get(off).copied()
+}
+fn rd16(b: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_le_bytes([*b.get(off)?, *b.get(off + 1)?]))
+}
+fn rd32(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes([
+        *b.get(off)?,
+        *b.get(off + 1)?,
+        *b.get(off + 2)?,
+        *b.get(off + 3)?,
+    ]))
+}
+
+fn link_gen(bits: u32) -> Option<u8> {
+    match bits & 0xf {
+        v @ 1..=7 => Some(v as u8),
+        _ => None,
+    }
+}
+
+fn link_width(bits: u32) -> Option<u8> {
+    match bits & 0x3f {
+        0 => None,
+        v => Some(v as u8),
+    }
+}
+
+impl ConfigSpace {
+    pub fn parse(b: &[u8]) -> Self {
+        let mut cs = ConfigSpace {
+            length: b.len(),
+            coverage: Coverage::of(b.len()),
+            vendor_id: rd16(b, 0),
+            device_id: rd16(b, 2),
+            header_type: rd8(b, 0x0e).map(|h| h & 0x7f),
+            pcie: None,
+            caps_readable: false,
+            acs: None,
+            aer_offset: None,
+            ext_caps_readable: false,
+            problems: Vec::new(),
+        };
+        if cs.coverage == Coverage::Truncated {
+            cs.problems
+                .push(format!("config space is {} bytes (truncated)", b.len()));
+            return cs;
+        }
+        cs.walk_standard(b);
+        if cs.coverage == Coverage::Extended {
+            cs.walk_extended(b);
+        }
+        cs
+    }
+
+    fn walk_standard(&mut self, b: &[u8]) {
+        let status = rd16(b, 0x06).unwrap_or(0);
+        if status & 0x10 == 0 {
+            // No capability list: legal for conventional PCI; nothing more to learn.
+            self.caps_readable = true;
+            return;
+        }
+        let mut ptr = rd8(b, 0x34).unwrap_or(0) & 0xfc;
+        let mut seen = 0;
+        while ptr != 0 {
+            seen += 1;
+            if seen > 48 || ptr < 0x40 {
+                self.problems
+                    .push(format!("capability list malformed at 0x{ptr:02x}"));
+                return;
+            }
+            let off = ptr as usize;
+            let (Some(id), Some(next)) = (rd8(b, off), rd8(b, off + 1)) else {
+                // Beyond what the kernel let us read: unknown, not absent.
+                return;
+            };
+            if id == CAP_ID_PCIE {
+                if b.len() < off + 0x30 {
+                    return;
+                }
+                self.pcie = Self::parse_pcie(b, off);
+            }
+            ptr = next & 0xfc;
+        }
+        self.caps_readable = true;
+    }
+
+    fn parse_pcie(b: &[u8], off: usize) -> Option<PcieCap> {
+        let caps = rd16(b, off + 2)?;
+        let devctl = rd16(b, off + 0x8)?;
+        let lnkcap = rd32(b, off + 0xc)?;
+        let lnksta = rd16(b, off + 0x12)? as u32;
+        let mrrs = 128u32 << ((devctl >> 12) & 0x7).min(5);
+        let mps = 128u32 << ((devctl >> 5) & 0x7).min(5);
+        Some(PcieCap {
+            offset: off as u16,
+            port_type: PortType::from_bits(((caps >> 4) & 0xf) as u8),
+            max_read_request_bytes: mrrs,
+            max_payload_bytes: mps,
+            relaxed_ordering: devctl & 0x10 != 0,
+            link_max_gen: link_gen(lnkcap),
+            link_max_width: link_width(lnkcap >> 4),
+            link_cur_gen: link_gen(lnksta),
+            link_cur_width: link_width(lnksta >> 4),
+        })
+    }
+
+    fn walk_extended(&mut self, b: &[u8]) {
+        let mut off = 0x100usize;
+        let mut seen = 0;
+        loop {
+            let Some(hdr) = rd32(b, off) else { return };
+            if hdr == 0 || hdr == 0xffff_ffff {
+                // No extended capabilities at all (conventional PCI or none implemented).
+                self.ext_caps_readable = true;
+                return;
+            }
+            seen += 1;
+            if seen > 128 {
+                self.problems
+                    .push("extended capability list loops".to_string());
+                return;
+            }
+            let id = (hdr & 0xffff) as u16;
+            let next = ((hdr >> 20) & 0xffc) as usize;
+            match id {
+                EXT_CAP_ID_ACS => {
+                    if let (Some(cap), Some(ctl)) = (rd16(b, off + 4), rd16(b, off + 6)) {
+                        self.acs = Some(Acs {
+                            offset: off as u16,
+                            capability: cap,
+                            control: ctl,
+                        });
+                    }
+                }
+                EXT_CAP_ID_AER => self.aer_offset = Some(off as u16),
+                _ => {}
+            }
+            if next == 0 {
+                self.ext_caps_readable = true;
+                return;
+            }
+            if next < 0x100 {
+                self.problems
+                    .push(format!("extended capability pointer 0x{next:03x} invalid"));
+                return;
+            }
+            off = next;
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Build a 4096-byte config space with a PCIe capability and optional ACS.
+    pub fn build(port_type: u8, max: (u8, u8), cur: (u8, u8), acs_ctl: Option<u16>) -> Vec<u8> {
+        let mut b = vec![0u8; 4096];
+        b[0..2].copy_from_slice(&0x10deu16.to_le_bytes());
+        b[2..4].copy_from_slice(&0x2330u16.to_le_bytes());
+        b[6] = 0x10; // capabilities list
+        b[0x34] = 0x40;
+        // PM cap at 0x40 -> PCIe at 0x60
+        b[0x40] = 0x01;
+        b[0x41] = 0x60;
+        b[0x60] = CAP_ID_PCIE;
+        b[0x61] = 0;
+        b[0x62..0x64].copy_from_slice(&(((port_type as u16) << 4) | 2).to_le_bytes());
+        let devctl: u16 = (2 << 12) | (1 << 5) | 0x10;
+        b[0x68..0x6a].copy_from_slice(&devctl.to_le_bytes());
+        let lnkcap: u32 = (max.0 as u32) | ((max.1 as u32) << 4);
+        b[0x6c..0x70].copy_from_slice(&lnkcap.to_le_bytes());
+        let lnksta: u16 = (cur.0 as u16) | ((cur.1 as u16) << 4);
+        b[0x72..0x74].copy_from_slice(&lnksta.to_le_bytes());
+        // AER at 0x100 -> ACS at 0x148
+        let next = if acs_ctl.is_some() { 0x148u32 } else { 0 };
+        let aer: u32 = 0x0001 | (2 << 16) | (next << 20);
+        b[0x100..0x104].copy_from_slice(&aer.to_le_bytes());
+        if let Some(ctl) = acs_ctl {
+            let acs: u32 = 0x000d | (1 << 16);
+            b[0x148..0x14c].copy_from_slice(&acs.to_le_bytes());
+            b[0x14c..0x14e].copy_from_slice(&0x005fu16.to_le_bytes());
+            b[0x14e..0x150].copy_from_slice(&ctl.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn walks_pcie_and_acs() {
+        let b = build(6, (5, 16), (4, 8), Some(0x001d));
+        let cs = ConfigSpace::parse(&b);
+        let p = cs.pcie.unwrap();
+        assert_eq!(p.port_type, PortType::SwitchDownstream);
+        assert_eq!(p.link_max_gen, Some(5));
+        assert_eq!(p.link_max_width, Some(16));
+        assert_eq!(p.link_cur_gen, Some(4));
+        assert_eq!(p.link_cur_width, Some(8));
+        assert_eq!(p.max_read_request_bytes, 512);
+        assert_eq!(p.max_payload_bytes, 256);
+        assert!(p.relaxed_ordering);
+        let acs = cs.acs.unwrap();
+        assert_eq!(acs.offset, 0x148);
+        assert_eq!(acs.redirect_bits(), 0x1c);
+        assert_eq!(cs.aer_offset, Some(0x100));
+        assert!(cs.ext_caps_readable);
+    }
+
+    #[test]
+    fn header_only_is_unknown_not_absent() {
+        let b = build(0, (5, 16), (5, 16), Some(0));
+        let cs = ConfigSpace::parse(&b[..64]);
+        assert_eq!(cs.coverage, Coverage::Header);
+        assert!(cs.pcie.is_none());
+        assert!(!cs.caps_readable);
+        assert!(cs.acs.is_none());
+        assert!(!cs.ext_caps_readable);
+        let cs = ConfigSpace::parse(&b[..256]);
+        assert!(cs.pcie.is_some());
+        assert!(!cs.ext_caps_readable);
+    }
+
+    #[test]
+    fn looped_capabilities_stop() {
+        let mut b = build(0, (5, 16), (5, 16), None);
+        b[0x61] = 0x40; // PCIe -> PM -> PCIe ...
+        let cs = ConfigSpace::parse(&b);
+        assert!(!cs.caps_readable);
+        assert!(!cs.problems.is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..4200)) {
+            let _ = ConfigSpace::parse(&bytes);
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! PCI vocabulary: addresses (BDF), class codes, link speeds, and config-space parsing.
+//!
+//! Pure parsers only: nothing here touches the filesystem. Every parser takes untrusted text or
+//! bytes from a tree and returns a typed error instead of panicking.
+
+pub mod config;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A PCI function address: domain, bus, device, function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bdf {
+    pub domain: u32,
+    pub bus: u8,
+    pub device: u8,
+    pub function: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a PCI address (expected DDDD:BB:DD.F)")]
+pub struct BdfError(pub String);
+
+impl Bdf {
+    /// The NVML form: 8-digit domain, upper-case hex (`00000000:1A:00.0`).
+    pub fn nvml(&self) -> String {
+        format!(
+            "{:08X}:{:02X}:{:02X}.{:X}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+
+    /// Same physical device (slot), any function.
+    pub fn same_slot(&self, other: &Bdf) -> bool {
+        self.domain == other.domain && self.bus == other.bus && self.device == other.device
+    }
+}
+
+impl fmt::Display for Bdf {
+    /// The sysfs form: 4-digit domain (more if needed), lower-case hex (`0000:1a:00.0`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+}
+
+impl FromStr for Bdf {
+    type Err = BdfError;
+    /// Accepts `0000:1a:00.0`, `00000000:1A:00.0` (NVML), and `1a:00.0` (domain 0).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || BdfError(s.to_string());
+        let t = s.trim();
+        let (dom, rest) = match t.matches(':').count() {
+            2 => {
+                let (d, r) = t.split_once(':').ok_or_else(err)?;
+                (d, r)
+            }
+            1 => ("0", t),
+            _ => return Err(err()),
+        };
+        let (bus, devfn) = rest.split_once(':').ok_or_else(err)?;
+        let (dev, func) = devfn.split_once('.').ok_or_else(err)?;
+        let hex = |x: &str, max_len: usize| -> Result<u32, BdfError> {
+            if x.is_empty() || x.len() > max_len || !x.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(err());
+            }
+            u32::from_str_radix(x, 16).map_err(|_| err())
+        };
+        let domain = hex(dom, 8)?;
+        let bus = hex(bus, 2)?;
+        let device = hex(dev, 2)?;
+        let function = hex(func, 1)?;
+        if device > 0x1f || function > 7 {
+            return Err(err());
+        }
+        Ok(Bdf {
+            domain,
+            bus: bus as u8,
+            device: device as u8,
+            function: function as u8,
+        })
+    }
+}
+
+impl Serialize for Bdf {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bdf {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parse a sysfs hex attribute such as `0x030200` or `0x10de`.
+pub fn parse_hex(s: &str) -> Option<u32> {
+    let t = s.trim();
+    let t = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    if t.is_empty() || t.len() > 8 {
+        return None;
+    }
+    u32::from_str_radix(t, 16).ok()
+}
+
+/// PCIe generation from a sysfs link speed such as `32.0 GT/s PCIe` or `8.0 GT/s`.
+/// Returns None for `Unknown` and anything not a known rate (never a default).
+pub fn gen_from_speed(s: &str) -> Option<u8> {
+    let num = s.split_whitespace().next()?;
+    let v: f64 = num.parse().ok()?;
+    let g = [
+        (2.5, 1u8),
+        (5.0, 2),
+        (8.0, 3),
+        (16.0, 4),
+        (32.0, 5),
+        (64.0, 6),
+        (128.0, 7),
+    ];
+    g.iter()
+        .find(|(gt, _)| (v - gt).abs() < 0.01)
+        .map(|(_, gen_)| *gen_)
+}
+
+/// GT/s per lane for a generation.
+pub fn speed_of_gen(generation: u8) -> Option<f64> {
+    match generation {
+        1 => Some(2.5),
+        2 => Some(5.0),
+        3 => Some(8.0),
+        4 => Some(16.0),
+        5 => Some(32.0),
+        6 => Some(64.0),
+        7 => Some(128.0),
+        _ => None,
+    }
+}
+
+/// Usable bandwidth per direction in GB/s (10^9 B/s) after line encoding, before protocol
+/// overhead: Gen1/2 use 8b/10b, Gen3-5 128b/130b, Gen6+ FLIT (242/256). PCIe Base Spec 6.0.
+pub fn link_gbps_per_direction(generation: u8, width: u8) -> Option<f64> {
+    let gts = speed_of_gen(generation)?;
+    let eff = match generation {
+        1 | 2 => 8.0 / 10.0,
+        3..=5 => 128.0 / 130.0,
+        _ => 242.0 / 256.0,
+    };
+    Some(gts * eff * f64::from(width) / 8.0)
+}
+
+/// A link width file: `16`, or `0` on some kernels for "unknown"/down.
+pub fn parse_width(s: &str) -> Option<u8> {
+    let v: u32 = s.trim().parse().ok()?;
+    if v == 0 || v > 32 { None } else { Some(v as u8) }
+}
+
+/// PCI class code, 24 bits: base class, subclass, programming interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassCode(pub u32);
+
+impl ClassCode {
+    pub fn base(self) -> u8 {
+        (self.0 >> 16) as u8
+    }
+    pub fn sub(self) -> u8 {
+        (self.0 >> 8) as u8
+    }
+    /// Base + subclass, e.g. 0x0302.
+    pub fn base_sub(self) -> u16 {
+        (self.0 >> 8) as u16
+    }
+    pub fn is_bridge_pci(self) -> bool {
+        self.base_sub() == 0x0604 || self.base_sub() == 0x0609
+    }
+    pub fn is_host_bridge(self) -> bool {
+        self.base_sub() == 0x0600
+    }
+    pub fn is_display(self) -> bool {
+        matches!(self.base_sub(), 0x0300 | 0x0302)
+    }
+    pub fn is_network(self) -> bool {
+        matches!(self.base_sub(), 0x0200 | 0x0207)
+    }
+}
+
+pub const VENDOR_NVIDIA: u16 = 0x10de;
+
+/// Natural order for names like mlx5_2 < mlx5_10 (digit runs compare numerically).
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (ca, cb) = (chunks(a), chunks(b));
+    for (x, y) in ca.iter().zip(cb.iter()) {
+        let o = if x.0 && y.0 {
+            let xt = x.1.trim_start_matches('0');
+            let yt = y.1.trim_start_matches('0');
+            xt.len().cmp(&yt.len()).then_with(|| xt.cmp(yt))
+        } else {
+            x.1.cmp(y.1)
+        };
+        if o != std::cmp::Ordering::Equal {
+            return o;
+        }
+    }
+    ca.len().cmp(&cb.len()).then_with(|| a.cmp(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn bdf_both_forms() {
+        let a: Bdf = "0000:1a:00.0".parse().unwrap();
+        let b: Bdf = "00000000:1A:00.0".parse().unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.bus, 0x1a);
+        assert_eq!(a.to_string(), "0000:1a:00.0");
+        assert_eq!(a.nvml(), "00000000:1A:00.0");
+        let c: Bdf = "1b:00.1".parse().unwrap();
+        assert_eq!(c.to_string(), "0000:1b:00.1");
+        let d: Bdf = "10000:e1:1f.7".parse().unwrap();
+        assert_eq!(d.to_string(), "10000:e1:1f.7");
+        assert_eq!(d.to_string().parse::<Bdf>().unwrap(), d);
+    }
+
+    #[test]
+    fn bdf_rejects() {
+        for s in [
+            "", "0000:1a:00", "0000:1g:00.0", "0000:1a:20.0", "0000:1a:00.8", "pci0000:00",
+            "0000:1a:00.0.1", "000000000:1a:00.0", ":::",
+        ] {
+            assert!(s.parse::<Bdf>().is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn speeds() {
+        assert_eq!(gen_from_speed("32.0 GT/s PCIe"), Some(5));
+        assert_eq!(gen_from_speed("2.5 GT/s PCIe"), Some(1));
+        assert_eq!(gen_from_speed("16.0 GT/s"), Some(4));
+        assert_eq!(gen_from_speed("Unknown"), None);
+        assert_eq!(gen_from_speed("3.0 GT/s"), None);
+        let g5 = link_gbps_per_direction(5, 16).unwrap();
+        assert!((g5 - 63.015).abs() < 0.01, "{g5}");
+    }
+
+    #[test]
+    fn natural() {
+        let mut v = vec!["mlx5_10", "mlx5_2", "mlx5_1", "mlx5_0", "mlx5_11", "irdma0"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            vec!["irdma0", "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10", "mlx5_11"]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn bdf_roundtrip(dom in 0u32..0x10000, bus: u8, dev in 0u8..32, func in 0u8..8) {
+            let b = Bdf { domain: dom, bus, device: dev, function: func };
+            prop_assert_eq!(b.to_string().parse::<Bdf>().unwrap(), b);
+            prop_assert_eq!(b.nvml().parse::<Bdf>().unwrap(), b);
+        }
+
+        #[test]
+        fn parsers_never_panic(s in ".{0,40}") {
+            let _ = s.parse::<Bdf>();
+            let _ = parse_hex(&s);
+            let _ = gen_from_speed(&s);
+            let _ = parse_width(&s);
+            let _ = natural_cmp(&s, "mlx5_1");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Renderers: pure functions from report models to text. No I/O, no environment lookups
+//! (terminal width is passed in by the caller).
+
+use crate::report::TopoReport;
+use crate::topo::{Device, DeviceKind, LinkState, Topology};
+use crate::pci::Bdf;
+use comfy_table::{ContentArrangement, Table, presets};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+/// How to lay out human tables.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    /// Terminal width; None for fixed-width output (pipes, files, snapshots).
+    pub width: Option<u16>,
+}
+
+pub fn new_table(style: Style) -> Table {
+    let mut t = Table::new();
+    t.load_style(presets::ASCII_FULL_CONDENSED);
+    t.force_no_tty();
+    match style.width {
+        Some(w) => {
+            t.set_content_arrangement(ContentArrangement::Dynamic);
+            t.set_width(w);
+        }
+        None => {
+            t.set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
+    t
+}
+
+fn gen_width(g: Option<u8>, w: Option<u8>) -> String {
+    let g = g.map(|g| format!("Gen{g}")).unwrap_or_else(|| "Gen?".into());
+    let w = w.map(|w| format!("x{w}")).unwrap_or_else(|| "x?".into());
+    format!("{g} {w}")
+}
+
+pub fn link_text(l: &LinkState) -> String {
+    if l.cur_gen.is_none() && l.cur_width.is_none() && l.max_gen.is_none() && l.max_width.is_none() {
+        return "no link info".into();
+    }
+    let cur = gen_width(l.cur_gen, l.cur_width);
+    let max = gen_width(l.max_gen, l.max_width);
+    if cur == max {
+        cur
+    } else {
+        format!("{cur} (max {max})")
+    }
+}
+
+fn numa_text(d: &Device) -> String {
+    match (d.numa.node, d.numa.affinity.is_empty()) {
+        (Some(n), _) => format!("NUMA {n}"),
+        (None, false) => format!(
+            "NUMA ? (-1; CPUs local to node {})",
+            d.numa.affinity.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+        ),
+        (None, true) => "NUMA ?".into(),
+    }
+}
+
+/// `gpudoctor topo`: the PCIe tree of every root complex holding a GPU, NIC or NVSwitch,
+/// then GPU and NIC tables.
+pub fn topo_tree(r: &TopoReport, style: Style) -> String {
+    let t = &r.topology;
+    let mut out = String::new();
+    let _ = writeln!(out, "gpudoctor topo: {}", r.source.describe());
+    let by_bdf: BTreeMap<Bdf, &Device> = t.devices.iter().map(|d| (d.bdf, d)).collect();
+    let gpu_label: BTreeMap<Bdf, &str> = t.gpus.iter().map(|g| (g.bdf, g.label.as_str())).collect();
+    let mut nic_labels: BTreeMap<Bdf, Vec<String>> = BTreeMap::new();
+    for n in &t.nics {
+        let nd = if n.netdevs.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", n.netdevs.join(","))
+        };
+        nic_labels
+            .entry(n.bdf)
+            .or_default()
+            .push(format!("{} {}{}", n.label, n.rdma_device, nd));
+    }
+    // Interesting functions and everything above them.
+    let mut keep: BTreeSet<Bdf> = BTreeSet::new();
+    for d in &t.devices {
+        let interesting = matches!(d.kind, DeviceKind::Gpu | DeviceKind::NvSwitch)
+            || nic_labels.contains_key(&d.bdf);
+        if interesting {
+            keep.insert(d.bdf);
+            keep.extend(d.upstream.iter().copied());
+        }
+    }
+    let mut children: BTreeMap<Option<Bdf>, Vec<Bdf>> = BTreeMap::new();
+    let mut rc_top: BTreeMap<&str, Vec<Bdf>> = BTreeMap::new();
+    for d in &t.devices {
+        if !keep.contains(&d.bdf) {
+            continue;
+        }
+        match d.upstream.last() {
+            Some(p) => children.entry(Some(*p)).or_default().push(d.bdf),
+            None => rc_top.entry(d.root_complex.as_str()).or_default().push(d.bdf),
+        }
+    }
+    if keep.is_empty() {
+        let _ = writeln!(out, "\nNo GPUs, NVSwitches or RDMA NICs found on the PCI bus.");
+    }
+    for rc in &t.root_complexes {
+        let Some(top) = rc_top.get(rc.id.as_str()) else { continue };
+        let numa = if rc.numa_affinity.is_empty() {
+            "NUMA ?".to_string()
+        } else {
+            format!(
+                "NUMA {}",
+                rc.numa_affinity.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+            )
+        };
+        let hidden = rc.functions - t.devices.iter().filter(|d| d.root_complex == rc.id && keep.contains(&d.bdf)).count();
+        let _ = writeln!(
+            out,
+            "\n{} (root complex, {numa}{})",
+            rc.id,
+            if hidden > 0 { format!(", {hidden} other functions not shown") } else { String::new() }
+        );
+        let n = top.len();
+        for (i, b) in top.iter().enumerate() {
+            tree_node(&mut out, *b, "", i + 1 == n, &by_bdf, &children, &gpu_label, &nic_labels);
+        }
+    }
+    if !t.software_rdma.is_empty() {
+        let _ = writeln!(out, "\nSoftware RDMA devices (no PCI function):");
+        for s in &t.software_rdma {
+            let _ = writeln!(
+                out,
+                "  {} on netdev {}",
+                s.rdma_device,
+                s.parent_netdev.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    out.push('\n');
+    out.push_str(&gpu_table(t, &by_bdf, style));
+    if !t.nics.is_empty() {
+        out.push('\n');
+        out.push_str(&nic_table(t, &by_bdf, style));
+    }
+    out.push_str(&notes_text(r));
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tree_node(
+    out: &mut String,
+    b: Bdf,
+    prefix: &str,
+    last: bool,
+    by_bdf: &BTreeMap<Bdf, &Device>,
+    children: &BTreeMap<Option<Bdf>, Vec<Bdf>>,
+    gpu_label: &BTreeMap<Bdf, &str>,
+    nic_labels: &BTreeMap<Bdf, Vec<String>>,
+) {
+    let Some(d) = by_bdf.get(&b) else { return };
+    let what = if let Some(l) = gpu_label.get(&b) {
+        format!("{l} ")
+    } else if let Some(ls) = nic_labels.get(&b) {
+        format!("{} ", ls.join(" + "))
+    } else if let Some(r) = d.role {
+        let r = serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        format!("{r} ")
+    } else if d.kind == DeviceKind::NvSwitch {
+        "NVSwitch ".into()
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "{prefix}{}{b} {what}{} | {} | {}",
+        if last { "└─ " } else { "├─ " },
+        d.name,
+        link_text(&d.link),
+        numa_text(d)
+    );
+    let kids = children.get(&Some(b)).cloned().unwrap_or_default();
+    let child_prefix = format!("{prefix}{}", if last { "   " } else { "│  " });
+    for (i, k) in kids.iter().enumerate() {
+        tree_node(out, *k, &child_prefix, i + 1 == kids.len(), by_bdf, children, gpu_label, nic_labels);
+    }
+}
+
+fn gpu_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> String {
+    if t.gpus.is_empty() {
+        return "No NVIDIA GPUs found.\n".into();
+    }
+    let mut table = new_table(style);
+    table.set_header(vec!["GPU", "BDF", "Name", "NUMA", "PCIe link", "Memory", "BAR1", "NVLinks", "Closest NIC", "Path"]);
+    for (g, c) in t.gpus.iter().zip(t.closest_nics.iter()) {
+        let d = by_bdf.get(&g.bdf);
+        let gib = |b: Option<u64>| b.map(|b| format!("{} GiB", b >> 30)).unwrap_or_else(|| "?".into());
+        table.add_row(vec![
+            g.label.clone(),
+            g.bdf.to_string(),
+            g.name.clone(),
+            d.map(|d| numa_text(d).trim_start_matches("NUMA ").to_string()).unwrap_or_default(),
+            d.map(|d| link_text(&d.link)).unwrap_or_default(),
+            gib(g.memory_total_bytes),
+            gib(g.bar1_total_bytes),
+            g.nvlinks_active.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+            if c.rdma_devices.is_empty() { "none".into() } else { c.rdma_devices.join(", ") },
+            c.path
+                .map(|p| format!("{}{}", p.as_str(), if c.certain { "" } else { " (inferred)" }))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    format!("{table}\n")
+}
+
+fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> String {
+    let mut table = new_table(style);
+    table.set_header(vec!["NIC", "RDMA device", "BDF", "Name", "Netdevs", "NUMA", "PCIe link", "Ports"]);
+    for n in &t.nics {
+        let d = by_bdf.get(&n.bdf);
+        let ports = n
+            .ports
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}: {} {} {}",
+                    p.port,
+                    p.state.as_deref().unwrap_or("state ?"),
+                    p.link_layer.as_deref().unwrap_or("link layer ?"),
+                    p.rate.as_deref().unwrap_or("rate ?")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        table.add_row(vec![
+            n.label.clone(),
+            n.rdma_device.clone(),
+            n.bdf.to_string(),
+            n.name.clone(),
+            n.netdevs.join(", "),
+            d.map(|d| numa_text(d).trim_start_matches("NUMA ").to_string()).unwrap_or_default(),
+            d.map(|d| link_text(&d.link)).unwrap_or_default(),
+            ports,
+        ]);
+    }
+    format!("{table}\n")
+}
+
+fn notes_text(r: &TopoReport) -> String {
+    let mut out = String::new();
+    let t = &r.topology;
+    if !t.notes.is_empty() || r.nvml.unavailable.is_some() || !r.unread.is_empty() {
+        out.push_str("\nNotes:\n");
+        if let (Some(u), true) = (&r.nvml.unavailable, t.gpus.is_empty()) {
+            let _ = writeln!(out, "  - NVML: {u}");
+        }
+        for n in &t.notes {
+            let _ = writeln!(out, "  - {n}");
+        }
+        for n in &r.unread {
+            let _ = writeln!(out, "  - {}: {}", n.path, n.reason);
+        }
+    }
+    out
+}
+
+/// `gpudoctor topo --matrix`: the `nvidia-smi topo -m` layout (tab-separated, no ANSI).
+pub fn topo_matrix(r: &TopoReport) -> String {
+    let t = &r.topology;
+    let m = &t.matrix;
+    let mut out = String::new();
+    out.push('\t');
+    for l in &m.labels {
+        out.push_str(l);
+        out.push('\t');
+    }
+    out.push_str("CPU Affinity\tNUMA Affinity\n");
+    for (i, l) in m.labels.iter().enumerate() {
+        out.push_str(l);
+        for c in &m.cells[i] {
+            out.push('\t');
+            if c == "X" {
+                out.push_str(" X ");
+            } else {
+                out.push_str(c);
+            }
+        }
+        let _ = writeln!(out, "\t{}\t{}", m.cpu_affinity[i], m.numa_affinity[i]);
+    }
+    out.push_str(
+        "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n",
+    );
+    if !t.nics.is_empty() {
+        out.push_str("\nNIC Legend:\n\n");
+        for n in &t.nics {
+            let _ = writeln!(out, "  {}: {}", n.label, n.rdma_device);
+        }
+    }
+    out.push_str(&notes_text(r));
+    out
+}
+
+/// `--json`: the whole report, pretty-printed, newline-terminated.
+pub fn json<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_string_pretty(v) {
+        Ok(mut s) => {
+            s.push('\n');
+            s
+        }
+        // Serializing our own plain data types cannot fail; say so loudly if it ever does.
+        Err(e) => format!("{{\"error\": \"serialization failed: {e}\"}}\n"),
+    }
+}

@@ -1,0 +1,403 @@
+//! The one re-rootable reader for everything under /sys and /proc.
+//!
+//! Call sites name the kernel's own absolute path (`/sys/bus/pci/devices/0000:17:00.0/numa_node`);
+//! the root prefix is applied here and nowhere else (hwloc's HWLOC_FSROOT idea). Symlinks are
+//! resolved component by component *inside* the root: an absolute link target is taken relative
+//! to the root and `..` never climbs above it, so a recorded tree or bundle can never make
+//! gpudoctor read a file outside it.
+//!
+//! This module must not interpret what it reads, and must never write.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Largest file we read. sysfs attributes are at most a page; PCI config space is 4096 bytes;
+/// /proc/modules on a big host is a few tens of KiB. Anything larger in a tree is hostile.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Symlink hops allowed while resolving one path (the kernel's own limit is 40).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Why a path could not be read. Every one of these becomes an "unknown, because ..." upstream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}: not present")]
+    NotFound(String),
+    #[error("{0}: permission denied (needs root?)")]
+    PermissionDenied(String),
+    #[error("{0}: symlink loop or too many links")]
+    LinkLoop(String),
+    #[error("{0}: larger than {MAX_FILE_BYTES} bytes, refused")]
+    TooLarge(String),
+    #[error("{0}: not valid UTF-8 text")]
+    NotText(String),
+    #[error("{0}: invalid path (must be absolute under /sys or /proc)")]
+    BadPath(String),
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+}
+
+impl ReadError {
+    fn from_io(path: &str, e: &io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::NotFound => ReadError::NotFound(path.to_string()),
+            io::ErrorKind::PermissionDenied => ReadError::PermissionDenied(path.to_string()),
+            _ if e.raw_os_error() == Some(40) => ReadError::LinkLoop(path.to_string()),
+            _ => ReadError::Io {
+                path: path.to_string(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    /// The kernel path this error is about.
+    pub fn path(&self) -> &str {
+        match self {
+            ReadError::NotFound(p)
+            | ReadError::PermissionDenied(p)
+            | ReadError::LinkLoop(p)
+            | ReadError::TooLarge(p)
+            | ReadError::NotText(p)
+            | ReadError::BadPath(p) => p,
+            ReadError::Io { path, .. } => path,
+        }
+    }
+}
+
+/// A filesystem root: `/` on a live machine, or a recorded tree (fixture, unpacked bundle).
+#[derive(Debug)]
+pub struct SysRoot {
+    root: PathBuf,
+    live: bool,
+    /// Every kernel path handed to this reader, for the bundle capture-list assertion.
+    touched: Mutex<BTreeSet<String>>,
+}
+
+/// One directory entry, as the kernel would show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub is_dir: bool,
+    pub is_symlink: bool,
+}
+
+impl SysRoot {
+    /// The live machine.
+    pub fn live() -> Self {
+        SysRoot {
+            root: PathBuf::from("/"),
+            live: true,
+            touched: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// A recorded tree. The directory must exist and contain `sys/`.
+    pub fn at(dir: &Path) -> Result<Self, ReadError> {
+        let shown = dir.display().to_string();
+        let meta = fs::metadata(dir).map_err(|e| ReadError::from_io(&shown, &e))?;
+        if !meta.is_dir() {
+            return Err(ReadError::Io {
+                path: shown,
+                message: "not a directory".into(),
+            });
+        }
+        let root = fs::canonicalize(dir).map_err(|e| ReadError::from_io(&shown, &e))?;
+        if !root.join("sys").is_dir() {
+            return Err(ReadError::Io {
+                path: shown,
+                message: "no sys/ directory inside (not a recorded tree)".into(),
+            });
+        }
+        Ok(SysRoot {
+            root,
+            live: false,
+            touched: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    /// The directory standing in for `/`.
+    pub fn root_dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// Kernel paths read so far (sorted).
+    pub fn touched(&self) -> Vec<String> {
+        match self.touched.lock() {
+            Ok(t) => t.iter().cloned().collect(),
+            Err(p) => p.into_inner().iter().cloned().collect(),
+        }
+    }
+
+    fn note(&self, kpath: &str) {
+        let mut t = match self.touched.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        t.insert(kpath.to_string());
+    }
+
+    /// Split an absolute kernel path into clean components; refuse relative paths.
+    fn components(kpath: &str) -> Result<Vec<String>, ReadError> {
+        if !kpath.starts_with('/') || kpath.contains('\0') {
+            return Err(ReadError::BadPath(kpath.to_string()));
+        }
+        let mut out: Vec<String> = Vec::new();
+        for c in kpath.split('/') {
+            match c {
+                "" | "." => {}
+                ".." => {
+                    out.pop();
+                }
+                c => out.push(c.to_string()),
+            }
+        }
+        Ok(out)
+    }
+
+    fn host_path(&self, comps: &[String]) -> PathBuf {
+        let mut p = self.root.clone();
+        for c in comps {
+            p.push(c);
+        }
+        p
+    }
+
+    /// Resolve every symlink in `kpath` inside the root and return the canonical kernel path
+    /// (e.g. `/sys/bus/pci/devices/0000:00:06.0` -> `/sys/devices/pci0000:00/0000:00:06.0`).
+    pub fn canonical(&self, kpath: &str) -> Result<String, ReadError> {
+        self.note(kpath);
+        let comps = self.resolve(kpath, true)?;
+        Ok(format!("/{}", comps.join("/")))
+    }
+
+    /// Resolve symlinks in all components (the last one too when `follow_last`).
+    fn resolve(&self, kpath: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
+        let mut pending: Vec<String> = Self::components(kpath)?;
+        pending.reverse();
+        let mut done: Vec<String> = Vec::new();
+        let mut hops = 0usize;
+        while let Some(c) = pending.pop() {
+            if c == ".." {
+                done.pop();
+                continue;
+            }
+            if c == "." || c.is_empty() {
+                continue;
+            }
+            done.push(c);
+            let is_last = pending.is_empty();
+            if is_last && !follow_last {
+                break;
+            }
+            let host = self.host_path(&done);
+            let meta = match fs::symlink_metadata(&host) {
+                Ok(m) => m,
+                Err(e) => return Err(ReadError::from_io(kpath, &e)),
+            };
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return Err(ReadError::LinkLoop(kpath.to_string()));
+            }
+            let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+            let target = target.to_string_lossy().into_owned();
+            done.pop();
+            if target.starts_with('/') {
+                // An absolute target means "from the root of this tree", never the host's /.
+                done.clear();
+            }
+            let mut tcomps: Vec<String> = target
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect();
+            tcomps.reverse();
+            pending.extend(tcomps);
+        }
+        Ok(done)
+    }
+
+    /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
+    pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
+        self.note(kpath);
+        let comps = self.resolve(kpath, true)?;
+        let host = self.host_path(&comps);
+        let f = fs::File::open(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+        let meta = f.metadata().map_err(|e| ReadError::from_io(kpath, &e))?;
+        if meta.is_dir() {
+            return Err(ReadError::Io {
+                path: kpath.to_string(),
+                message: "is a directory".into(),
+            });
+        }
+        let mut buf = Vec::new();
+        // sysfs reports 4096 for every attribute: read to EOF, not by the reported size.
+        f.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| ReadError::from_io(kpath, &e))?;
+        if buf.len() as u64 > MAX_FILE_BYTES {
+            return Err(ReadError::TooLarge(kpath.to_string()));
+        }
+        Ok(buf)
+    }
+
+    /// Read a text attribute, trimmed of surrounding whitespace.
+    pub fn read_text(&self, kpath: &str) -> Result<String, ReadError> {
+        let bytes = self.read_bytes(kpath)?;
+        let s = String::from_utf8(bytes).map_err(|_| ReadError::NotText(kpath.to_string()))?;
+        Ok(s.trim().to_string())
+    }
+
+    /// The target of a symlink, as written (the kernel writes relative targets).
+    pub fn read_link(&self, kpath: &str) -> Result<String, ReadError> {
+        self.note(kpath);
+        let comps = self.resolve(kpath, false)?;
+        let host = self.host_path(&comps);
+        let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+        Ok(t.to_string_lossy().into_owned())
+    }
+
+    /// The last component of a symlink's target (e.g. a `driver` link's driver name).
+    pub fn link_name(&self, kpath: &str) -> Result<String, ReadError> {
+        let t = self.read_link(kpath)?;
+        t.rsplit('/')
+            .find(|s| !s.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| ReadError::Io {
+                path: kpath.to_string(),
+                message: format!("link target '{t}' has no name"),
+            })
+    }
+
+    /// Directory entries, sorted by name.
+    pub fn list(&self, kpath: &str) -> Result<Vec<Entry>, ReadError> {
+        self.note(kpath);
+        let comps = self.resolve(kpath, true)?;
+        let host = self.host_path(&comps);
+        let rd = fs::read_dir(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| ReadError::from_io(kpath, &e))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
+            let is_dir = if ft.is_symlink() {
+                // A link to a directory counts as one when it resolves inside the root.
+                let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
+                self.resolve(&child, true)
+                    .map(|c| self.host_path(&c).is_dir())
+                    .unwrap_or(false)
+            } else {
+                ft.is_dir()
+            };
+            out.push(Entry {
+                name,
+                is_dir,
+                is_symlink: ft.is_symlink(),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Names in a directory (sorted); a missing directory is an empty list only when the caller
+    /// says absence is normal, so this returns the error and lets the caller decide.
+    pub fn list_names(&self, kpath: &str) -> Result<Vec<String>, ReadError> {
+        Ok(self.list(kpath)?.into_iter().map(|e| e.name).collect())
+    }
+
+    /// Whether a path exists (following links inside the root).
+    pub fn exists(&self, kpath: &str) -> bool {
+        self.note(kpath);
+        match self.resolve(kpath, true) {
+            Ok(c) => self.host_path(&c).exists(),
+            Err(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> (tempfile::TempDir, SysRoot) {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:01.0")).unwrap();
+        fs::create_dir_all(r.join("sys/bus/pci/devices")).unwrap();
+        fs::write(r.join("sys/devices/pci0000:00/0000:00:01.0/numa_node"), "-1\n").unwrap();
+        symlink(
+            "../../../devices/pci0000:00/0000:00:01.0",
+            r.join("sys/bus/pci/devices/0000:00:01.0"),
+        )
+        .unwrap();
+        symlink("/sys/devices/pci0000:00", r.join("sys/abs")).unwrap();
+        symlink("../../../../../../../../etc", r.join("sys/escape")).unwrap();
+        symlink("loop2", r.join("sys/loop1")).unwrap();
+        symlink("loop1", r.join("sys/loop2")).unwrap();
+        let s = SysRoot::at(r).unwrap();
+        (d, s)
+    }
+
+    #[test]
+    fn follows_relative_links_inside_root() {
+        let (_d, s) = tree();
+        assert_eq!(
+            s.read_text("/sys/bus/pci/devices/0000:00:01.0/numa_node").unwrap(),
+            "-1"
+        );
+        assert_eq!(
+            s.canonical("/sys/bus/pci/devices/0000:00:01.0").unwrap(),
+            "/sys/devices/pci0000:00/0000:00:01.0"
+        );
+    }
+
+    #[test]
+    fn absolute_links_are_rerooted() {
+        let (_d, s) = tree();
+        assert!(s.exists("/sys/abs/0000:00:01.0/numa_node"));
+    }
+
+    #[test]
+    fn dotdot_never_escapes() {
+        let (_d, s) = tree();
+        // Clamped at the tree's root: /etc inside the tree does not exist.
+        assert_eq!(s.canonical("/sys/escape").unwrap(), "/etc");
+        assert!(matches!(
+            s.read_text("/sys/escape/passwd"),
+            Err(ReadError::NotFound(_))
+        ));
+        assert!(matches!(
+            s.read_text("/../../../etc/hostname"),
+            Err(ReadError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn loops_are_errors() {
+        let (_d, s) = tree();
+        assert!(matches!(
+            s.read_text("/sys/loop1"),
+            Err(ReadError::LinkLoop(_))
+        ));
+    }
+
+    #[test]
+    fn relative_paths_refused() {
+        let (_d, s) = tree();
+        assert!(matches!(s.read_text("sys/x"), Err(ReadError::BadPath(_))));
+    }
+
+    #[test]
+    fn missing_root_is_error() {
+        assert!(SysRoot::at(Path::new("/nonexistent/gpudoctor")).is_err());
+    }
+}

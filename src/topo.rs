@@ -1,0 +1,758 @@
+//! The typed topology graph: root complexes, bridges and switches, GPUs, NICs, NUMA nodes and
+//! NVLinks, with path classification in the vocabulary of `nvidia-smi topo -m`.
+//!
+//! Pure: builds from an `Inventory`, does no I/O. A path is as bad as its worst hop
+//! (PIX < PXB < PHB < NODE < SYS, NCCL's src/graph ordering). Where NUMA placement is unknown
+//! the classification says so (`certain: false` plus a note) instead of guessing.
+
+use crate::inventory::{Inventory, PciFunction};
+use crate::numa;
+use crate::nvml::NvmlGpu;
+use crate::pci::config::PortType;
+use crate::pci::{self, Bdf, ClassCode};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How two devices are connected, best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum PathType {
+    /// Self.
+    X,
+    /// A bonded set of NVLinks (count kept alongside).
+    NV,
+    /// At most one PCIe bridge or switch.
+    PIX,
+    /// Several PCIe bridges/switches, no host bridge.
+    PXB,
+    /// Through a PCIe host bridge (the CPU's root complex).
+    PHB,
+    /// Between host bridges within one NUMA node.
+    NODE,
+    /// Across the SMP interconnect between NUMA nodes.
+    SYS,
+}
+
+impl PathType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathType::X => "X",
+            PathType::NV => "NV",
+            PathType::PIX => "PIX",
+            PathType::PXB => "PXB",
+            PathType::PHB => "PHB",
+            PathType::NODE => "NODE",
+            PathType::SYS => "SYS",
+        }
+    }
+}
+
+/// A classified connection between two devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Path {
+    pub kind: PathType,
+    /// NVLink count for `NV`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvlinks: Option<u32>,
+    /// False where NUMA placement was unknown and NODE/SYS was inferred from CPU affinity.
+    pub certain: bool,
+    /// The PCIe-only classification (what the path is without NVLink), for GPUDirect RDMA.
+    pub pcie: PathType,
+}
+
+impl Path {
+    /// The cell as `nvidia-smi topo -m` prints it.
+    pub fn cell(&self) -> String {
+        match (self.kind, self.nvlinks) {
+            (PathType::NV, Some(n)) => format!("NV{n}"),
+            (k, _) => k.as_str().to_string(),
+        }
+    }
+}
+
+/// Role of a PCI bridge function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BridgeRole {
+    RootPort,
+    SwitchUpstream,
+    SwitchDownstream,
+    PciBridge,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoleSource {
+    /// From the PCIe capability's Device/Port Type.
+    ConfigSpace,
+    /// From the position in the tree (config space not readable).
+    Inferred,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceKind {
+    Gpu,
+    Nic,
+    NvSwitch,
+    Bridge,
+    HostBridge,
+    Other,
+}
+
+/// Where a NUMA affinity came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NumaBasis {
+    /// The device's `numa_node`.
+    NumaNode,
+    /// `numa_node` is -1; derived from `local_cpulist` against the nodes' cpulists.
+    LocalCpulist,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Numa {
+    /// The kernel's `numa_node` (None for -1 or unreadable).
+    pub node: Option<u32>,
+    /// Nodes the device is local to: `node`, or derived from CPU affinity.
+    pub affinity: Vec<u32>,
+    pub basis: NumaBasis,
+    /// `local_cpulist`.
+    pub cpu_affinity: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkState {
+    pub cur_gen: Option<u8>,
+    pub cur_width: Option<u8>,
+    pub max_gen: Option<u8>,
+    pub max_width: Option<u8>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Device {
+    pub bdf: Bdf,
+    pub kind: DeviceKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<BridgeRole>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role_source: Option<RoleSource>,
+    pub class: Option<String>,
+    pub vendor_id: Option<String>,
+    pub device_id: Option<String>,
+    pub name: String,
+    pub driver: Option<String>,
+    pub root_complex: String,
+    pub upstream: Vec<Bdf>,
+    pub numa: Numa,
+    pub link: LinkState,
+    pub unknown: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RootComplex {
+    pub id: String,
+    /// Affinity of the devices below it, when they agree.
+    pub numa_affinity: Vec<u32>,
+    pub functions: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Gpu {
+    pub label: String,
+    pub bdf: Bdf,
+    pub name: String,
+    pub nvml_index: Option<u32>,
+    pub uuid: Option<String>,
+    pub memory_total_bytes: Option<u64>,
+    pub bar1_total_bytes: Option<u64>,
+    pub nvlinks_active: Option<u32>,
+    /// Why NVML facts are missing for this GPU, when they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvml_missing: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Nic {
+    pub label: String,
+    pub rdma_device: String,
+    pub bdf: Bdf,
+    pub name: String,
+    pub netdevs: Vec<String>,
+    pub ports: Vec<NicPort>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NicPort {
+    pub port: u32,
+    pub state: Option<String>,
+    pub link_layer: Option<String>,
+    pub rate: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SoftRdma {
+    pub rdma_device: String,
+    pub parent_netdev: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Matrix {
+    /// GPU0..GPUn then NIC0..NICm.
+    pub labels: Vec<String>,
+    /// cells[i][j] as printed by `nvidia-smi topo -m`.
+    pub cells: Vec<Vec<String>>,
+    pub paths: Vec<Vec<Path>>,
+    pub cpu_affinity: Vec<String>,
+    pub numa_affinity: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Closest {
+    pub gpu: String,
+    /// Best PCIe path type to any NIC; None when there are no NICs.
+    pub path: Option<PathType>,
+    pub certain: bool,
+    /// All NICs at that path type (ties listed), by label and RDMA device name.
+    pub nics: Vec<String>,
+    pub rdma_devices: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Topology {
+    pub root_complexes: Vec<RootComplex>,
+    pub devices: Vec<Device>,
+    pub gpus: Vec<Gpu>,
+    pub nics: Vec<Nic>,
+    pub software_rdma: Vec<SoftRdma>,
+    pub numa_nodes: Vec<crate::inventory::NumaNode>,
+    pub matrix: Matrix,
+    pub closest_nics: Vec<Closest>,
+    pub notes: Vec<String>,
+}
+
+/// Human name from the PCI ID database, falling back to the numeric ids.
+pub fn pci_name(vendor: Option<u16>, device: Option<u16>) -> String {
+    match (vendor, device) {
+        (Some(v), Some(d)) => {
+            if let Some(dev) = pci_ids::Device::from_vid_pid(v, d) {
+                return format!("{} {}", short_vendor(dev.vendor().name()), dev.name());
+            }
+            match pci_ids::Vendors::iter().find(|x| x.id() == v) {
+                Some(vn) => format!("{} [{v:04x}:{d:04x}]", short_vendor(vn.name())),
+                None => format!("[{v:04x}:{d:04x}]"),
+            }
+        }
+        _ => "unknown device".to_string(),
+    }
+}
+
+fn short_vendor(v: &str) -> &str {
+    match v {
+        "NVIDIA Corporation" => "NVIDIA",
+        "Mellanox Technologies" => "Mellanox",
+        "Intel Corporation" => "Intel",
+        "Advanced Micro Devices, Inc. [AMD]" => "AMD",
+        "Broadcom / LSI" => "Broadcom",
+        other => other,
+    }
+}
+
+fn classify_kind(f: &PciFunction) -> DeviceKind {
+    let Some(class) = f.class.map(ClassCode) else {
+        return DeviceKind::Other;
+    };
+    if class.is_bridge_pci() {
+        DeviceKind::Bridge
+    } else if class.is_host_bridge() {
+        DeviceKind::HostBridge
+    } else if f.vendor == Some(pci::VENDOR_NVIDIA) && class.is_display() {
+        DeviceKind::Gpu
+    } else if f.vendor == Some(pci::VENDOR_NVIDIA) && class.base_sub() == 0x0680 {
+        DeviceKind::NvSwitch
+    } else if class.is_network() {
+        DeviceKind::Nic
+    } else {
+        DeviceKind::Other
+    }
+}
+
+/// Bridge roles: from the PCIe capability where readable, else inferred from position (a
+/// bridge on the root bus is a root port; below a root port or downstream port sits an
+/// upstream port; below an upstream port sit downstream ports).
+fn bridge_roles(inv: &Inventory) -> BTreeMap<Bdf, (BridgeRole, RoleSource)> {
+    let mut roles = BTreeMap::new();
+    for (bdf, f) in &inv.pci {
+        if classify_kind(f) != DeviceKind::Bridge {
+            continue;
+        }
+        let from_cfg = f
+            .config
+            .as_ref()
+            .and_then(|c| c.pcie.as_ref())
+            .and_then(|p| match p.port_type {
+                PortType::RootPort => Some(BridgeRole::RootPort),
+                PortType::SwitchUpstream => Some(BridgeRole::SwitchUpstream),
+                PortType::SwitchDownstream => Some(BridgeRole::SwitchDownstream),
+                PortType::PcieToPciBridge | PortType::PciToPcieBridge => Some(BridgeRole::PciBridge),
+                _ => None,
+            });
+        if let Some(r) = from_cfg {
+            roles.insert(*bdf, (r, RoleSource::ConfigSpace));
+        }
+    }
+    // Inference in chain order (parents first), for bridges config space did not settle.
+    let mut by_depth: Vec<&PciFunction> = inv
+        .pci
+        .values()
+        .filter(|f| classify_kind(f) == DeviceKind::Bridge)
+        .collect();
+    by_depth.sort_by_key(|f| (f.upstream.len(), f.bdf));
+    for f in by_depth {
+        if roles.contains_key(&f.bdf) {
+            continue;
+        }
+        let role = match f.upstream.last() {
+            None => BridgeRole::RootPort,
+            Some(parent) => match roles.get(parent).map(|r| r.0) {
+                Some(BridgeRole::SwitchUpstream) => BridgeRole::SwitchDownstream,
+                Some(BridgeRole::RootPort) | Some(BridgeRole::SwitchDownstream) => {
+                    BridgeRole::SwitchUpstream
+                }
+                _ => BridgeRole::PciBridge,
+            },
+        };
+        roles.insert(f.bdf, (role, RoleSource::Inferred));
+    }
+    roles
+}
+
+struct NodeCpus(Vec<(u32, BTreeSet<u32>)>);
+
+impl NodeCpus {
+    fn new(inv: &Inventory) -> Self {
+        NodeCpus(
+            inv.numa_nodes
+                .iter()
+                .filter_map(|n| {
+                    let cpus = numa::parse_cpulist(n.cpulist.as_deref()?)?;
+                    Some((n.id, cpus))
+                })
+                .collect(),
+        )
+    }
+
+    fn affinity(&self, f: &PciFunction) -> Numa {
+        if let Some(n) = f.numa_node {
+            return Numa {
+                node: Some(n),
+                affinity: vec![n],
+                basis: NumaBasis::NumaNode,
+                cpu_affinity: f.local_cpulist.clone(),
+            };
+        }
+        let derived: Vec<u32> = f
+            .local_cpulist
+            .as_deref()
+            .and_then(numa::parse_cpulist)
+            .map(|cpus| {
+                self.0
+                    .iter()
+                    .filter(|(_, node_cpus)| !node_cpus.is_disjoint(&cpus))
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Numa {
+            node: None,
+            basis: if derived.is_empty() {
+                NumaBasis::Unknown
+            } else {
+                NumaBasis::LocalCpulist
+            },
+            affinity: derived,
+            cpu_affinity: f.local_cpulist.clone(),
+        }
+    }
+}
+
+/// The part of the PCIe graph that path classification needs.
+struct PciGraph<'a> {
+    inv: &'a Inventory,
+    roles: BTreeMap<Bdf, (BridgeRole, RoleSource)>,
+    numa: BTreeMap<Bdf, Numa>,
+}
+
+impl PciGraph<'_> {
+    /// Bridges collapse into switches: a downstream port belongs to the switch of its upstream
+    /// port, so a GPU and a NIC on two downstream ports of one switch cross one "bridge" (PIX),
+    /// as nvidia-smi and NCCL count it.
+    fn switch_key(&self, b: Bdf) -> Bdf {
+        if let Some((BridgeRole::SwitchDownstream, _)) = self.roles.get(&b) {
+            if let Some(parent) = self.inv.pci.get(&b).and_then(|f| f.upstream.last()) {
+                if let Some((BridgeRole::SwitchUpstream, _)) = self.roles.get(parent) {
+                    return *parent;
+                }
+            }
+        }
+        b
+    }
+
+    /// PCIe-only path type between two functions, and whether it is certain.
+    fn pcie_path(&self, a: Bdf, b: Bdf) -> (PathType, bool) {
+        if a == b {
+            return (PathType::X, true);
+        }
+        let (Some(fa), Some(fb)) = (self.inv.pci.get(&a), self.inv.pci.get(&b)) else {
+            return (PathType::SYS, false);
+        };
+        if fa.root_complex != fb.root_complex {
+            return self.cross_host_bridge(a, b);
+        }
+        let common = fa
+            .upstream
+            .iter()
+            .zip(fb.upstream.iter())
+            .take_while(|(x, y)| x == y)
+            .count();
+        if common == 0 {
+            // Different root ports (or the flat root bus of a VM): through the host bridge.
+            return (PathType::PHB, true);
+        }
+        let mut crossed: BTreeSet<Bdf> = BTreeSet::new();
+        crossed.insert(self.switch_key(fa.upstream[common - 1]));
+        for x in fa.upstream[common..].iter().chain(fb.upstream[common..].iter()) {
+            crossed.insert(self.switch_key(*x));
+        }
+        if crossed.len() <= 1 {
+            (PathType::PIX, true)
+        } else {
+            (PathType::PXB, true)
+        }
+    }
+
+    fn cross_host_bridge(&self, a: Bdf, b: Bdf) -> (PathType, bool) {
+        let (Some(na), Some(nb)) = (self.numa.get(&a), self.numa.get(&b)) else {
+            return (PathType::SYS, false);
+        };
+        if let (Some(x), Some(y)) = (na.node, nb.node) {
+            return (if x == y { PathType::NODE } else { PathType::SYS }, true);
+        }
+        if na.affinity.is_empty() || nb.affinity.is_empty() {
+            return (PathType::SYS, false);
+        }
+        // Inferred from CPU affinity, as nvidia-smi's NUMA Affinity column is: same CPUs means
+        // the same node as far as the OS knows, otherwise across nodes.
+        if na.affinity == nb.affinity {
+            (PathType::NODE, false)
+        } else {
+            (PathType::SYS, false)
+        }
+    }
+}
+
+/// NVLink count between two GPUs: direct links, or through NVSwitches (every pair of GPUs
+/// attached to the switch fabric gets the smaller of their switch-link counts, as nvidia-smi
+/// prints NV18 for every pair on a DGX H100).
+fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
+    let b_id = b.bdf();
+    let a_id = a.bdf();
+    let direct = |g: &NvmlGpu, other: Option<Bdf>| {
+        g.nvlinks
+            .iter()
+            .filter(|l| l.active)
+            .filter(|l| l.remote_device_type.as_deref() != Some("switch"))
+            .filter(|l| {
+                other.is_some() && l.remote_bus_id.as_deref().and_then(|s| s.parse::<Bdf>().ok()) == other
+            })
+            .count() as u32
+    };
+    let to_switch = |g: &NvmlGpu| {
+        g.nvlinks
+            .iter()
+            .filter(|l| l.active && l.remote_device_type.as_deref() == Some("switch"))
+            .count() as u32
+    };
+    let d = direct(a, b_id).max(direct(b, a_id));
+    d + to_switch(a).min(to_switch(b))
+}
+
+pub fn build(inv: &Inventory) -> Topology {
+    let mut notes: Vec<String> = Vec::new();
+    let roles = bridge_roles(inv);
+    let cpus = NodeCpus::new(inv);
+    let numa: BTreeMap<Bdf, Numa> = inv.pci.iter().map(|(b, f)| (*b, cpus.affinity(f))).collect();
+
+    let devices: Vec<Device> = inv
+        .pci
+        .values()
+        .map(|f| {
+            let kind = classify_kind(f);
+            let (role, role_source) = match roles.get(&f.bdf) {
+                Some((r, s)) => (Some(*r), Some(*s)),
+                None => (None, None),
+            };
+            Device {
+                bdf: f.bdf,
+                kind,
+                role,
+                role_source,
+                class: f.class.map(|c| format!("0x{c:06x}")),
+                vendor_id: f.vendor.map(|v| format!("0x{v:04x}")),
+                device_id: f.device.map(|v| format!("0x{v:04x}")),
+                name: pci_name(f.vendor, f.device),
+                driver: f.driver.clone(),
+                root_complex: f.root_complex.clone(),
+                upstream: f.upstream.clone(),
+                numa: numa[&f.bdf].clone(),
+                link: LinkState {
+                    cur_gen: f.link.cur_gen,
+                    cur_width: f.link.cur_width,
+                    max_gen: f.link.max_gen,
+                    max_width: f.link.max_width,
+                },
+                unknown: f.unread.clone(),
+            }
+        })
+        .collect();
+
+    // Root complexes.
+    let mut rc_map: BTreeMap<String, Vec<&Device>> = BTreeMap::new();
+    for d in &devices {
+        rc_map.entry(d.root_complex.clone()).or_default().push(d);
+    }
+    let root_complexes = rc_map
+        .iter()
+        .map(|(id, devs)| {
+            let sets: BTreeSet<Vec<u32>> = devs
+                .iter()
+                .filter(|d| !d.numa.affinity.is_empty())
+                .map(|d| d.numa.affinity.clone())
+                .collect();
+            RootComplex {
+                id: id.clone(),
+                numa_affinity: if sets.len() == 1 {
+                    sets.into_iter().next().unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
+                functions: devs.len(),
+            }
+        })
+        .collect();
+
+    // GPUs in PCI bus order, joined with NVML on the numeric BDF.
+    let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
+        .nvml
+        .gpus
+        .iter()
+        .filter_map(|g| Some((g.bdf()?, g)))
+        .collect();
+    let gpu_devs: Vec<&Device> = devices.iter().filter(|d| d.kind == DeviceKind::Gpu).collect();
+    let nvml_missing_reason = match (&inv.nvml.unavailable, inv.nvml.source.as_str()) {
+        (Some(r), _) => Some(r.clone()),
+        (None, "") => Some("NVML not recorded".to_string()),
+        _ => None,
+    };
+    let gpus: Vec<Gpu> = gpu_devs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let n = nvml_by_bdf.get(&d.bdf);
+            Gpu {
+                label: format!("GPU{i}"),
+                bdf: d.bdf,
+                name: n.and_then(|n| n.name.clone()).unwrap_or_else(|| d.name.clone()),
+                nvml_index: n.map(|n| n.index),
+                uuid: n.and_then(|n| n.uuid.clone()),
+                memory_total_bytes: n.and_then(|n| n.memory_total_bytes),
+                bar1_total_bytes: n.and_then(|n| n.bar1_total_bytes),
+                nvlinks_active: n.map(|n| n.nvlinks.iter().filter(|l| l.active).count() as u32),
+                nvml_missing: match n {
+                    Some(_) => None,
+                    None => Some(
+                        nvml_missing_reason
+                            .clone()
+                            .unwrap_or_else(|| "NVML does not list this GPU".to_string()),
+                    ),
+                },
+            }
+        })
+        .collect();
+    if let Some(r) = &nvml_missing_reason {
+        if !gpus.is_empty() {
+            notes.push(format!("NVML facts missing: {r}; NVLink (NV#) cells cannot be shown"));
+        }
+    }
+    for (bdf, g) in &nvml_by_bdf {
+        if !inv.pci.contains_key(bdf) {
+            notes.push(format!(
+                "NVML lists GPU {} at {} which sysfs does not show",
+                g.index,
+                g.bus_id
+            ));
+        }
+    }
+
+    // NICs: RDMA devices with a PCI function, natural name order.
+    let mut nics = Vec::new();
+    let mut software_rdma = Vec::new();
+    for r in &inv.rdma {
+        match r.bdf {
+            Some(bdf) => {
+                let label = format!("NIC{}", nics.len());
+                let mut netdevs: Vec<String> = inv
+                    .netdevs
+                    .iter()
+                    .filter(|n| n.bdf == Some(bdf))
+                    .map(|n| n.name.clone())
+                    .collect();
+                netdevs.sort_by(|a, b| pci::natural_cmp(a, b));
+                let f = inv.pci.get(&bdf);
+                nics.push(Nic {
+                    label,
+                    rdma_device: r.name.clone(),
+                    bdf,
+                    name: pci_name(f.and_then(|f| f.vendor), f.and_then(|f| f.device)),
+                    netdevs,
+                    ports: r
+                        .ports
+                        .iter()
+                        .map(|p| NicPort {
+                            port: p.port,
+                            state: p.state.clone(),
+                            link_layer: p.link_layer.clone(),
+                            rate: p.rate.clone(),
+                        })
+                        .collect(),
+                });
+                if f.is_none() {
+                    notes.push(format!(
+                        "RDMA device {} points at {bdf}, which is not among the PCI devices",
+                        r.name
+                    ));
+                }
+            }
+            None => software_rdma.push(SoftRdma {
+                rdma_device: r.name.clone(),
+                parent_netdev: r.parent_netdev.clone(),
+            }),
+        }
+    }
+
+    let graph = PciGraph {
+        inv,
+        roles,
+        numa: numa.clone(),
+    };
+
+    // Matrix.
+    let mut labels: Vec<String> = gpus.iter().map(|g| g.label.clone()).collect();
+    labels.extend(nics.iter().map(|n| n.label.clone()));
+    let ends: Vec<(Bdf, Option<&NvmlGpu>, Option<&str>)> = gpus
+        .iter()
+        .map(|g| (g.bdf, nvml_by_bdf.get(&g.bdf).copied(), None))
+        .chain(nics.iter().map(|n| (n.bdf, None, Some(n.rdma_device.as_str()))))
+        .collect();
+    let mut paths = Vec::new();
+    let mut uncertain = false;
+    for (i, (a, ga, ra)) in ends.iter().enumerate() {
+        let mut row = Vec::new();
+        for (j, (b, gb, rb)) in ends.iter().enumerate() {
+            let (pcie, certain) = if i == j {
+                (PathType::X, true)
+            } else if a == b && ra != rb {
+                // Two RDMA devices on one PCI function: same card.
+                (PathType::PIX, true)
+            } else {
+                graph.pcie_path(*a, *b)
+            };
+            uncertain |= !certain;
+            let nv = match (ga, gb) {
+                (Some(x), Some(y)) if i != j => nvlinks_between(x, y),
+                _ => 0,
+            };
+            row.push(if nv > 0 {
+                Path {
+                    kind: PathType::NV,
+                    nvlinks: Some(nv),
+                    certain: true,
+                    pcie,
+                }
+            } else {
+                Path {
+                    kind: pcie,
+                    nvlinks: None,
+                    certain,
+                    pcie,
+                }
+            });
+        }
+        paths.push(row);
+    }
+    if uncertain {
+        notes.push(
+            "NUMA node unknown (numa_node -1) for devices on different host bridges: NODE/SYS inferred from CPU affinity, not proven"
+                .to_string(),
+        );
+    }
+    let cells = paths
+        .iter()
+        .map(|r| r.iter().map(Path::cell).collect())
+        .collect();
+    let affinity_of = |bdf: &Bdf| -> (String, String) {
+        let n = &numa[bdf];
+        (
+            n.cpu_affinity.clone().unwrap_or_else(|| "N/A".into()),
+            if n.affinity.is_empty() {
+                "N/A".into()
+            } else {
+                numa::format_cpulist(&n.affinity.iter().copied().collect())
+            },
+        )
+    };
+    let (cpu_affinity, numa_affinity): (Vec<String>, Vec<String>) =
+        ends.iter().map(|(b, _, _)| affinity_of(b)).unzip();
+
+    // Closest NICs per GPU, by PCIe path (GPUDirect RDMA never goes over NVLink).
+    let closest_nics = gpus
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            let row = &paths[gi];
+            let best = (0..nics.len())
+                .map(|ni| row[gpus.len() + ni].pcie)
+                .min();
+            let chosen: Vec<usize> = (0..nics.len())
+                .filter(|ni| Some(row[gpus.len() + ni].pcie) == best)
+                .collect();
+            Closest {
+                gpu: g.label.clone(),
+                path: best,
+                certain: chosen.iter().all(|ni| row[gpus.len() + ni].certain),
+                nics: chosen.iter().map(|ni| nics[*ni].label.clone()).collect(),
+                rdma_devices: chosen.iter().map(|ni| nics[*ni].rdma_device.clone()).collect(),
+            }
+        })
+        .collect();
+
+    notes.sort();
+    notes.dedup();
+    Topology {
+        root_complexes,
+        devices,
+        gpus,
+        nics,
+        software_rdma,
+        numa_nodes: inv.numa_nodes.clone(),
+        matrix: Matrix {
+            labels,
+            cells,
+            paths,
+            cpu_affinity,
+            numa_affinity,
+        },
+        closest_nics,
+        notes,
+    }
+}
