@@ -112,7 +112,9 @@ pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
     pages.push(("gpudoctor.1".to_string(), buf));
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("gpudoctor-{}", sub.get_name());
-        let sub = sub.clone().name(clap::builder::Str::from(name.clone().leak() as &'static str));
+        let sub = sub
+            .clone()
+            .name(clap::builder::Str::from(name.clone().leak() as &'static str));
         let mut buf = Vec::new();
         clap_mangen::Man::new(sub).render(&mut buf)?;
         pages.push((format!("{name}.1"), buf));

@@ -152,7 +152,10 @@ fn parsed<T>(
         Some(v) => Some(v),
         None => {
             let shown: String = s.chars().take(40).collect();
-            unread.insert(key.to_string(), format!("{path}: unparseable value '{shown}'"));
+            unread.insert(
+                key.to_string(),
+                format!("{path}: unparseable value '{shown}'"),
+            );
             None
         }
     }
@@ -238,10 +241,22 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     let class = parsed(sr, &mut u, "class", &format!("{dir}/class"), hex);
     let vendor = parsed(sr, &mut u, "vendor", &format!("{dir}/vendor"), hex).map(|v| v as u16);
     let device = parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16);
-    let subsystem_vendor = parsed(sr, &mut u, "subsystem_vendor", &format!("{dir}/subsystem_vendor"), hex)
-        .map(|v| v as u16);
-    let subsystem_device = parsed(sr, &mut u, "subsystem_device", &format!("{dir}/subsystem_device"), hex)
-        .map(|v| v as u16);
+    let subsystem_vendor = parsed(
+        sr,
+        &mut u,
+        "subsystem_vendor",
+        &format!("{dir}/subsystem_vendor"),
+        hex,
+    )
+    .map(|v| v as u16);
+    let subsystem_device = parsed(
+        sr,
+        &mut u,
+        "subsystem_device",
+        &format!("{dir}/subsystem_device"),
+        hex,
+    )
+    .map(|v| v as u16);
     let driver = match sr.link_name(&format!("{dir}/driver")) {
         Ok(d) => Some(d),
         Err(ReadError::NotFound(_)) => {
@@ -273,14 +288,42 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
             None
         }
     };
-    let local_cpulist = parsed(sr, &mut u, "local_cpulist", &format!("{dir}/local_cpulist"), |s| {
-        numa::parse_cpulist(s).map(|_| s.to_string())
-    });
+    let local_cpulist = parsed(
+        sr,
+        &mut u,
+        "local_cpulist",
+        &format!("{dir}/local_cpulist"),
+        |s| numa::parse_cpulist(s).map(|_| s.to_string()),
+    );
     let link = Link {
-        cur_gen: parsed(sr, &mut u, "current_link_speed", &format!("{dir}/current_link_speed"), pci::gen_from_speed),
-        cur_width: parsed(sr, &mut u, "current_link_width", &format!("{dir}/current_link_width"), pci::parse_width),
-        max_gen: parsed(sr, &mut u, "max_link_speed", &format!("{dir}/max_link_speed"), pci::gen_from_speed),
-        max_width: parsed(sr, &mut u, "max_link_width", &format!("{dir}/max_link_width"), pci::parse_width),
+        cur_gen: parsed(
+            sr,
+            &mut u,
+            "current_link_speed",
+            &format!("{dir}/current_link_speed"),
+            pci::gen_from_speed,
+        ),
+        cur_width: parsed(
+            sr,
+            &mut u,
+            "current_link_width",
+            &format!("{dir}/current_link_width"),
+            pci::parse_width,
+        ),
+        max_gen: parsed(
+            sr,
+            &mut u,
+            "max_link_speed",
+            &format!("{dir}/max_link_speed"),
+            pci::gen_from_speed,
+        ),
+        max_width: parsed(
+            sr,
+            &mut u,
+            "max_link_width",
+            &format!("{dir}/max_link_width"),
+            pci::parse_width,
+        ),
     };
     let config = match sr.read_bytes(&format!("{dir}/config")) {
         Ok(b) => Some(ConfigSpace::parse(&b)),
@@ -333,7 +376,9 @@ fn read_netdevs(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NetDev> {
         };
         let mtu = parsed(sr, &mut u, "mtu", &format!("{dir}/mtu"), |s| s.parse().ok());
         let operstate = text(sr, &mut u, "operstate", &format!("{dir}/operstate"));
-        let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| s.parse().ok());
+        let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| {
+            s.parse().ok()
+        });
         out.push(NetDev {
             name,
             bdf,
@@ -353,7 +398,8 @@ fn read_rdma(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<RdmaDevice> {
         Err(ReadError::NotFound(_)) => {
             notes.push(Note {
                 path: "/sys/class/infiniband".into(),
-                reason: "not present: no RDMA devices (ib_core not loaded or no RDMA hardware)".into(),
+                reason: "not present: no RDMA devices (ib_core not loaded or no RDMA hardware)"
+                    .into(),
             });
             return Vec::new();
         }
@@ -471,7 +517,10 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
     };
     let mut out = Vec::new();
     for name in names {
-        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(id) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let dir = format!("/sys/devices/system/node/{name}");
@@ -479,7 +528,13 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
         let cpulist = parsed(sr, &mut u, "cpulist", &format!("{dir}/cpulist"), |s| {
             numa::parse_cpulist(s).map(|_| s.to_string())
         });
-        let distances = parsed(sr, &mut u, "distance", &format!("{dir}/distance"), numa::parse_distances);
+        let distances = parsed(
+            sr,
+            &mut u,
+            "distance",
+            &format!("{dir}/distance"),
+            numa::parse_distances,
+        );
         out.push(NumaNode {
             id,
             cpulist,

@@ -119,7 +119,9 @@ mod live {
     pub(super) fn explain(e: &NvmlError) -> String {
         match e {
             NvmlError::LibloadingError(inner) => {
-                format!("libnvidia-ml.so.1 could not be loaded ({inner}): NVIDIA driver not installed")
+                format!(
+                    "libnvidia-ml.so.1 could not be loaded ({inner}): NVIDIA driver not installed"
+                )
             }
             NvmlError::DriverNotLoaded => "NVIDIA kernel driver is not loaded".to_string(),
             NvmlError::NoPermission => "no permission to query NVML".to_string(),
@@ -134,7 +136,11 @@ mod live {
         }
     }
 
-    fn put<T>(unread: &mut BTreeMap<String, String>, key: &str, r: Result<T, NvmlError>) -> Option<T> {
+    fn put<T>(
+        unread: &mut BTreeMap<String, String>,
+        key: &str,
+        r: Result<T, NvmlError>,
+    ) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
@@ -157,8 +163,11 @@ mod live {
         let mut unread = BTreeMap::new();
         snap.driver_version = put(&mut unread, "driver_version", nvml.sys_driver_version());
         snap.nvml_version = put(&mut unread, "nvml_version", nvml.sys_nvml_version());
-        snap.cuda_driver_version =
-            put(&mut unread, "cuda_driver_version", nvml.sys_cuda_driver_version());
+        snap.cuda_driver_version = put(
+            &mut unread,
+            "cuda_driver_version",
+            nvml.sys_cuda_driver_version(),
+        );
         let count = match nvml.device_count() {
             Ok(c) => c,
             Err(e) => {
@@ -187,7 +196,8 @@ mod live {
             g.uuid = put(&mut u, "uuid", dev.uuid());
             g.name = put(&mut u, "name", dev.name());
             g.serial = put(&mut u, "serial", dev.serial());
-            g.memory_total_bytes = put(&mut u, "memory_total_bytes", dev.memory_info()).map(|m| m.total);
+            g.memory_total_bytes =
+                put(&mut u, "memory_total_bytes", dev.memory_info()).map(|m| m.total);
             g.bar1_total_bytes =
                 put(&mut u, "bar1_total_bytes", dev.bar1_memory_info()).map(|m| m.total);
             g.pcie.gen_current = put(&mut u, "pcie.gen_current", dev.current_pcie_link_gen());
@@ -195,7 +205,8 @@ mod live {
             g.pcie.width_current = put(&mut u, "pcie.width_current", dev.current_pcie_link_width());
             g.pcie.width_max = put(&mut u, "pcie.width_max", dev.max_pcie_link_width());
             g.persistence_mode = put(&mut u, "persistence_mode", dev.is_in_persistent_mode());
-            g.ecc_enabled = put(&mut u, "ecc_enabled", dev.is_ecc_enabled()).map(|e| e.currently_enabled);
+            g.ecc_enabled =
+                put(&mut u, "ecc_enabled", dev.is_ecc_enabled()).map(|e| e.currently_enabled);
             g.ecc_volatile_uncorrected = put(
                 &mut u,
                 "ecc_volatile_uncorrected",
@@ -210,8 +221,12 @@ mod live {
                 match l.is_active() {
                     Ok(active) => {
                         let remote_bus_id = if active {
-                            put(&mut u, &format!("nvlink.{link}.remote_bus_id"), l.remote_pci_info())
-                                .map(|p| p.bus_id)
+                            put(
+                                &mut u,
+                                &format!("nvlink.{link}.remote_bus_id"),
+                                l.remote_pci_info(),
+                            )
+                            .map(|p| p.bus_id)
                         } else {
                             None
                         };
@@ -252,7 +267,10 @@ mod live {
         let sym = match nvml.lib().nvmlDeviceGetNvLinkRemoteDeviceType.as_ref() {
             Ok(s) => s,
             Err(e) => {
-                u.insert(format!("nvlink.{link}.remote_device_type"), format!("symbol missing: {e}"));
+                u.insert(
+                    format!("nvlink.{link}.remote_device_type"),
+                    format!("symbol missing: {e}"),
+                );
                 return None;
             }
         };
@@ -260,7 +278,10 @@ mod live {
         // SAFETY: the handle comes from a live Device of this Nvml; `t` outlives the call.
         let rc = unsafe { sym(dev.handle(), link, &mut t) };
         if rc != 0 {
-            u.insert(format!("nvlink.{link}.remote_device_type"), format!("NVML error {rc}"));
+            u.insert(
+                format!("nvlink.{link}.remote_device_type"),
+                format!("NVML error {rc}"),
+            );
             return None;
         }
         Some(
@@ -284,7 +305,10 @@ mod live {
         let sym = match nvml.lib().nvmlDeviceGetRemappedRows.as_ref() {
             Ok(s) => s,
             Err(e) => {
-                u.insert("remapped_rows_pending".into(), format!("symbol missing: {e}"));
+                u.insert(
+                    "remapped_rows_pending".into(),
+                    format!("symbol missing: {e}"),
+                );
                 return None;
             }
         };
@@ -294,7 +318,10 @@ mod live {
         match rc {
             0 => Some(pending != 0),
             3 => {
-                u.insert("remapped_rows_pending".into(), "not supported by this GPU".into());
+                u.insert(
+                    "remapped_rows_pending".into(),
+                    "not supported by this GPU".into(),
+                );
                 None
             }
             rc => {
@@ -313,7 +340,10 @@ mod tests {
     fn schema_is_checked() {
         assert!(NvmlSnapshot::from_json(br#"{"schema":"gpudoctor.nvml/9","gpus":[]}"#).is_err());
         assert!(NvmlSnapshot::from_json(b"{").is_err());
-        let s = NvmlSnapshot::from_json(br#"{"schema":"gpudoctor.nvml/1","gpus":[{"index":0,"bus_id":"00000000:1A:00.0"}]}"#).unwrap();
+        let s = NvmlSnapshot::from_json(
+            br#"{"schema":"gpudoctor.nvml/1","gpus":[{"index":0,"bus_id":"00000000:1A:00.0"}]}"#,
+        )
+        .unwrap();
         assert_eq!(s.gpus[0].bdf().unwrap().to_string(), "0000:1a:00.0");
     }
 

@@ -1,9 +1,9 @@
 //! Renderers: pure functions from report models to text. No I/O, no environment lookups
 //! (terminal width is passed in by the caller).
 
+use crate::pci::Bdf;
 use crate::report::TopoReport;
 use crate::topo::{Device, DeviceKind, LinkState, Topology};
-use crate::pci::Bdf;
 use comfy_table::{ContentArrangement, Table, presets};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -32,13 +32,16 @@ pub fn new_table(style: Style) -> Table {
 }
 
 fn gen_width(g: Option<u8>, w: Option<u8>) -> String {
-    let g = g.map(|g| format!("Gen{g}")).unwrap_or_else(|| "Gen?".into());
+    let g = g
+        .map(|g| format!("Gen{g}"))
+        .unwrap_or_else(|| "Gen?".into());
     let w = w.map(|w| format!("x{w}")).unwrap_or_else(|| "x?".into());
     format!("{g} {w}")
 }
 
 pub fn link_text(l: &LinkState) -> String {
-    if l.cur_gen.is_none() && l.cur_width.is_none() && l.max_gen.is_none() && l.max_width.is_none() {
+    if l.cur_gen.is_none() && l.cur_width.is_none() && l.max_gen.is_none() && l.max_width.is_none()
+    {
         return "no link info".into();
     }
     let cur = gen_width(l.cur_gen, l.cur_width);
@@ -55,7 +58,12 @@ fn numa_text(d: &Device) -> String {
         (Some(n), _) => format!("NUMA {n}"),
         (None, false) => format!(
             "NUMA ? (-1; CPUs local to node {})",
-            d.numa.affinity.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+            d.numa
+                .affinity
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         ),
         (None, true) => "NUMA ?".into(),
     }
@@ -99,32 +107,61 @@ pub fn topo_tree(r: &TopoReport, style: Style) -> String {
         }
         match d.upstream.last() {
             Some(p) => children.entry(Some(*p)).or_default().push(d.bdf),
-            None => rc_top.entry(d.root_complex.as_str()).or_default().push(d.bdf),
+            None => rc_top
+                .entry(d.root_complex.as_str())
+                .or_default()
+                .push(d.bdf),
         }
     }
     if keep.is_empty() {
-        let _ = writeln!(out, "\nNo GPUs, NVSwitches or RDMA NICs found on the PCI bus.");
+        let _ = writeln!(
+            out,
+            "\nNo GPUs, NVSwitches or RDMA NICs found on the PCI bus."
+        );
     }
     for rc in &t.root_complexes {
-        let Some(top) = rc_top.get(rc.id.as_str()) else { continue };
+        let Some(top) = rc_top.get(rc.id.as_str()) else {
+            continue;
+        };
         let numa = if rc.numa_affinity.is_empty() {
             "NUMA ?".to_string()
         } else {
             format!(
                 "NUMA {}",
-                rc.numa_affinity.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+                rc.numa_affinity
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
             )
         };
-        let hidden = rc.functions - t.devices.iter().filter(|d| d.root_complex == rc.id && keep.contains(&d.bdf)).count();
+        let hidden = rc.functions
+            - t.devices
+                .iter()
+                .filter(|d| d.root_complex == rc.id && keep.contains(&d.bdf))
+                .count();
         let _ = writeln!(
             out,
             "\n{} (root complex, {numa}{})",
             rc.id,
-            if hidden > 0 { format!(", {hidden} other functions not shown") } else { String::new() }
+            if hidden > 0 {
+                format!(", {hidden} other functions not shown")
+            } else {
+                String::new()
+            }
         );
         let n = top.len();
         for (i, b) in top.iter().enumerate() {
-            tree_node(&mut out, *b, "", i + 1 == n, &by_bdf, &children, &gpu_label, &nic_labels);
+            tree_node(
+                &mut out,
+                *b,
+                "",
+                i + 1 == n,
+                &by_bdf,
+                &children,
+                &gpu_label,
+                &nic_labels,
+            );
         }
     }
     if !t.software_rdma.is_empty() {
@@ -165,7 +202,10 @@ fn tree_node(
     } else if let Some(ls) = nic_labels.get(&b) {
         format!("{} ", ls.join(" + "))
     } else if let Some(r) = d.role {
-        let r = serde_json::to_value(r).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let r = serde_json::to_value(r)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
         format!("{r} ")
     } else if d.kind == DeviceKind::NvSwitch {
         "NVSwitch ".into()
@@ -183,7 +223,16 @@ fn tree_node(
     let kids = children.get(&Some(b)).cloned().unwrap_or_default();
     let child_prefix = format!("{prefix}{}", if last { "   " } else { "│  " });
     for (i, k) in kids.iter().enumerate() {
-        tree_node(out, *k, &child_prefix, i + 1 == kids.len(), by_bdf, children, gpu_label, nic_labels);
+        tree_node(
+            out,
+            *k,
+            &child_prefix,
+            i + 1 == kids.len(),
+            by_bdf,
+            children,
+            gpu_label,
+            nic_labels,
+        );
     }
 }
 
@@ -192,22 +241,49 @@ fn gpu_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
         return "No NVIDIA GPUs found.\n".into();
     }
     let mut table = new_table(style);
-    table.set_header(vec!["GPU", "BDF", "Name", "NUMA", "PCIe link", "Memory", "BAR1", "NVLinks", "Closest NIC", "Path"]);
+    table.set_header(vec![
+        "GPU",
+        "BDF",
+        "Name",
+        "NUMA",
+        "PCIe link",
+        "Memory",
+        "BAR1",
+        "NVLinks",
+        "Closest NIC",
+        "Path",
+    ]);
     for (g, c) in t.gpus.iter().zip(t.closest_nics.iter()) {
         let d = by_bdf.get(&g.bdf);
-        let gib = |b: Option<u64>| b.map(|b| format!("{} GiB", b >> 30)).unwrap_or_else(|| "?".into());
+        let gib = |b: Option<u64>| {
+            b.map(|b| format!("{} GiB", b >> 30))
+                .unwrap_or_else(|| "?".into())
+        };
         table.add_row(vec![
             g.label.clone(),
             g.bdf.to_string(),
             g.name.clone(),
-            d.map(|d| numa_text(d).trim_start_matches("NUMA ").to_string()).unwrap_or_default(),
+            d.map(|d| numa_text(d).trim_start_matches("NUMA ").to_string())
+                .unwrap_or_default(),
             d.map(|d| link_text(&d.link)).unwrap_or_default(),
             gib(g.memory_total_bytes),
             gib(g.bar1_total_bytes),
-            g.nvlinks_active.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
-            if c.rdma_devices.is_empty() { "none".into() } else { c.rdma_devices.join(", ") },
+            g.nvlinks_active
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "?".into()),
+            if c.rdma_devices.is_empty() {
+                "none".into()
+            } else {
+                c.rdma_devices.join(", ")
+            },
             c.path
-                .map(|p| format!("{}{}", p.as_str(), if c.certain { "" } else { " (inferred)" }))
+                .map(|p| {
+                    format!(
+                        "{}{}",
+                        p.as_str(),
+                        if c.certain { "" } else { " (inferred)" }
+                    )
+                })
                 .unwrap_or_else(|| "-".into()),
         ]);
     }
@@ -216,7 +292,16 @@ fn gpu_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
 
 fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> String {
     let mut table = new_table(style);
-    table.set_header(vec!["NIC", "RDMA device", "BDF", "Name", "Netdevs", "NUMA", "PCIe link", "Ports"]);
+    table.set_header(vec![
+        "NIC",
+        "RDMA device",
+        "BDF",
+        "Name",
+        "Netdevs",
+        "NUMA",
+        "PCIe link",
+        "Ports",
+    ]);
     for n in &t.nics {
         let d = by_bdf.get(&n.bdf);
         let ports = n
@@ -239,7 +324,8 @@ fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
             n.bdf.to_string(),
             n.name.clone(),
             n.netdevs.join(", "),
-            d.map(|d| numa_text(d).trim_start_matches("NUMA ").to_string()).unwrap_or_default(),
+            d.map(|d| numa_text(d).trim_start_matches("NUMA ").to_string())
+                .unwrap_or_default(),
             d.map(|d| link_text(&d.link)).unwrap_or_default(),
             ports,
         ]);

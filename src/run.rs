@@ -23,7 +23,11 @@ pub struct Outcome {
 /// Open the source: the reader and the NVML snapshot that goes with it.
 pub fn open_source(spec: &SourceSpec) -> Result<(SysRoot, NvmlSnapshot, SourceInfo)> {
     match spec {
-        SourceSpec::Live => Ok((SysRoot::live(), NvmlSnapshot::collect_live(), SourceInfo::Live)),
+        SourceSpec::Live => Ok((
+            SysRoot::live(),
+            NvmlSnapshot::collect_live(),
+            SourceInfo::Live,
+        )),
         SourceSpec::Root(dir) => {
             let sr = SysRoot::at(dir).with_context(|| format!("--root {}", dir.display()))?;
             let nvml_path = sr.root_dir().join("nvml.json");
@@ -65,7 +69,10 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 TopoOutput::Matrix => render::topo_matrix(&r),
                 TopoOutput::Json => render::json(&r),
             };
-            Ok(Outcome { stdout, code: EXIT_OK })
+            Ok(Outcome {
+                stdout,
+                code: EXIT_OK,
+            })
         }
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

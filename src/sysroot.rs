@@ -333,7 +333,11 @@ mod tests {
         let r = d.path();
         fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:01.0")).unwrap();
         fs::create_dir_all(r.join("sys/bus/pci/devices")).unwrap();
-        fs::write(r.join("sys/devices/pci0000:00/0000:00:01.0/numa_node"), "-1\n").unwrap();
+        fs::write(
+            r.join("sys/devices/pci0000:00/0000:00:01.0/numa_node"),
+            "-1\n",
+        )
+        .unwrap();
         symlink(
             "../../../devices/pci0000:00/0000:00:01.0",
             r.join("sys/bus/pci/devices/0000:00:01.0"),
@@ -351,7 +355,8 @@ mod tests {
     fn follows_relative_links_inside_root() {
         let (_d, s) = tree();
         assert_eq!(
-            s.read_text("/sys/bus/pci/devices/0000:00:01.0/numa_node").unwrap(),
+            s.read_text("/sys/bus/pci/devices/0000:00:01.0/numa_node")
+                .unwrap(),
             "-1"
         );
         assert_eq!(
@@ -369,12 +374,22 @@ mod tests {
     #[test]
     fn dotdot_never_escapes() {
         let (_d, s) = tree();
-        // Clamped at the tree's root: /etc inside the tree does not exist.
-        assert_eq!(s.canonical("/sys/escape").unwrap(), "/etc");
+        // Clamped at the tree's root: the link lands on the tree's own /etc, never the host's.
+        assert!(matches!(
+            s.canonical("/sys/escape"),
+            Err(ReadError::NotFound(_))
+        ));
         assert!(matches!(
             s.read_text("/sys/escape/passwd"),
             Err(ReadError::NotFound(_))
         ));
+        fs::create_dir_all(s.root_dir().join("etc")).unwrap();
+        fs::write(s.root_dir().join("etc/passwd"), "inside the tree\n").unwrap();
+        assert_eq!(
+            s.read_text("/sys/escape/passwd").unwrap(),
+            "inside the tree"
+        );
+        assert_eq!(s.canonical("/sys/escape").unwrap(), "/etc");
         assert!(matches!(
             s.read_text("/../../../etc/hostname"),
             Err(ReadError::NotFound(_))

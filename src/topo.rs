@@ -294,7 +294,9 @@ fn bridge_roles(inv: &Inventory) -> BTreeMap<Bdf, (BridgeRole, RoleSource)> {
                 PortType::RootPort => Some(BridgeRole::RootPort),
                 PortType::SwitchUpstream => Some(BridgeRole::SwitchUpstream),
                 PortType::SwitchDownstream => Some(BridgeRole::SwitchDownstream),
-                PortType::PcieToPciBridge | PortType::PciToPcieBridge => Some(BridgeRole::PciBridge),
+                PortType::PcieToPciBridge | PortType::PciToPcieBridge => {
+                    Some(BridgeRole::PciBridge)
+                }
                 _ => None,
             });
         if let Some(r) = from_cfg {
@@ -421,7 +423,10 @@ impl PciGraph<'_> {
         }
         let mut crossed: BTreeSet<Bdf> = BTreeSet::new();
         crossed.insert(self.switch_key(fa.upstream[common - 1]));
-        for x in fa.upstream[common..].iter().chain(fb.upstream[common..].iter()) {
+        for x in fa.upstream[common..]
+            .iter()
+            .chain(fb.upstream[common..].iter())
+        {
             crossed.insert(self.switch_key(*x));
         }
         if crossed.len() <= 1 {
@@ -436,7 +441,14 @@ impl PciGraph<'_> {
             return (PathType::SYS, false);
         };
         if let (Some(x), Some(y)) = (na.node, nb.node) {
-            return (if x == y { PathType::NODE } else { PathType::SYS }, true);
+            return (
+                if x == y {
+                    PathType::NODE
+                } else {
+                    PathType::SYS
+                },
+                true,
+            );
         }
         if na.affinity.is_empty() || nb.affinity.is_empty() {
             return (PathType::SYS, false);
@@ -463,7 +475,11 @@ fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
             .filter(|l| l.active)
             .filter(|l| l.remote_device_type.as_deref() != Some("switch"))
             .filter(|l| {
-                other.is_some() && l.remote_bus_id.as_deref().and_then(|s| s.parse::<Bdf>().ok()) == other
+                other.is_some()
+                    && l.remote_bus_id
+                        .as_deref()
+                        .and_then(|s| s.parse::<Bdf>().ok())
+                        == other
             })
             .count() as u32
     };
@@ -481,7 +497,11 @@ pub fn build(inv: &Inventory) -> Topology {
     let mut notes: Vec<String> = Vec::new();
     let roles = bridge_roles(inv);
     let cpus = NodeCpus::new(inv);
-    let numa: BTreeMap<Bdf, Numa> = inv.pci.iter().map(|(b, f)| (*b, cpus.affinity(f))).collect();
+    let numa: BTreeMap<Bdf, Numa> = inv
+        .pci
+        .iter()
+        .map(|(b, f)| (*b, cpus.affinity(f)))
+        .collect();
 
     let devices: Vec<Device> = inv
         .pci
@@ -548,7 +568,10 @@ pub fn build(inv: &Inventory) -> Topology {
         .iter()
         .filter_map(|g| Some((g.bdf()?, g)))
         .collect();
-    let gpu_devs: Vec<&Device> = devices.iter().filter(|d| d.kind == DeviceKind::Gpu).collect();
+    let gpu_devs: Vec<&Device> = devices
+        .iter()
+        .filter(|d| d.kind == DeviceKind::Gpu)
+        .collect();
     let nvml_missing_reason = match (&inv.nvml.unavailable, inv.nvml.source.as_str()) {
         (Some(r), _) => Some(r.clone()),
         (None, "") => Some("NVML not recorded".to_string()),
@@ -562,7 +585,9 @@ pub fn build(inv: &Inventory) -> Topology {
             Gpu {
                 label: format!("GPU{i}"),
                 bdf: d.bdf,
-                name: n.and_then(|n| n.name.clone()).unwrap_or_else(|| d.name.clone()),
+                name: n
+                    .and_then(|n| n.name.clone())
+                    .unwrap_or_else(|| d.name.clone()),
                 nvml_index: n.map(|n| n.index),
                 uuid: n.and_then(|n| n.uuid.clone()),
                 memory_total_bytes: n.and_then(|n| n.memory_total_bytes),
@@ -581,15 +606,16 @@ pub fn build(inv: &Inventory) -> Topology {
         .collect();
     if let Some(r) = &nvml_missing_reason {
         if !gpus.is_empty() {
-            notes.push(format!("NVML facts missing: {r}; NVLink (NV#) cells cannot be shown"));
+            notes.push(format!(
+                "NVML facts missing: {r}; NVLink (NV#) cells cannot be shown"
+            ));
         }
     }
     for (bdf, g) in &nvml_by_bdf {
         if !inv.pci.contains_key(bdf) {
             notes.push(format!(
                 "NVML lists GPU {} at {} which sysfs does not show",
-                g.index,
-                g.bus_id
+                g.index, g.bus_id
             ));
         }
     }
@@ -652,7 +678,10 @@ pub fn build(inv: &Inventory) -> Topology {
     let ends: Vec<(Bdf, Option<&NvmlGpu>, Option<&str>)> = gpus
         .iter()
         .map(|g| (g.bdf, nvml_by_bdf.get(&g.bdf).copied(), None))
-        .chain(nics.iter().map(|n| (n.bdf, None, Some(n.rdma_device.as_str()))))
+        .chain(
+            nics.iter()
+                .map(|n| (n.bdf, None, Some(n.rdma_device.as_str()))),
+        )
         .collect();
     let mut paths = Vec::new();
     let mut uncertain = false;
@@ -720,9 +749,7 @@ pub fn build(inv: &Inventory) -> Topology {
         .enumerate()
         .map(|(gi, g)| {
             let row = &paths[gi];
-            let best = (0..nics.len())
-                .map(|ni| row[gpus.len() + ni].pcie)
-                .min();
+            let best = (0..nics.len()).map(|ni| row[gpus.len() + ni].pcie).min();
             let chosen: Vec<usize> = (0..nics.len())
                 .filter(|ni| Some(row[gpus.len() + ni].pcie) == best)
                 .collect();
@@ -731,7 +758,10 @@ pub fn build(inv: &Inventory) -> Topology {
                 path: best,
                 certain: chosen.iter().all(|ni| row[gpus.len() + ni].certain),
                 nics: chosen.iter().map(|ni| nics[*ni].label.clone()).collect(),
-                rdma_devices: chosen.iter().map(|ni| nics[*ni].rdma_device.clone()).collect(),
+                rdma_devices: chosen
+                    .iter()
+                    .map(|ni| nics[*ni].rdma_device.clone())
+                    .collect(),
             }
         })
         .collect();

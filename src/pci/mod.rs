@@ -160,7 +160,11 @@ pub fn link_gbps_per_direction(generation: u8, width: u8) -> Option<f64> {
 /// A link width file: `16`, or `0` on some kernels for "unknown"/down.
 pub fn parse_width(s: &str) -> Option<u8> {
     let v: u32 = s.trim().parse().ok()?;
-    if v == 0 || v > 32 { None } else { Some(v as u8) }
+    if v == 0 || v > 32 {
+        None
+    } else {
+        Some(v as u8)
+    }
 }
 
 /// PCI class code, 24 bits: base class, subclass, programming interface.
@@ -247,8 +251,15 @@ mod tests {
     #[test]
     fn bdf_rejects() {
         for s in [
-            "", "0000:1a:00", "0000:1g:00.0", "0000:1a:20.0", "0000:1a:00.8", "pci0000:00",
-            "0000:1a:00.0.1", "000000000:1a:00.0", ":::",
+            "",
+            "0000:1a:00",
+            "0000:1g:00.0",
+            "0000:1a:20.0",
+            "0000:1a:00.8",
+            "pci0000:00",
+            "0000:1a:00.0.1",
+            "000000000:1a:00.0",
+            ":::",
         ] {
             assert!(s.parse::<Bdf>().is_err(), "{s}");
         }
