@@ -115,6 +115,9 @@ pub struct Inventory {
     pub netdevs: Vec<NetDev>,
     pub numa_nodes: Vec<NumaNode>,
     pub nvml: NvmlSnapshot,
+    pub host: Host,
+    /// Per-function extras (AER counters, resources) for GPUs, NICs and bridges.
+    pub extras: BTreeMap<Bdf, DeviceExtras>,
     pub notes: Vec<Note>,
 }
 
@@ -190,6 +193,19 @@ impl Inventory {
         let netdevs = read_netdevs(sr, &mut notes);
         let rdma = read_rdma(sr, &mut notes);
         let numa_nodes = read_numa(sr, &mut notes);
+        let host = read_host(sr);
+        let mut extras = BTreeMap::new();
+        for f in pci.values_mut() {
+            let Some(c) = f.class.map(pci::ClassCode) else { continue };
+            let wanted = c.is_bridge_pci()
+                || c.is_network()
+                || (f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display());
+            if wanted {
+                let (x, u) = read_extras(sr, f);
+                f.unread.extend(u);
+                extras.insert(f.bdf, x);
+            }
+        }
         notes.sort();
         Ok(Inventory {
             pci,
@@ -197,6 +213,8 @@ impl Inventory {
             netdevs,
             numa_nodes,
             nvml,
+            host,
+            extras,
             notes,
         })
     }
@@ -544,4 +562,163 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
     }
     out.sort_by_key(|n| n.id);
     out
+}
+
+/// Host-wide kernel facts the checks need (driver, modules, IOMMU, kernel version).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Host {
+    /// First line of /proc/driver/nvidia/version.
+    pub nvidia_version_line: Option<String>,
+    /// /proc/modules names (None when unreadable).
+    pub modules: Option<Vec<String>>,
+    /// Directory names under /sys/module (built-in modules show here but not in /proc/modules).
+    pub sys_modules: Option<Vec<String>>,
+    /// Contents of the memory_peers version files nvidia-peermem registers (NCCL looks here).
+    pub memory_peers: BTreeMap<String, String>,
+    pub cmdline: Option<String>,
+    /// /proc/version.
+    pub kernel_version: Option<String>,
+    /// IOMMU group number -> domain type (`DMA`, `DMA-FQ`, `identity`, `blocked`).
+    pub iommu_groups: Option<BTreeMap<u32, String>>,
+    /// Device -> IOMMU group, from /sys/kernel/iommu_groups/N/devices.
+    pub iommu_group_of: BTreeMap<Bdf, u32>,
+    /// /proc/driver/nvidia/gpus entries (one per GPU the driver owns).
+    pub driver_gpus: Option<Vec<Bdf>>,
+    /// /dev/nvidiaN nodes.
+    pub dev_nodes: Option<Vec<u32>>,
+    pub unread: Unread,
+}
+
+/// Per-function extras the checks need beyond topology.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeviceExtras {
+    /// AER counters: file name -> TOTAL_* value.
+    pub aer: BTreeMap<String, u64>,
+    /// `resource` lines: (start, end, flags).
+    pub resources: Option<Vec<(u64, u64, u64)>>,
+}
+
+const AER_FILES: [&str; 3] = ["aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal"];
+
+/// The TOTAL_ERR_* line of an AER counter file (kernel >= 4.19 format: `NAME count` lines).
+pub fn parse_aer_total(s: &str) -> Option<u64> {
+    s.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| k.starts_with("TOTAL_ERR"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+}
+
+/// A `resource` file: one `0xstart 0xend 0xflags` line per BAR/ROM/bridge window.
+pub fn parse_resources(s: &str) -> Option<Vec<(u64, u64, u64)>> {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut it = l.split_whitespace().map(|x| {
+                u64::from_str_radix(x.trim_start_matches("0x").trim_start_matches("0X"), 16).ok()
+            });
+            Some((it.next()??, it.next()??, it.next()??))
+        })
+        .collect()
+}
+
+pub fn read_extras(sr: &SysRoot, f: &PciFunction) -> (DeviceExtras, Unread) {
+    let mut u = Unread::new();
+    let mut x = DeviceExtras::default();
+    for name in AER_FILES {
+        let path = format!("{}/{name}", f.sysfs_path);
+        match sr.read_text(&path) {
+            Ok(s) => match parse_aer_total(&s) {
+                Some(v) => {
+                    x.aer.insert(name.to_string(), v);
+                }
+                None => {
+                    u.insert(name.into(), format!("{path}: no TOTAL_ERR line"));
+                }
+            },
+            Err(e) => note_err(&mut u, name, &e),
+        }
+    }
+    x.resources = parsed(sr, &mut u, "resource", &format!("{}/resource", f.sysfs_path), parse_resources);
+    (x, u)
+}
+
+pub fn read_host(sr: &SysRoot) -> Host {
+    let mut u = Unread::new();
+    let mut h = Host {
+        nvidia_version_line: text(sr, &mut u, "nvidia_version", "/proc/driver/nvidia/version")
+            .map(|s| s.lines().next().unwrap_or("").trim().to_string()),
+        modules: text(sr, &mut u, "modules", "/proc/modules").map(|s| {
+            s.lines()
+                .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+                .collect()
+        }),
+        sys_modules: match sr.list_names("/sys/module") {
+            Ok(v) => Some(v),
+            Err(e) => {
+                note_err(&mut u, "sys_modules", &e);
+                None
+            }
+        },
+        cmdline: text(sr, &mut u, "cmdline", "/proc/cmdline"),
+        kernel_version: text(sr, &mut u, "kernel_version", "/proc/version"),
+        ..Default::default()
+    };
+    for p in [
+        "/sys/kernel/mm/memory_peers/nv_mem/version",
+        "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+    ] {
+        if let Ok(v) = sr.read_text(p) {
+            h.memory_peers.insert(p.to_string(), v);
+        }
+    }
+    match sr.list_names("/sys/kernel/iommu_groups") {
+        Ok(groups) => {
+            let mut m = BTreeMap::new();
+            for g in groups {
+                let Ok(n) = g.parse::<u32>() else { continue };
+                let dir = format!("/sys/kernel/iommu_groups/{g}");
+                match sr.read_text(&format!("{dir}/type")) {
+                    Ok(t) => {
+                        m.insert(n, t);
+                    }
+                    Err(e) => {
+                        note_err(&mut u, &format!("iommu_group.{g}.type"), &e);
+                    }
+                }
+                if let Ok(devs) = sr.list_names(&format!("{dir}/devices")) {
+                    for d in devs {
+                        if let Ok(b) = d.parse::<Bdf>() {
+                            h.iommu_group_of.insert(b, n);
+                        }
+                    }
+                }
+            }
+            h.iommu_groups = Some(m);
+        }
+        Err(ReadError::NotFound(_)) => {
+            // No directory: no IOMMU driver registered any group (IOMMU off or absent).
+            h.iommu_groups = Some(BTreeMap::new());
+        }
+        Err(e) => note_err(&mut u, "iommu_groups", &e),
+    }
+    h.driver_gpus = match sr.list_names("/proc/driver/nvidia/gpus") {
+        Ok(v) => Some(v.iter().filter_map(|n| n.parse().ok()).collect()),
+        Err(e) => {
+            note_err(&mut u, "driver_gpus", &e);
+            None
+        }
+    };
+    h.dev_nodes = match sr.list_names("/dev") {
+        Ok(v) => Some(
+            v.iter()
+                .filter_map(|n| n.strip_prefix("nvidia")?.parse().ok())
+                .collect(),
+        ),
+        Err(e) => {
+            note_err(&mut u, "dev_nodes", &e);
+            None
+        }
+    };
+    h.unread = u;
+    h
 }

@@ -2,8 +2,10 @@
 //!
 //! Data flows one way: args -> config -> source -> inventory -> topology -> report -> render.
 
+pub mod checks;
 pub mod cli;
 pub mod inventory;
+pub mod libs;
 pub mod numa;
 pub mod nvml;
 pub mod pci;

@@ -25,6 +25,21 @@ pub struct NvmlSnapshot {
     /// Facts that could not be read, with the reason.
     pub unread: BTreeMap<String, String>,
     pub gpus: Vec<NvmlGpu>,
+    /// nvmlDeviceGetP2PStatus for every ordered GPU pair (read and write capability).
+    pub p2p: Vec<NvmlP2p>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvmlP2p {
+    /// NVML bus ids of the two GPUs.
+    pub a: String,
+    pub b: String,
+    /// "ok", "chipset-not-supported", "gpu-not-supported", "ioh-topology-not-supported",
+    /// "disabled-by-regkey", "not-supported", "unknown"; None when the query failed.
+    pub read: Option<String>,
+    pub write: Option<String>,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -252,8 +267,50 @@ mod live {
             g.unread = u;
             snap.gpus.push(g);
         }
+        collect_p2p(&nvml, count, &mut snap);
         snap.unread = unread;
         snap
+    }
+
+    fn p2p_name(s: nvml_wrapper::enum_wrappers::device::P2pStatus) -> String {
+        use nvml_wrapper::enum_wrappers::device::P2pStatus as P;
+        match s {
+            P::Ok => "ok",
+            P::ChipsetNotSupported => "chipset-not-supported",
+            P::GpuNotSupported => "gpu-not-supported",
+            P::IohTopologyNotSupported => "ioh-topology-not-supported",
+            P::DisabledByRegkey => "disabled-by-regkey",
+            P::NotSupported => "not-supported",
+            P::Unknown => "unknown",
+        }
+        .to_string()
+    }
+
+    fn collect_p2p(nvml: &Nvml, count: u32, snap: &mut NvmlSnapshot) {
+        use nvml_wrapper::enum_wrappers::device::P2pCapabilitiesIndex as I;
+        let devs: Vec<_> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
+        for (i, a) in devs.iter().enumerate() {
+            for (j, b) in devs.iter().enumerate() {
+                if i == j {
+                    continue;
+                }
+                let id = |d: &nvml_wrapper::Device| d.pci_info().map(|p| p.bus_id).unwrap_or_default();
+                let mut e = NvmlP2p {
+                    a: id(a),
+                    b: id(b),
+                    ..Default::default()
+                };
+                match a.p2p_status(b, I::Read) {
+                    Ok(s) => e.read = Some(p2p_name(s)),
+                    Err(err) => e.error = Some(explain(&err)),
+                }
+                match a.p2p_status(b, I::Write) {
+                    Ok(s) => e.write = Some(p2p_name(s)),
+                    Err(err) => e.error = Some(explain(&err)),
+                }
+                snap.p2p.push(e);
+            }
+        }
     }
 
     /// nvml-wrapper 0.13's `remote_device_type` writes its answer into a temporary and always

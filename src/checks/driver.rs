@@ -1,0 +1,177 @@
+//! driver.*: is the NVIDIA driver there, does NVML answer, do the versions and GPU counts agree.
+
+use super::{Ctx, Finding, Status, ev};
+use crate::topo::DeviceKind;
+
+/// Parse `/proc/driver/nvidia/version`'s first line:
+/// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...`
+/// or `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 ...`.
+pub fn parse_nvrm(line: &str) -> (Option<String>, Option<bool>) {
+    let version = line
+        .split_whitespace()
+        .find(|t| {
+            t.split('.').count() >= 2 && t.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(str::to_string);
+    let open = if line.contains("Open Kernel Module") {
+        Some(true)
+    } else if line.contains("Kernel Module") {
+        Some(false)
+    } else {
+        None
+    };
+    (version, open)
+}
+
+pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let sysfs_gpus = ctx.topo.devices.iter().filter(|d| d.kind == DeviceKind::Gpu).count();
+    let h = &ctx.inv.host;
+    let nvml = &ctx.inv.nvml;
+    const VER: &str = "/proc/driver/nvidia/version";
+
+    // driver.nvidia-loaded
+    let id = "driver.nvidia-loaded";
+    match (&h.nvidia_version_line, sysfs_gpus) {
+        (Some(line), _) => {
+            let (v, open) = parse_nvrm(line);
+            let kind = match open {
+                Some(true) => "open kernel module",
+                Some(false) => "proprietary kernel module",
+                None => "module flavour not recognised",
+            };
+            out.push(
+                Finding::new(id, "host", Status::Pass, format!(
+                    "NVIDIA driver {} loaded ({kind})",
+                    v.as_deref().unwrap_or("(version not parsed)")
+                ))
+                .with(ev(VER, line.clone())),
+            );
+        }
+        (None, 0) => out.push(
+            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus")
+                .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default())),
+        ),
+        (None, n) => out.push(
+            Finding::new(id, "host", Status::Fail, format!("{n} NVIDIA GPU(s) on the PCI bus but the NVIDIA kernel driver is not loaded"))
+                .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default()))
+                .fix("Install the NVIDIA data-center driver and load it (`modprobe nvidia`); check `dmesg | grep -i nvrm` for why it failed to load"),
+        ),
+    }
+
+    // driver.nvml
+    let id = "driver.nvml";
+    match (&nvml.unavailable, sysfs_gpus) {
+        (None, _) => out.push(
+            Finding::new(id, "host", Status::Pass, format!(
+                "NVML answers ({} GPU(s), driver {})",
+                nvml.gpus.len(),
+                nvml.driver_version.as_deref().unwrap_or("?")
+            ))
+            .with(ev("nvmlInit_v2 / nvmlSystemGetDriverVersion", nvml.driver_version.clone().unwrap_or_else(|| "?".into()))),
+        ),
+        (Some(r), _) if nvml.source != "live" && nvml.source != "" => out.push(
+            Finding::new(id, "host", Status::Skip, format!("NVML facts unknown: {r}")).with(ev("nvml.json", r.clone())),
+        ),
+        (Some(r), 0) => out.push(
+            Finding::new(id, "host", Status::Skip, format!("no NVIDIA GPUs; NVML not usable: {r}")).with(ev("nvmlInit_v2", r.clone())),
+        ),
+        (Some(r), _) => out.push(
+            Finding::new(id, "host", Status::Fail, format!("NVML unusable: {r}"))
+                .with(ev("nvmlInit_v2", r.clone()))
+                .fix("Install the NVIDIA driver's user-space libraries matching the kernel module (libnvidia-ml.so.1); after a driver upgrade, reboot or reload the module"),
+        ),
+    }
+
+    // driver.version-match
+    let id = "driver.version-match";
+    let kmod = h.nvidia_version_line.as_deref().and_then(|l| parse_nvrm(l).0);
+    match (&kmod, &nvml.driver_version) {
+        (Some(k), Some(u)) if k == u => out.push(
+            Finding::new(id, "host", Status::Pass, format!("kernel module and NVML both {k}"))
+                .with(ev(VER, k.clone()))
+                .with(ev("nvmlSystemGetDriverVersion", u.clone())),
+        ),
+        (Some(k), Some(u)) => out.push(
+            Finding::new(id, "host", Status::Fail, format!("kernel module {k} but NVML library {u}"))
+                .with(ev(VER, k.clone()))
+                .with(ev("nvmlSystemGetDriverVersion", u.clone()))
+                .fix("The driver was upgraded without reloading the kernel module: reboot (or stop GPU users and `rmmod nvidia_uvm nvidia_peermem nvidia_modeset nvidia && modprobe nvidia`)"),
+        ),
+        _ if sysfs_gpus == 0 => out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs")),
+        _ => {
+            let why = match (&kmod, &nvml.driver_version) {
+                (None, _) => "kernel module version unknown (/proc/driver/nvidia/version unreadable)".to_string(),
+                _ => format!(
+                    "NVML driver version unknown ({})",
+                    nvml.unavailable.clone().or_else(|| nvml.unread.get("driver_version").cloned()).unwrap_or_else(|| "not recorded".into())
+                ),
+            };
+            out.push(Finding::new(id, "host", Status::Skip, why));
+        }
+    }
+
+    // driver.gpu-count
+    let id = "driver.gpu-count";
+    if sysfs_gpus == 0 && nvml.gpus.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus"));
+        return;
+    }
+    let mut evidence = vec![ev("/sys/bus/pci/devices (class 0x0300/0x0302, vendor 0x10de)", sysfs_gpus.to_string())];
+    let mut counts: Vec<(&str, usize)> = vec![("sysfs", sysfs_gpus)];
+    let mut unknown = Vec::new();
+    if nvml.unavailable.is_none() {
+        counts.push(("NVML", nvml.gpus.len()));
+        evidence.push(ev("nvmlDeviceGetCount", nvml.gpus.len().to_string()));
+    } else {
+        unknown.push("NVML");
+    }
+    match &h.driver_gpus {
+        Some(v) => {
+            counts.push(("/proc/driver/nvidia/gpus", v.len()));
+            evidence.push(ev("/proc/driver/nvidia/gpus", v.len().to_string()));
+        }
+        None => unknown.push("/proc/driver/nvidia/gpus"),
+    }
+    match &h.dev_nodes {
+        Some(v) => {
+            counts.push(("/dev/nvidiaN", v.len()));
+            evidence.push(ev("/dev/nvidia[0-9]*", v.len().to_string()));
+        }
+        None => {
+            unknown.push("/dev/nvidiaN");
+            evidence.push(ev("/dev", h.unread.get("dev_nodes").cloned().unwrap_or_default()));
+        }
+    }
+    let disagree = counts.iter().any(|(_, c)| *c != sysfs_gpus);
+    if disagree {
+        let desc = counts.iter().map(|(n, c)| format!("{n} {c}")).collect::<Vec<_>>().join(", ");
+        out.push(
+            Finding::new(id, "host", Status::Fail, format!("GPU counts disagree: {desc}"))
+                .evidence(evidence)
+                .fix("A GPU the bus shows is not usable: check `dmesg` for Xid/RmInitAdapter errors or a GPU fallen off the bus; check /dev permissions and nvidia-persistenced/nvidia-modprobe for missing /dev nodes"),
+        );
+    } else if counts.len() == 1 {
+        out.push(Finding::new(id, "host", Status::Skip, format!("only sysfs is known ({sysfs_gpus} GPUs); {} unknown", unknown.join(", "))).evidence(evidence));
+    } else {
+        let mut msg = format!("{sysfs_gpus} GPU(s) in {}", counts.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "));
+        if !unknown.is_empty() {
+            msg.push_str(&format!("; not known: {}", unknown.join(", ")));
+        }
+        out.push(Finding::new(id, "host", Status::Pass, msg).evidence(evidence));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn nvrm_lines() {
+        let (v, o) = parse_nvrm("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)");
+        assert_eq!(v.as_deref(), Some("580.159.04"));
+        assert_eq!(o, Some(true));
+        let (v, o) = parse_nvrm("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024");
+        assert_eq!(v.as_deref(), Some("550.90.07"));
+        assert_eq!(o, Some(false));
+        assert_eq!(parse_nvrm("garbage"), (None, None));
+    }
+}

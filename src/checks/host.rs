@@ -1,0 +1,73 @@
+//! iommu.mode: translated DMA on GPUs/NICs breaks or slows GPUDirect RDMA peer mappings.
+
+use super::{Ctx, Finding, Status, ev};
+use std::collections::BTreeSet;
+
+pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = "iommu.mode";
+    let h = &ctx.inv.host;
+    let t = ctx.topo;
+    let cmd = h.cmdline.clone().unwrap_or_default();
+    let args: BTreeSet<&str> = cmd.split_whitespace().collect();
+    let pt = args.contains("iommu=pt");
+    let off = args.iter().any(|a| matches!(*a, "intel_iommu=off" | "amd_iommu=off" | "iommu=off"));
+    let cmd_ev = ev("/proc/cmdline", if h.cmdline.is_some() {
+        let mut v: Vec<&str> = args.iter().copied().filter(|a| a.contains("iommu")).collect();
+        if v.is_empty() {
+            v.push("(no iommu options)");
+        }
+        v.join(" ")
+    } else {
+        h.unread.get("cmdline").cloned().unwrap_or_default()
+    });
+    let devices: Vec<(String, crate::pci::Bdf)> = t
+        .gpus
+        .iter()
+        .map(|g| (g.label.clone(), g.bdf))
+        .chain(t.nics.iter().map(|n| (n.rdma_device.clone(), n.bdf)))
+        .collect();
+    if devices.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs"));
+        return;
+    }
+    let Some(groups) = &h.iommu_groups else {
+        out.push(Finding::new(id, "host", Status::Skip, format!(
+            "IOMMU groups unreadable: {}",
+            h.unread.get("iommu_groups").cloned().unwrap_or_default()
+        )).with(cmd_ev));
+        return;
+    };
+    if groups.is_empty() {
+        out.push(Finding::new(id, "host", Status::Pass, "no IOMMU groups: IOMMU off or absent, DMA is untranslated")
+            .with(ev("/sys/kernel/iommu_groups", "empty or absent"))
+            .with(cmd_ev));
+        return;
+    }
+    let mut translated = Vec::new();
+    let mut evs = vec![cmd_ev];
+    for (who, b) in &devices {
+        match h.iommu_group_of.get(b).and_then(|g| groups.get(g).map(|t| (g, t))) {
+            Some((g, ty)) => {
+                evs.push(ev(format!("/sys/kernel/iommu_groups/{g}/type ({who})"), ty.clone()));
+                if ty.starts_with("DMA") {
+                    translated.push(format!("{who} (group {g}: {ty})"));
+                }
+            }
+            None => evs.push(ev(format!("IOMMU group of {who}"), "none")),
+        }
+    }
+    if translated.is_empty() {
+        out.push(Finding::new(id, "host", Status::Pass, if pt || off {
+            "IOMMU in passthrough/off for GPUs and NICs"
+        } else {
+            "GPUs and NICs are in identity (passthrough) IOMMU domains"
+        }).evidence(evs));
+    } else {
+        out.push(Finding::new(id, "host", Status::Fail, format!(
+            "IOMMU translates DMA for {}: GPUDirect RDMA peer mappings fail or bounce, and every DMA pays IOTLB misses",
+            translated.join(", ")
+        ))
+        .evidence(evs)
+        .fix("Boot with `iommu=pt` (plus `intel_iommu=on` or `amd_iommu=on` if you need the IOMMU for VFs), or disable the IOMMU in the BIOS; GPUDirect RDMA is supported only with the IOMMU off or in passthrough (NVIDIA GPUDirect RDMA docs)"));
+    }
+}

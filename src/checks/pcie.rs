@@ -1,0 +1,308 @@
+//! pcie.*: ACS redirect on the bridges GPUDirect traffic crosses, link training, device
+//! control, AER counters.
+
+use super::{Ctx, Finding, Status, ev};
+use crate::inventory::PciFunction;
+use crate::pci::Bdf;
+use crate::pci::config::{Acs, Coverage};
+use crate::topo::{BridgeRole, DeviceKind};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Bridges a peer-to-peer transfer between `a` and `b` crosses (where ACS is enforced).
+pub fn bridges_between(ctx: &Ctx, a: Bdf, b: Bdf) -> Vec<Bdf> {
+    let (Some(fa), Some(fb)) = (ctx.inv.pci.get(&a), ctx.inv.pci.get(&b)) else {
+        return Vec::new();
+    };
+    let mut set = BTreeSet::new();
+    if fa.root_complex == fb.root_complex {
+        let common = fa.upstream.iter().zip(&fb.upstream).take_while(|(x, y)| x == y).count();
+        if common > 0 {
+            set.insert(fa.upstream[common - 1]);
+        }
+        set.extend(fa.upstream[common..].iter().copied());
+        set.extend(fb.upstream[common..].iter().copied());
+    } else {
+        set.extend(fa.upstream.iter().copied());
+        set.extend(fb.upstream.iter().copied());
+    }
+    set.into_iter().collect()
+}
+
+fn needs_root(f: &PciFunction) -> Option<String> {
+    match &f.config {
+        None => Some(f.unread.get("config").cloned().unwrap_or_else(|| "config unreadable".into())),
+        Some(c) if c.coverage != Coverage::Extended => Some(format!(
+            "only {} bytes of config space readable (needs root for the 4096-byte extended space)",
+            c.length
+        )),
+        Some(_) => None,
+    }
+}
+
+fn acs_bits(ctl: u16) -> String {
+    let mut v = Vec::new();
+    if ctl & Acs::P2P_REQUEST_REDIRECT != 0 {
+        v.push("P2P Request Redirect");
+    }
+    if ctl & Acs::P2P_COMPLETION_REDIRECT != 0 {
+        v.push("P2P Completion Redirect");
+    }
+    if ctl & Acs::UPSTREAM_FORWARDING != 0 {
+        v.push("Upstream Forwarding");
+    }
+    v.join(", ")
+}
+
+fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = "pcie.acs-redirect";
+    let t = ctx.topo;
+    if t.gpus.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
+        return;
+    }
+    // bridge -> the device pairs whose traffic crosses it
+    let mut users: BTreeMap<Bdf, Vec<String>> = BTreeMap::new();
+    for c in &t.closest_nics {
+        let Some(g) = t.gpus.iter().find(|g| g.label == c.gpu) else { continue };
+        for nic_label in &c.nics {
+            let Some(n) = t.nics.iter().find(|n| &n.label == nic_label) else { continue };
+            for b in bridges_between(ctx, g.bdf, n.bdf) {
+                users.entry(b).or_default().push(format!("{}<->{}", g.label, n.rdma_device));
+            }
+        }
+    }
+    for (i, a) in t.gpus.iter().enumerate() {
+        for b in &t.gpus[i + 1..] {
+            for br in bridges_between(ctx, a.bdf, b.bdf) {
+                users.entry(br).or_default().push(format!("{}<->{}", a.label, b.label));
+            }
+        }
+    }
+    if users.is_empty() {
+        out.push(Finding::new(id, "host", Status::Pass, "no PCIe bridges between GPUs and their NICs or between GPUs (flat PCI): nothing can redirect peer traffic"));
+        return;
+    }
+    for (b, pairs) in users {
+        let Some(f) = ctx.inv.pci.get(&b) else { continue };
+        let mut pairs = pairs;
+        pairs.dedup();
+        let pairs_ev = ev("peer paths through this bridge", pairs.join(", "));
+        let subject = b.to_string();
+        if let Some(why) = needs_root(f) {
+            out.push(Finding::new(id, subject, Status::Skip, format!("needs root: {why}")).with(pairs_ev));
+            continue;
+        }
+        let cfg = f.config.as_ref().expect("checked by needs_root");
+        match cfg.acs {
+            None if cfg.ext_caps_readable => out.push(
+                Finding::new(id, subject, Status::Pass, "bridge has no ACS capability: peer traffic is routed directly").with(pairs_ev),
+            ),
+            None => out.push(
+                Finding::new(id, subject, Status::Skip, format!("extended capability list unreadable: {}", cfg.problems.join("; "))).with(pairs_ev),
+            ),
+            Some(a) if a.redirect_bits() != 0 => out.push(
+                Finding::new(id, subject.clone(), Status::Fail, format!(
+                    "ACS {} enabled: peer-to-peer traffic is bounced through the root complex (GPUDirect RDMA and GPU P2P slow or broken)",
+                    acs_bits(a.control)
+                ))
+                .with(ev(format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6), format!("0x{:04x}", a.control)))
+                .with(pairs_ev)
+                .fix(format!(
+                    "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `pci=disable_acs_redir={subject}` (kernel >= 5.1), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
+                )),
+            ),
+            Some(a) => out.push(
+                Finding::new(id, subject, Status::Pass, "ACS present, no P2P redirect bits set")
+                    .with(ev(format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6), format!("0x{:04x}", a.control)))
+                    .with(pairs_ev),
+            ),
+        }
+    }
+}
+
+/// Devices whose upstream link we judge: GPUs, NICs and the switch upstream ports above them.
+/// Each physical link is judged once, from its downstream end.
+fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
+    let mut set = BTreeSet::new();
+    for d in &ctx.topo.devices {
+        let is_nic = ctx.topo.nics.iter().any(|n| n.bdf == d.bdf);
+        if d.kind == DeviceKind::Gpu || is_nic {
+            set.insert(d.bdf);
+            for u in &d.upstream {
+                if let Some(ud) = ctx.topo.devices.iter().find(|x| x.bdf == *u) {
+                    if ud.role == Some(BridgeRole::SwitchUpstream) {
+                        set.insert(*u);
+                    }
+                }
+            }
+        }
+    }
+    set.into_iter().collect()
+}
+
+fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let subjects = link_subjects(ctx);
+    if subjects.is_empty() {
+        for id in ["pcie.link-width", "pcie.link-speed", "pcie.slot-mismatch"] {
+            out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs"));
+        }
+        return;
+    }
+    for b in subjects {
+        let Some(d) = ctx.topo.devices.iter().find(|x| x.bdf == b) else { continue };
+        let f = &ctx.inv.pci[&b];
+        let dir = &f.sysfs_path;
+        let who = match d.kind {
+            DeviceKind::Gpu => ctx.topo.gpus.iter().find(|g| g.bdf == b).map(|g| g.label.clone()).unwrap_or_default(),
+            DeviceKind::Bridge => "switch upstream port".into(),
+            _ => ctx.topo.nics.iter().filter(|n| n.bdf == b).map(|n| n.rdma_device.clone()).collect::<Vec<_>>().join("/"),
+        };
+        let subject = b.to_string();
+        let l = &d.link;
+        let parent = d.upstream.last().and_then(|p| ctx.topo.devices.iter().find(|x| x.bdf == *p));
+
+        // width
+        let id = "pcie.link-width";
+        match (l.cur_width, l.max_width) {
+            (Some(c), Some(m)) if c < m => out.push(
+                Finding::new(id, subject.clone(), Status::Fail, format!("{who} link trained x{c}, capable of x{m}: bandwidth cut to {}%", u32::from(c) * 100 / u32::from(m)))
+                    .with(ev(format!("{dir}/current_link_width"), c.to_string()))
+                    .with(ev(format!("{dir}/max_link_width"), m.to_string()))
+                    .fix("Reseat the card/cable and check the riser; confirm the slot's electrical width and BIOS lane bifurcation settings; a persistent downtrain is a hardware fault (check `dmesg` for link errors)"),
+            ),
+            (Some(c), Some(m)) => out.push(
+                Finding::new(id, subject.clone(), Status::Pass, format!("{who} x{c} (max x{m})"))
+                    .with(ev(format!("{dir}/current_link_width"), c.to_string())),
+            ),
+            _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
+                "{who} link width unknown: {}",
+                f.unread.get("current_link_width").or(f.unread.get("max_link_width")).cloned().unwrap_or_default()
+            ))),
+        }
+
+        // speed, against the best both ends support
+        let id = "pcie.link-speed";
+        let port_max = parent.and_then(|p| p.link.max_gen);
+        match (l.cur_gen, l.max_gen) {
+            (Some(c), Some(m)) => {
+                let best = port_max.map_or(m, |p| p.min(m));
+                let evs = vec![
+                    ev(format!("{dir}/current_link_speed"), format!("Gen{c}")),
+                    ev(format!("{dir}/max_link_speed"), format!("Gen{m}")),
+                ];
+                if c >= best {
+                    out.push(Finding::new(id, subject.clone(), Status::Pass, format!("{who} Gen{c} (best both ends support: Gen{best})")).evidence(evs));
+                } else if d.kind == DeviceKind::Gpu {
+                    out.push(
+                        Finding::new(id, subject.clone(), Status::Warn, format!("{who} at Gen{c}, capable of Gen{best}: idle downshift possible (GPUs lower link speed when idle); the level-1 CUDA probe re-reads it under load"))
+                            .evidence(evs)
+                            .fix("Run `gpudoctor check --level 1` to read the link under load; if it stays low, reseat the GPU and check BIOS PCIe speed settings"),
+                    );
+                } else {
+                    out.push(
+                        Finding::new(id, subject.clone(), Status::Fail, format!("{who} trained Gen{c}, both ends support Gen{best}"))
+                            .evidence(evs)
+                            .fix("Check BIOS PCIe link speed settings (Auto/GenN), reseat the card or cable, update NIC/switch firmware; `dmesg` shows link retraining errors"),
+                    );
+                }
+            }
+            _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
+                "{who} link speed unknown: {}",
+                f.unread.get("current_link_speed").or(f.unread.get("max_link_speed")).cloned().unwrap_or_default()
+            ))),
+        }
+
+        // slot mismatch: device capability above what the port above can do
+        let id = "pcie.slot-mismatch";
+        match (parent, l.max_gen, l.max_width) {
+            (None, _, _) => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} sits on the root bus (no port above to compare; typical in VMs)"))),
+            (Some(p), Some(dg), Some(dw)) => match (p.link.max_gen, p.link.max_width) {
+                (Some(pg), Some(pw)) if pg < dg || pw < dw => out.push(
+                    Finding::new(id, subject.clone(), Status::Fail, format!("{who} can do Gen{dg} x{dw} but the port above ({}) tops out at Gen{pg} x{pw}", p.bdf))
+                        .with(ev(format!("{dir}/max_link_speed, max_link_width"), format!("Gen{dg} x{dw}")))
+                        .with(ev(format!("{}/max_link_speed, max_link_width", ctx.inv.pci[&p.bdf].sysfs_path), format!("Gen{pg} x{pw}")))
+                        .fix("Move the card to a slot wired for its full speed and width (check the board manual: some slots are Gen4 or x8 electrically), or check riser/retimer capability"),
+                ),
+                (Some(pg), Some(pw)) => out.push(
+                    Finding::new(id, subject.clone(), Status::Pass, format!("{who} Gen{dg} x{dw} under a Gen{pg} x{pw} port")),
+                ),
+                _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("port above ({}) link capability unknown", p.bdf))),
+            },
+            _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} link capability unknown"))),
+        }
+    }
+}
+
+fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let t = ctx.topo;
+    let mut subjects: Vec<(Bdf, String, bool)> = t.gpus.iter().map(|g| (g.bdf, g.label.clone(), false)).collect();
+    let mut seen = BTreeSet::new();
+    for n in &t.nics {
+        if seen.insert(n.bdf) {
+            let names: Vec<String> = t.nics.iter().filter(|x| x.bdf == n.bdf).map(|x| x.rdma_device.clone()).collect();
+            subjects.push((n.bdf, names.join("/"), true));
+        }
+    }
+    if subjects.is_empty() {
+        out.push(Finding::new("pcie.devctl", "host", Status::Skip, "no GPUs or RDMA NICs"));
+        out.push(Finding::new("pcie.aer", "host", Status::Skip, "no GPUs or RDMA NICs"));
+        return;
+    }
+    for (b, who, is_nic) in subjects {
+        let f = &ctx.inv.pci[&b];
+        let subject = b.to_string();
+        let id = "pcie.devctl";
+        match f.config.as_ref().and_then(|c| c.pcie.clone()) {
+            Some(p) => {
+                let src = ev(format!("{}/config Device Control @0x{:02x}", f.sysfs_path, p.offset + 8), format!(
+                    "MaxReadReq {} B, MaxPayload {} B, relaxed ordering {}",
+                    p.max_read_request_bytes, p.max_payload_bytes, if p.relaxed_ordering { "on" } else { "off" }
+                ));
+                if is_nic && !p.relaxed_ordering {
+                    out.push(Finding::new(id, subject, Status::Warn, format!("{who}: relaxed ordering disabled in Device Control: RDMA writes into GPU memory lose bandwidth on hosts that need it (AMD EPYC, Grace, some Intel)"))
+                        .with(src)
+                        .fix("Enable relaxed ordering: ConnectX `mlxconfig -d <dev> set PCI_WR_ORDERING=1` (per-mkey relaxed ordering) and make sure the BIOS does not force it off; `setpci -s BDF CAP_EXP+8.w` shows bit 4"));
+                } else if is_nic && p.max_read_request_bytes < 512 {
+                    out.push(Finding::new(id, subject, Status::Warn, format!("{who}: MaxReadReq {} B: small read requests limit RDMA read/send bandwidth", p.max_read_request_bytes))
+                        .with(src)
+                        .fix("Raise MaxReadReq (ConnectX: `mlxconfig ... set MAX_ACC_OUT_READ`/`setpci -s BDF CAP_EXP+8.w=5000:7000` for 4096 B), or check the BIOS `MaxReadRequest` setting"));
+                } else {
+                    out.push(Finding::new(id, subject, Status::Pass, format!("{who}: MaxReadReq {} B, relaxed ordering {}", p.max_read_request_bytes, if p.relaxed_ordering { "on" } else { "off" })).with(src));
+                }
+            }
+            None => {
+                let why = match &f.config {
+                    Some(c) if c.coverage == Coverage::Header => format!("needs root: only {} bytes of config space readable", c.length),
+                    Some(c) => format!("PCIe capability not found ({})", c.problems.join("; ")),
+                    None => f.unread.get("config").cloned().unwrap_or_default(),
+                };
+                out.push(Finding::new(id, subject, Status::Skip, format!("{who}: {why}")));
+            }
+        }
+        let id = "pcie.aer";
+        let subject = b.to_string();
+        match ctx.inv.extras.get(&b) {
+            Some(x) if !x.aer.is_empty() => {
+                let total: u64 = x.aer.values().sum();
+                let evs = x.aer.iter().map(|(k, v)| ev(format!("{}/{k} TOTAL", f.sysfs_path), v.to_string())).collect();
+                if total > 0 {
+                    out.push(Finding::new(id, subject, Status::Warn, format!("{who}: {total} PCIe errors counted since boot"))
+                        .evidence(evs)
+                        .fix("Check `dmesg` for AER reports; correctable errors that keep growing mean a marginal link (reseat, replace riser/cable, update firmware); any fatal/non-fatal error needs hardware service"));
+                } else {
+                    out.push(Finding::new(id, subject, Status::Pass, format!("{who}: no AER errors counted")).evidence(evs));
+                }
+            }
+            _ => out.push(Finding::new(id, subject, Status::Skip, format!(
+                "{who}: AER counters unavailable ({})",
+                f.unread.get("aer_dev_correctable").cloned().unwrap_or_else(|| "not read".into())
+            ))),
+        }
+    }
+}
+
+pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
+    acs(ctx, out);
+    link(ctx, out);
+    devctl_and_aer(ctx, out);
+}
