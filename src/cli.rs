@@ -22,6 +22,21 @@ pub struct Args {
 pub enum Command {
     /// Map GPUs, NICs, PCIe switches, root complexes and NUMA nodes.
     Topo(TopoArgs),
+    /// Check GPUDirect RDMA readiness: pass/warn/fail/skip with evidence and a fix for each
+    /// failure. Exit 0 when nothing failed, 1 when a check failed (--strict: or warned).
+    #[command(after_long_help = crate::checks::catalog_help())]
+    Check(CheckArgs),
+    /// List every check with its level and default severity.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Explain one check: what it checks, why it matters, how to fix it.
+    Explain {
+        /// Check id, e.g. pcie.acs-redirect.
+        id: String,
+    },
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -41,6 +56,31 @@ pub struct TopoArgs {
     pub json: bool,
 }
 
+#[derive(Debug, ClapArgs)]
+pub struct CheckArgs {
+    /// Print one JSON document (schema gpudoctor.check/1).
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 on warnings too.
+    #[arg(long)]
+    pub strict: bool,
+    /// Show one table row per subject for passing checks too (default: one row per check).
+    #[arg(long)]
+    pub all: bool,
+    /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=0))]
+    pub level: u8,
+    /// Downgrade a failing check to a warning (repeatable).
+    #[arg(long = "warn", value_name = "ID")]
+    pub warn: Vec<String>,
+    /// Upgrade a warning check to a failure (repeatable).
+    #[arg(long = "deny", value_name = "ID")]
+    pub deny: Vec<String>,
+    /// Do not judge this check (repeatable); it is reported as skip.
+    #[arg(long = "skip", value_name = "ID")]
+    pub skip: Vec<String>,
+}
+
 /// Where facts come from.
 #[derive(Debug, Clone)]
 pub enum SourceSpec {
@@ -56,8 +96,20 @@ pub enum TopoOutput {
 }
 
 #[derive(Debug)]
+pub struct CheckOptions {
+    pub json: bool,
+    pub all_rows: bool,
+    pub strict: bool,
+    pub level: u8,
+    pub overrides: crate::checks::Overrides,
+}
+
+#[derive(Debug)]
 pub enum Action {
     Topo(TopoOutput),
+    Check(CheckOptions),
+    List { json: bool },
+    Explain(String),
     Man(PathBuf),
 }
 
@@ -83,6 +135,19 @@ impl Config {
             } else {
                 TopoOutput::Tree
             }),
+            Command::Check(c) => Action::Check(CheckOptions {
+                json: c.json,
+                all_rows: c.all,
+                strict: c.strict,
+                level: c.level,
+                overrides: crate::checks::Overrides {
+                    warn: c.warn,
+                    deny: c.deny,
+                    skip: c.skip,
+                },
+            }),
+            Command::List { json } => Action::List { json },
+            Command::Explain { id } => Action::Explain(id),
             Command::Man { dir } => Action::Man(dir),
         };
         let width = if std::io::stdout().is_terminal() {

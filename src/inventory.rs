@@ -196,7 +196,9 @@ impl Inventory {
         let host = read_host(sr);
         let mut extras = BTreeMap::new();
         for f in pci.values_mut() {
-            let Some(c) = f.class.map(pci::ClassCode) else { continue };
+            let Some(c) = f.class.map(pci::ClassCode) else {
+                continue;
+            };
             let wanted = c.is_bridge_pci()
                 || c.is_network()
                 || (f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display());
@@ -638,7 +640,13 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction) -> (DeviceExtras, Unread) {
             Err(e) => note_err(&mut u, name, &e),
         }
     }
-    x.resources = parsed(sr, &mut u, "resource", &format!("{}/resource", f.sysfs_path), parse_resources);
+    x.resources = parsed(
+        sr,
+        &mut u,
+        "resource",
+        &format!("{}/resource", f.sysfs_path),
+        parse_resources,
+    );
     (x, u)
 }
 

@@ -33,7 +33,10 @@ pub struct LibProbe {
 const PROBES: &[(&str, &[&str])] = &[
     ("libnvidia-ml.so.1", &["nvmlInit_v2"]),
     ("libcuda.so.1", &["cuInit", "cuMemGetHandleForAddressRange"]),
-    ("libibverbs.so.1", &["ibv_get_device_list", "ibv_reg_dmabuf_mr"]),
+    (
+        "libibverbs.so.1",
+        &["ibv_get_device_list", "ibv_reg_dmabuf_mr"],
+    ),
     ("libmlx5.so.1", &["mlx5dv_query_device"]),
 ];
 

@@ -288,13 +288,16 @@ mod live {
 
     fn collect_p2p(nvml: &Nvml, count: u32, snap: &mut NvmlSnapshot) {
         use nvml_wrapper::enum_wrappers::device::P2pCapabilitiesIndex as I;
-        let devs: Vec<_> = (0..count).filter_map(|i| nvml.device_by_index(i).ok()).collect();
+        let devs: Vec<_> = (0..count)
+            .filter_map(|i| nvml.device_by_index(i).ok())
+            .collect();
         for (i, a) in devs.iter().enumerate() {
             for (j, b) in devs.iter().enumerate() {
                 if i == j {
                     continue;
                 }
-                let id = |d: &nvml_wrapper::Device| d.pci_info().map(|p| p.bus_id).unwrap_or_default();
+                let id =
+                    |d: &nvml_wrapper::Device| d.pci_info().map(|p| p.bus_id).unwrap_or_default();
                 let mut e = NvmlP2p {
                     a: id(a),
                     b: id(b),

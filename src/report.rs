@@ -6,6 +6,7 @@ use crate::topo::Topology;
 use serde::Serialize;
 
 pub const TOPO_SCHEMA: &str = "gpudoctor.topo/1";
+pub const CHECK_SCHEMA: &str = "gpudoctor.check/1";
 
 /// Where the facts came from.
 #[derive(Debug, Clone, Serialize)]
@@ -36,6 +37,19 @@ pub struct NvmlSummary {
     pub gpus: usize,
 }
 
+impl NvmlSummary {
+    pub fn of(n: &crate::nvml::NvmlSnapshot) -> Self {
+        NvmlSummary {
+            source: n.source.clone(),
+            driver_version: n.driver_version.clone(),
+            nvml_version: n.nvml_version.clone(),
+            cuda_driver_version: n.cuda_driver_version,
+            unavailable: n.unavailable.clone(),
+            gpus: n.gpus.len(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct TopoReport {
     pub schema: &'static str,
@@ -53,16 +67,64 @@ impl TopoReport {
             schema: TOPO_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
             source,
-            nvml: NvmlSummary {
-                source: inv.nvml.source.clone(),
-                driver_version: inv.nvml.driver_version.clone(),
-                nvml_version: inv.nvml.nvml_version.clone(),
-                cuda_driver_version: inv.nvml.cuda_driver_version,
-                unavailable: inv.nvml.unavailable.clone(),
-                gpus: inv.nvml.gpus.len(),
-            },
+            nvml: NvmlSummary::of(&inv.nvml),
             unread: inv.notes.clone(),
             topology,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub pass: usize,
+    pub warn: usize,
+    pub fail: usize,
+    pub skip: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    pub schema: &'static str,
+    pub gpudoctor_version: &'static str,
+    pub source: SourceInfo,
+    pub level: u8,
+    /// Worst of pass/warn/fail over all checks (skips do not count).
+    pub status: crate::checks::Status,
+    pub summary: Summary,
+    pub checks: Vec<crate::checks::Finding>,
+    pub nvml: NvmlSummary,
+    /// Paths that could not be read at all, and why.
+    pub unread: Vec<Note>,
+}
+
+impl CheckReport {
+    pub fn new(
+        source: SourceInfo,
+        level: u8,
+        inv: &Inventory,
+        checks: Vec<crate::checks::Finding>,
+    ) -> Self {
+        use crate::checks::Status;
+        let mut summary = Summary::default();
+        for f in &checks {
+            match f.status {
+                Status::Pass => summary.pass += 1,
+                Status::Warn => summary.warn += 1,
+                Status::Fail => summary.fail += 1,
+                Status::Skip => summary.skip += 1,
+            }
+        }
+        let nvml = NvmlSummary::of(&inv.nvml);
+        CheckReport {
+            schema: CHECK_SCHEMA,
+            gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            source,
+            level,
+            status: crate::checks::overall(&checks),
+            summary,
+            checks,
+            nvml,
+            unread: inv.notes.clone(),
         }
     }
 }

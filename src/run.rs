@@ -1,11 +1,12 @@
 //! The edge: turns a `Config` into output text and an exit code. The only place (with
 //! `main`) that uses anyhow.
 
-use crate::cli::{Action, Config, SourceSpec, TopoOutput};
+use crate::cli::{Action, CheckOptions, Config, SourceSpec, TopoOutput};
 use crate::inventory::Inventory;
+use crate::libs::LibFacts;
 use crate::nvml::NvmlSnapshot;
 use crate::render::{self, Style};
-use crate::report::{SourceInfo, TopoReport};
+use crate::report::{CheckReport, SourceInfo, TopoReport};
 use crate::sysroot::{ReadError, SysRoot};
 use anyhow::{Context, Result};
 
@@ -20,14 +21,23 @@ pub struct Outcome {
     pub code: i32,
 }
 
-/// Open the source: the reader and the NVML snapshot that goes with it.
-pub fn open_source(spec: &SourceSpec) -> Result<(SysRoot, NvmlSnapshot, SourceInfo)> {
+/// An opened source: the reader and the snapshots that go with it.
+pub struct Opened {
+    pub sysroot: SysRoot,
+    pub nvml: NvmlSnapshot,
+    pub libs: LibFacts,
+    pub info: SourceInfo,
+}
+
+/// Open the source: the reader and the NVML/library snapshots that go with it.
+pub fn open_source(spec: &SourceSpec) -> Result<Opened> {
     match spec {
-        SourceSpec::Live => Ok((
-            SysRoot::live(),
-            NvmlSnapshot::collect_live(),
-            SourceInfo::Live,
-        )),
+        SourceSpec::Live => Ok(Opened {
+            sysroot: SysRoot::live(),
+            nvml: NvmlSnapshot::collect_live(),
+            libs: LibFacts::probe_live(),
+            info: SourceInfo::Live,
+        }),
         SourceSpec::Root(dir) => {
             let sr = SysRoot::at(dir).with_context(|| format!("--root {}", dir.display()))?;
             let nvml_path = sr.root_dir().join("nvml.json");
@@ -41,26 +51,81 @@ pub fn open_source(spec: &SourceSpec) -> Result<(SysRoot, NvmlSnapshot, SourceIn
                     return Err(e).with_context(|| format!("reading {}", nvml_path.display()));
                 }
             };
+            let libs_path = sr.root_dir().join("libs.json");
+            let libs = match std::fs::read(&libs_path) {
+                Ok(bytes) => LibFacts::from_json(&bytes)
+                    .map_err(anyhow::Error::msg)
+                    .with_context(|| format!("--root {}", dir.display()))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    LibFacts::unavailable("not recorded (no libs.json in the tree)")
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("reading {}", libs_path.display()));
+                }
+            };
             let path = dir.display().to_string();
-            Ok((sr, nvml, SourceInfo::Root { path }))
+            Ok(Opened {
+                sysroot: sr,
+                nvml,
+                libs,
+                info: SourceInfo::Root { path },
+            })
         }
     }
 }
 
-pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
-    let (sr, nvml, info) = open_source(spec)?;
-    let inv = Inventory::collect(&sr, nvml).map_err(|e| match e {
+fn inventory(o: &Opened) -> Result<Inventory> {
+    Inventory::collect(&o.sysroot, o.nvml.clone()).map_err(|e| match e {
         crate::inventory::InventoryError::NoPciBus(ReadError::NotFound(p)) => {
             anyhow::anyhow!("{p} does not exist: not a sysfs tree (no PCI bus)")
         }
         other => anyhow::anyhow!(other),
-    })?;
+    })
+}
+
+pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
+    let o = open_source(spec)?;
+    let inv = inventory(&o)?;
     let topo = crate::topo::build(&inv);
-    Ok(TopoReport::new(info, &inv, topo))
+    Ok(TopoReport::new(o.info, &inv, topo))
+}
+
+pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport> {
+    let unknown = opts.overrides.unknown_ids();
+    if !unknown.is_empty() {
+        anyhow::bail!(
+            "unknown check id(s) {}: `gpudoctor list` shows them all",
+            unknown.join(", ")
+        );
+    }
+    let o = open_source(spec)?;
+    let inv = inventory(&o)?;
+    let topo = crate::topo::build(&inv);
+    let ctx = crate::checks::Ctx {
+        inv: &inv,
+        topo: &topo,
+        libs: &o.libs,
+    };
+    let mut findings = crate::checks::run_level0(&ctx);
+    opts.overrides.apply(&mut findings);
+    Ok(CheckReport::new(o.info, opts.level, &inv, findings))
+}
+
+/// Exit code for a check report: 1 when a check failed (or warned, with --strict).
+pub fn check_exit_code(r: &CheckReport, strict: bool) -> i32 {
+    use crate::checks::Status;
+    match r.status {
+        Status::Fail => EXIT_FAILED_CHECK,
+        Status::Warn if strict => EXIT_FAILED_CHECK,
+        _ => EXIT_OK,
+    }
 }
 
 pub fn run(cfg: &Config) -> Result<Outcome> {
-    let style = Style { width: cfg.width };
+    let style = Style {
+        width: cfg.width,
+        all_rows: matches!(&cfg.action, Action::Check(o) if o.all_rows),
+    };
     match &cfg.action {
         Action::Topo(out) => {
             let r = topo_report(&cfg.source)?;
@@ -74,6 +139,33 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 code: EXIT_OK,
             })
         }
+        Action::Check(opts) => {
+            let r = check_report(&cfg.source, opts)?;
+            let stdout = if opts.json {
+                render::json(&r)
+            } else {
+                render::check_table(&r, style)
+            };
+            Ok(Outcome {
+                code: check_exit_code(&r, opts.strict),
+                stdout,
+            })
+        }
+        Action::List { json } => Ok(Outcome {
+            stdout: if *json {
+                render::json(&crate::checks::CATALOG)
+            } else {
+                render::catalog_table(style)
+            },
+            code: EXIT_OK,
+        }),
+        Action::Explain(id) => match crate::checks::info(id) {
+            Some(c) => Ok(Outcome {
+                stdout: render::explain(c),
+                code: EXIT_OK,
+            }),
+            None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
+        },
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();

@@ -10,7 +10,9 @@ pub fn parse_nvrm(line: &str) -> (Option<String>, Option<bool>) {
     let version = line
         .split_whitespace()
         .find(|t| {
-            t.split('.').count() >= 2 && t.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+            t.split('.').count() >= 2
+                && t.split('.')
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
         })
         .map(str::to_string);
     let open = if line.contains("Open Kernel Module") {
@@ -24,7 +26,12 @@ pub fn parse_nvrm(line: &str) -> (Option<String>, Option<bool>) {
 }
 
 pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let sysfs_gpus = ctx.topo.devices.iter().filter(|d| d.kind == DeviceKind::Gpu).count();
+    let sysfs_gpus = ctx
+        .topo
+        .devices
+        .iter()
+        .filter(|d| d.kind == DeviceKind::Gpu)
+        .count();
     let h = &ctx.inv.host;
     let nvml = &ctx.inv.nvml;
     const VER: &str = "/proc/driver/nvidia/version";
@@ -84,7 +91,10 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
 
     // driver.version-match
     let id = "driver.version-match";
-    let kmod = h.nvidia_version_line.as_deref().and_then(|l| parse_nvrm(l).0);
+    let kmod = h
+        .nvidia_version_line
+        .as_deref()
+        .and_then(|l| parse_nvrm(l).0);
     match (&kmod, &nvml.driver_version) {
         (Some(k), Some(u)) if k == u => out.push(
             Finding::new(id, "host", Status::Pass, format!("kernel module and NVML both {k}"))
@@ -113,10 +123,18 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     // driver.gpu-count
     let id = "driver.gpu-count";
     if sysfs_gpus == 0 && nvml.gpus.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus"));
+        out.push(Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            "no NVIDIA GPUs on the PCI bus",
+        ));
         return;
     }
-    let mut evidence = vec![ev("/sys/bus/pci/devices (class 0x0300/0x0302, vendor 0x10de)", sysfs_gpus.to_string())];
+    let mut evidence = vec![ev(
+        "/sys/bus/pci/devices (class 0x0300/0x0302, vendor 0x10de)",
+        sysfs_gpus.to_string(),
+    )];
     let mut counts: Vec<(&str, usize)> = vec![("sysfs", sysfs_gpus)];
     let mut unknown = Vec::new();
     if nvml.unavailable.is_none() {
@@ -139,21 +157,46 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
         None => {
             unknown.push("/dev/nvidiaN");
-            evidence.push(ev("/dev", h.unread.get("dev_nodes").cloned().unwrap_or_default()));
+            evidence.push(ev(
+                "/dev/nvidiaN",
+                h.unread.get("dev_nodes").cloned().unwrap_or_default(),
+            ));
         }
     }
     let disagree = counts.iter().any(|(_, c)| *c != sysfs_gpus);
     if disagree {
-        let desc = counts.iter().map(|(n, c)| format!("{n} {c}")).collect::<Vec<_>>().join(", ");
+        let desc = counts
+            .iter()
+            .map(|(n, c)| format!("{n} {c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         out.push(
             Finding::new(id, "host", Status::Fail, format!("GPU counts disagree: {desc}"))
                 .evidence(evidence)
                 .fix("A GPU the bus shows is not usable: check `dmesg` for Xid/RmInitAdapter errors or a GPU fallen off the bus; check /dev permissions and nvidia-persistenced/nvidia-modprobe for missing /dev nodes"),
         );
     } else if counts.len() == 1 {
-        out.push(Finding::new(id, "host", Status::Skip, format!("only sysfs is known ({sysfs_gpus} GPUs); {} unknown", unknown.join(", "))).evidence(evidence));
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!(
+                    "only sysfs is known ({sysfs_gpus} GPUs); {} unknown",
+                    unknown.join(", ")
+                ),
+            )
+            .evidence(evidence),
+        );
     } else {
-        let mut msg = format!("{sysfs_gpus} GPU(s) in {}", counts.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "));
+        let mut msg = format!(
+            "{sysfs_gpus} GPU(s) in {}",
+            counts
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         if !unknown.is_empty() {
             msg.push_str(&format!("; not known: {}", unknown.join(", ")));
         }
@@ -166,10 +209,14 @@ mod tests {
     use super::*;
     #[test]
     fn nvrm_lines() {
-        let (v, o) = parse_nvrm("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)");
+        let (v, o) = parse_nvrm(
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)",
+        );
         assert_eq!(v.as_deref(), Some("580.159.04"));
         assert_eq!(o, Some(true));
-        let (v, o) = parse_nvrm("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024");
+        let (v, o) = parse_nvrm(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024",
+        );
         assert_eq!(v.as_deref(), Some("550.90.07"));
         assert_eq!(o, Some(false));
         assert_eq!(parse_nvrm("garbage"), (None, None));

@@ -18,18 +18,38 @@ fn peermem(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
     for (p, v) in &h.memory_peers {
         e.push(ev(p.clone(), v.clone()));
     }
-    let in_sys = h.sys_modules.as_ref().map(|m| m.iter().any(|n| n == "nvidia_peermem" || n == "nv_peer_mem"));
-    let in_proc = h.modules.as_ref().map(|m| m.iter().any(|n| n == "nvidia_peermem" || n == "nv_peer_mem"));
-    e.push(ev("/sys/module/nvidia_peermem", match in_sys {
-        Some(true) => "present".into(),
-        Some(false) => "absent".into(),
-        None => h.unread.get("sys_modules").cloned().unwrap_or_else(|| "unreadable".into()),
-    }));
-    e.push(ev("/proc/modules", match in_proc {
-        Some(true) => "nvidia_peermem listed".into(),
-        Some(false) => "nvidia_peermem not listed".into(),
-        None => h.unread.get("modules").cloned().unwrap_or_else(|| "unreadable".into()),
-    }));
+    let in_sys = h.sys_modules.as_ref().map(|m| {
+        m.iter()
+            .any(|n| n == "nvidia_peermem" || n == "nv_peer_mem")
+    });
+    let in_proc = h.modules.as_ref().map(|m| {
+        m.iter()
+            .any(|n| n == "nvidia_peermem" || n == "nv_peer_mem")
+    });
+    e.push(ev(
+        "/sys/module/nvidia_peermem",
+        match in_sys {
+            Some(true) => "present".into(),
+            Some(false) => "absent".into(),
+            None => h
+                .unread
+                .get("sys_modules")
+                .cloned()
+                .unwrap_or_else(|| "unreadable".into()),
+        },
+    ));
+    e.push(ev(
+        "/proc/modules",
+        match in_proc {
+            Some(true) => "nvidia_peermem listed".into(),
+            Some(false) => "nvidia_peermem not listed".into(),
+            None => h
+                .unread
+                .get("modules")
+                .cloned()
+                .unwrap_or_else(|| "unreadable".into()),
+        },
+    ));
     let loaded = if !h.memory_peers.is_empty() || in_sys == Some(true) || in_proc == Some(true) {
         Some(true)
     } else if in_sys.is_none() && in_proc.is_none() {
@@ -51,7 +71,10 @@ fn dmabuf(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
     match h.nvidia_version_line.as_deref().map(parse_nvrm) {
         Some((_, Some(true))) => e.push(ev("/proc/driver/nvidia/version", "open kernel module")),
         Some((_, Some(false))) => {
-            e.push(ev("/proc/driver/nvidia/version", "proprietary kernel module"));
+            e.push(ev(
+                "/proc/driver/nvidia/version",
+                "proprietary kernel module",
+            ));
             missing.push("the open NVIDIA kernel module".to_string());
         }
         _ => {
@@ -74,11 +97,20 @@ fn dmabuf(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
     match ctx.libs.has_symbol("libibverbs.so.1", "ibv_reg_dmabuf_mr") {
         Some(true) => e.push(ev("libibverbs.so.1: ibv_reg_dmabuf_mr", "exported")),
         Some(false) => {
-            e.push(ev("libibverbs.so.1: ibv_reg_dmabuf_mr", "missing (or libibverbs not loadable)"));
+            e.push(ev(
+                "libibverbs.so.1: ibv_reg_dmabuf_mr",
+                "missing (or libibverbs not loadable)",
+            ));
             missing.push("rdma-core >= 34 (libibverbs with ibv_reg_dmabuf_mr)".to_string());
         }
         None => {
-            e.push(ev("libibverbs.so.1: ibv_reg_dmabuf_mr", ctx.libs.unavailable.clone().unwrap_or_else(|| "unknown".into())));
+            e.push(ev(
+                "libibverbs.so.1: ibv_reg_dmabuf_mr",
+                ctx.libs
+                    .unavailable
+                    .clone()
+                    .unwrap_or_else(|| "unknown".into()),
+            ));
             unknown = true;
         }
     }
@@ -156,8 +188,14 @@ mod tests {
     use super::*;
     #[test]
     fn kernel_versions() {
-        assert_eq!(kernel_major_minor("Linux version 6.18.44-fc-v657-gpu (nixbld@) #1 SMP"), Some((6, 18)));
-        assert_eq!(kernel_major_minor("Linux version 5.4.0-150-generic (buildd@)"), Some((5, 4)));
+        assert_eq!(
+            kernel_major_minor("Linux version 6.18.44-fc-v657-gpu (nixbld@) #1 SMP"),
+            Some((6, 18))
+        );
+        assert_eq!(
+            kernel_major_minor("Linux version 5.4.0-150-generic (buildd@)"),
+            Some((5, 4))
+        );
         assert_eq!(kernel_major_minor("nonsense"), None);
     }
 }

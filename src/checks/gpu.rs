@@ -30,12 +30,22 @@ fn nvml_for<'a>(ctx: &'a Ctx, bdf: Bdf) -> Option<&'a NvmlGpu> {
 }
 
 fn nvml_missing(ctx: &Ctx) -> String {
-    ctx.inv.nvml.unavailable.clone().unwrap_or_else(|| "GPU not listed by NVML".into())
+    ctx.inv
+        .nvml
+        .unavailable
+        .clone()
+        .unwrap_or_else(|| "GPU not listed by NVML".into())
 }
 
 pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     let t = ctx.topo;
-    let ids = ["gpu.bar1", "gpu.persistence", "gpu.ecc", "gpu.row-remap", "gpu.nvlink-down"];
+    let ids = [
+        "gpu.bar1",
+        "gpu.persistence",
+        "gpu.ecc",
+        "gpu.row-remap",
+        "gpu.nvlink-down",
+    ];
     if t.gpus.is_empty() {
         for id in ids.iter().chain(["gpu.p2p"].iter()) {
             out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
@@ -45,15 +55,27 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     for g in &t.gpus {
         let n = nvml_for(ctx, g.bdf);
         let s = g.label.clone();
-        let unread = |k: &str| n.and_then(|n| n.unread.get(k).cloned()).unwrap_or_else(|| nvml_missing(ctx));
+        let unread = |k: &str| {
+            n.and_then(|n| n.unread.get(k).cloned())
+                .unwrap_or_else(|| nvml_missing(ctx))
+        };
 
         // BAR1
         let id = "gpu.bar1";
         let mem = n.and_then(|n| n.memory_total_bytes);
         let (bar1, src) = match n.and_then(|n| n.bar1_total_bytes) {
             Some(b) => (Some(b), "nvmlDeviceGetBAR1MemoryInfo".to_string()),
-            None => match ctx.inv.extras.get(&g.bdf).and_then(|x| x.resources.as_deref()).and_then(bar1_from_resources) {
-                Some((i, b)) => (Some(b), format!("{}/resource line {i}", ctx.inv.pci[&g.bdf].sysfs_path)),
+            None => match ctx
+                .inv
+                .extras
+                .get(&g.bdf)
+                .and_then(|x| x.resources.as_deref())
+                .and_then(bar1_from_resources)
+            {
+                Some((i, b)) => (
+                    Some(b),
+                    format!("{}/resource line {i}", ctx.inv.pci[&g.bdf].sysfs_path),
+                ),
                 None => (None, String::new()),
             },
         };
@@ -78,7 +100,12 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
 
         let Some(n) = n else {
             for id in &ids[1..] {
-                out.push(Finding::new(id, s.clone(), Status::Skip, format!("NVML facts unknown: {}", nvml_missing(ctx))));
+                out.push(Finding::new(
+                    id,
+                    s.clone(),
+                    Status::Skip,
+                    format!("NVML facts unknown: {}", nvml_missing(ctx)),
+                ));
             }
             continue;
         };
@@ -117,11 +144,32 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
 
         let id = "gpu.nvlink-down";
         let total = n.nvlinks.len();
-        let down: Vec<u32> = n.nvlinks.iter().filter(|l| !l.active).map(|l| l.link).collect();
+        let down: Vec<u32> = n
+            .nvlinks
+            .iter()
+            .filter(|l| !l.active)
+            .map(|l| l.link)
+            .collect();
         if total == 0 {
-            out.push(Finding::new(id, s.clone(), Status::Skip, "no NVLinks reported (PCIe GPU or NVLink not supported)"));
+            out.push(Finding::new(
+                id,
+                s.clone(),
+                Status::Skip,
+                "no NVLinks reported (PCIe GPU or NVLink not supported)",
+            ));
         } else if down.is_empty() {
-            out.push(Finding::new(id, s.clone(), Status::Pass, format!("{total} NVLinks active")).with(ev("nvmlDeviceGetNvLinkState", format!("{total}/{total} active"))));
+            out.push(
+                Finding::new(
+                    id,
+                    s.clone(),
+                    Status::Pass,
+                    format!("{total} NVLinks active"),
+                )
+                .with(ev(
+                    "nvmlDeviceGetNvLinkState",
+                    format!("{total}/{total} active"),
+                )),
+            );
         } else {
             out.push(Finding::new(id, s.clone(), Status::Fail, format!("NVLink(s) {down:?} down ({} of {total} active)", total - down.len()))
                 .with(ev("nvmlDeviceGetNvLinkState", format!("{}/{total} active", total - down.len())))
@@ -132,14 +180,28 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     // P2P between GPU pairs.
     let id = "gpu.p2p";
     if t.gpus.len() < 2 {
-        out.push(Finding::new(id, "host", Status::Skip, "fewer than two GPUs"));
+        out.push(Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            "fewer than two GPUs",
+        ));
         return;
     }
     if ctx.inv.nvml.p2p.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, format!(
-            "P2P status not known: {}",
-            ctx.inv.nvml.unavailable.clone().unwrap_or_else(|| "not recorded".into())
-        )));
+        out.push(Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            format!(
+                "P2P status not known: {}",
+                ctx.inv
+                    .nvml
+                    .unavailable
+                    .clone()
+                    .unwrap_or_else(|| "not recorded".into())
+            ),
+        ));
         return;
     }
     for (i, a) in t.gpus.iter().enumerate() {
@@ -170,10 +232,18 @@ mod tests {
     #[test]
     fn bar1_index_by_generation() {
         // Hopper: 64-bit BAR0 takes lines 0-1, BAR1 on line 2 (fixtures/h200x1-vm).
-        let h = [(0x104002000000, 0x104002ffffff, 0x14220c), (0, 0, 0), (0x100000000000, 0x103fffffffff, 0x14220c)];
+        let h = [
+            (0x104002000000, 0x104002ffffff, 0x14220c),
+            (0, 0, 0),
+            (0x100000000000, 0x103fffffffff, 0x14220c),
+        ];
         assert_eq!(bar1_from_resources(&h), Some((2, 256 << 30)));
         // Older: 32-bit BAR0 on line 0, BAR1 on line 1.
-        let v = [(0xd0000000, 0xd0ffffff, 0x40200), (0x3800000000, 0x3fffffffff, 0x14220c), (0, 0, 0)];
+        let v = [
+            (0xd0000000, 0xd0ffffff, 0x40200),
+            (0x3800000000, 0x3fffffffff, 0x14220c),
+            (0, 0, 0),
+        ];
         assert_eq!(bar1_from_resources(&v), Some((1, 32 << 30)));
         assert_eq!(bar1_from_resources(&[]), None);
     }

@@ -10,16 +10,25 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     let cmd = h.cmdline.clone().unwrap_or_default();
     let args: BTreeSet<&str> = cmd.split_whitespace().collect();
     let pt = args.contains("iommu=pt");
-    let off = args.iter().any(|a| matches!(*a, "intel_iommu=off" | "amd_iommu=off" | "iommu=off"));
-    let cmd_ev = ev("/proc/cmdline", if h.cmdline.is_some() {
-        let mut v: Vec<&str> = args.iter().copied().filter(|a| a.contains("iommu")).collect();
-        if v.is_empty() {
-            v.push("(no iommu options)");
-        }
-        v.join(" ")
-    } else {
-        h.unread.get("cmdline").cloned().unwrap_or_default()
-    });
+    let off = args
+        .iter()
+        .any(|a| matches!(*a, "intel_iommu=off" | "amd_iommu=off" | "iommu=off"));
+    let cmd_ev = ev(
+        "/proc/cmdline",
+        if h.cmdline.is_some() {
+            let mut v: Vec<&str> = args
+                .iter()
+                .copied()
+                .filter(|a| a.contains("iommu"))
+                .collect();
+            if v.is_empty() {
+                v.push("(no iommu options)");
+            }
+            v.join(" ")
+        } else {
+            h.unread.get("cmdline").cloned().unwrap_or_default()
+        },
+    );
     let devices: Vec<(String, crate::pci::Bdf)> = t
         .gpus
         .iter()
@@ -27,28 +36,55 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         .chain(t.nics.iter().map(|n| (n.rdma_device.clone(), n.bdf)))
         .collect();
     if devices.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs"));
+        out.push(Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            "no GPUs or RDMA NICs",
+        ));
         return;
     }
     let Some(groups) = &h.iommu_groups else {
-        out.push(Finding::new(id, "host", Status::Skip, format!(
-            "IOMMU groups unreadable: {}",
-            h.unread.get("iommu_groups").cloned().unwrap_or_default()
-        )).with(cmd_ev));
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!(
+                    "IOMMU groups unreadable: {}",
+                    h.unread.get("iommu_groups").cloned().unwrap_or_default()
+                ),
+            )
+            .with(cmd_ev),
+        );
         return;
     };
     if groups.is_empty() {
-        out.push(Finding::new(id, "host", Status::Pass, "no IOMMU groups: IOMMU off or absent, DMA is untranslated")
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Pass,
+                "no IOMMU groups: IOMMU off or absent, DMA is untranslated",
+            )
             .with(ev("/sys/kernel/iommu_groups", "empty or absent"))
-            .with(cmd_ev));
+            .with(cmd_ev),
+        );
         return;
     }
     let mut translated = Vec::new();
     let mut evs = vec![cmd_ev];
     for (who, b) in &devices {
-        match h.iommu_group_of.get(b).and_then(|g| groups.get(g).map(|t| (g, t))) {
+        match h
+            .iommu_group_of
+            .get(b)
+            .and_then(|g| groups.get(g).map(|t| (g, t)))
+        {
             Some((g, ty)) => {
-                evs.push(ev(format!("/sys/kernel/iommu_groups/{g}/type ({who})"), ty.clone()));
+                evs.push(ev(
+                    format!("/sys/kernel/iommu_groups/{g}/type ({who})"),
+                    ty.clone(),
+                ));
                 if ty.starts_with("DMA") {
                     translated.push(format!("{who} (group {g}: {ty})"));
                 }
@@ -57,11 +93,19 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
     }
     if translated.is_empty() {
-        out.push(Finding::new(id, "host", Status::Pass, if pt || off {
-            "IOMMU in passthrough/off for GPUs and NICs"
-        } else {
-            "GPUs and NICs are in identity (passthrough) IOMMU domains"
-        }).evidence(evs));
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Pass,
+                if pt || off {
+                    "IOMMU in passthrough/off for GPUs and NICs"
+                } else {
+                    "GPUs and NICs are in identity (passthrough) IOMMU domains"
+                },
+            )
+            .evidence(evs),
+        );
     } else {
         out.push(Finding::new(id, "host", Status::Fail, format!(
             "IOMMU translates DMA for {}: GPUDirect RDMA peer mappings fail or bounce, and every DMA pays IOTLB misses",

@@ -71,7 +71,12 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(id: &'static str, subject: impl Into<String>, status: Status, message: impl Into<String>) -> Self {
+    pub fn new(
+        id: &'static str,
+        subject: impl Into<String>,
+        status: Status,
+        message: impl Into<String>,
+    ) -> Self {
         Finding {
             id,
             subject: subject.into(),
@@ -123,33 +128,144 @@ macro_rules! catalog {
 }
 
 catalog![
-    ("driver.nvidia-loaded", 0, Fail, "NVIDIA kernel driver loaded (open or proprietary module)"),
+    (
+        "driver.nvidia-loaded",
+        0,
+        Fail,
+        "NVIDIA kernel driver loaded (open or proprietary module)"
+    ),
     ("driver.nvml", 0, Fail, "NVML loadable and answering"),
-    ("driver.version-match", 0, Fail, "NVML library and kernel module versions agree"),
-    ("driver.gpu-count", 0, Fail, "GPU count agrees across sysfs, NVML, the driver and /dev"),
-    ("gdr.peermem", 0, Fail, "nvidia-peermem registered with the RDMA core"),
-    ("gdr.dmabuf", 0, Warn, "dma-buf GPUDirect RDMA possible (open module, kernel >= 5.12, ibv_reg_dmabuf_mr)"),
-    ("gdr.path", 0, Fail, "GPUDirect RDMA memory path for each GPU and its NIC"),
-    ("pcie.acs-redirect", 0, Fail, "No ACS P2P redirect on bridges between GPUs and NICs"),
-    ("iommu.mode", 0, Fail, "IOMMU off or passthrough for GPUs and NICs"),
+    (
+        "driver.version-match",
+        0,
+        Fail,
+        "NVML library and kernel module versions agree"
+    ),
+    (
+        "driver.gpu-count",
+        0,
+        Fail,
+        "GPU count agrees across sysfs, NVML, the driver and /dev"
+    ),
+    (
+        "gdr.peermem",
+        0,
+        Fail,
+        "nvidia-peermem registered with the RDMA core"
+    ),
+    (
+        "gdr.dmabuf",
+        0,
+        Warn,
+        "dma-buf GPUDirect RDMA possible (open module, kernel >= 5.12, ibv_reg_dmabuf_mr)"
+    ),
+    (
+        "gdr.path",
+        0,
+        Fail,
+        "GPUDirect RDMA memory path for each GPU and its NIC"
+    ),
+    (
+        "pcie.acs-redirect",
+        0,
+        Fail,
+        "No ACS P2P redirect on bridges between GPUs and NICs"
+    ),
+    (
+        "iommu.mode",
+        0,
+        Fail,
+        "IOMMU off or passthrough for GPUs and NICs"
+    ),
     ("gpu.bar1", 0, Fail, "BAR1 large enough to map GPU memory"),
-    ("pcie.link-width", 0, Fail, "PCIe link trained at full width"),
-    ("pcie.link-speed", 0, Fail, "PCIe link trained at full speed"),
-    ("pcie.slot-mismatch", 0, Fail, "Device not capped by a slower slot or port above it"),
-    ("numa.gpu-nic", 0, Fail, "GPU and its closest NIC on the same NUMA node"),
-    ("topo.gpu-nic-pairing", 0, Fail, "Each GPU has a NIC at PIX/PXB"),
+    (
+        "pcie.link-width",
+        0,
+        Fail,
+        "PCIe link trained at full width"
+    ),
+    (
+        "pcie.link-speed",
+        0,
+        Fail,
+        "PCIe link trained at full speed"
+    ),
+    (
+        "pcie.slot-mismatch",
+        0,
+        Fail,
+        "Device not capped by a slower slot or port above it"
+    ),
+    (
+        "numa.gpu-nic",
+        0,
+        Fail,
+        "GPU and its closest NIC on the same NUMA node"
+    ),
+    (
+        "topo.gpu-nic-pairing",
+        0,
+        Fail,
+        "Each GPU has a NIC at PIX/PXB"
+    ),
     ("rdma.port-state", 0, Fail, "RDMA port ACTIVE and LinkUp"),
     ("rdma.roce-gid", 0, Fail, "RoCE port has a RoCE v2 GID"),
-    ("rdma.mtu", 0, Warn, "Netdev MTU allows a 4096-byte RoCE MTU"),
-    ("rdma.fw-consistency", 0, Warn, "Same firmware on NICs of the same model"),
-    ("pcie.devctl", 0, Warn, "MaxReadReq and relaxed ordering on GPUs and NICs"),
+    (
+        "rdma.mtu",
+        0,
+        Warn,
+        "Netdev MTU allows a 4096-byte RoCE MTU"
+    ),
+    (
+        "rdma.fw-consistency",
+        0,
+        Warn,
+        "Same firmware on NICs of the same model"
+    ),
+    (
+        "pcie.devctl",
+        0,
+        Warn,
+        "MaxReadReq and relaxed ordering on GPUs and NICs"
+    ),
     ("pcie.aer", 0, Warn, "No PCIe AER errors counted"),
     ("gpu.persistence", 0, Warn, "Persistence mode on"),
-    ("gpu.ecc", 0, Fail, "ECC enabled and no volatile uncorrectable errors"),
-    ("gpu.row-remap", 0, Fail, "No pending row remaps or page retirements"),
-    ("gpu.p2p", 0, Fail, "NVML reports P2P read/write OK between GPU pairs"),
+    (
+        "gpu.ecc",
+        0,
+        Fail,
+        "ECC enabled and no volatile uncorrectable errors"
+    ),
+    (
+        "gpu.row-remap",
+        0,
+        Fail,
+        "No pending row remaps or page retirements"
+    ),
+    (
+        "gpu.p2p",
+        0,
+        Fail,
+        "NVML reports P2P read/write OK between GPU pairs"
+    ),
     ("gpu.nvlink-down", 0, Fail, "No NVLink down"),
 ];
+
+/// The check list for `gpudoctor check --help` and the man page.
+pub fn catalog_help() -> String {
+    let mut s = String::from("Checks (`gpudoctor explain ID` for details):\n");
+    for c in CATALOG {
+        s.push_str(&format!(
+            "  {:<22} level {}, {}: {}\n",
+            c.id,
+            c.level,
+            c.severity.as_str(),
+            c.title
+        ));
+    }
+    s.push_str("\nExit status: 0 nothing failed, 1 a check failed (or warned, with --strict), 2 gpudoctor could not run.");
+    s
+}
 
 pub fn info(id: &str) -> Option<&'static CheckInfo> {
     CATALOG.iter().find(|c| c.id == id)
@@ -172,19 +288,35 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
     gpu::run(ctx, &mut out);
     placement::run(ctx, &mut out);
     rdma::run(ctx, &mut out);
-    debug_assert!(out.iter().all(|f| info(f.id).is_some()), "finding with an id outside the catalog");
+    debug_assert!(
+        out.iter().all(|f| info(f.id).is_some()),
+        "finding with an id outside the catalog"
+    );
     debug_assert!(
         out.iter()
             .all(|f| !matches!(f.status, Status::Warn | Status::Fail) || f.remediation.is_some()),
         "every warn/fail carries a fix"
     );
-    let order = |id: &str| CATALOG.iter().position(|c| c.id == id).unwrap_or(usize::MAX);
+    let order = |id: &str| {
+        CATALOG
+            .iter()
+            .position(|c| c.id == id)
+            .unwrap_or(usize::MAX)
+    };
     out.sort_by(|a, b| {
         order(a.id)
             .cmp(&order(b.id))
-            .then_with(|| crate::pci::natural_cmp(&a.subject, &b.subject))
+            .then_with(|| subject_cmp(&a.subject, &b.subject))
     });
     out
+}
+
+/// BDF subjects in bus order, everything else (GPU3, mlx5_10/1) in natural order.
+fn subject_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<crate::pci::Bdf>(), b.parse::<crate::pci::Bdf>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        _ => crate::pci::natural_cmp(a, b),
+    }
 }
 
 /// Per-check severity overrides (`--warn ID`, `--deny ID`, `--skip ID`).
@@ -225,12 +357,13 @@ impl Overrides {
     }
 }
 
-/// Overall status: the worst of pass/warn/fail (skips do not count).
+/// Overall status: the worst of pass/warn/fail (skips do not count); `skip` when nothing at
+/// all could be judged, because unknown is never pass.
 pub fn overall(findings: &[Finding]) -> Status {
     findings
         .iter()
         .map(|f| f.status)
         .filter(|s| *s != Status::Skip)
         .max()
-        .unwrap_or(Status::Pass)
+        .unwrap_or(Status::Skip)
 }

@@ -15,7 +15,12 @@ pub fn bridges_between(ctx: &Ctx, a: Bdf, b: Bdf) -> Vec<Bdf> {
     };
     let mut set = BTreeSet::new();
     if fa.root_complex == fb.root_complex {
-        let common = fa.upstream.iter().zip(&fb.upstream).take_while(|(x, y)| x == y).count();
+        let common = fa
+            .upstream
+            .iter()
+            .zip(&fb.upstream)
+            .take_while(|(x, y)| x == y)
+            .count();
         if common > 0 {
             set.insert(fa.upstream[common - 1]);
         }
@@ -30,7 +35,12 @@ pub fn bridges_between(ctx: &Ctx, a: Bdf, b: Bdf) -> Vec<Bdf> {
 
 fn needs_root(f: &PciFunction) -> Option<String> {
     match &f.config {
-        None => Some(f.unread.get("config").cloned().unwrap_or_else(|| "config unreadable".into())),
+        None => Some(
+            f.unread
+                .get("config")
+                .cloned()
+                .unwrap_or_else(|| "config unreadable".into()),
+        ),
         Some(c) if c.coverage != Coverage::Extended => Some(format!(
             "only {} bytes of config space readable (needs root for the 4096-byte extended space)",
             c.length
@@ -63,18 +73,28 @@ fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
     // bridge -> the device pairs whose traffic crosses it
     let mut users: BTreeMap<Bdf, Vec<String>> = BTreeMap::new();
     for c in &t.closest_nics {
-        let Some(g) = t.gpus.iter().find(|g| g.label == c.gpu) else { continue };
+        let Some(g) = t.gpus.iter().find(|g| g.label == c.gpu) else {
+            continue;
+        };
         for nic_label in &c.nics {
-            let Some(n) = t.nics.iter().find(|n| &n.label == nic_label) else { continue };
+            let Some(n) = t.nics.iter().find(|n| &n.label == nic_label) else {
+                continue;
+            };
             for b in bridges_between(ctx, g.bdf, n.bdf) {
-                users.entry(b).or_default().push(format!("{}<->{}", g.label, n.rdma_device));
+                users
+                    .entry(b)
+                    .or_default()
+                    .push(format!("{}<->{}", g.label, n.rdma_device));
             }
         }
     }
     for (i, a) in t.gpus.iter().enumerate() {
         for b in &t.gpus[i + 1..] {
             for br in bridges_between(ctx, a.bdf, b.bdf) {
-                users.entry(br).or_default().push(format!("{}<->{}", a.label, b.label));
+                users
+                    .entry(br)
+                    .or_default()
+                    .push(format!("{}<->{}", a.label, b.label));
             }
         }
     }
@@ -83,13 +103,18 @@ fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     }
     for (b, pairs) in users {
-        let Some(f) = ctx.inv.pci.get(&b) else { continue };
+        let Some(f) = ctx.inv.pci.get(&b) else {
+            continue;
+        };
         let mut pairs = pairs;
         pairs.dedup();
         let pairs_ev = ev("peer paths through this bridge", pairs.join(", "));
         let subject = b.to_string();
         if let Some(why) = needs_root(f) {
-            out.push(Finding::new(id, subject, Status::Skip, format!("needs root: {why}")).with(pairs_ev));
+            out.push(
+                Finding::new(id, subject, Status::Skip, format!("needs root: {why}"))
+                    .with(pairs_ev),
+            );
             continue;
         }
         let cfg = f.config.as_ref().expect("checked by needs_root");
@@ -144,22 +169,45 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
     let subjects = link_subjects(ctx);
     if subjects.is_empty() {
         for id in ["pcie.link-width", "pcie.link-speed", "pcie.slot-mismatch"] {
-            out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs"));
+            out.push(Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                "no GPUs or RDMA NICs",
+            ));
         }
         return;
     }
     for b in subjects {
-        let Some(d) = ctx.topo.devices.iter().find(|x| x.bdf == b) else { continue };
+        let Some(d) = ctx.topo.devices.iter().find(|x| x.bdf == b) else {
+            continue;
+        };
         let f = &ctx.inv.pci[&b];
         let dir = &f.sysfs_path;
         let who = match d.kind {
-            DeviceKind::Gpu => ctx.topo.gpus.iter().find(|g| g.bdf == b).map(|g| g.label.clone()).unwrap_or_default(),
+            DeviceKind::Gpu => ctx
+                .topo
+                .gpus
+                .iter()
+                .find(|g| g.bdf == b)
+                .map(|g| g.label.clone())
+                .unwrap_or_default(),
             DeviceKind::Bridge => "switch upstream port".into(),
-            _ => ctx.topo.nics.iter().filter(|n| n.bdf == b).map(|n| n.rdma_device.clone()).collect::<Vec<_>>().join("/"),
+            _ => ctx
+                .topo
+                .nics
+                .iter()
+                .filter(|n| n.bdf == b)
+                .map(|n| n.rdma_device.clone())
+                .collect::<Vec<_>>()
+                .join("/"),
         };
         let subject = b.to_string();
         let l = &d.link;
-        let parent = d.upstream.last().and_then(|p| ctx.topo.devices.iter().find(|x| x.bdf == *p));
+        let parent = d
+            .upstream
+            .last()
+            .and_then(|p| ctx.topo.devices.iter().find(|x| x.bdf == *p));
 
         // width
         let id = "pcie.link-width";
@@ -191,7 +239,15 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
                     ev(format!("{dir}/max_link_speed"), format!("Gen{m}")),
                 ];
                 if c >= best {
-                    out.push(Finding::new(id, subject.clone(), Status::Pass, format!("{who} Gen{c} (best both ends support: Gen{best})")).evidence(evs));
+                    out.push(
+                        Finding::new(
+                            id,
+                            subject.clone(),
+                            Status::Pass,
+                            format!("{who} Gen{c} (best both ends support: Gen{best})"),
+                        )
+                        .evidence(evs),
+                    );
                 } else if d.kind == DeviceKind::Gpu {
                     out.push(
                         Finding::new(id, subject.clone(), Status::Warn, format!("{who} at Gen{c}, capable of Gen{best}: idle downshift possible (GPUs lower link speed when idle); the level-1 CUDA probe re-reads it under load"))
@@ -206,10 +262,19 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
                     );
                 }
             }
-            _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
-                "{who} link speed unknown: {}",
-                f.unread.get("current_link_speed").or(f.unread.get("max_link_speed")).cloned().unwrap_or_default()
-            ))),
+            _ => out.push(Finding::new(
+                id,
+                subject.clone(),
+                Status::Skip,
+                format!(
+                    "{who} link speed unknown: {}",
+                    f.unread
+                        .get("current_link_speed")
+                        .or(f.unread.get("max_link_speed"))
+                        .cloned()
+                        .unwrap_or_default()
+                ),
+            )),
         }
 
         // slot mismatch: device capability above what the port above can do
@@ -235,17 +300,36 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
 
 fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
     let t = ctx.topo;
-    let mut subjects: Vec<(Bdf, String, bool)> = t.gpus.iter().map(|g| (g.bdf, g.label.clone(), false)).collect();
+    let mut subjects: Vec<(Bdf, String, bool)> = t
+        .gpus
+        .iter()
+        .map(|g| (g.bdf, g.label.clone(), false))
+        .collect();
     let mut seen = BTreeSet::new();
     for n in &t.nics {
         if seen.insert(n.bdf) {
-            let names: Vec<String> = t.nics.iter().filter(|x| x.bdf == n.bdf).map(|x| x.rdma_device.clone()).collect();
+            let names: Vec<String> = t
+                .nics
+                .iter()
+                .filter(|x| x.bdf == n.bdf)
+                .map(|x| x.rdma_device.clone())
+                .collect();
             subjects.push((n.bdf, names.join("/"), true));
         }
     }
     if subjects.is_empty() {
-        out.push(Finding::new("pcie.devctl", "host", Status::Skip, "no GPUs or RDMA NICs"));
-        out.push(Finding::new("pcie.aer", "host", Status::Skip, "no GPUs or RDMA NICs"));
+        out.push(Finding::new(
+            "pcie.devctl",
+            "host",
+            Status::Skip,
+            "no GPUs or RDMA NICs",
+        ));
+        out.push(Finding::new(
+            "pcie.aer",
+            "host",
+            Status::Skip,
+            "no GPUs or RDMA NICs",
+        ));
         return;
     }
     for (b, who, is_nic) in subjects {
@@ -254,10 +338,19 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
         let id = "pcie.devctl";
         match f.config.as_ref().and_then(|c| c.pcie.clone()) {
             Some(p) => {
-                let src = ev(format!("{}/config Device Control @0x{:02x}", f.sysfs_path, p.offset + 8), format!(
-                    "MaxReadReq {} B, MaxPayload {} B, relaxed ordering {}",
-                    p.max_read_request_bytes, p.max_payload_bytes, if p.relaxed_ordering { "on" } else { "off" }
-                ));
+                let src = ev(
+                    format!(
+                        "{}/config Device Control @0x{:02x}",
+                        f.sysfs_path,
+                        p.offset + 8
+                    ),
+                    format!(
+                        "MaxReadReq {} B, MaxPayload {} B, relaxed ordering {}",
+                        p.max_read_request_bytes,
+                        p.max_payload_bytes,
+                        if p.relaxed_ordering { "on" } else { "off" }
+                    ),
+                );
                 if is_nic && !p.relaxed_ordering {
                     out.push(Finding::new(id, subject, Status::Warn, format!("{who}: relaxed ordering disabled in Device Control: RDMA writes into GPU memory lose bandwidth on hosts that need it (AMD EPYC, Grace, some Intel)"))
                         .with(src)
@@ -267,16 +360,36 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                         .with(src)
                         .fix("Raise MaxReadReq (ConnectX: `mlxconfig ... set MAX_ACC_OUT_READ`/`setpci -s BDF CAP_EXP+8.w=5000:7000` for 4096 B), or check the BIOS `MaxReadRequest` setting"));
                 } else {
-                    out.push(Finding::new(id, subject, Status::Pass, format!("{who}: MaxReadReq {} B, relaxed ordering {}", p.max_read_request_bytes, if p.relaxed_ordering { "on" } else { "off" })).with(src));
+                    out.push(
+                        Finding::new(
+                            id,
+                            subject,
+                            Status::Pass,
+                            format!(
+                                "{who}: MaxReadReq {} B, relaxed ordering {}",
+                                p.max_read_request_bytes,
+                                if p.relaxed_ordering { "on" } else { "off" }
+                            ),
+                        )
+                        .with(src),
+                    );
                 }
             }
             None => {
                 let why = match &f.config {
-                    Some(c) if c.coverage == Coverage::Header => format!("needs root: only {} bytes of config space readable", c.length),
+                    Some(c) if c.coverage == Coverage::Header => format!(
+                        "needs root: only {} bytes of config space readable",
+                        c.length
+                    ),
                     Some(c) => format!("PCIe capability not found ({})", c.problems.join("; ")),
                     None => f.unread.get("config").cloned().unwrap_or_default(),
                 };
-                out.push(Finding::new(id, subject, Status::Skip, format!("{who}: {why}")));
+                out.push(Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!("{who}: {why}"),
+                ));
             }
         }
         let id = "pcie.aer";
@@ -284,19 +397,39 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
         match ctx.inv.extras.get(&b) {
             Some(x) if !x.aer.is_empty() => {
                 let total: u64 = x.aer.values().sum();
-                let evs = x.aer.iter().map(|(k, v)| ev(format!("{}/{k} TOTAL", f.sysfs_path), v.to_string())).collect();
+                let evs = x
+                    .aer
+                    .iter()
+                    .map(|(k, v)| ev(format!("{}/{k} TOTAL", f.sysfs_path), v.to_string()))
+                    .collect();
                 if total > 0 {
                     out.push(Finding::new(id, subject, Status::Warn, format!("{who}: {total} PCIe errors counted since boot"))
                         .evidence(evs)
                         .fix("Check `dmesg` for AER reports; correctable errors that keep growing mean a marginal link (reseat, replace riser/cable, update firmware); any fatal/non-fatal error needs hardware service"));
                 } else {
-                    out.push(Finding::new(id, subject, Status::Pass, format!("{who}: no AER errors counted")).evidence(evs));
+                    out.push(
+                        Finding::new(
+                            id,
+                            subject,
+                            Status::Pass,
+                            format!("{who}: no AER errors counted"),
+                        )
+                        .evidence(evs),
+                    );
                 }
             }
-            _ => out.push(Finding::new(id, subject, Status::Skip, format!(
-                "{who}: AER counters unavailable ({})",
-                f.unread.get("aer_dev_correctable").cloned().unwrap_or_else(|| "not read".into())
-            ))),
+            _ => out.push(Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!(
+                    "{who}: AER counters unavailable ({})",
+                    f.unread
+                        .get("aer_dev_correctable")
+                        .cloned()
+                        .unwrap_or_else(|| "not read".into())
+                ),
+            )),
         }
     }
 }

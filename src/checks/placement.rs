@@ -17,9 +17,15 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     }
     for c in &t.closest_nics {
-        let Some(g) = t.gpus.iter().find(|g| g.label == c.gpu) else { continue };
+        let Some(g) = t.gpus.iter().find(|g| g.label == c.gpu) else {
+            continue;
+        };
         let gd = t.devices.iter().find(|d| d.bdf == g.bdf);
-        let nics: Vec<_> = t.nics.iter().filter(|n| c.nics.contains(&n.label)).collect();
+        let nics: Vec<_> = t
+            .nics
+            .iter()
+            .filter(|n| c.nics.contains(&n.label))
+            .collect();
         let names = c.rdma_devices.join(", ");
 
         // NUMA
@@ -27,18 +33,37 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         let gnode = gd.and_then(|d| d.numa.node);
         let nnodes: Vec<Option<u32>> = nics
             .iter()
-            .map(|n| t.devices.iter().find(|d| d.bdf == n.bdf).and_then(|d| d.numa.node))
+            .map(|n| {
+                t.devices
+                    .iter()
+                    .find(|d| d.bdf == n.bdf)
+                    .and_then(|d| d.numa.node)
+            })
             .collect();
-        let mut evs = vec![ev(format!("{}/numa_node", g.bdf), gnode.map(|n| n.to_string()).unwrap_or_else(|| "-1".into()))];
+        let mut evs = vec![ev(
+            format!("{}/numa_node", g.bdf),
+            gnode.map(|n| n.to_string()).unwrap_or_else(|| "-1".into()),
+        )];
         for (n, node) in nics.iter().zip(&nnodes) {
-            evs.push(ev(format!("{} ({})/numa_node", n.bdf, n.rdma_device), node.map(|n| n.to_string()).unwrap_or_else(|| "-1".into())));
+            evs.push(ev(
+                format!("{} ({})/numa_node", n.bdf, n.rdma_device),
+                node.map(|n| n.to_string()).unwrap_or_else(|| "-1".into()),
+            ));
         }
         if gnode.is_none() || nnodes.iter().any(Option::is_none) {
             out.push(Finding::new(id, c.gpu.clone(), Status::Warn, format!("NUMA node unknown (numa_node -1) for {} or {names}: placement cannot be verified (typical in VMs)", c.gpu))
                 .evidence(evs)
                 .fix("On bare metal, enable NUMA/SRAT reporting in the BIOS (e.g. \"NUMA nodes per socket\", ACPI SRAT); in a VM, ask the provider for a NUMA-aware guest topology (QEMU pxb-pcie with numa_node); pin jobs with the CPU affinity `gpudoctor topo --matrix` shows"));
         } else if nnodes.iter().all(|n| *n == gnode) {
-            out.push(Finding::new(id, c.gpu.clone(), Status::Pass, format!("{} and {names} on NUMA node {}", c.gpu, gnode.unwrap_or(0))).evidence(evs));
+            out.push(
+                Finding::new(
+                    id,
+                    c.gpu.clone(),
+                    Status::Pass,
+                    format!("{} and {names} on NUMA node {}", c.gpu, gnode.unwrap_or(0)),
+                )
+                .evidence(evs),
+            );
         } else {
             out.push(Finding::new(id, c.gpu.clone(), Status::Fail, format!("{} is on NUMA node {} but its closest NIC ({names}) is not: GPUDirect traffic crosses the inter-socket link", c.gpu, gnode.unwrap_or(0)))
                 .evidence(evs)
@@ -48,8 +73,15 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         // Pairing
         let id = "topo.gpu-nic-pairing";
         let Some(p) = c.path else { continue };
-        let inferred = if c.certain { "" } else { " (inferred: NUMA unknown)" };
-        let e = ev("PCIe path (as nvidia-smi topo -m)", format!("{}{inferred}", p.as_str()));
+        let inferred = if c.certain {
+            ""
+        } else {
+            " (inferred: NUMA unknown)"
+        };
+        let e = ev(
+            "PCIe path (as nvidia-smi topo -m)",
+            format!("{}{inferred}", p.as_str()),
+        );
         match p {
             PathType::PIX | PathType::PXB | PathType::X | PathType::NV => out.push(
                 Finding::new(id, c.gpu.clone(), Status::Pass, format!("{} reaches {names} at {}: GPUDirect RDMA usable by default", c.gpu, p.as_str())).with(e),

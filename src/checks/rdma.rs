@@ -17,18 +17,33 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     let inv = ctx.inv;
     let pci_rdma: Vec<_> = inv.rdma.iter().filter(|r| r.bdf.is_some()).collect();
     if pci_rdma.is_empty() {
-        for id in ["rdma.port-state", "rdma.roce-gid", "rdma.mtu", "rdma.fw-consistency"] {
-            out.push(Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus"));
+        for id in [
+            "rdma.port-state",
+            "rdma.roce-gid",
+            "rdma.mtu",
+            "rdma.fw-consistency",
+        ] {
+            out.push(Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                "no RDMA devices on the PCI bus",
+            ));
         }
         return;
     }
     for r in &pci_rdma {
         let dir = format!("/sys/class/infiniband/{}", r.name);
         if r.ports.is_empty() {
-            out.push(Finding::new("rdma.port-state", r.name.clone(), Status::Skip, format!(
-                "no ports readable: {}",
-                r.unread.get("ports").cloned().unwrap_or_default()
-            )));
+            out.push(Finding::new(
+                "rdma.port-state",
+                r.name.clone(),
+                Status::Skip,
+                format!(
+                    "no ports readable: {}",
+                    r.unread.get("ports").cloned().unwrap_or_default()
+                ),
+            ));
         }
         for p in &r.ports {
             let subject = format!("{}/{}", r.name, p.port);
@@ -38,12 +53,29 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             let active = p.state.as_deref().map(|s| s.ends_with("ACTIVE"));
             let up = p.phys_state.as_deref().map(|s| s.ends_with("LinkUp"));
             let evs = vec![
-                ev(format!("{pdir}/state"), p.state.clone().unwrap_or_else(|| p.unread.get("state").cloned().unwrap_or_default())),
-                ev(format!("{pdir}/phys_state"), p.phys_state.clone().unwrap_or_else(|| p.unread.get("phys_state").cloned().unwrap_or_default())),
-                ev(format!("{pdir}/rate"), p.rate.clone().unwrap_or_else(|| "?".into())),
+                ev(
+                    format!("{pdir}/state"),
+                    p.state
+                        .clone()
+                        .unwrap_or_else(|| p.unread.get("state").cloned().unwrap_or_default()),
+                ),
+                ev(
+                    format!("{pdir}/phys_state"),
+                    p.phys_state
+                        .clone()
+                        .unwrap_or_else(|| p.unread.get("phys_state").cloned().unwrap_or_default()),
+                ),
+                ev(
+                    format!("{pdir}/rate"),
+                    p.rate.clone().unwrap_or_else(|| "?".into()),
+                ),
                 ev(format!("{pdir}/link_layer"), ll.clone()),
             ];
-            let ib_no_lid = ll == "InfiniBand" && p.lid.as_deref().map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok() == Some(0)).unwrap_or(false);
+            let ib_no_lid = ll == "InfiniBand"
+                && p.lid
+                    .as_deref()
+                    .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok() == Some(0))
+                    .unwrap_or(false);
             match (active, up) {
                 (Some(true), Some(true)) if ib_no_lid => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, "InfiniBand port ACTIVE but LID 0: no subnet manager has configured it")
@@ -74,26 +106,55 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 continue;
             }
             let id = "rdma.roce-gid";
-            let v2: Vec<_> = p.gids.iter().filter(|g| g.gid_type.as_deref() == Some("RoCE v2")).collect();
+            let v2: Vec<_> = p
+                .gids
+                .iter()
+                .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
+                .collect();
             let types_known = p.gids.iter().any(|g| g.gid_type.is_some());
             if !v2.is_empty() {
-                let ipv4 = v2.iter().find(|g| g.gid.starts_with("0000:0000:0000:0000:0000:ffff:"));
-                out.push(Finding::new(id, subject.clone(), Status::Pass, format!(
-                    "{} RoCE v2 GID(s){}",
-                    v2.len(),
-                    ipv4.map(|g| format!("; IPv4-mapped at index {}", g.index)).unwrap_or_else(|| "; no IPv4-mapped GID (routable RoCE needs an IP on the netdev)".into())
-                )).with(ev(format!("{pdir}/gid_attrs/types/{}", v2[0].index), "RoCE v2")));
+                let ipv4 = v2
+                    .iter()
+                    .find(|g| g.gid.starts_with("0000:0000:0000:0000:0000:ffff:"));
+                out.push(
+                    Finding::new(
+                        id,
+                        subject.clone(),
+                        Status::Pass,
+                        format!(
+                            "{} RoCE v2 GID(s){}",
+                            v2.len(),
+                            ipv4.map(|g| format!("; IPv4-mapped at index {}", g.index))
+                                .unwrap_or_else(|| {
+                                    "; no IPv4-mapped GID (routable RoCE needs an IP on the netdev)"
+                                        .into()
+                                })
+                        ),
+                    )
+                    .with(ev(
+                        format!("{pdir}/gid_attrs/types/{}", v2[0].index),
+                        "RoCE v2",
+                    )),
+                );
             } else if types_known || p.gids.is_empty() {
                 out.push(Finding::new(id, subject.clone(), Status::Fail, "no RoCE v2 GID on this RoCE port: NCCL and most RDMA apps need RoCE v2 for routable traffic")
                     .with(ev(format!("{pdir}/gid_attrs/types/*"), if p.gids.is_empty() { "no populated GIDs".to_string() } else { p.gids.iter().map(|g| format!("{}={}", g.index, g.gid_type.clone().unwrap_or_default())).collect::<Vec<_>>().join(", ") }))
                     .fix("Assign an IP address to the port's netdev (GIDs are derived from its addresses) and make sure RoCE v2 is enabled (`cma_roce_mode -d <dev> -p 1 -m 2`; on ConnectX check `mlxconfig ... ROCE_CONTROL`)"));
             } else {
-                out.push(Finding::new(id, subject.clone(), Status::Skip, "GID types not exposed by this kernel (no gid_attrs)"));
+                out.push(Finding::new(
+                    id,
+                    subject.clone(),
+                    Status::Skip,
+                    "GID types not exposed by this kernel (no gid_attrs)",
+                ));
             }
 
             let id = "rdma.mtu";
             let ndev = p.gids.iter().find_map(|g| g.ndev.clone()).or_else(|| {
-                inv.netdevs.iter().find(|n| n.bdf == r.bdf).map(|n| n.name.clone())
+                inv.netdevs
+                    .iter()
+                    .find(|n| n.bdf == r.bdf)
+                    .map(|n| n.name.clone())
             });
             match ndev.as_ref().and_then(|n| inv.netdevs.iter().find(|x| &x.name == n)) {
                 Some(nd) => match nd.mtu {
@@ -112,20 +173,42 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = "rdma.fw-consistency";
     let mut by_model: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for r in &pci_rdma {
-        let (Some(model), Some(fw)) = (r.hca_type.clone().or(r.board_id.clone()), r.fw_ver.clone()) else { continue };
-        by_model.entry(model).or_default().entry(fw).or_default().push(r.name.clone());
+        let (Some(model), Some(fw)) = (r.hca_type.clone().or(r.board_id.clone()), r.fw_ver.clone())
+        else {
+            continue;
+        };
+        by_model
+            .entry(model)
+            .or_default()
+            .entry(fw)
+            .or_default()
+            .push(r.name.clone());
     }
     if by_model.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "firmware versions unreadable"));
+        out.push(Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            "firmware versions unreadable",
+        ));
     }
     for (model, fws) in by_model {
-        let desc = fws.iter().map(|(fw, devs)| format!("{fw}: {}", devs.join(","))).collect::<Vec<_>>().join("; ");
+        let desc = fws
+            .iter()
+            .map(|(fw, devs)| format!("{fw}: {}", devs.join(",")))
+            .collect::<Vec<_>>()
+            .join("; ");
         if fws.len() > 1 {
             out.push(Finding::new(id, model.clone(), Status::Warn, format!("{model} NICs run different firmware ({desc})"))
                 .with(ev("/sys/class/infiniband/*/fw_ver", desc))
                 .fix("Update all NICs of a model to the same firmware (`mlxfwmanager --online -u` or the vendor's tool) so behaviour and bugs are uniform"));
         } else {
-            out.push(Finding::new(id, model.clone(), Status::Pass, format!("{model}: one firmware ({desc})")));
+            out.push(Finding::new(
+                id,
+                model.clone(),
+                Status::Pass,
+                format!("{model}: one firmware ({desc})"),
+            ));
         }
     }
 }

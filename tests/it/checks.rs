@@ -1,0 +1,210 @@
+//! `gpudoctor check` on every fixture: snapshots, per-variant expectations, catalog.
+
+use crate::{fixture_dirs, gpudoctor, name, repo};
+use std::collections::BTreeSet;
+
+fn check_json(root: &str, extra: &[&str]) -> (i32, serde_json::Value) {
+    let out = gpudoctor()
+        .args(["check", "--json", "--root", root])
+        .args(extra)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap();
+    assert!(
+        code == 0 || code == 1,
+        "{root}: exit {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["gpudoctor_version"] = "[version]".into();
+    (code, v)
+}
+
+fn ids_with(v: &serde_json::Value, status: &str) -> BTreeSet<String> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == status)
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn snapshot_check_every_fixture() {
+    for dir in fixture_dirs() {
+        let n = name(&dir);
+        let root = format!("fixtures/{n}");
+        let (code, json) = check_json(&root, &[]);
+        // Exit code follows the overall status.
+        let failed = json["status"] == "fail";
+        assert_eq!(code, if failed { 1 } else { 0 }, "{root}");
+        // Every warn/fail names a fix; every item has the documented fields.
+        for c in json["checks"].as_array().unwrap() {
+            for k in ["id", "status", "subject", "message", "evidence"] {
+                assert!(!c[k].is_null(), "{root}: {k} missing in {c}");
+            }
+            if c["status"] == "warn" || c["status"] == "fail" {
+                assert!(c["remediation"].is_string(), "{root}: no fix in {c}");
+            }
+        }
+        let table = gpudoctor()
+            .args(["check", "--root", &root])
+            .output()
+            .unwrap();
+        let table = String::from_utf8(table.stdout).unwrap();
+        insta::assert_json_snapshot!(format!("{n}__check_json"), json);
+        insta::assert_snapshot!(format!("{n}__check_table"), table);
+    }
+}
+
+/// Each faulty variant fails (and warns) exactly the checks its expect.json names, beyond what
+/// its base tree already shows.
+#[test]
+fn variants_fail_exactly_their_checks() {
+    let mut seen = 0;
+    for dir in fixture_dirs() {
+        let Ok(text) = std::fs::read_to_string(dir.join("expect.json")) else {
+            continue;
+        };
+        let expect: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let n = name(&dir);
+        let base = expect["base"].as_str().unwrap();
+        let (_, v) = check_json(&format!("fixtures/{n}"), &[]);
+        let (_, b) = check_json(&format!("fixtures/{base}"), &[]);
+        let want = |k: &str| -> BTreeSet<String> {
+            expect[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect()
+        };
+        let fails = ids_with(&v, "fail");
+        assert_eq!(fails, want("fail"), "{n}: failing checks");
+        let base_warns = ids_with(&b, "warn");
+        let new_warns: BTreeSet<String> = ids_with(&v, "warn")
+            .difference(&base_warns)
+            .cloned()
+            .collect();
+        assert_eq!(new_warns, want("warn"), "{n}: new warnings");
+        seen += 1;
+    }
+    assert!(seen >= 10, "faulty variants present ({seen})");
+}
+
+/// Every check id fails in at least one fixture and passes in at least one (severity warn
+/// checks: warns in one).
+#[test]
+fn every_check_both_fails_and_passes_somewhere() {
+    let mut bad: BTreeSet<String> = BTreeSet::new();
+    let mut good: BTreeSet<String> = BTreeSet::new();
+    for dir in fixture_dirs() {
+        let (_, v) = check_json(&format!("fixtures/{}", name(&dir)), &[]);
+        bad.extend(ids_with(&v, "fail"));
+        bad.extend(ids_with(&v, "warn"));
+        good.extend(ids_with(&v, "pass"));
+    }
+    for c in gpudoctor::checks::CATALOG {
+        assert!(bad.contains(c.id), "no fixture fails/warns {}", c.id);
+        assert!(good.contains(c.id), "no fixture passes {}", c.id);
+    }
+}
+
+#[test]
+fn catalog_docs_and_man_page_in_step() {
+    let ids: BTreeSet<&str> = gpudoctor::checks::CATALOG.iter().map(|c| c.id).collect();
+    assert_eq!(ids.len(), gpudoctor::checks::CATALOG.len(), "duplicate ids");
+    let docs: BTreeSet<String> = std::fs::read_dir(repo().join("checks"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".md")
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(
+        docs,
+        ids.iter().map(|s| s.to_string()).collect(),
+        "checks/*.md vs catalog"
+    );
+    let man = std::fs::read_to_string(repo().join("man/gpudoctor-check.1")).unwrap();
+    for c in gpudoctor::checks::CATALOG {
+        for section in ["## What it checks", "## Why it matters", "## How to fix"] {
+            assert!(c.doc.contains(section), "{}: doc lacks '{section}'", c.id);
+        }
+        assert!(
+            c.doc.starts_with(&format!("# {}", c.id)),
+            "{}: doc title",
+            c.id
+        );
+        assert!(
+            man.contains(&c.id.replace('-', "\\-")),
+            "{} missing from man/gpudoctor-check.1",
+            c.id
+        );
+    }
+    // The catalog itself is API: snapshot it.
+    let list = gpudoctor().args(["list", "--json"]).output().unwrap();
+    insta::assert_snapshot!("catalog", String::from_utf8(list.stdout).unwrap());
+}
+
+#[test]
+fn overrides_change_status_and_exit_code() {
+    // The ACS variant fails pcie.acs-redirect; --warn turns that into a warning (exit 0),
+    // --strict makes the warning fail again, --skip removes it.
+    let root = "fixtures/hgx-h100-8gpu--acs-redirect";
+    let (code, _) = check_json(root, &[]);
+    assert_eq!(code, 1);
+    let (code, v) = check_json(root, &["--warn", "pcie.acs-redirect"]);
+    assert_eq!(code, 0);
+    assert!(ids_with(&v, "fail").is_empty());
+    let acs: Vec<_> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"] == "pcie.acs-redirect" && c["status"] == "warn")
+        .collect();
+    assert!(!acs.is_empty());
+    assert_eq!(acs[0]["original_status"], "fail");
+    let (code, _) = check_json(root, &["--warn", "pcie.acs-redirect", "--strict"]);
+    assert_eq!(code, 1);
+    let (code, v) = check_json(root, &["--skip", "pcie.acs-redirect"]);
+    assert_eq!(code, 0);
+    assert!(ids_with(&v, "fail").is_empty());
+    let out = gpudoctor()
+        .args(["check", "--root", root, "--warn", "no.such-check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn explain_and_list() {
+    let out = gpudoctor()
+        .args(["explain", "pcie.acs-redirect"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ACS"));
+    let out = gpudoctor().args(["explain", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = gpudoctor().args(["list"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("gdr.peermem"));
+}
+
+#[test]
+fn live_check_exit_code_documented() {
+    // No GPU here: every check is a skip with a reason, nothing fails, exit 0, no panic.
+    let out = gpudoctor().args(["check", "--json"]).output().unwrap();
+    let code = out.status.code().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(code, if v["status"] == "fail" { 1 } else { 0 });
+    for c in v["checks"].as_array().unwrap() {
+        if c["status"] == "skip" {
+            assert!(!c["message"].as_str().unwrap().is_empty());
+        }
+    }
+}
