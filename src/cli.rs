@@ -37,6 +37,13 @@ pub enum Command {
         /// Check id, e.g. pcie.acs-redirect.
         id: String,
     },
+    /// Print the live NVML and library snapshots (nvml.json / libs.json of a recorded tree).
+    #[command(hide = true)]
+    Snapshot {
+        /// Which snapshot: nvml or libs.
+        #[arg(value_parser = ["nvml", "libs"])]
+        what: String,
+    },
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -110,6 +117,7 @@ pub enum Action {
     Check(CheckOptions),
     List { json: bool },
     Explain(String),
+    Snapshot(String),
     Man(PathBuf),
 }
 
@@ -148,6 +156,7 @@ impl Config {
             }),
             Command::List { json } => Action::List { json },
             Command::Explain { id } => Action::Explain(id),
+            Command::Snapshot { what } => Action::Snapshot(what),
             Command::Man { dir } => Action::Man(dir),
         };
         let width = if std::io::stdout().is_terminal() {

@@ -28,8 +28,6 @@ pub struct PciFunction {
     pub class: Option<u32>,
     pub vendor: Option<u16>,
     pub device: Option<u16>,
-    pub subsystem_vendor: Option<u16>,
-    pub subsystem_device: Option<u16>,
     pub driver: Option<String>,
     pub numa_node: Option<u32>,
     pub local_cpulist: Option<String>,
@@ -121,6 +119,13 @@ pub struct Inventory {
     pub notes: Vec<Note>,
 }
 
+/// How much to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Topology,
+    Checks,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
     #[error("cannot list PCI devices: {0}")]
@@ -165,8 +170,19 @@ fn parsed<T>(
 }
 
 impl Inventory {
-    /// Read everything the topology needs. Fails only when there is no PCI bus to read at all.
+    /// Read everything the topology and the checks need. Fails only when there is no PCI bus
+    /// to read at all.
     pub fn collect(sr: &SysRoot, nvml: NvmlSnapshot) -> Result<Inventory, InventoryError> {
+        Self::collect_scoped(sr, nvml, Scope::Checks)
+    }
+
+    /// Read what `scope` needs: `Topology` leaves out host facts and per-device extras (AER
+    /// counters, BARs) that only checks use.
+    pub fn collect_scoped(
+        sr: &SysRoot,
+        nvml: NvmlSnapshot,
+        scope: Scope,
+    ) -> Result<Inventory, InventoryError> {
         let mut notes = Vec::new();
         let names = sr
             .list_names("/sys/bus/pci/devices")
@@ -193,9 +209,13 @@ impl Inventory {
         let netdevs = read_netdevs(sr, &mut notes);
         let rdma = read_rdma(sr, &mut notes);
         let numa_nodes = read_numa(sr, &mut notes);
-        let host = read_host(sr);
+        let host = if scope == Scope::Checks {
+            read_host(sr)
+        } else {
+            Host::default()
+        };
         let mut extras = BTreeMap::new();
-        for f in pci.values_mut() {
+        for f in pci.values_mut().filter(|_| scope == Scope::Checks) {
             let Some(c) = f.class.map(pci::ClassCode) else {
                 continue;
             };
@@ -261,22 +281,6 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     let class = parsed(sr, &mut u, "class", &format!("{dir}/class"), hex);
     let vendor = parsed(sr, &mut u, "vendor", &format!("{dir}/vendor"), hex).map(|v| v as u16);
     let device = parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16);
-    let subsystem_vendor = parsed(
-        sr,
-        &mut u,
-        "subsystem_vendor",
-        &format!("{dir}/subsystem_vendor"),
-        hex,
-    )
-    .map(|v| v as u16);
-    let subsystem_device = parsed(
-        sr,
-        &mut u,
-        "subsystem_device",
-        &format!("{dir}/subsystem_device"),
-        hex,
-    )
-    .map(|v| v as u16);
     let driver = match sr.link_name(&format!("{dir}/driver")) {
         Ok(d) => Some(d),
         Err(ReadError::NotFound(_)) => {
@@ -360,8 +364,6 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         class,
         vendor,
         device,
-        subsystem_vendor,
-        subsystem_device,
         driver,
         numa_node,
         local_cpulist,
@@ -489,7 +491,14 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
     let link_layer = text(sr, &mut u, "link_layer", &format!("{dir}/link_layer"));
     let lid = text(sr, &mut u, "lid", &format!("{dir}/lid"));
     let mut gids = Vec::new();
-    match sr.list_names(&format!("{dir}/gids")) {
+    // GIDs matter for RoCE (GID type and netdev pick the address family); an InfiniBand port's
+    // GIDs are its GUID-derived addresses and nothing checks them, so skip the 100s of reads.
+    let listing = if link_layer.as_deref() == Some("InfiniBand") {
+        Ok(Vec::new())
+    } else {
+        sr.list_names(&format!("{dir}/gids"))
+    };
+    match listing {
         Ok(names) => {
             let mut idx: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
             idx.sort_unstable();

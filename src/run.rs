@@ -2,7 +2,7 @@
 //! `main`) that uses anyhow.
 
 use crate::cli::{Action, CheckOptions, Config, SourceSpec, TopoOutput};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, Scope};
 use crate::libs::LibFacts;
 use crate::nvml::NvmlSnapshot;
 use crate::render::{self, Style};
@@ -74,8 +74,8 @@ pub fn open_source(spec: &SourceSpec) -> Result<Opened> {
     }
 }
 
-fn inventory(o: &Opened) -> Result<Inventory> {
-    Inventory::collect(&o.sysroot, o.nvml.clone()).map_err(|e| match e {
+fn inventory(o: &Opened, scope: Scope) -> Result<Inventory> {
+    Inventory::collect_scoped(&o.sysroot, o.nvml.clone(), scope).map_err(|e| match e {
         crate::inventory::InventoryError::NoPciBus(ReadError::NotFound(p)) => {
             anyhow::anyhow!("{p} does not exist: not a sysfs tree (no PCI bus)")
         }
@@ -85,7 +85,7 @@ fn inventory(o: &Opened) -> Result<Inventory> {
 
 pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
     let o = open_source(spec)?;
-    let inv = inventory(&o)?;
+    let inv = inventory(&o, Scope::Topology)?;
     let topo = crate::topo::build(&inv);
     Ok(TopoReport::new(o.info, &inv, topo))
 }
@@ -99,7 +99,7 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
         );
     }
     let o = open_source(spec)?;
-    let inv = inventory(&o)?;
+    let inv = inventory(&o, Scope::Checks)?;
     let topo = crate::topo::build(&inv);
     let ctx = crate::checks::Ctx {
         inv: &inv,
@@ -166,6 +166,17 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             }),
             None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
         },
+        Action::Snapshot(what) => {
+            let o = open_source(&cfg.source)?;
+            Ok(Outcome {
+                stdout: if what == "nvml" {
+                    render::json(&o.nvml)
+                } else {
+                    render::json(&o.libs)
+                },
+                code: EXIT_OK,
+            })
+        }
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();

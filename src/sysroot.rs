@@ -8,7 +8,7 @@
 //!
 //! This module must not interpret what it reads, and must never write.
 
-use std::collections::BTreeSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -72,8 +72,17 @@ pub struct SysRoot {
     root: PathBuf,
     live: bool,
     /// Every kernel path handed to this reader, for the bundle capture-list assertion.
-    touched: Mutex<BTreeSet<String>>,
+    touched: Mutex<HashSet<String>>,
+    /// Resolved component prefixes (see `resolve_prefix`).
+    resolved: Mutex<HashMap<Vec<String>, Vec<String>>>,
+    /// Kernel directory path (as written by callers) -> resolved components.
+    parents: Mutex<HashMap<String, Vec<String>>>,
+    /// Recently used directory handles (see `open_in`).
+    dirs: Mutex<Vec<(Vec<String>, std::os::fd::OwnedFd)>>,
 }
+
+/// Directory handles kept open: discovery reads one directory at a time, so a few suffice.
+const DIR_CACHE: usize = 8;
 
 /// One directory entry, as the kernel would show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +98,10 @@ impl SysRoot {
         SysRoot {
             root: PathBuf::from("/"),
             live: true,
-            touched: Mutex::new(BTreeSet::new()),
+            touched: Mutex::new(HashSet::new()),
+            resolved: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(Vec::new()),
+            parents: Mutex::new(HashMap::new()),
         }
     }
 
@@ -113,7 +125,10 @@ impl SysRoot {
         Ok(SysRoot {
             root,
             live: false,
-            touched: Mutex::new(BTreeSet::new()),
+            touched: Mutex::new(HashSet::new()),
+            resolved: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(Vec::new()),
+            parents: Mutex::new(HashMap::new()),
         })
     }
 
@@ -128,10 +143,12 @@ impl SysRoot {
 
     /// Kernel paths read so far (sorted).
     pub fn touched(&self) -> Vec<String> {
-        match self.touched.lock() {
+        let mut v: Vec<String> = match self.touched.lock() {
             Ok(t) => t.iter().cloned().collect(),
             Err(p) => p.into_inner().iter().cloned().collect(),
-        }
+        };
+        v.sort();
+        v
     }
 
     fn note(&self, kpath: &str) {
@@ -139,7 +156,9 @@ impl SysRoot {
             Ok(t) => t,
             Err(p) => p.into_inner(),
         };
-        t.insert(kpath.to_string());
+        if !t.contains(kpath) {
+            t.insert(kpath.to_string());
+        }
     }
 
     /// Split an absolute kernel path into clean components; refuse relative paths.
@@ -178,67 +197,184 @@ impl SysRoot {
 
     /// Resolve symlinks in all components (the last one too when `follow_last`).
     fn resolve(&self, kpath: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
-        let mut pending: Vec<String> = Self::components(kpath)?;
-        pending.reverse();
-        let mut done: Vec<String> = Vec::new();
-        let mut hops = 0usize;
-        while let Some(c) = pending.pop() {
-            if c == ".." {
-                done.pop();
-                continue;
+        if !follow_last {
+            // Fast path: the parent directory was resolved before (discovery reads many
+            // attributes per directory).
+            if let Some((parent, last)) = kpath.rsplit_once('/') {
+                if !last.is_empty() && last != "." && last != ".." {
+                    let hit = self.lock_parents().get(parent).cloned();
+                    if let Some(mut r) = hit {
+                        r.push(last.to_string());
+                        return Ok(r);
+                    }
+                }
             }
-            if c == "." || c.is_empty() {
-                continue;
-            }
-            done.push(c);
-            let is_last = pending.is_empty();
-            if is_last && !follow_last {
-                break;
-            }
-            let host = self.host_path(&done);
-            let meta = match fs::symlink_metadata(&host) {
-                Ok(m) => m,
-                Err(e) => return Err(ReadError::from_io(kpath, &e)),
-            };
-            if !meta.file_type().is_symlink() {
-                continue;
-            }
-            hops += 1;
-            if hops > MAX_LINK_HOPS {
-                return Err(ReadError::LinkLoop(kpath.to_string()));
-            }
-            let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-            let target = target.to_string_lossy().into_owned();
-            done.pop();
-            if target.starts_with('/') {
-                // An absolute target means "from the root of this tree", never the host's /.
-                done.clear();
-            }
-            let mut tcomps: Vec<String> = target
-                .split('/')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect();
-            tcomps.reverse();
-            pending.extend(tcomps);
         }
-        Ok(done)
+        let comps = Self::components(kpath)?;
+        let mut hops = 0usize;
+        if follow_last {
+            self.resolve_prefix(&comps, kpath, &mut hops)
+        } else {
+            let Some((last, parent)) = comps.split_last() else {
+                return Ok(Vec::new());
+            };
+            let r = self.resolve_prefix(parent, kpath, &mut hops)?;
+            if let Some((p, _)) = kpath.rsplit_once('/') {
+                self.lock_parents().insert(p.to_string(), r.clone());
+            }
+            let mut r = r;
+            r.push(last.clone());
+            Ok(r)
+        }
+    }
+
+    /// Resolve a component list, following every link, memoised per prefix: discovery reads
+    /// dozens of attributes in each device directory, and each would otherwise pay one lstat
+    /// per path component.
+    fn resolve_prefix(
+        &self,
+        comps: &[String],
+        kpath: &str,
+        hops: &mut usize,
+    ) -> Result<Vec<String>, ReadError> {
+        let Some((last, parent)) = comps.split_last() else {
+            return Ok(Vec::new());
+        };
+        if let Some(hit) = self.lock_cache().get(comps) {
+            return Ok(hit.clone());
+        }
+        let mut base = self.resolve_prefix(parent, kpath, hops)?;
+        let result = match last.as_str() {
+            "" | "." => base,
+            ".." => {
+                base.pop();
+                base
+            }
+            _ => {
+                base.push(last.clone());
+                let host = self.host_path(&base);
+                let meta =
+                    fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+                if meta.file_type().is_symlink() {
+                    *hops += 1;
+                    if *hops > MAX_LINK_HOPS {
+                        return Err(ReadError::LinkLoop(kpath.to_string()));
+                    }
+                    let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+                    let target = target.to_string_lossy().into_owned();
+                    base.pop();
+                    if target.starts_with('/') {
+                        // An absolute target means "from the root of this tree", never the
+                        // host's /.
+                        base.clear();
+                    }
+                    base.extend(
+                        target
+                            .split('/')
+                            .filter(|c| !c.is_empty())
+                            .map(str::to_string),
+                    );
+                    self.resolve_prefix(&base, kpath, hops)?
+                } else {
+                    base
+                }
+            }
+        };
+        self.lock_cache().insert(comps.to_vec(), result.clone());
+        Ok(result)
+    }
+
+    /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
+    /// a FIFO planted in a recorded tree cannot hang the open).
+    fn open_in(&self, dir: &[String], name: &str) -> io::Result<fs::File> {
+        use std::ffi::CString;
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let mut cache = match self.dirs.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        let pos = cache.iter().position(|(k, _)| k.as_slice() == dir);
+        let idx = match pos {
+            Some(i) => i,
+            None => {
+                let host = CString::new(self.host_path(dir).into_os_string().into_encoded_bytes())
+                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+                // SAFETY: `host` is a valid NUL-terminated path; the returned descriptor is owned
+                // by the OwnedFd below and closed when evicted.
+                let fd = unsafe {
+                    libc::open(
+                        host.as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                    )
+                };
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // SAFETY: fd was just returned by open(2) and is owned by nobody else.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                if cache.len() >= DIR_CACHE {
+                    cache.remove(0);
+                }
+                cache.push((dir.to_vec(), owned));
+                cache.len() - 1
+            }
+        };
+        let dirfd = cache[idx].1.as_raw_fd();
+        // SAFETY: dirfd is a live descriptor held by the cache (locked); cname is NUL-terminated.
+        let fd = unsafe {
+            libc::openat(
+                dirfd,
+                cname.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
+        Ok(unsafe { fs::File::from_raw_fd(fd) })
+    }
+
+    fn lock_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>>> {
+        match self.parents.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Vec<String>>> {
+        match self.resolved.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        }
     }
 
     /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
     pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
         self.note(kpath);
-        let comps = self.resolve(kpath, true)?;
-        let host = self.host_path(&comps);
-        let f = fs::File::open(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-        let meta = f.metadata().map_err(|e| ReadError::from_io(kpath, &e))?;
-        if meta.is_dir() {
-            return Err(ReadError::Io {
-                path: kpath.to_string(),
-                message: "is a directory".into(),
-            });
-        }
-        let mut buf = Vec::new();
+        // Resolve the directory (memoised), then open the last component relative to a cached
+        // directory handle without following it (discovery reads a dozen attributes per
+        // directory; this spares the kernel a full path walk for each). Only when the last
+        // component is itself a link (ELOOP) do we resolve it inside the root.
+        let comps = self.resolve(kpath, false)?;
+        let f = match comps.split_last() {
+            Some((last, parent)) => match self.open_in(parent, last) {
+                Ok(f) => f,
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    let comps = self.resolve(kpath, true)?;
+                    let (last, parent) = comps
+                        .split_last()
+                        .ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
+                    self.open_in(parent, last)
+                        .map_err(|e| ReadError::from_io(kpath, &e))?
+                }
+                Err(e) => return Err(ReadError::from_io(kpath, &e)),
+            },
+            None => return Err(ReadError::BadPath(kpath.to_string())),
+        };
+        // A directory fails the read below with EISDIR; no fstat needed.
+        let mut buf = Vec::with_capacity(256);
         // sysfs reports 4096 for every attribute: read to EOF, not by the reported size.
         f.take(MAX_FILE_BYTES + 1)
             .read_to_end(&mut buf)

@@ -202,7 +202,13 @@ pub struct Matrix {
     pub labels: Vec<String>,
     /// cells[i][j] as printed by `nvidia-smi topo -m`.
     pub cells: Vec<Vec<String>>,
+    /// Full classification per cell (PCIe type under NV#, certainty); in JSON only the
+    /// uncertain cells are listed, as `uncertain`.
+    #[serde(skip)]
     pub paths: Vec<Vec<Path>>,
+    /// Cells whose NODE/SYS was inferred from CPU affinity because NUMA is unknown:
+    /// [row label, column label].
+    pub uncertain: Vec<[String; 2]>,
     pub cpu_affinity: Vec<String>,
     pub numa_affinity: Vec<String>,
 }
@@ -776,6 +782,17 @@ pub fn build(inv: &Inventory) -> Topology {
         software_rdma,
         numa_nodes: inv.numa_nodes.clone(),
         matrix: Matrix {
+            uncertain: paths
+                .iter()
+                .enumerate()
+                .flat_map(|(i, row)| {
+                    let labels = &labels;
+                    row.iter()
+                        .enumerate()
+                        .filter(|(_, p)| !p.certain)
+                        .map(move |(j, _)| [labels[i].clone(), labels[j].clone()])
+                })
+                .collect(),
             labels,
             cells,
             paths,

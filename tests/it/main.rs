@@ -3,6 +3,7 @@
 mod checks;
 mod cli;
 mod fixtures;
+mod hostile;
 mod man;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,139 @@
+//! Hostile trees: hide random files, put garbage in them, break links. The pipeline must give
+//! unknowns and notes (or a clean error), never a panic.
+
+use crate::repo;
+use gpudoctor::checks::Overrides;
+use gpudoctor::cli::{CheckOptions, SourceSpec};
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn copy_tree(src: &Path, dst: &Path) {
+    for e in walk(src) {
+        let rel = e.strip_prefix(src).unwrap();
+        let to = dst.join(rel);
+        let meta = std::fs::symlink_metadata(&e).unwrap();
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&e).unwrap(), &to).unwrap();
+        } else if meta.is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+        } else {
+            std::fs::copy(&e, &to).unwrap();
+        }
+    }
+}
+
+fn walk(p: &Path) -> Vec<PathBuf> {
+    let mut out = vec![p.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        let cur = out[i].clone();
+        i += 1;
+        let meta = std::fs::symlink_metadata(&cur).unwrap();
+        if meta.is_dir() {
+            let mut kids: Vec<PathBuf> = std::fs::read_dir(&cur)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            kids.sort();
+            out.extend(kids);
+        }
+    }
+    out
+}
+
+fn run_all(root: &Path) {
+    let spec = SourceSpec::Root(root.to_path_buf());
+    // Either a report or a clean error: both are fine, a panic is not.
+    let _ = gpudoctor::run::topo_report(&spec).map(|r| gpudoctor::render::topo_matrix(&r));
+    let opts = CheckOptions {
+        json: true,
+        all_rows: false,
+        strict: false,
+        level: 0,
+        overrides: Overrides::default(),
+    };
+    if let Ok(r) = gpudoctor::run::check_report(&spec, &opts) {
+        let _ = gpudoctor::render::json(&r);
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Damage {
+    Remove,
+    Garbage(Vec<u8>),
+    Empty,
+    DanglingLink,
+    LoopLink,
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        Just(Damage::Remove),
+        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Damage::Garbage),
+        Just(Damage::Empty),
+        Just(Damage::DanglingLink),
+        Just(Damage::LoopLink),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
+    #[test]
+    fn damaged_fixture_never_panics(
+        fixture in prop_oneof![Just("vm-flat-4gpu"), Just("h200x2-vm"), Just("pcie-2socket-roce")],
+        picks in proptest::collection::vec((any::<proptest::sample::Index>(), damage()), 1..12),
+    ) {
+        let src = repo().join("fixtures").join(fixture);
+        prop_assume!(src.join("sys").is_dir());
+        let tmp = tempfile::tempdir().unwrap();
+        copy_tree(&src, tmp.path());
+        let files: Vec<PathBuf> = walk(&tmp.path().join("sys"))
+            .into_iter()
+            .filter(|p| std::fs::symlink_metadata(p).map(|m| !m.is_dir()).unwrap_or(false))
+            .collect();
+        for (idx, d) in picks {
+            let f = idx.get(&files);
+            let _ = std::fs::remove_file(f);
+            match d {
+                Damage::Remove => {}
+                Damage::Garbage(b) => { let _ = std::fs::write(f, b); }
+                Damage::Empty => { let _ = std::fs::write(f, b""); }
+                Damage::DanglingLink => { let _ = std::os::unix::fs::symlink("../../nowhere/at/all", f); }
+                Damage::LoopLink => { let _ = std::os::unix::fs::symlink(f.file_name().unwrap(), f); }
+            }
+        }
+        run_all(tmp.path());
+    }
+}
+
+#[test]
+fn truncated_config_space_is_needs_root_not_pass() {
+    let src = repo().join("fixtures/hgx-h100-8gpu");
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&src, tmp.path());
+    for p in walk(&tmp.path().join("sys/devices")) {
+        if p.file_name().map(|n| n == "config").unwrap_or(false) {
+            let b = std::fs::read(&p).unwrap();
+            std::fs::write(&p, &b[..64.min(b.len())]).unwrap();
+        }
+    }
+    let opts = CheckOptions {
+        json: true,
+        all_rows: false,
+        strict: false,
+        level: 0,
+        overrides: Overrides::default(),
+    };
+    let r =
+        gpudoctor::run::check_report(&SourceSpec::Root(tmp.path().to_path_buf()), &opts).unwrap();
+    let acs: Vec<_> = r
+        .checks
+        .iter()
+        .filter(|c| c.id == "pcie.acs-redirect")
+        .collect();
+    assert!(!acs.is_empty());
+    for c in acs {
+        assert_eq!(c.status, gpudoctor::checks::Status::Skip, "{c:?}");
+        assert!(c.message.contains("needs root"), "{}", c.message);
+    }
+}
