@@ -22,6 +22,9 @@ pub struct Args {
 pub enum Command {
     /// Map GPUs, NICs, PCIe switches, root complexes and NUMA nodes.
     Topo(TopoArgs),
+    /// Measure one thing with CUDA: h2d/d2h/p2p bandwidth or dma-buf export (skips cleanly,
+    /// exit 0, where CUDA is absent).
+    Probe(ProbeArgs),
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -37,6 +40,33 @@ pub struct TopoArgs {
     #[arg(long, conflicts_with = "json")]
     pub matrix: bool,
     /// Print one JSON document (schema gpudoctor.topo/1).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct ProbeArgs {
+    /// Which probe.
+    #[arg(value_enum)]
+    pub name: crate::probes::ProbeKind,
+    /// Only this GPU (GPU<N> in PCI order, as `topo` labels it).
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<u32>,
+    /// Bytes per timed transfer (a multiple of 16, at least 1 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::probes::live::DEFAULT_SIZE_BYTES)]
+    pub size: u64,
+    /// Timed transfers per measurement.
+    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_ITERS,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub iters: u32,
+    /// Untimed transfers before the timed ones.
+    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_WARMUP)]
+    pub warmup: u32,
+    /// Give up after this many seconds: a copy or kernel still running then is a failure.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::probes::live::DEFAULT_DEADLINE_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub deadline: u64,
+    /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
     #[arg(long)]
     pub json: bool,
 }
@@ -58,6 +88,10 @@ pub enum TopoOutput {
 #[derive(Debug)]
 pub enum Action {
     Topo(TopoOutput),
+    Probe {
+        options: crate::probes::live::ProbeOptions,
+        json: bool,
+    },
     Man(PathBuf),
 }
 
@@ -83,6 +117,26 @@ impl Config {
             } else {
                 TopoOutput::Tree
             }),
+            Command::Probe(p) => Action::Probe {
+                options: crate::probes::live::ProbeOptions {
+                    kind: p.name,
+                    gpu: p.gpu,
+                    size_bytes: p.size,
+                    iters: p.iters,
+                    warmup: p.warmup,
+                    deadline: std::time::Duration::from_secs(p.deadline),
+                    // Where a CUDA toolkit (and so NVRTC) may be installed.
+                    cuda_homes: ["CUDA_HOME", "CUDA_PATH"]
+                        .iter()
+                        .filter_map(std::env::var_os)
+                        .filter(|v| !v.is_empty())
+                        .map(PathBuf::from)
+                        .collect(),
+                    progress: std::io::stderr().is_terminal(),
+                    policy: crate::probes::Policy::default(),
+                },
+                json: p.json,
+            },
             Command::Man { dir } => Action::Man(dir),
         };
         let width = if std::io::stdout().is_terminal() {

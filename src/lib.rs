@@ -3,10 +3,12 @@
 //! Data flows one way: args -> config -> source -> inventory -> topology -> report -> render.
 
 pub mod cli;
+pub mod cuda;
 pub mod inventory;
 pub mod numa;
 pub mod nvml;
 pub mod pci;
+pub mod probes;
 pub mod render;
 pub mod report;
 pub mod run;

@@ -74,6 +74,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 code: EXIT_OK,
             })
         }
+        Action::Probe { options, json } => probe(&cfg.source, options, *json, style),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();
@@ -88,4 +89,47 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             })
         }
     }
+}
+
+/// `gpudoctor probe NAME`: exit 0 on pass or skip (no CUDA is not a failure of the machine),
+/// 1 when a measurement failed or a copy hung, 2 when gpudoctor could not finish
+/// (bad arguments, Ctrl-C).
+fn probe(
+    source: &SourceSpec,
+    options: &crate::probes::live::ProbeOptions,
+    json: bool,
+    style: Style,
+) -> Result<Outcome> {
+    use crate::probes::{Status, live};
+    if let SourceSpec::Root(dir) = source {
+        anyhow::bail!(
+            "probes measure the live machine; --root {} is for replaying recorded facts",
+            dir.display()
+        );
+    }
+    if options.size_bytes < (1 << 20) || !options.size_bytes.is_multiple_of(16) {
+        anyhow::bail!(
+            "--size {}: must be a multiple of 16 bytes and at least 1 MiB (1048576)",
+            options.size_bytes
+        );
+    }
+    let topo = topo_report(source)?.topology;
+    let run = live::run(options, &topo);
+    let stdout = if json {
+        render::json(&run.report)
+    } else {
+        crate::probes::render::table(&run.report, style)
+    };
+    let code = if run.interrupted {
+        EXIT_ERROR
+    } else if run.report.status == Status::Fail {
+        EXIT_FAILED_CHECK
+    } else {
+        EXIT_OK
+    };
+    if run.hung {
+        // CUDA work is stuck on the probe thread: leave without joining it.
+        live::exit_now(&stdout, code);
+    }
+    Ok(Outcome { stdout, code })
 }
