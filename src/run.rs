@@ -114,6 +114,13 @@ fn probe(
         );
     }
     let topo = topo_report(source)?.topology;
+    if let Some(n) = options.gpu {
+        let want = format!("GPU{n}");
+        if !topo.gpus.is_empty() && !topo.gpus.iter().any(|g| g.label == want) {
+            let have: Vec<&str> = topo.gpus.iter().map(|g| g.label.as_str()).collect();
+            anyhow::bail!("--gpu {n}: no {want} here (GPUs: {})", have.join(", "));
+        }
+    }
     let run = live::run(options, &topo);
     let stdout = if json {
         render::json(&run.report)

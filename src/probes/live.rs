@@ -54,6 +54,31 @@ pub struct ProbeRun {
     pub hung: bool,
 }
 
+/// Level 1 as a library call (for `check --level 1`): h2d, d2h, p2p and dmabuf-export in
+/// that order, each with `base`'s size/iterations/deadline. Stops after a run that was
+/// interrupted or hung; the caller must then `exit_now` for a hung one.
+pub fn run_level1(base: &ProbeOptions, topo: &Topology) -> Vec<ProbeRun> {
+    let mut out = Vec::new();
+    for kind in [
+        ProbeKind::H2d,
+        ProbeKind::D2h,
+        ProbeKind::P2p,
+        ProbeKind::DmabufExport,
+    ] {
+        let o = ProbeOptions {
+            kind,
+            ..base.clone()
+        };
+        let r = run(&o, topo);
+        let stop = r.interrupted || r.hung;
+        out.push(r);
+        if stop {
+            break;
+        }
+    }
+    out
+}
+
 /// One GPU, as planned from the topology (owned: it crosses to the worker thread).
 #[derive(Debug, Clone)]
 struct PlanGpu {
