@@ -752,3 +752,27 @@ pub fn export_dmabuf(buf: &DeviceBuffer) -> Result<(), CudaError> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvrtc_search_covers_cuda_home_and_the_targets_dir() {
+        let dirs = nvrtc_search_dirs(&[PathBuf::from("/opt/mycuda")]);
+        assert_eq!(
+            dirs[0],
+            PathBuf::from("/opt/mycuda/targets/x86_64-linux/lib")
+        );
+        // Where NVIDIA's Ubuntu packages put libnvrtc on our GPU machines.
+        assert!(dirs.contains(&PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib")));
+        assert!(dirs.contains(&PathBuf::from("/usr/local/cuda/lib64")));
+    }
+
+    #[test]
+    fn presence_checks_never_panic() {
+        // Here (no CUDA) these say why; on a GPU machine they succeed. Neither panics.
+        let _ = driver_presence();
+        let _ = find_nvrtc(&nvrtc_search_dirs(&[]));
+    }
+}
