@@ -44,6 +44,9 @@ pub enum Command {
         #[arg(value_parser = ["nvml", "libs"])]
         what: String,
     },
+    /// Measure one thing with CUDA: h2d/d2h/p2p bandwidth or dma-buf export (skips cleanly,
+    /// exit 0, where CUDA is absent).
+    Probe(ProbeArgs),
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -74,8 +77,10 @@ pub struct CheckArgs {
     /// Show one table row per subject for passing checks too (default: one row per check).
     #[arg(long)]
     pub all: bool,
-    /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=0))]
+    /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device); 1 = also
+    /// CUDA host<->GPU and GPU<->GPU copies and dma-buf export (replayed from probes/*.json
+    /// in a recorded tree).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub level: u8,
     /// Downgrade a failing check to a warning (repeatable).
     #[arg(long = "warn", value_name = "ID")]
@@ -86,6 +91,33 @@ pub struct CheckArgs {
     /// Do not judge this check (repeatable); it is reported as skip.
     #[arg(long = "skip", value_name = "ID")]
     pub skip: Vec<String>,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct ProbeArgs {
+    /// Which probe.
+    #[arg(value_enum)]
+    pub name: crate::probes::ProbeKind,
+    /// Only this GPU (GPU<N> in PCI order, as `topo` labels it).
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<u32>,
+    /// Bytes per timed transfer (a multiple of 16, at least 1 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::probes::live::DEFAULT_SIZE_BYTES)]
+    pub size: u64,
+    /// Timed transfers per measurement.
+    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_ITERS,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub iters: u32,
+    /// Untimed transfers before the timed ones.
+    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_WARMUP)]
+    pub warmup: u32,
+    /// Give up after this many seconds: a copy or kernel still running then is a failure.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::probes::live::DEFAULT_DEADLINE_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub deadline: u64,
+    /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Where facts come from.
@@ -104,6 +136,8 @@ pub enum TopoOutput {
 
 #[derive(Debug)]
 pub struct CheckOptions {
+    /// Options for the level-1 probes (defaults of `gpudoctor probe`).
+    pub probe: crate::probes::live::ProbeOptions,
     pub json: bool,
     pub all_rows: bool,
     pub strict: bool,
@@ -115,9 +149,15 @@ pub struct CheckOptions {
 pub enum Action {
     Topo(TopoOutput),
     Check(CheckOptions),
-    List { json: bool },
+    List {
+        json: bool,
+    },
     Explain(String),
     Snapshot(String),
+    Probe {
+        options: crate::probes::live::ProbeOptions,
+        json: bool,
+    },
     Man(PathBuf),
 }
 
@@ -144,6 +184,7 @@ impl Config {
                 TopoOutput::Tree
             }),
             Command::Check(c) => Action::Check(CheckOptions {
+                probe: probe_defaults(),
                 json: c.json,
                 all_rows: c.all,
                 strict: c.strict,
@@ -157,6 +198,20 @@ impl Config {
             Command::List { json } => Action::List { json },
             Command::Explain { id } => Action::Explain(id),
             Command::Snapshot { what } => Action::Snapshot(what),
+            Command::Probe(p) => Action::Probe {
+                options: crate::probes::live::ProbeOptions {
+                    kind: p.name,
+                    gpu: p.gpu,
+                    size_bytes: p.size,
+                    iters: p.iters,
+                    warmup: p.warmup,
+                    deadline: std::time::Duration::from_secs(p.deadline),
+                    cuda_homes: cuda_homes(),
+                    progress: std::io::stderr().is_terminal(),
+                    policy: crate::probes::Policy::default(),
+                },
+                json: p.json,
+            },
             Command::Man { dir } => Action::Man(dir),
         };
         let width = if std::io::stdout().is_terminal() {
@@ -169,6 +224,32 @@ impl Config {
             action,
             width,
         }
+    }
+}
+
+/// Where a CUDA toolkit (and so NVRTC) may be installed.
+fn cuda_homes() -> Vec<PathBuf> {
+    ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Probe options `check --level 1` uses: `gpudoctor probe`'s defaults.
+pub fn probe_defaults() -> crate::probes::live::ProbeOptions {
+    use crate::probes::live;
+    live::ProbeOptions {
+        kind: crate::probes::ProbeKind::H2d,
+        gpu: None,
+        size_bytes: live::DEFAULT_SIZE_BYTES,
+        iters: live::DEFAULT_ITERS,
+        warmup: live::DEFAULT_WARMUP,
+        deadline: std::time::Duration::from_secs(live::DEFAULT_DEADLINE_S),
+        cuda_homes: cuda_homes(),
+        progress: std::io::stderr().is_terminal(),
+        policy: crate::probes::Policy::default(),
     }
 }
 

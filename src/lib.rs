@@ -4,11 +4,13 @@
 
 pub mod checks;
 pub mod cli;
+pub mod cuda;
 pub mod inventory;
 pub mod libs;
 pub mod numa;
 pub mod nvml;
 pub mod pci;
+pub mod probes;
 pub mod render;
 pub mod report;
 pub mod run;

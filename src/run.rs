@@ -107,8 +107,78 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
         libs: &o.libs,
     };
     let mut findings = crate::checks::run_level0(&ctx);
+    if opts.level >= 1 {
+        let reports = level1_reports(spec, &o, &topo, opts)?;
+        crate::checks::level1::settle_link_speed(&reports, &mut findings, &topo);
+        for r in &reports {
+            crate::checks::level1::findings(r, &mut findings);
+        }
+    }
     opts.overrides.apply(&mut findings);
     Ok(CheckReport::new(o.info, opts.level, &inv, findings))
+}
+
+/// Level-1 probe reports: measured on a live machine, or read from a recorded tree's
+/// `probes/<name>.json` and re-evaluated (so thresholds and verdicts replay offline).
+fn level1_reports(
+    spec: &SourceSpec,
+    o: &Opened,
+    topo: &crate::topo::Topology,
+    opts: &CheckOptions,
+) -> Result<Vec<crate::probes::ProbeReport>> {
+    use crate::probes::{ProbeKind, ProbeReport};
+    let kinds = [
+        ProbeKind::H2d,
+        ProbeKind::D2h,
+        ProbeKind::P2p,
+        ProbeKind::DmabufExport,
+    ];
+    match spec {
+        SourceSpec::Live => {
+            let runs = crate::probes::live::run_level1(&opts.probe, topo);
+            if let Some(r) = runs.iter().find(|r| r.hung) {
+                // CUDA work is stuck: report what we have and leave without joining it.
+                let msg = format!(
+                    "gpudoctor: level-1 probe {} hung: {}\n",
+                    crate::checks::level1::id_of(r.report.probe),
+                    r.report.error.clone().unwrap_or_default()
+                );
+                crate::probes::live::exit_now(&msg, EXIT_FAILED_CHECK);
+            }
+            if runs.iter().any(|r| r.interrupted) {
+                anyhow::bail!("interrupted (Ctrl-C); device and pinned memory freed");
+            }
+            Ok(runs.into_iter().map(|r| r.report).collect())
+        }
+        SourceSpec::Root(_) => {
+            let mut out = Vec::new();
+            for k in kinds {
+                let name = crate::checks::level1::id_of(k).trim_start_matches("probe.");
+                let path = o
+                    .sysroot
+                    .root_dir()
+                    .join("probes")
+                    .join(format!("{name}.json"));
+                match std::fs::read(&path) {
+                    Ok(bytes) => {
+                        let mut r: ProbeReport = serde_json::from_slice(&bytes)
+                            .with_context(|| format!("{}: not a probe report", path.display()))?;
+                        r.evaluate();
+                        out.push(r);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        let mut r = ProbeReport::new(k, opts.probe.policy.clone());
+                        r.skipped =
+                            Some(format!("not recorded (no probes/{name}.json in the tree)"));
+                        r.status = crate::probes::Status::Skip;
+                        out.push(r);
+                    }
+                    Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+                }
+            }
+            Ok(out)
+        }
+    }
 }
 
 /// Exit code for a check report: 1 when a check failed (or warned, with --strict).
@@ -177,6 +247,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 code: EXIT_OK,
             })
         }
+        Action::Probe { options, json } => probe(&cfg.source, options, *json, style),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();
@@ -191,4 +262,54 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             })
         }
     }
+}
+
+/// `gpudoctor probe NAME`: exit 0 on pass or skip (no CUDA is not a failure of the machine),
+/// 1 when a measurement failed or a copy hung, 2 when gpudoctor could not finish
+/// (bad arguments, Ctrl-C).
+fn probe(
+    source: &SourceSpec,
+    options: &crate::probes::live::ProbeOptions,
+    json: bool,
+    style: Style,
+) -> Result<Outcome> {
+    use crate::probes::{Status, live};
+    if let SourceSpec::Root(dir) = source {
+        anyhow::bail!(
+            "probes measure the live machine; --root {} is for replaying recorded facts",
+            dir.display()
+        );
+    }
+    if options.size_bytes < (1 << 20) || !options.size_bytes.is_multiple_of(16) {
+        anyhow::bail!(
+            "--size {}: must be a multiple of 16 bytes and at least 1 MiB (1048576)",
+            options.size_bytes
+        );
+    }
+    let topo = topo_report(source)?.topology;
+    if let Some(n) = options.gpu {
+        let want = format!("GPU{n}");
+        if !topo.gpus.is_empty() && !topo.gpus.iter().any(|g| g.label == want) {
+            let have: Vec<&str> = topo.gpus.iter().map(|g| g.label.as_str()).collect();
+            anyhow::bail!("--gpu {n}: no {want} here (GPUs: {})", have.join(", "));
+        }
+    }
+    let run = live::run(options, &topo);
+    let stdout = if json {
+        render::json(&run.report)
+    } else {
+        crate::probes::render::table(&run.report, style)
+    };
+    let code = if run.interrupted {
+        EXIT_ERROR
+    } else if run.report.status == Status::Fail {
+        EXIT_FAILED_CHECK
+    } else {
+        EXIT_OK
+    };
+    if run.hung {
+        // CUDA work is stuck on the probe thread: leave without joining it.
+        live::exit_now(&stdout, code);
+    }
+    Ok(Outcome { stdout, code })
 }

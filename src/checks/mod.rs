@@ -9,6 +9,7 @@ mod driver;
 mod gdr;
 mod gpu;
 mod host;
+pub mod level1;
 mod pcie;
 mod placement;
 mod rdma;
@@ -249,6 +250,30 @@ catalog![
         "NVML reports P2P read/write OK between GPU pairs"
     ),
     ("gpu.nvlink-down", 0, Fail, "No NVLink down"),
+    (
+        "probe.h2d",
+        1,
+        Fail,
+        "Host-to-GPU copies reach 80% of the PCIe link rate"
+    ),
+    (
+        "probe.d2h",
+        1,
+        Fail,
+        "GPU-to-host copies reach 80% of the PCIe link rate"
+    ),
+    (
+        "probe.p2p",
+        1,
+        Fail,
+        "GPU-to-GPU copies reach the NVLink/PCIe rate; peer access works"
+    ),
+    (
+        "probe.dmabuf-export",
+        1,
+        Fail,
+        "GPU memory exports as a dma-buf (GPU half of dma-buf GPUDirect RDMA)"
+    ),
 ];
 
 /// The check list for `gpudoctor check --help` and the man page.

@@ -74,3 +74,50 @@ fn live_run_never_panics() {
     assert_eq!(v["schema"], "gpudoctor.topo/1");
     assert_eq!(v["source"]["kind"], "live");
 }
+
+/// Without CUDA (this machine, CI) every probe is a clean skip: exit 0, the reason on stdout,
+/// nothing on stderr, no panic. On a machine with CUDA the probe runs instead; then only the
+/// exit code convention is checked.
+#[test]
+fn probe_without_cuda_is_a_clean_skip() {
+    for probe in ["h2d", "d2h", "p2p", "dmabuf-export"] {
+        let out = gpudoctor()
+            .args(["probe", probe, "--json"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["schema"], "gpudoctor.probe/1");
+        assert_eq!(v["probe"], probe);
+        if v["skipped"].is_string() {
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            assert_eq!(v["status"], "skip");
+            assert!(stderr.is_empty(), "{stderr}");
+            let table = gpudoctor().args(["probe", probe]).output().unwrap();
+            assert_eq!(table.status.code(), Some(0));
+            let text = String::from_utf8(table.stdout).unwrap();
+            assert!(text.contains("status: skip: "), "{text}");
+        } else {
+            assert!(matches!(out.status.code(), Some(0) | Some(1)), "{stderr}");
+        }
+    }
+}
+
+#[test]
+fn probe_rejects_bad_sizes_and_replay_roots() {
+    let out = gpudoctor()
+        .args(["probe", "h2d", "--size", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--size 1000"));
+    let out = gpudoctor()
+        .args(["probe", "h2d", "--root", "fixtures/h200x2-vm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("live machine"));
+    let out = gpudoctor().args(["probe", "nvme"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -46,6 +46,7 @@ fn run_all(root: &Path) {
     // Either a report or a clean error: both are fine, a panic is not.
     let _ = gpudoctor::run::topo_report(&spec).map(|r| gpudoctor::render::topo_matrix(&r));
     let opts = CheckOptions {
+        probe: gpudoctor::cli::probe_defaults(),
         json: true,
         all_rows: false,
         strict: false,
@@ -118,6 +119,7 @@ fn truncated_config_space_is_needs_root_not_pass() {
         }
     }
     let opts = CheckOptions {
+        probe: gpudoctor::cli::probe_defaults(),
         json: true,
         all_rows: false,
         strict: false,

@@ -5,6 +5,7 @@ mod cli;
 mod fixtures;
 mod hostile;
 mod man;
+mod probes;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,778 @@
+//! CUDA through cudarc's raw driver and NVRTC bindings, loaded at run time (dlopen), never
+//! linked. Thin RAII owners for contexts, streams, events, device and pinned host memory,
+//! modules; NVRTC compilation of `kernels/*.cu` to CUBIN for the GPU's exact `sm_XX`.
+//!
+//! This module must not decide anything (no thresholds, no verdicts) and must not touch sysfs:
+//! it turns driver calls into values or typed errors. cudarc panics when a library or a symbol
+//! is missing; callers check `driver_presence()` first and keep a `catch_unwind` backstop.
+
+use cudarc::driver::sys as cu;
+use cudarc::nvrtc::sys as nv;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// A library or device is not there: the probes are skipped with this reason.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{call}: {name} ({text})")]
+    Driver {
+        call: &'static str,
+        name: String,
+        text: String,
+    },
+    #[error("NVRTC {call}: {text}")]
+    Nvrtc { call: &'static str, text: String },
+    #[error("NVRTC could not compile {kernel} for {arch}: {log}")]
+    Compile {
+        kernel: String,
+        arch: String,
+        log: String,
+    },
+}
+
+impl CudaError {
+    /// The driver's error name (`CUDA_ERROR_NO_DEVICE`...), when this is a driver error.
+    pub fn driver_name(&self) -> Option<&str> {
+        match self {
+            CudaError::Driver { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+}
+
+fn cstr_or(p: *const c_char, fallback: &str) -> String {
+    if p.is_null() {
+        return fallback.to_string();
+    }
+    // SAFETY: the driver returns static NUL-terminated strings for error names/texts.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Turn a CUresult into Ok or a typed error with the driver's name and text for it.
+pub fn check(call: &'static str, rc: cu::CUresult) -> Result<(), CudaError> {
+    if rc == cu::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut name: *const c_char = std::ptr::null();
+    let mut text: *const c_char = std::ptr::null();
+    // SAFETY: out-pointers to locals; the driver fills them with static strings or leaves them.
+    unsafe {
+        let _ = cu::cuGetErrorName(rc, &mut name);
+        let _ = cu::cuGetErrorString(rc, &mut text);
+    }
+    Err(CudaError::Driver {
+        call,
+        name: cstr_or(name, &format!("{rc:?}")),
+        text: cstr_or(text, "no description"),
+    })
+}
+
+fn nvrtc_check(call: &'static str, rc: nv::nvrtcResult) -> Result<(), CudaError> {
+    if rc == nv::nvrtcResult::NVRTC_SUCCESS {
+        return Ok(());
+    }
+    // SAFETY: nvrtcGetErrorString returns a static string for any result value.
+    let text = cstr_or(unsafe { nv::nvrtcGetErrorString(rc) }, &format!("{rc:?}"));
+    Err(CudaError::Nvrtc { call, text })
+}
+
+/// Whether libcuda can be loaded by the names cudarc tries (libcuda.so, libcuda.so.1, ...).
+pub fn driver_presence() -> Result<(), CudaError> {
+    // SAFETY: dlopen of candidate names; the handles are dropped at once.
+    if unsafe { cu::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::Unavailable(
+            "libcuda.so.1 (the CUDA user-mode driver) could not be loaded: NVIDIA driver not \
+             installed or not on the loader path"
+                .to_string(),
+        ))
+    }
+}
+
+/// Where NVRTC was found.
+#[derive(Debug, Clone)]
+pub enum NvrtcSource {
+    /// The dynamic loader found it by name (ld.so.cache, LD_LIBRARY_PATH).
+    LoaderPath,
+    /// Preloaded from this file.
+    File(PathBuf),
+}
+
+/// Directories a CUDA toolkit puts libnvrtc in. `cuda_homes` come from CUDA_HOME/CUDA_PATH
+/// (read by `cli::Config`, the one place that looks at the environment).
+pub fn nvrtc_search_dirs(cuda_homes: &[PathBuf]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = cuda_homes.to_vec();
+    roots.push(PathBuf::from("/usr/local/cuda"));
+    // Versioned installs, newest first (cuda-13.0 before cuda-12.8).
+    if let Ok(rd) = std::fs::read_dir("/usr/local") {
+        let mut v: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("cuda-"))
+            })
+            .collect();
+        v.sort_by(|a, b| crate::pci::natural_cmp(&b.to_string_lossy(), &a.to_string_lossy()));
+        roots.extend(v);
+    }
+    roots.push(PathBuf::from("/opt/cuda"));
+    let mut dirs = Vec::new();
+    for r in roots {
+        // On NVIDIA's Ubuntu packages the library lives only under targets/<arch>/lib.
+        dirs.push(r.join("targets/x86_64-linux/lib"));
+        dirs.push(r.join("targets/sbsa-linux/lib"));
+        dirs.push(r.join("lib64"));
+        dirs.push(r.join("lib"));
+    }
+    dirs.push(PathBuf::from("/usr/lib/x86_64-linux-gnu"));
+    dirs.push(PathBuf::from("/usr/lib/aarch64-linux-gnu"));
+    dirs.dedup();
+    dirs
+}
+
+/// Sonames cudarc (built for CUDA 13) asks the loader for, newest first.
+const NVRTC_SONAMES: [&str; 2] = ["libnvrtc.so.13", "libnvrtc.so.12"];
+
+/// Make libnvrtc loadable by cudarc. cudarc dlopens by bare name (`libnvrtc.so.13`...), which
+/// only searches the loader path; on our GPU machines libnvrtc lives only under
+/// /usr/local/cuda/targets/x86_64-linux/lib, and LD_LIBRARY_PATH cannot be changed for a
+/// running process. So we dlopen the file by absolute path first: glibc then answers
+/// cudarc's later dlopen by name with the object already loaded, matched on its DT_SONAME.
+/// The builtins library NVRTC dlopens during compilation is preloaded the same way.
+pub fn find_nvrtc(dirs: &[PathBuf]) -> Result<NvrtcSource, CudaError> {
+    // SAFETY: dlopen of candidate names; handles dropped at once.
+    if unsafe { nv::is_culib_present() } {
+        return Ok(NvrtcSource::LoaderPath);
+    }
+    for soname in NVRTC_SONAMES {
+        for d in dirs {
+            let p = d.join(soname);
+            if !p.exists() {
+                continue;
+            }
+            if dlopen_global(&p).is_err() {
+                continue;
+            }
+            // libnvrtc-builtins.so.13.0 (or .12.8, ...) beside it.
+            if let Ok(rd) = std::fs::read_dir(d) {
+                let major = soname.rsplit('.').next().unwrap_or("");
+                let prefix = format!("libnvrtc-builtins.so.{major}.");
+                let mut b: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with(&prefix))
+                    })
+                    .collect();
+                b.sort();
+                if let Some(first) = b.first() {
+                    let _ = dlopen_global(first);
+                }
+            }
+            // SAFETY: as above.
+            if unsafe { nv::is_culib_present() } {
+                return Ok(NvrtcSource::File(p));
+            }
+        }
+    }
+    let shown: Vec<String> = dirs
+        .iter()
+        .take(6)
+        .map(|d| d.display().to_string())
+        .collect();
+    Err(CudaError::Unavailable(format!(
+        "libnvrtc ({}) not found on the loader path nor in {}, ...: install the CUDA toolkit's \
+         NVRTC or set CUDA_HOME",
+        NVRTC_SONAMES.join(", "),
+        shown.join(", ")
+    )))
+}
+
+/// dlopen a file by absolute path with RTLD_NOW | RTLD_GLOBAL and keep it loaded for the
+/// life of the process (the handle is deliberately never closed).
+fn dlopen_global(p: &Path) -> Result<(), String> {
+    let c = CString::new(p.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid NUL-terminated path; the library's initialisers are NVIDIA's own.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if h.is_null() {
+        // SAFETY: dlerror returns a thread-local message or null.
+        let e = unsafe { libc::dlerror() };
+        return Err(cstr_or(e, "dlopen failed"));
+    }
+    Ok(())
+}
+
+pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+    let (mut ma, mut mi) = (0, 0);
+    // SAFETY: out-pointers to locals.
+    nvrtc_check("nvrtcVersion", unsafe {
+        nv::nvrtcVersion(&mut ma, &mut mi)
+    })?;
+    Ok((ma, mi))
+}
+
+/// cuInit and the driver's CUDA version (13000 for 13.0).
+pub fn init() -> Result<i32, CudaError> {
+    // SAFETY: cuInit has no pointer arguments.
+    check("cuInit", unsafe { cu::cuInit(0) })?;
+    let mut v = 0;
+    // SAFETY: out-pointer to a local.
+    check("cuDriverGetVersion", unsafe {
+        cu::cuDriverGetVersion(&mut v)
+    })?;
+    Ok(v)
+}
+
+/// A CUDA device as the driver numbers it (not PCI order: callers map by `bdf`).
+#[derive(Debug, Clone)]
+pub struct Device {
+    pub ordinal: i32,
+    pub handle: cu::CUdevice,
+    /// sysfs form, lower case: `0000:00:06.0`.
+    pub bdf: String,
+    pub name: String,
+    pub cc_major: i32,
+    pub cc_minor: i32,
+    pub sm_count: i32,
+    pub dma_buf_supported: Result<bool, String>,
+}
+
+impl Device {
+    /// The NVRTC target for CUBIN: `sm_90`.
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.cc_major, self.cc_minor)
+    }
+}
+
+fn attr(
+    dev: cu::CUdevice,
+    a: cu::CUdevice_attribute,
+    call: &'static str,
+) -> Result<i32, CudaError> {
+    let mut v: c_int = 0;
+    // SAFETY: out-pointer to a local; `dev` came from cuDeviceGet.
+    check(call, unsafe { cu::cuDeviceGetAttribute(&mut v, a, dev) })?;
+    Ok(v)
+}
+
+pub fn devices() -> Result<Vec<Device>, CudaError> {
+    use cu::CUdevice_attribute as A;
+    let mut n: c_int = 0;
+    // SAFETY: out-pointer to a local.
+    check("cuDeviceGetCount", unsafe { cu::cuDeviceGetCount(&mut n) })?;
+    let mut out = Vec::new();
+    for ordinal in 0..n {
+        let mut h: cu::CUdevice = 0;
+        // SAFETY: out-pointer to a local.
+        check("cuDeviceGet", unsafe { cu::cuDeviceGet(&mut h, ordinal) })?;
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: the buffer is 64 bytes and its length is passed.
+        check("cuDeviceGetPCIBusId", unsafe {
+            cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, h)
+        })?;
+        let bdf = cstr_or(buf.as_ptr(), "").to_ascii_lowercase();
+        let mut nb = [0 as c_char; 256];
+        // SAFETY: as above.
+        check("cuDeviceGetName", unsafe {
+            cu::cuDeviceGetName(nb.as_mut_ptr(), nb.len() as c_int, h)
+        })?;
+        let dma_buf_supported = attr(
+            h,
+            A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+            "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)",
+        )
+        .map(|v| v != 0)
+        .map_err(|e| e.to_string());
+        out.push(Device {
+            ordinal,
+            handle: h,
+            bdf,
+            name: cstr_or(nb.as_ptr(), ""),
+            cc_major: attr(
+                h,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                "cuDeviceGetAttribute(CC_MAJOR)",
+            )?,
+            cc_minor: attr(
+                h,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                "cuDeviceGetAttribute(CC_MINOR)",
+            )?,
+            sm_count: attr(
+                h,
+                A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
+            )?,
+            dma_buf_supported,
+        });
+    }
+    Ok(out)
+}
+
+/// A device's primary context, retained for the life of this value.
+pub struct Context {
+    pub dev: cu::CUdevice,
+    pub raw: cu::CUcontext,
+}
+
+impl Context {
+    pub fn retain(dev: cu::CUdevice) -> Result<Rc<Context>, CudaError> {
+        let mut raw: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; `dev` is a valid device handle.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            cu::cuDevicePrimaryCtxRetain(&mut raw, dev)
+        })?;
+        let c = Rc::new(Context { dev, raw });
+        c.make_current()?;
+        Ok(c)
+    }
+
+    pub fn make_current(&self) -> Result<(), CudaError> {
+        // SAFETY: `raw` is a retained primary context.
+        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.raw) })
+    }
+
+    /// Let this context's kernels and copies reach `peer`'s memory.
+    pub fn enable_peer_access(&self, peer: &Context) -> Result<(), CudaError> {
+        self.make_current()?;
+        // SAFETY: both contexts are retained.
+        let rc = unsafe { cu::cuCtxEnablePeerAccess(peer.raw, 0) };
+        if rc == cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        check("cuCtxEnablePeerAccess", rc)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: balanced with the retain in `Context::retain`.
+        let _ = unsafe { cu::cuDevicePrimaryCtxRelease_v2(self.dev) };
+    }
+}
+
+pub struct Stream {
+    ctx: Rc<Context>,
+    pub raw: cu::CUstream,
+}
+
+impl Stream {
+    pub fn new(ctx: &Rc<Context>) -> Result<Stream, CudaError> {
+        ctx.make_current()?;
+        let mut raw: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the context is current.
+        check("cuStreamCreate", unsafe {
+            cu::cuStreamCreate(&mut raw, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(Stream {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        // SAFETY: a live stream.
+        check("cuStreamSynchronize", unsafe {
+            cu::cuStreamSynchronize(self.raw)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.ctx.make_current();
+        // SAFETY: created by cuStreamCreate, destroyed once.
+        let _ = unsafe { cu::cuStreamDestroy_v2(self.raw) };
+    }
+}
+
+pub struct Event {
+    ctx: Rc<Context>,
+    raw: cu::CUevent,
+}
+
+impl Event {
+    pub fn new(ctx: &Rc<Context>) -> Result<Event, CudaError> {
+        ctx.make_current()?;
+        let mut raw: cu::CUevent = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; CU_EVENT_DEFAULT keeps timing enabled.
+        check("cuEventCreate", unsafe {
+            cu::cuEventCreate(&mut raw, cu::CUevent_flags::CU_EVENT_DEFAULT as u32)
+        })?;
+        Ok(Event {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    pub fn record(&self, s: &Stream) -> Result<(), CudaError> {
+        // SAFETY: live event and stream of the same context.
+        check("cuEventRecord", unsafe {
+            cu::cuEventRecord(self.raw, s.raw)
+        })
+    }
+
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        // SAFETY: a live, recorded event.
+        check("cuEventSynchronize", unsafe {
+            cu::cuEventSynchronize(self.raw)
+        })
+    }
+
+    /// Milliseconds from `start` to `self` (both recorded and complete).
+    pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32, CudaError> {
+        let mut ms = 0f32;
+        // SAFETY: out-pointer to a local; both events live.
+        check("cuEventElapsedTime", unsafe {
+            cu::cuEventElapsedTime_v2(&mut ms, start.raw, self.raw)
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let _ = self.ctx.make_current();
+        // SAFETY: created by cuEventCreate, destroyed once.
+        let _ = unsafe { cu::cuEventDestroy_v2(self.raw) };
+    }
+}
+
+/// Device memory from cuMemAlloc (not the stream-ordered pool: dma-buf export needs it).
+pub struct DeviceBuffer {
+    ctx: Rc<Context>,
+    pub ptr: cu::CUdeviceptr,
+    pub bytes: usize,
+}
+
+impl DeviceBuffer {
+    pub fn new(ctx: &Rc<Context>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        ctx.make_current()?;
+        let mut ptr: cu::CUdeviceptr = 0;
+        // SAFETY: out-pointer to a local; the context is current.
+        check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) })?;
+        let b = DeviceBuffer {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+        };
+        // Touch every page so the first timed copy pays no first-use cost.
+        // SAFETY: `ptr` spans `bytes`; the null stream is legal.
+        check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(ptr, 0x5a, bytes) })?;
+        Ok(b)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let _ = self.ctx.make_current();
+        // SAFETY: allocated by cuMemAlloc, freed once.
+        let _ = unsafe { cu::cuMemFree_v2(self.ptr) };
+    }
+}
+
+/// Page-locked host memory from cuMemHostAlloc: PORTABLE | DEVICEMAP, never WRITECOMBINED
+/// (write-combined memory is uncached for CPU reads, and not what applications use).
+pub struct PinnedBuffer {
+    ctx: Rc<Context>,
+    pub ptr: *mut c_void,
+    pub bytes: usize,
+}
+
+impl PinnedBuffer {
+    pub fn new(ctx: &Rc<Context>, bytes: usize) -> Result<PinnedBuffer, CudaError> {
+        ctx.make_current()?;
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; flags are documented cuMemHostAlloc flags.
+        check("cuMemHostAlloc", unsafe {
+            cu::cuMemHostAlloc(
+                &mut ptr,
+                bytes,
+                cu::CU_MEMHOSTALLOC_PORTABLE | cu::CU_MEMHOSTALLOC_DEVICEMAP,
+            )
+        })?;
+        // SAFETY: the driver returned `bytes` writable bytes at `ptr`.
+        unsafe { std::ptr::write_bytes(ptr as *mut u8, 0xa5, bytes) };
+        Ok(PinnedBuffer {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+        })
+    }
+
+    /// The unified address (host pointer as a device pointer; UVA on every 64-bit platform).
+    pub fn addr(&self) -> cu::CUdeviceptr {
+        self.ptr as cu::CUdeviceptr
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        let _ = self.ctx.make_current();
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        let _ = unsafe { cu::cuMemFreeHost(self.ptr) };
+    }
+}
+
+/// Copy `bytes` from `src` to `dst` (unified addresses) on `s`: the copy engine.
+pub fn memcpy_async(
+    dst: cu::CUdeviceptr,
+    src: cu::CUdeviceptr,
+    bytes: usize,
+    s: &Stream,
+) -> Result<(), CudaError> {
+    // SAFETY: the callers own both ranges for at least `bytes` and keep them alive until the
+    // stream is synchronized.
+    check("cuMemcpyAsync", unsafe {
+        cu::cuMemcpyAsync(dst, src, bytes, s.raw)
+    })
+}
+
+/// A kernel of a loaded `Module` (valid while the module lives).
+#[derive(Debug, Clone, Copy)]
+pub struct Kernel(cu::CUfunction);
+
+/// A loaded CUBIN.
+pub struct Module {
+    ctx: Rc<Context>,
+    raw: cu::CUmodule,
+}
+
+impl Module {
+    pub fn load(ctx: &Rc<Context>, cubin: &[u8]) -> Result<Module, CudaError> {
+        ctx.make_current()?;
+        let mut raw: cu::CUmodule = std::ptr::null_mut();
+        // SAFETY: `cubin` is a complete CUBIN image produced by NVRTC.
+        check("cuModuleLoadData", unsafe {
+            cu::cuModuleLoadData(&mut raw, cubin.as_ptr() as *const c_void)
+        })?;
+        Ok(Module {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    pub fn function(&self, name: &str) -> Result<Kernel, CudaError> {
+        let c = CString::new(name).map_err(|e| CudaError::Unavailable(e.to_string()))?;
+        let mut f: cu::CUfunction = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; a loaded module.
+        check("cuModuleGetFunction", unsafe {
+            cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr())
+        })?;
+        Ok(Kernel(f))
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let _ = self.ctx.make_current();
+        // SAFETY: loaded by cuModuleLoadData, unloaded once.
+        let _ = unsafe { cu::cuModuleUnload(self.raw) };
+    }
+}
+
+/// Launch `gpudoctor_copy_u4(src, dst, words)` on `s`.
+pub fn launch_copy(
+    f: Kernel,
+    grid: u32,
+    block: u32,
+    src: cu::CUdeviceptr,
+    dst: cu::CUdeviceptr,
+    words: u64,
+    s: &Stream,
+) -> Result<(), CudaError> {
+    let (mut a, mut b, mut n) = (src, dst, words);
+    let mut params: [*mut c_void; 3] = [
+        &mut a as *mut _ as *mut c_void,
+        &mut b as *mut _ as *mut c_void,
+        &mut n as *mut _ as *mut c_void,
+    ];
+    // SAFETY: the parameter array matches the kernel's signature (two pointers, one u64) and
+    // the locals outlive the call (the driver copies them at launch).
+    check("cuLaunchKernel", unsafe {
+        cu::cuLaunchKernel(
+            f.0,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            s.raw,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+/// Compile CUDA C to CUBIN for `arch` (`sm_90`): CUBIN, not PTX, so a newer NVRTC never
+/// hands the driver PTX of an ISA version it cannot JIT.
+pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
+    let csrc = CString::new(src).map_err(|e| CudaError::Unavailable(e.to_string()))?;
+    let cname = CString::new(name).map_err(|e| CudaError::Unavailable(e.to_string()))?;
+    let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: NUL-terminated source and name; no headers.
+    nvrtc_check("nvrtcCreateProgram", unsafe {
+        nv::nvrtcCreateProgram(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    })?;
+    let result = compile_inner(prog, name, arch);
+    // SAFETY: created above, destroyed once.
+    let _ = unsafe { nv::nvrtcDestroyProgram(&mut prog) };
+    result
+}
+
+fn compile_inner(prog: nv::nvrtcProgram, name: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
+    // NVRTC optimises device code by default (-dopt); it has no -O3.
+    let opts = [format!("--gpu-architecture={arch}")];
+    let copts: Vec<CString> = opts
+        .iter()
+        .map(|o| CString::new(o.as_str()).unwrap_or_default())
+        .collect();
+    let ptrs: Vec<*const c_char> = copts.iter().map(|c| c.as_ptr()).collect();
+    // SAFETY: `ptrs` holds `ptrs.len()` valid C strings that outlive the call.
+    let rc = unsafe { nv::nvrtcCompileProgram(prog, ptrs.len() as c_int, ptrs.as_ptr()) };
+    if rc != nv::nvrtcResult::NVRTC_SUCCESS {
+        let log = program_log(prog).unwrap_or_else(|e| format!("(no log: {e})"));
+        return Err(CudaError::Compile {
+            kernel: name.to_string(),
+            arch: arch.to_string(),
+            log: log.trim().to_string(),
+        });
+    }
+    let mut size = 0usize;
+    // SAFETY: out-pointer to a local.
+    nvrtc_check("nvrtcGetCUBINSize", unsafe {
+        nv::nvrtcGetCUBINSize(prog, &mut size)
+    })?;
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` has the size NVRTC reported.
+    nvrtc_check("nvrtcGetCUBIN", unsafe {
+        nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char)
+    })?;
+    Ok(buf)
+}
+
+fn program_log(prog: nv::nvrtcProgram) -> Result<String, CudaError> {
+    let mut size = 0usize;
+    // SAFETY: out-pointer to a local.
+    nvrtc_check("nvrtcGetProgramLogSize", unsafe {
+        nv::nvrtcGetProgramLogSize(prog, &mut size)
+    })?;
+    let mut buf = vec![0u8; size.max(1)];
+    // SAFETY: `buf` has the size NVRTC reported.
+    nvrtc_check("nvrtcGetProgramLog", unsafe {
+        nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char)
+    })?;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Peer capability of `src` reaching `dst`.
+pub fn can_access_peer(src: &Device, dst: &Device) -> Result<bool, CudaError> {
+    let mut v: c_int = 0;
+    // SAFETY: out-pointer to a local; valid device handles.
+    check("cuDeviceCanAccessPeer", unsafe {
+        cu::cuDeviceCanAccessPeer(&mut v, src.handle, dst.handle)
+    })?;
+    Ok(v != 0)
+}
+
+/// The P2P attributes, by the names of the CUDA driver API.
+pub fn p2p_attributes(src: &Device, dst: &Device) -> Vec<(&'static str, Result<i32, String>)> {
+    use cu::CUdevice_P2PAttribute as P;
+    let list = [
+        (
+            "performance_rank",
+            P::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK,
+        ),
+        (
+            "access_supported",
+            P::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED,
+        ),
+        (
+            "native_atomic_supported",
+            P::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+        ),
+        (
+            "cuda_array_access_supported",
+            P::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_ACCESS_SUPPORTED,
+        ),
+    ];
+    list.into_iter()
+        .map(|(name, a)| {
+            let mut v: c_int = 0;
+            // SAFETY: out-pointer to a local; valid device handles.
+            let r = check("cuDeviceGetP2PAttribute", unsafe {
+                cu::cuDeviceGetP2PAttribute(&mut v, a, src.handle, dst.handle)
+            });
+            (name, r.map(|_| v).map_err(|e| e.to_string()))
+        })
+        .collect()
+}
+
+/// Export `buf` as a dma-buf file descriptor (the GPU half of GPUDirect RDMA over dma-buf);
+/// the descriptor is closed before returning.
+pub fn export_dmabuf(buf: &DeviceBuffer) -> Result<(), CudaError> {
+    buf.ctx.make_current()?;
+    let mut fd: c_int = -1;
+    // SAFETY: out-pointer to a local int (the driver writes an fd); the range is one whole
+    // cuMemAlloc allocation, aligned to the host page size.
+    check("cuMemGetHandleForAddressRange(DMA_BUF_FD)", unsafe {
+        cu::cuMemGetHandleForAddressRange(
+            &mut fd as *mut c_int as *mut c_void,
+            buf.ptr,
+            buf.bytes,
+            cu::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    })?;
+    if fd >= 0 {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(fd) };
+        Ok(())
+    } else {
+        Err(CudaError::Unavailable(
+            "cuMemGetHandleForAddressRange returned success but no file descriptor".to_string(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvrtc_search_covers_cuda_home_and_the_targets_dir() {
+        let dirs = nvrtc_search_dirs(&[PathBuf::from("/opt/mycuda")]);
+        assert_eq!(
+            dirs[0],
+            PathBuf::from("/opt/mycuda/targets/x86_64-linux/lib")
+        );
+        // Where NVIDIA's Ubuntu packages put libnvrtc on our GPU machines.
+        assert!(dirs.contains(&PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib")));
+        assert!(dirs.contains(&PathBuf::from("/usr/local/cuda/lib64")));
+    }
+
+    #[test]
+    fn presence_checks_never_panic() {
+        // Here (no CUDA) these say why; on a GPU machine they succeed. Neither panics.
+        let _ = driver_presence();
+        let _ = find_nvrtc(&nvrtc_search_dirs(&[]));
+    }
+}

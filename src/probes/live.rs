@@ -1,0 +1,920 @@
+//! Measuring on the live machine: plans from the topology, CUDA work on one worker thread,
+//! a deadline and Ctrl-C watched from the calling thread.
+//!
+//! This module must not judge: it records samples, expected rates and what it read, and hands
+//! the report to `ProbeReport::evaluate`. A hung copy or kernel cannot be cancelled, so when
+//! the deadline passes the caller gets the partial report marked `hung` and must end the
+//! process (`exit_now`); the driver frees the device and pinned memory when it goes.
+
+use super::{
+    CudaInfo, DmabufResult, Expected, LinkUnderLoad, Measurement, Method, PeerInfo, Policy,
+    ProbeGpu, ProbeKind, ProbeReport, Status,
+};
+use crate::cuda::{self, Context, CudaError, DeviceBuffer, Event, Module, PinnedBuffer, Stream};
+use crate::topo::Topology;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The copy kernel, compiled at run time for the GPU's own sm_XX.
+pub const COPY_KERNEL_SRC: &str = include_str!("../../kernels/copy.cu");
+const COPY_KERNEL_NAME: &str = "gpudoctor_copy_u4";
+
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    pub kind: ProbeKind,
+    /// Only this GPU (its label number, PCI order: GPU0, GPU1...).
+    pub gpu: Option<u32>,
+    pub size_bytes: u64,
+    pub iters: u32,
+    pub warmup: u32,
+    /// For the whole probe run.
+    pub deadline: Duration,
+    /// CUDA_HOME / CUDA_PATH, where NVRTC may live.
+    pub cuda_homes: Vec<PathBuf>,
+    /// Show progress on stderr (a terminal).
+    pub progress: bool,
+    pub policy: Policy,
+}
+
+pub const DEFAULT_SIZE_BYTES: u64 = 256 << 20;
+pub const DEFAULT_ITERS: u32 = 20;
+pub const DEFAULT_WARMUP: u32 = 3;
+pub const DEFAULT_DEADLINE_S: u64 = 300;
+
+/// What a probe run produced.
+pub struct ProbeRun {
+    pub report: ProbeReport,
+    /// Ctrl-C: the worker stopped between samples and freed its memory.
+    pub interrupted: bool,
+    /// The deadline passed with CUDA work still outstanding: end the process now.
+    pub hung: bool,
+}
+
+/// Level 1 as a library call (for `check --level 1`): h2d, d2h, p2p and dmabuf-export in
+/// that order, each with `base`'s size/iterations/deadline. Stops after a run that was
+/// interrupted or hung; the caller must then `exit_now` for a hung one.
+pub fn run_level1(base: &ProbeOptions, topo: &Topology) -> Vec<ProbeRun> {
+    let mut out = Vec::new();
+    for kind in [
+        ProbeKind::H2d,
+        ProbeKind::D2h,
+        ProbeKind::P2p,
+        ProbeKind::DmabufExport,
+    ] {
+        let o = ProbeOptions {
+            kind,
+            ..base.clone()
+        };
+        let r = run(&o, topo);
+        let stop = r.interrupted || r.hung;
+        out.push(r);
+        if stop {
+            break;
+        }
+    }
+    out
+}
+
+/// One GPU, as planned from the topology (owned: it crosses to the worker thread).
+#[derive(Debug, Clone)]
+struct PlanGpu {
+    label: String,
+    /// sysfs form.
+    bdf: String,
+    /// NVML form.
+    bdf_nvml: String,
+    cpulist: Option<String>,
+    numa_node: Option<u32>,
+    /// Max generation/width of the GPU's own link, with the source of the numbers.
+    link_max: Result<(u8, u8, String), String>,
+}
+
+#[derive(Debug, Clone)]
+struct Plan {
+    gpus: Vec<PlanGpu>,
+    /// (label a, label b) -> path cell (`NV18`, `PIX`...) and NVLink count.
+    paths: BTreeMap<(String, String), (String, Option<u32>)>,
+}
+
+fn plan(topo: &Topology) -> Plan {
+    let mut gpus = Vec::new();
+    for g in &topo.gpus {
+        let dev = topo.devices.iter().find(|d| d.bdf == g.bdf);
+        let link_max = match dev {
+            Some(d) => match (d.link.max_gen, d.link.max_width) {
+                (Some(gn), Some(w)) => Ok((
+                    gn,
+                    w,
+                    format!("sysfs max_link_speed/max_link_width of {}", g.bdf),
+                )),
+                _ => Err(format!("{}: max link speed/width unreadable", g.bdf)),
+            },
+            None => Err(format!("{}: not in the PCI inventory", g.bdf)),
+        };
+        gpus.push(PlanGpu {
+            label: g.label.clone(),
+            bdf: g.bdf.to_string(),
+            bdf_nvml: g.bdf.nvml(),
+            cpulist: dev.and_then(|d| d.numa.cpu_affinity.clone()),
+            numa_node: dev.and_then(|d| d.numa.node),
+            link_max,
+        });
+    }
+    let mut paths = BTreeMap::new();
+    let m = &topo.matrix;
+    for (i, a) in m.labels.iter().enumerate() {
+        for (j, b) in m.labels.iter().enumerate() {
+            if let Some(p) = m.paths.get(i).and_then(|r| r.get(j)) {
+                paths.insert((a.clone(), b.clone()), (p.cell(), p.nvlinks));
+            }
+        }
+    }
+    Plan { gpus, paths }
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    if INTERRUPTED.swap(true, Ordering::SeqCst) {
+        // A second Ctrl-C: leave at once (async-signal-safe).
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(130) };
+    }
+}
+
+fn install_sigint() {
+    let handler: extern "C" fn(libc::c_int) = on_sigint;
+    // SAFETY: installs an async-signal-safe handler that only touches an atomic.
+    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// End the process now, after writing `stdout`: used when CUDA work is hung and the worker
+/// thread cannot be joined (exit handlers could wait on the hung context).
+pub fn exit_now(stdout: &str, code: i32) -> ! {
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    let _ = so.write_all(stdout.as_bytes());
+    let _ = so.flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process without running exit handlers.
+    unsafe { libc::_exit(code) }
+}
+
+#[derive(Default)]
+struct Shared {
+    report: Option<ProbeReport>,
+    step: String,
+    done: u32,
+    total: u32,
+}
+
+type SharedRef = Arc<Mutex<Shared>>;
+
+fn set_step(sh: &SharedRef, step: String, total: u32) {
+    if let Ok(mut s) = sh.lock() {
+        s.step = step;
+        s.done = 0;
+        s.total = total;
+    }
+}
+
+fn tick(sh: &SharedRef) {
+    if let Ok(mut s) = sh.lock() {
+        s.done += 1;
+    }
+}
+
+fn with_report(sh: &SharedRef, f: impl FnOnce(&mut ProbeReport)) {
+    if let Ok(mut s) = sh.lock()
+        && let Some(r) = s.report.as_mut()
+    {
+        f(r);
+    }
+}
+
+/// Run one probe against the live machine. Never panics: a panic inside CUDA code is caught
+/// and reported as this run's error.
+pub fn run(opts: &ProbeOptions, topo: &Topology) -> ProbeRun {
+    let plan = plan(topo);
+    install_sigint();
+    let shared: SharedRef = Arc::new(Mutex::new(Shared {
+        report: Some(ProbeReport::new(opts.kind, opts.policy.clone())),
+        ..Default::default()
+    }));
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let sh = shared.clone();
+    let o = opts.clone();
+    let spawned = std::thread::Builder::new()
+        .name("gpudoctor-probe".into())
+        .spawn(move || {
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker(&o, &plan, &sh)));
+            let msg = match r {
+                Ok(r) => r,
+                Err(p) => Err(format!(
+                    "CUDA code panicked: {}",
+                    p.downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| p.downcast_ref::<&str>().copied())
+                        .unwrap_or("(no message)")
+                )),
+            };
+            let _ = tx.send(msg);
+        });
+    if let Err(e) = spawned {
+        let mut r = ProbeReport::new(opts.kind, opts.policy.clone());
+        r.error = Some(format!("could not start the probe thread: {e}"));
+        r.evaluate();
+        return ProbeRun {
+            report: r,
+            interrupted: false,
+            hung: false,
+        };
+    }
+    let start = Instant::now();
+    let mut interrupted_at: Option<Instant> = None;
+    let mut last_progress = String::new();
+    let finish = |hung: bool, error: Option<String>, intr: bool| {
+        let mut r = shared
+            .lock()
+            .ok()
+            .and_then(|mut s| s.report.take())
+            .unwrap_or_else(|| ProbeReport::new(opts.kind, opts.policy.clone()));
+        if let Some(e) = error {
+            r.error = Some(e);
+        }
+        r.evaluate();
+        if intr {
+            // Cut short by the operator: nothing was judged as a whole.
+            r.status = Status::Unknown;
+        }
+        ProbeRun {
+            report: r,
+            interrupted: intr,
+            hung,
+        }
+    };
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(res) => {
+                clear_progress(opts.progress, &last_progress);
+                let intr = interrupted();
+                return finish(false, res.err(), intr);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                clear_progress(opts.progress, &last_progress);
+                return finish(false, Some("probe thread vanished".into()), false);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let (step, done, total) = shared
+            .lock()
+            .map(|s| (s.step.clone(), s.done, s.total))
+            .unwrap_or_default();
+        if opts.progress {
+            let line = format!("gpudoctor: {step} {done}/{total}");
+            if line != last_progress {
+                eprint!("\r\x1b[2K{line}");
+                last_progress = line;
+            }
+        }
+        if interrupted() {
+            let at = *interrupted_at.get_or_insert_with(Instant::now);
+            // The worker checks the flag between samples; give it time to free memory.
+            if at.elapsed() > Duration::from_secs(10) {
+                clear_progress(opts.progress, &last_progress);
+                return finish(
+                    true,
+                    Some(format!(
+                        "interrupted during {step}; work did not stop in 10 s"
+                    )),
+                    true,
+                );
+            }
+        }
+        if start.elapsed() > opts.deadline {
+            clear_progress(opts.progress, &last_progress);
+            return finish(
+                true,
+                Some(format!(
+                    "deadline of {} s passed during {step} ({done}/{total}): a copy or kernel \
+                     did not complete",
+                    opts.deadline.as_secs()
+                )),
+                false,
+            );
+        }
+    }
+}
+
+fn clear_progress(on: bool, last: &str) {
+    if on && !last.is_empty() {
+        eprint!("\r\x1b[2K");
+    }
+}
+
+#[derive(Debug)]
+enum Stop {
+    Interrupted,
+    Cuda(CudaError),
+}
+
+impl From<CudaError> for Stop {
+    fn from(e: CudaError) -> Self {
+        Stop::Cuda(e)
+    }
+}
+
+/// A CUDA device matched to its topology label.
+struct Gpu {
+    plan: PlanGpu,
+    dev: cuda::Device,
+}
+
+fn worker(o: &ProbeOptions, plan: &Plan, sh: &SharedRef) -> Result<(), String> {
+    // Presence first: cudarc panics on a missing library.
+    if let Err(e) = cuda::driver_presence() {
+        skip(sh, e.to_string());
+        return Ok(());
+    }
+    let driver_version = match cuda::init() {
+        Ok(v) => v,
+        Err(e) => {
+            let why = match e.driver_name() {
+                Some("CUDA_ERROR_NO_DEVICE") => "no CUDA device visible".to_string(),
+                _ => format!("the CUDA driver could not be initialised: {e}"),
+            };
+            skip(sh, why);
+            return Ok(());
+        }
+    };
+    let dirs = cuda::nvrtc_search_dirs(&o.cuda_homes);
+    let nvrtc = match cuda::find_nvrtc(&dirs) {
+        Ok(src) => {
+            let v = cuda::nvrtc_version()
+                .map(|(a, b)| format!("{a}.{b}"))
+                .unwrap_or_else(|e| format!("version unknown: {e}"));
+            Ok(match src {
+                cuda::NvrtcSource::LoaderPath => format!("NVRTC {v} (loader path)"),
+                cuda::NvrtcSource::File(p) => format!("NVRTC {v} ({})", p.display()),
+            })
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    with_report(sh, |r| {
+        r.cuda = Some(CudaInfo {
+            driver_version: Some(driver_version),
+            nvrtc: nvrtc.clone(),
+        })
+    });
+    let devs = cuda::devices().map_err(|e| e.to_string())?;
+    if devs.is_empty() {
+        skip(sh, "no CUDA device visible".to_string());
+        return Ok(());
+    }
+    let mut gpus: Vec<Gpu> = Vec::new();
+    for d in devs {
+        let p = plan
+            .gpus
+            .iter()
+            .find(|g| g.bdf == d.bdf)
+            .cloned()
+            .unwrap_or_else(|| PlanGpu {
+                label: format!("cuda{}", d.ordinal),
+                bdf: d.bdf.clone(),
+                bdf_nvml: d.bdf.to_uppercase(),
+                cpulist: None,
+                numa_node: None,
+                link_max: Err(format!("{}: not in the PCI inventory", d.bdf)),
+            });
+        gpus.push(Gpu { plan: p, dev: d });
+    }
+    // PCI order, as labelled.
+    gpus.sort_by(|a, b| a.plan.bdf.cmp(&b.plan.bdf));
+    if let Some(n) = o.gpu {
+        let want = format!("GPU{n}");
+        if !gpus.iter().any(|g| g.plan.label == want) {
+            let have: Vec<&str> = gpus.iter().map(|g| g.plan.label.as_str()).collect();
+            return Err(format!(
+                "--gpu {n}: no {want} here (have {})",
+                have.join(", ")
+            ));
+        }
+    }
+    let selected = |g: &Gpu| o.gpu.is_none_or(|n| g.plan.label == format!("GPU{n}"));
+    with_report(sh, |r| {
+        r.gpus = gpus
+            .iter()
+            .filter(|g| selected(g) || o.kind == ProbeKind::P2p)
+            .map(|g| ProbeGpu {
+                label: g.plan.label.clone(),
+                bdf: g.plan.bdf.clone(),
+                cuda_ordinal: g.dev.ordinal,
+                name: g.dev.name.clone(),
+                arch: g.dev.arch(),
+                sm_count: g.dev.sm_count,
+                host_memory: String::new(),
+            })
+            .collect();
+    });
+    let nvml = nvml_wrapper::Nvml::init().map_err(|e| e.to_string());
+    let res = match o.kind {
+        ProbeKind::H2d | ProbeKind::D2h => {
+            let mut r = Ok(());
+            for g in gpus.iter().filter(|g| selected(g)) {
+                r = host_copies(o, g, nvml.as_ref().ok(), nvrtc.is_ok(), sh);
+                if r.is_err() {
+                    break;
+                }
+            }
+            r
+        }
+        ProbeKind::P2p => peer_copies(o, plan, &gpus, nvrtc.is_ok(), sh),
+        ProbeKind::DmabufExport => {
+            for g in gpus.iter().filter(|g| selected(g)) {
+                dmabuf(g, sh);
+            }
+            Ok(())
+        }
+    };
+    match res {
+        Ok(()) => Ok(()),
+        Err(Stop::Interrupted) => {
+            Err("interrupted (Ctrl-C); device and pinned memory freed".into())
+        }
+        Err(Stop::Cuda(e)) => Err(e.to_string()),
+    }
+}
+
+fn skip(sh: &SharedRef, reason: String) {
+    with_report(sh, |r| {
+        r.skipped = Some(reason);
+    });
+}
+
+/// Bind this (worker) thread to `cpulist` so pinned pages come from the GPU's NUMA node.
+fn bind_to(cpulist: &str) -> Result<(), String> {
+    let set = crate::numa::parse_cpulist(cpulist).ok_or("unparsable cpulist")?;
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut cs: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in set {
+        if (c as usize) < libc::CPU_SETSIZE as usize {
+            // SAFETY: index checked against CPU_SETSIZE.
+            unsafe { libc::CPU_SET(c as usize, &mut cs) };
+        }
+    }
+    // SAFETY: pid 0 is this thread; the set is fully initialised.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cs) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
+fn gbps(bytes: u64, ms: f32) -> f64 {
+    if ms <= 0.0 {
+        return f64::NAN;
+    }
+    bytes as f64 / (f64::from(ms) * 1e-3) / 1e9
+}
+
+/// Warm up, then time `iters` transfers one at a time with events on `s`.
+fn sample<F: FnMut() -> Result<(), CudaError>>(
+    ctx: &Rc<Context>,
+    s: &Stream,
+    bytes: u64,
+    warmup: u32,
+    iters: u32,
+    sh: &SharedRef,
+    mut enqueue: F,
+) -> (Vec<f64>, Option<Stop>) {
+    let mut out = Vec::new();
+    let run = |out: &mut Vec<f64>, enqueue: &mut F| -> Result<(), Stop> {
+        let (a, b) = (Event::new(ctx)?, Event::new(ctx)?);
+        for _ in 0..warmup {
+            enqueue()?;
+        }
+        s.synchronize()?;
+        for _ in 0..iters {
+            if interrupted() {
+                return Err(Stop::Interrupted);
+            }
+            a.record(s)?;
+            enqueue()?;
+            b.record(s)?;
+            b.synchronize()?;
+            out.push(gbps(bytes, b.elapsed_ms_since(&a)?));
+            tick(sh);
+        }
+        Ok(())
+    };
+    let r = run(&mut out, &mut enqueue);
+    (out, r.err())
+}
+
+fn copy_grid(dev: &cuda::Device) -> (u32, u32) {
+    // Four 512-thread blocks per SM: full occupancy on Hopper/Ampere for this small kernel.
+    ((dev.sm_count.max(1) as u32) * 4, 512)
+}
+
+fn load_copy_kernel(ctx: &Rc<Context>, dev: &cuda::Device) -> Result<Module, CudaError> {
+    let cubin = cuda::compile_cubin(COPY_KERNEL_SRC, "copy.cu", &dev.arch())?;
+    Module::load(ctx, &cubin)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    sh: &SharedRef,
+    o: &ProbeOptions,
+    id: String,
+    method: Method,
+    src: &str,
+    dst: &str,
+    samples: Vec<f64>,
+    expected: Result<Expected, String>,
+    error: Option<String>,
+) {
+    let m = Measurement {
+        id,
+        probe: o.kind,
+        method,
+        src: src.to_string(),
+        dst: dst.to_string(),
+        size_bytes: o.size_bytes,
+        warmup: o.warmup,
+        samples_gbps: samples,
+        expected,
+        error,
+        evaluation: super::evaluate(method, &[], &Err(String::new()), None, &o.policy),
+    };
+    with_report(sh, |r| r.measurements.push(m));
+}
+
+/// Split a stop into what to record and whether to go on.
+fn settle(stop: Option<Stop>) -> Result<Option<String>, Stop> {
+    match stop {
+        None => Ok(None),
+        Some(Stop::Interrupted) => Err(Stop::Interrupted),
+        Some(Stop::Cuda(e)) => Ok(Some(e.to_string())),
+    }
+}
+
+fn host_copies(
+    o: &ProbeOptions,
+    g: &Gpu,
+    nvml: Option<&nvml_wrapper::Nvml>,
+    have_nvrtc: bool,
+    sh: &SharedRef,
+) -> Result<(), Stop> {
+    let label = g.plan.label.clone();
+    let h2d = o.kind == ProbeKind::H2d;
+    let dir = o.kind.as_str();
+    set_step(sh, format!("{dir} {label}: allocating"), 0);
+    let placement = match &g.plan.cpulist {
+        Some(cl) => match bind_to(cl) {
+            Ok(()) => format!(
+                "pinned (cuMemHostAlloc PORTABLE|DEVICEMAP, not write-combined), allocated by a \
+                 thread bound to CPUs {cl} (local_cpulist of {}; NUMA node {})",
+                g.plan.bdf,
+                g.plan
+                    .numa_node
+                    .map_or("unknown".to_string(), |n| n.to_string())
+            ),
+            Err(e) => format!("pinned; could not bind to CPUs {cl}: {e}; placement unknown"),
+        },
+        None => "pinned; the GPU's local CPUs are unknown, placement unknown".to_string(),
+    };
+    with_report(sh, |r| {
+        if let Some(pg) = r.gpus.iter_mut().find(|x| x.label == label) {
+            pg.host_memory = placement.clone();
+        }
+    });
+    let bytes = o.size_bytes as usize;
+    let ctx = Context::retain(g.dev.handle)?;
+    let stream = Stream::new(&ctx)?;
+    let host = PinnedBuffer::new(&ctx, bytes)?;
+    let devbuf = DeviceBuffer::new(&ctx, bytes)?;
+    let (src, dst, src_l, dst_l) = if h2d {
+        (host.addr(), devbuf.ptr, "host", label.as_str())
+    } else {
+        (devbuf.ptr, host.addr(), label.as_str(), "host")
+    };
+    let expected = match &g.plan.link_max {
+        Ok((gn, w, source)) => super::pcie_expected(*gn, *w, source),
+        Err(e) => Err(e.clone()),
+    };
+
+    // Copy engine, with the link read while a batch of copies is in flight.
+    set_step(sh, format!("{dir} {label} copy-engine"), o.iters);
+    let lul = link_under_load(o, g, nvml, &ctx, &stream, src, dst, bytes);
+    match lul {
+        Ok(l) => with_report(sh, |r| r.link_under_load.push(l)),
+        Err(Stop::Interrupted) => return Err(Stop::Interrupted),
+        Err(Stop::Cuda(e)) => with_report(sh, |r| {
+            r.notes
+                .push(format!("{label}: link under load not read: {e}"))
+        }),
+    }
+    let (samples, stop) = sample(&ctx, &stream, o.size_bytes, o.warmup, o.iters, sh, || {
+        cuda::memcpy_async(dst, src, bytes, &stream)
+    });
+    let err = settle(stop)?;
+    record(
+        sh,
+        o,
+        format!("{dir} {label} copy-engine"),
+        Method::CopyEngine,
+        src_l,
+        dst_l,
+        samples,
+        expected.clone(),
+        err,
+    );
+
+    // SM kernel: the GPU's SMs read (h2d) or write (d2h) the mapped host buffer.
+    if !have_nvrtc {
+        with_report(sh, |r| {
+            r.notes.push(format!(
+                "{label}: SM-kernel variant not run: NVRTC unavailable"
+            ))
+        });
+        return Ok(());
+    }
+    set_step(sh, format!("{dir} {label} sm-kernel"), o.iters);
+    let (samples, err) = match load_copy_kernel(&ctx, &g.dev) {
+        Ok(module) => {
+            let f = module.function(COPY_KERNEL_NAME)?;
+            let (grid, block) = copy_grid(&g.dev);
+            let words = o.size_bytes / 16;
+            let (s, stop) = sample(&ctx, &stream, o.size_bytes, o.warmup, o.iters, sh, || {
+                cuda::launch_copy(f, grid, block, src, dst, words, &stream)
+            });
+            (s, settle(stop)?)
+        }
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    record(
+        sh,
+        o,
+        format!("{dir} {label} sm-kernel"),
+        Method::SmKernel,
+        src_l,
+        dst_l,
+        samples,
+        expected,
+        err,
+    );
+    Ok(())
+}
+
+/// Enqueue a batch of copies (~16 x size), read NVML and sysfs while they run, then wait.
+#[allow(clippy::too_many_arguments)]
+fn link_under_load(
+    o: &ProbeOptions,
+    g: &Gpu,
+    nvml: Option<&nvml_wrapper::Nvml>,
+    ctx: &Rc<Context>,
+    stream: &Stream,
+    src: u64,
+    dst: u64,
+    bytes: usize,
+) -> Result<LinkUnderLoad, Stop> {
+    let _ = ctx;
+    for _ in 0..16 {
+        cuda::memcpy_async(dst, src, bytes, stream)?;
+    }
+    // Let the link leave any idle power state before reading it.
+    std::thread::sleep(Duration::from_millis(5));
+    let sr = crate::sysroot::SysRoot::live();
+    let sys = |attr: &str| {
+        sr.read_text(&format!("/sys/bus/pci/devices/{}/{attr}", g.plan.bdf))
+            .map(|s| s.trim().to_string())
+            .map_err(|e| e.to_string())
+    };
+    let (cur_speed, cur_width) = (sys("current_link_speed"), sys("current_link_width"));
+    let (max_speed, max_width) = (sys("max_link_speed"), sys("max_link_width"));
+    let no = |what: &str| Err::<u32, String>(format!("NVML unavailable ({what})"));
+    let (ng, nw, nmg, nmw) = match nvml.map(|n| n.device_by_pci_bus_id(g.plan.bdf_nvml.as_str())) {
+        Some(Ok(d)) => (
+            d.current_pcie_link_gen().map_err(|e| e.to_string()),
+            d.current_pcie_link_width().map_err(|e| e.to_string()),
+            d.max_pcie_link_gen().map_err(|e| e.to_string()),
+            d.max_pcie_link_width().map_err(|e| e.to_string()),
+        ),
+        Some(Err(e)) => {
+            let m = e.to_string();
+            (no(&m), no(&m), no(&m), no(&m))
+        }
+        None => (no("init"), no("init"), no("init"), no("init")),
+    };
+    stream.synchronize()?;
+    Ok(LinkUnderLoad {
+        gpu: g.plan.label.clone(),
+        bdf: g.plan.bdf.clone(),
+        during: format!("{} copy-engine", o.kind.as_str()),
+        nvml_gen_current: ng,
+        nvml_width_current: nw,
+        nvml_gen_max: nmg,
+        nvml_width_max: nmw,
+        sysfs_current_speed: cur_speed,
+        sysfs_current_width: cur_width,
+        sysfs_max_speed: max_speed,
+        sysfs_max_width: max_width,
+        status: Status::Unknown,
+        reason: String::new(),
+    })
+}
+
+fn peer_copies(
+    o: &ProbeOptions,
+    plan: &Plan,
+    gpus: &[Gpu],
+    have_nvrtc: bool,
+    sh: &SharedRef,
+) -> Result<(), Stop> {
+    if gpus.len() < 2 {
+        skip(sh, format!("p2p needs two GPUs; {} visible", gpus.len()));
+        return Ok(());
+    }
+    let bytes = o.size_bytes as usize;
+    set_step(sh, "p2p: allocating".into(), 0);
+    let mut ctxs = Vec::new();
+    let mut bufs = Vec::new();
+    let mut streams = Vec::new();
+    let mut kernels = Vec::new();
+    for g in gpus {
+        let ctx = Context::retain(g.dev.handle)?;
+        bufs.push((
+            DeviceBuffer::new(&ctx, bytes)?,
+            DeviceBuffer::new(&ctx, bytes)?,
+        ));
+        streams.push(Stream::new(&ctx)?);
+        kernels.push(if have_nvrtc {
+            match load_copy_kernel(&ctx, &g.dev) {
+                Ok(m) => match m.function(COPY_KERNEL_NAME) {
+                    Ok(f) => Ok((m, f)),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            Err("NVRTC unavailable".to_string())
+        });
+        ctxs.push(ctx);
+    }
+    for (i, a) in gpus.iter().enumerate() {
+        for (j, b) in gpus.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            if let Some(n) = o.gpu {
+                let want = format!("GPU{n}");
+                if a.plan.label != want && b.plan.label != want {
+                    continue;
+                }
+            }
+            let (la, lb) = (a.plan.label.as_str(), b.plan.label.as_str());
+            let path = plan.paths.get(&(la.to_string(), lb.to_string())).cloned();
+            let can = cuda::can_access_peer(&a.dev, &b.dev).map_err(|e| e.to_string());
+            let attributes = cuda::p2p_attributes(&a.dev, &b.dev)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            let mut peer_enabled = false;
+            if can == Ok(true) {
+                match ctxs[i].enable_peer_access(&ctxs[j]) {
+                    Ok(()) => peer_enabled = true,
+                    Err(e) => with_report(sh, |r| {
+                        r.notes
+                            .push(format!("{la}->{lb}: enabling peer access failed: {e}"))
+                    }),
+                }
+            }
+            with_report(sh, |r| {
+                r.peers.push(PeerInfo {
+                    src: la.to_string(),
+                    dst: lb.to_string(),
+                    path: path.as_ref().map(|p| p.0.clone()),
+                    can_access_peer: can.clone(),
+                    attributes,
+                    status: Status::Unknown,
+                    reason: String::new(),
+                })
+            });
+            let expected = match &path {
+                Some((cell, Some(n))) if cell.starts_with("NV") && *n > 0 => {
+                    super::nvlink_expected(*n, a.dev.cc_major, a.dev.cc_minor)
+                }
+                Some((cell, _)) => match (&a.plan.link_max, &b.plan.link_max) {
+                    (Ok((ga, wa, _)), Ok((gb, wb, _))) => {
+                        let (gn, w) = if crate::pci::link_gbps_per_direction(*ga, *wa)
+                            <= crate::pci::link_gbps_per_direction(*gb, *wb)
+                        {
+                            (*ga, *wa)
+                        } else {
+                            (*gb, *wb)
+                        };
+                        super::pcie_expected(
+                            gn,
+                            w,
+                            &format!("PCIe path {cell}: the slower of the two GPUs' links"),
+                        )
+                    }
+                    (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+                },
+                None => Err(format!("no topology path for {la}->{lb}")),
+            };
+            let s = &streams[i];
+            let (src, dst) = (bufs[i].0.ptr, bufs[j].1.ptr);
+            set_step(sh, format!("p2p {la}->{lb} copy-engine"), o.iters);
+            let (samples, stop) = sample(&ctxs[i], s, o.size_bytes, o.warmup, o.iters, sh, || {
+                cuda::memcpy_async(dst, src, bytes, s)
+            });
+            let err = settle(stop)?;
+            record(
+                sh,
+                o,
+                format!("p2p {la}->{lb} copy-engine"),
+                Method::CopyEngine,
+                la,
+                lb,
+                samples,
+                expected.clone(),
+                err,
+            );
+            if !peer_enabled {
+                with_report(sh, |r| {
+                    r.notes.push(format!(
+                        "{la}->{lb}: SM-kernel variant not run: no peer access"
+                    ))
+                });
+                continue;
+            }
+            match &kernels[i] {
+                Ok((_, f)) => {
+                    let f = *f;
+                    let (grid, block) = copy_grid(&a.dev);
+                    let words = o.size_bytes / 16;
+                    set_step(sh, format!("p2p {la}->{lb} sm-kernel"), o.iters);
+                    ctxs[i].make_current()?;
+                    let (samples, stop) =
+                        sample(&ctxs[i], s, o.size_bytes, o.warmup, o.iters, sh, || {
+                            cuda::launch_copy(f, grid, block, src, dst, words, s)
+                        });
+                    let err = settle(stop)?;
+                    record(
+                        sh,
+                        o,
+                        format!("p2p {la}->{lb} sm-kernel"),
+                        Method::SmKernel,
+                        la,
+                        lb,
+                        samples,
+                        expected,
+                        err,
+                    );
+                }
+                Err(e) => with_report(sh, |r| {
+                    r.notes
+                        .push(format!("{la}->{lb}: SM-kernel variant not run: {e}"))
+                }),
+            }
+        }
+    }
+    // Buffers, kernels and streams drop before their contexts.
+    drop(kernels);
+    drop(bufs);
+    drop(streams);
+    Ok(())
+}
+
+fn dmabuf(g: &Gpu, sh: &SharedRef) {
+    const BYTES: usize = 2 << 20;
+    set_step(sh, format!("dmabuf-export {}", g.plan.label), 1);
+    let export = (|| -> Result<(), CudaError> {
+        let ctx = Context::retain(g.dev.handle)?;
+        let buf = DeviceBuffer::new(&ctx, BYTES)?;
+        cuda::export_dmabuf(&buf)
+    })()
+    .map_err(|e| e.to_string());
+    tick(sh);
+    with_report(sh, |r| {
+        r.dmabuf.push(DmabufResult {
+            gpu: g.plan.label.clone(),
+            attribute_supported: g.dev.dma_buf_supported.clone(),
+            size_bytes: BYTES as u64,
+            export,
+            status: Status::Unknown,
+            reason: String::new(),
+        })
+    });
+}

@@ -1,0 +1,699 @@
+//! Level-1 probes: plan, measure (live, in `live`), evaluate (here, pure).
+//!
+//! The model is one serde document (schema `gpudoctor.probe/1`) that keeps every raw sample,
+//! so a recorded run replays through `evaluate` in CI without a GPU. Everything in this file
+//! is a pure function of data: no CUDA, no sysfs, no clock. Bandwidth is decimal GB/s
+//! (10^9 bytes/s), as perftest and nvbandwidth print it.
+
+pub mod live;
+pub mod render;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const PROBE_SCHEMA: &str = "gpudoctor.probe/1";
+
+/// A probe by its CLI name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeKind {
+    /// Host to device copies from pinned host memory.
+    H2d,
+    /// Device to host copies into pinned host memory.
+    D2h,
+    /// GPU to GPU copies for every ordered pair, with peer capabilities.
+    P2p,
+    /// Export of cuMemAlloc memory as a dma-buf (GPUDirect RDMA over dma-buf, GPU half).
+    DmabufExport,
+}
+
+impl ProbeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::H2d => "h2d",
+            ProbeKind::D2h => "d2h",
+            ProbeKind::P2p => "p2p",
+            ProbeKind::DmabufExport => "dmabuf-export",
+        }
+    }
+}
+
+/// Who moves the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// cuMemcpyAsync: the GPU's DMA copy engines.
+    CopyEngine,
+    /// `kernels/copy.cu` on the GPU's SMs (for p2p: on the source GPU, writing to the peer).
+    SmKernel,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::CopyEngine => "copy-engine",
+            Method::SmKernel => "sm-kernel",
+        }
+    }
+}
+
+/// The link whose rate bounds a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkKind {
+    Pcie,
+    NvLink,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    Pass,
+    /// Skipped on purpose (no CUDA, nothing to measure), with the reason.
+    Skip,
+    /// Below the bar where the bar is advisory (SM-kernel variants).
+    Warn,
+    /// Could not be judged (no expected rate, no samples): never a pass.
+    Unknown,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Skip => "skip",
+            Status::Warn => "warn",
+            Status::Unknown => "unknown",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+/// The rate a link should carry per direction, and where the number comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Expected {
+    pub link: LinkKind,
+    pub bandwidth_gbps: f64,
+    pub basis: String,
+}
+
+/// Thresholds: the fraction of the expected link rate a median must reach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    /// PCIe: 80% of the 128b/130b (Gen3-5) or FLIT (Gen6) data rate. TLP headers and flow
+    /// control cost ~10-15% at 256 B max payload, so a healthy Gen5 x16 link carries ~53-56
+    /// GB/s (reference: 55.3 GB/s with PyTorch pinned copies on our H200s).
+    pub pcie_min_fraction: f64,
+    /// NVLink: 75% of the per-link signalling rate times the link count. NVLink packet
+    /// overhead keeps bulk copies near 80% of it (reference: 383.5 GB/s GPU0->GPU1 over NV18
+    /// = 18 x 26.5625 GB/s = 478.1 GB/s, i.e. 80.2%), so 80% would fail healthy systems.
+    pub nvlink_min_fraction: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            pcie_min_fraction: 0.80,
+            nvlink_min_fraction: 0.75,
+        }
+    }
+}
+
+impl Policy {
+    pub fn fraction(&self, link: LinkKind) -> f64 {
+        match link {
+            LinkKind::Pcie => self.pcie_min_fraction,
+            LinkKind::NvLink => self.nvlink_min_fraction,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub n: usize,
+    pub median_gbps: f64,
+    pub min_gbps: f64,
+    pub max_gbps: f64,
+}
+
+/// The verdict on one measurement, derived from its samples by `evaluate`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub status: Status,
+    pub stats: Option<Stats>,
+    pub threshold_gbps: Option<f64>,
+    /// "80% of PCIe Gen5 x16 = 63.0 GB/s ...".
+    pub threshold_basis: Option<String>,
+    pub reason: String,
+}
+
+/// One measured transfer: raw samples plus what they are judged against.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// `h2d GPU0 copy-engine`, `p2p GPU0->GPU1 sm-kernel`.
+    pub id: String,
+    pub probe: ProbeKind,
+    pub method: Method,
+    /// `host` or a GPU label.
+    pub src: String,
+    pub dst: String,
+    pub size_bytes: u64,
+    pub warmup: u32,
+    /// One sample per timed transfer of `size_bytes`, in GB/s, in the order taken.
+    pub samples_gbps: Vec<f64>,
+    /// Why the expected rate is unknown, when it is.
+    pub expected: Result<Expected, String>,
+    /// Set when the measurement broke off (driver error, deadline): a failure.
+    pub error: Option<String>,
+    pub evaluation: Evaluation,
+}
+
+/// The median of a sample (mean of the middle two for even n). None when empty.
+pub fn median(samples: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+pub fn stats(samples: &[f64]) -> Option<Stats> {
+    let med = median(samples)?;
+    let finite: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+    Some(Stats {
+        n: finite.len(),
+        median_gbps: med,
+        min_gbps: finite.iter().copied().fold(f64::INFINITY, f64::min),
+        max_gbps: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    })
+}
+
+/// Judge samples against the expected rate: pure, the one place thresholds are applied.
+///
+/// - a measurement that broke off fails (a hung or failing copy is the machine's fault);
+/// - no samples, or no expected rate: unknown (never a pass);
+/// - median >= fraction x expected: pass; below: fail for copy engines, warn for SM kernels
+///   (the copy engine is how NCCL and applications move bulk data; an SM-kernel shortfall
+///   is reported but is not by itself a broken machine).
+pub fn evaluate(
+    method: Method,
+    samples_gbps: &[f64],
+    expected: &Result<Expected, String>,
+    error: Option<&str>,
+    policy: &Policy,
+) -> Evaluation {
+    let st = stats(samples_gbps);
+    let (threshold_gbps, threshold_basis) = match expected {
+        Ok(e) => {
+            let f = policy.fraction(e.link);
+            (
+                Some(e.bandwidth_gbps * f),
+                Some(format!("{:.0}% of {}", f * 100.0, e.basis)),
+            )
+        }
+        Err(_) => (None, None),
+    };
+    let mk = |status, reason: String| Evaluation {
+        status,
+        stats: st.clone(),
+        threshold_gbps,
+        threshold_basis: threshold_basis.clone(),
+        reason,
+    };
+    if let Some(e) = error {
+        // The SM kernel is advisory: its breaking off (an NVRTC compile failure, say) leaves
+        // the link unjudged rather than failed. Hung work is caught by the run's deadline.
+        let status = match method {
+            Method::CopyEngine => Status::Fail,
+            Method::SmKernel => Status::Unknown,
+        };
+        return mk(status, format!("measurement failed: {e}"));
+    }
+    let Some(s) = &st else {
+        return mk(Status::Unknown, "no samples".to_string());
+    };
+    let (Ok(_), Some(t)) = (expected, threshold_gbps) else {
+        let why = match expected {
+            Err(w) => w.clone(),
+            Ok(_) => "no threshold".to_string(),
+        };
+        return mk(Status::Unknown, format!("expected rate unknown: {why}"));
+    };
+    if s.median_gbps >= t {
+        mk(
+            Status::Pass,
+            format!("median {:.1} GB/s >= {:.1} GB/s", s.median_gbps, t),
+        )
+    } else {
+        let status = match method {
+            Method::CopyEngine => Status::Fail,
+            Method::SmKernel => Status::Warn,
+        };
+        mk(
+            status,
+            format!("median {:.1} GB/s < {:.1} GB/s", s.median_gbps, t),
+        )
+    }
+}
+
+impl Measurement {
+    /// Re-derive the evaluation from the recorded samples.
+    pub fn evaluate(&self, policy: &Policy) -> Evaluation {
+        evaluate(
+            self.method,
+            &self.samples_gbps,
+            &self.expected,
+            self.error.as_deref(),
+            policy,
+        )
+    }
+}
+
+/// Expected per-direction rate of a PCIe link.
+pub fn pcie_expected(generation: u8, width: u8, source: &str) -> Result<Expected, String> {
+    match crate::pci::link_gbps_per_direction(generation, width) {
+        Some(g) => Ok(Expected {
+            link: LinkKind::Pcie,
+            bandwidth_gbps: g,
+            basis: format!(
+                "PCIe Gen{generation} x{width} = {g:.1} GB/s per direction after line encoding ({source})"
+            ),
+        }),
+        None => Err(format!("PCIe Gen{generation} is not a known generation")),
+    }
+}
+
+/// Per-link, per-direction NVLink rate by GPU architecture (compute capability), in GB/s,
+/// with the NVLink generation. By architecture rather than NVML's NVLink version number,
+/// whose numbering changed between NVML releases (plain 1..5 vs nvmlNvlinkVersion_t).
+/// Sources: NVIDIA's V100/A100/H100/B200 datasheets (link bandwidth / 2 per direction);
+/// `nvidia-smi nvlink -s` prints 26.562 GB/s per link on our H200s (NVLink4).
+pub fn nvlink_gbps_per_link(cc_major: i32, cc_minor: i32) -> Option<(f64, &'static str)> {
+    match (cc_major, cc_minor) {
+        (6, 0) => Some((20.0, "NVLink1")),
+        (7, 0) => Some((25.0, "NVLink2")),
+        (8, 0) => Some((25.0, "NVLink3")),
+        (9, 0) => Some((26.5625, "NVLink4")),
+        (10, 0) | (10, 3) => Some((50.0, "NVLink5")),
+        _ => None,
+    }
+}
+
+pub fn nvlink_expected(links: u32, cc_major: i32, cc_minor: i32) -> Result<Expected, String> {
+    let (per, generation) = nvlink_gbps_per_link(cc_major, cc_minor).ok_or_else(|| {
+        format!("no known NVLink per-link rate for compute capability {cc_major}.{cc_minor}")
+    })?;
+    let g = per * f64::from(links);
+    Ok(Expected {
+        link: LinkKind::NvLink,
+        bandwidth_gbps: g,
+        basis: format!(
+            "NV{links}: {links} x {per} GB/s per link per direction ({generation}, sm_{cc_major}{cc_minor}) = {g:.1} GB/s"
+        ),
+    })
+}
+
+/// Peer capabilities of one ordered GPU pair.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub src: String,
+    pub dst: String,
+    /// `NV18`, `PIX`, `SYS`... from the topology.
+    pub path: Option<String>,
+    pub can_access_peer: Result<bool, String>,
+    /// cuDeviceGetP2PAttribute values by attribute name.
+    pub attributes: BTreeMap<String, Result<i32, String>>,
+    pub status: Status,
+    pub reason: String,
+}
+
+/// Peer access is expected wherever NVLink joins the pair; over PCIe it is the platform's
+/// choice (ACS, IOMMU, root complex), so its absence there is reported, not failed.
+pub fn evaluate_peer(path: Option<&str>, can: &Result<bool, String>) -> (Status, String) {
+    let nv = path.is_some_and(|p| p.starts_with("NV"));
+    match can {
+        Ok(true) => (Status::Pass, "peer access supported".to_string()),
+        Ok(false) if nv => (
+            Status::Fail,
+            "no peer access although NVLink joins the pair".to_string(),
+        ),
+        Ok(false) => (
+            Status::Warn,
+            "no peer access: copies are staged through host memory".to_string(),
+        ),
+        Err(e) => (
+            Status::Unknown,
+            format!("cuDeviceCanAccessPeer failed: {e}"),
+        ),
+    }
+}
+
+/// dma-buf export of one GPU's memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DmabufResult {
+    pub gpu: String,
+    /// CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED.
+    pub attribute_supported: Result<bool, String>,
+    pub size_bytes: u64,
+    /// Ok when cuMemGetHandleForAddressRange returned a dma-buf fd.
+    pub export: Result<(), String>,
+    pub status: Status,
+    pub reason: String,
+}
+
+pub fn evaluate_dmabuf(
+    attr: &Result<bool, String>,
+    export: &Result<(), String>,
+) -> (Status, String) {
+    match (attr, export) {
+        (_, Ok(())) => (
+            Status::Pass,
+            "cuMemGetHandleForAddressRange exported a dma-buf fd".to_string(),
+        ),
+        (Ok(false), Err(e)) => (
+            Status::Fail,
+            format!(
+                "driver reports no dma-buf support (needs the open kernel module or a 5.12+ kernel with CONFIG_DMABUF_MOVE_NOTIFY): {e}"
+            ),
+        ),
+        (_, Err(e)) => (Status::Fail, format!("export failed: {e}")),
+    }
+}
+
+/// The GPU's PCIe link read while copies were in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkUnderLoad {
+    pub gpu: String,
+    pub bdf: String,
+    /// What was running: `h2d copy-engine`.
+    pub during: String,
+    pub nvml_gen_current: Result<u32, String>,
+    pub nvml_width_current: Result<u32, String>,
+    pub nvml_gen_max: Result<u32, String>,
+    pub nvml_width_max: Result<u32, String>,
+    /// sysfs current_link_speed, verbatim (`32.0 GT/s PCIe`).
+    pub sysfs_current_speed: Result<String, String>,
+    pub sysfs_current_width: Result<String, String>,
+    pub sysfs_max_speed: Result<String, String>,
+    pub sysfs_max_width: Result<String, String>,
+    pub status: Status,
+    pub reason: String,
+}
+
+/// Under load a link must run at its maximum generation and width: an idle downshift is
+/// power management, a loaded one is a bad link. Judged from NVML first, sysfs second.
+pub fn evaluate_link_under_load(l: &LinkUnderLoad) -> (Status, String) {
+    let pick = |nvml: &Result<u32, String>, sys: &Result<String, String>, width: bool| {
+        nvml.as_ref().ok().copied().or_else(|| {
+            sys.as_ref().ok().and_then(|s| {
+                if width {
+                    crate::pci::parse_width(s).map(u32::from)
+                } else {
+                    crate::pci::gen_from_speed(s).map(u32::from)
+                }
+            })
+        })
+    };
+    let cg = pick(&l.nvml_gen_current, &l.sysfs_current_speed, false);
+    let cw = pick(&l.nvml_width_current, &l.sysfs_current_width, true);
+    let mg = pick(&l.nvml_gen_max, &l.sysfs_max_speed, false);
+    let mw = pick(&l.nvml_width_max, &l.sysfs_max_width, true);
+    match (cg, cw, mg, mw) {
+        (Some(cg), Some(cw), Some(mg), Some(mw)) => {
+            if cg >= mg && cw >= mw {
+                (
+                    Status::Pass,
+                    format!("Gen{cg} x{cw} under load (max Gen{mg} x{mw})"),
+                )
+            } else {
+                (
+                    Status::Fail,
+                    format!(
+                        "Gen{cg} x{cw} under load, below max Gen{mg} x{mw}: the link trained down"
+                    ),
+                )
+            }
+        }
+        _ => (
+            Status::Unknown,
+            "link generation/width under load could not be read".to_string(),
+        ),
+    }
+}
+
+/// A GPU as the probes saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeGpu {
+    pub label: String,
+    pub bdf: String,
+    pub cuda_ordinal: i32,
+    pub name: String,
+    pub arch: String,
+    pub sm_count: i32,
+    /// How the pinned host buffer was placed.
+    pub host_memory: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CudaInfo {
+    pub driver_version: Option<i32>,
+    pub nvrtc: Result<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub schema: String,
+    pub gpudoctor_version: String,
+    pub probe: ProbeKind,
+    pub units: String,
+    /// Set when the probe did not run at all, with the reason (no CUDA, no GPU).
+    pub skipped: Option<String>,
+    pub policy: Policy,
+    pub cuda: Option<CudaInfo>,
+    pub gpus: Vec<ProbeGpu>,
+    pub measurements: Vec<Measurement>,
+    pub peers: Vec<PeerInfo>,
+    pub dmabuf: Vec<DmabufResult>,
+    pub link_under_load: Vec<LinkUnderLoad>,
+    /// Things worth knowing that are not verdicts.
+    pub notes: Vec<String>,
+    /// Set when the probe broke off as a whole (deadline, interrupted).
+    pub error: Option<String>,
+    pub status: Status,
+}
+
+impl ProbeReport {
+    pub fn new(probe: ProbeKind, policy: Policy) -> Self {
+        ProbeReport {
+            schema: PROBE_SCHEMA.to_string(),
+            gpudoctor_version: env!("CARGO_PKG_VERSION").to_string(),
+            probe,
+            units: "GB/s = 10^9 bytes/s".to_string(),
+            skipped: None,
+            policy,
+            cuda: None,
+            gpus: Vec::new(),
+            measurements: Vec::new(),
+            peers: Vec::new(),
+            dmabuf: Vec::new(),
+            link_under_load: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+            status: Status::Unknown,
+        }
+    }
+
+    pub fn skipped(probe: ProbeKind, policy: Policy, reason: String) -> Self {
+        let mut r = ProbeReport::new(probe, policy);
+        r.skipped = Some(reason);
+        r.status = Status::Skip;
+        r
+    }
+
+    /// Re-derive every verdict from the recorded data (used live and on replay).
+    pub fn evaluate(&mut self) {
+        let policy = self.policy.clone();
+        for m in &mut self.measurements {
+            m.evaluation = m.evaluate(&policy);
+        }
+        for p in &mut self.peers {
+            (p.status, p.reason) = evaluate_peer(p.path.as_deref(), &p.can_access_peer);
+        }
+        for d in &mut self.dmabuf {
+            (d.status, d.reason) = evaluate_dmabuf(&d.attribute_supported, &d.export);
+        }
+        for l in &mut self.link_under_load {
+            (l.status, l.reason) = evaluate_link_under_load(l);
+        }
+        self.status = overall(self);
+    }
+}
+
+/// The report's status: skip when skipped; fail when it broke off or anything failed;
+/// otherwise the worst of the parts, with warn counted as a pass for the whole.
+pub fn overall(r: &ProbeReport) -> Status {
+    if r.skipped.is_some() {
+        return Status::Skip;
+    }
+    if r.error.is_some() {
+        return Status::Fail;
+    }
+    let parts = r
+        .measurements
+        .iter()
+        .map(|m| m.evaluation.status)
+        .chain(r.peers.iter().map(|p| p.status))
+        .chain(r.dmabuf.iter().map(|d| d.status))
+        .chain(r.link_under_load.iter().map(|l| l.status));
+    let mut worst = None;
+    for s in parts {
+        let s = if s == Status::Warn { Status::Pass } else { s };
+        worst = Some(worst.map_or(s, |w: Status| w.max(s)));
+    }
+    worst.unwrap_or(Status::Unknown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pcie5() -> Result<Expected, String> {
+        pcie_expected(5, 16, "sysfs max_link_speed/max_link_width")
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[f64::NAN]), None);
+    }
+
+    #[test]
+    fn gen5_x16_is_63_gbps() {
+        let e = pcie5().unwrap();
+        assert!(
+            (e.bandwidth_gbps - 63.015).abs() < 0.01,
+            "{}",
+            e.bandwidth_gbps
+        );
+        assert!(e.basis.contains("Gen5 x16 = 63.0 GB/s"), "{}", e.basis);
+    }
+
+    #[test]
+    fn pass_and_fail_at_80_percent() {
+        let p = Policy::default();
+        let ok = evaluate(Method::CopyEngine, &[55.3, 55.2, 55.4], &pcie5(), None, &p);
+        assert_eq!(ok.status, Status::Pass);
+        assert!((ok.threshold_gbps.unwrap() - 50.41).abs() < 0.01);
+        assert!(
+            ok.threshold_basis
+                .unwrap()
+                .starts_with("80% of PCIe Gen5 x16")
+        );
+        let bad = evaluate(Method::CopyEngine, &[27.0, 26.9, 27.1], &pcie5(), None, &p);
+        assert_eq!(bad.status, Status::Fail);
+        let sm = evaluate(Method::SmKernel, &[27.0], &pcie5(), None, &p);
+        assert_eq!(sm.status, Status::Warn);
+    }
+
+    #[test]
+    fn unknown_is_never_a_pass() {
+        let p = Policy::default();
+        let e = evaluate(
+            Method::CopyEngine,
+            &[55.0],
+            &Err("link width unreadable".into()),
+            None,
+            &p,
+        );
+        assert_eq!(e.status, Status::Unknown);
+        assert!(e.reason.contains("link width unreadable"));
+        assert_eq!(
+            evaluate(Method::CopyEngine, &[], &pcie5(), None, &p).status,
+            Status::Unknown
+        );
+        let broke = evaluate(Method::CopyEngine, &[55.0], &pcie5(), Some("deadline"), &p);
+        assert_eq!(broke.status, Status::Fail);
+        let nvrtc = evaluate(Method::SmKernel, &[], &pcie5(), Some("NVRTC log"), &p);
+        assert_eq!(nvrtc.status, Status::Unknown);
+    }
+
+    #[test]
+    fn nvlink_expectation() {
+        let e = nvlink_expected(18, 9, 0).unwrap();
+        assert!((e.bandwidth_gbps - 478.125).abs() < 1e-9);
+        let p = Policy::default();
+        // The PyTorch reference over NV18 passes; half of it fails.
+        assert_eq!(
+            evaluate(Method::CopyEngine, &[383.5], &Ok(e.clone()), None, &p).status,
+            Status::Pass
+        );
+        assert_eq!(
+            evaluate(Method::CopyEngine, &[191.0], &Ok(e), None, &p).status,
+            Status::Fail
+        );
+        assert!(nvlink_expected(18, 8, 9).is_err());
+    }
+
+    #[test]
+    fn peer_and_dmabuf_verdicts() {
+        assert_eq!(evaluate_peer(Some("NV18"), &Ok(false)).0, Status::Fail);
+        assert_eq!(evaluate_peer(Some("SYS"), &Ok(false)).0, Status::Warn);
+        assert_eq!(evaluate_peer(Some("NV18"), &Ok(true)).0, Status::Pass);
+        assert_eq!(evaluate_dmabuf(&Ok(true), &Ok(())).0, Status::Pass);
+        assert_eq!(
+            evaluate_dmabuf(&Ok(false), &Err("CUDA_ERROR_NOT_SUPPORTED".into())).0,
+            Status::Fail
+        );
+    }
+
+    fn lul(cur_gen: u32, cur_width: u32) -> LinkUnderLoad {
+        LinkUnderLoad {
+            gpu: "GPU0".into(),
+            bdf: "0000:00:06.0".into(),
+            during: "h2d copy-engine".into(),
+            nvml_gen_current: Ok(cur_gen),
+            nvml_width_current: Ok(cur_width),
+            nvml_gen_max: Ok(5),
+            nvml_width_max: Ok(16),
+            sysfs_current_speed: Ok("32.0 GT/s PCIe".into()),
+            sysfs_current_width: Ok("16".into()),
+            sysfs_max_speed: Ok("32.0 GT/s PCIe".into()),
+            sysfs_max_width: Ok("16".into()),
+            status: Status::Unknown,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn link_under_load() {
+        assert_eq!(evaluate_link_under_load(&lul(5, 16)).0, Status::Pass);
+        assert_eq!(evaluate_link_under_load(&lul(1, 16)).0, Status::Fail);
+        assert_eq!(evaluate_link_under_load(&lul(5, 8)).0, Status::Fail);
+        // NVML missing: sysfs decides.
+        let mut l = lul(5, 16);
+        l.nvml_gen_current = Err("no NVML".into());
+        l.sysfs_current_speed = Ok("2.5 GT/s PCIe".into());
+        assert_eq!(evaluate_link_under_load(&l).0, Status::Fail);
+        l.sysfs_current_speed = Err("denied".into());
+        assert_eq!(evaluate_link_under_load(&l).0, Status::Unknown);
+    }
+
+    #[test]
+    fn overall_status() {
+        let mut r = ProbeReport::skipped(ProbeKind::H2d, Policy::default(), "no CUDA".into());
+        r.evaluate();
+        assert_eq!(r.status, Status::Skip);
+        let mut r = ProbeReport::new(ProbeKind::H2d, Policy::default());
+        r.evaluate();
+        assert_eq!(r.status, Status::Unknown);
+    }
+}

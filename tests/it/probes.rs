@@ -1,0 +1,167 @@
+//! Probe evaluation from recorded samples: the JSON that `gpudoctor probe ... --json` wrote on
+//! the real 2 x H200 machine (fixtures/*/probes/) re-evaluates to the same verdicts, and
+//! altered samples move the verdicts the way the thresholds say. No GPU needed.
+
+use crate::repo;
+use gpudoctor::probes::{Method, ProbeReport, Status};
+use std::path::PathBuf;
+
+fn recorded() -> Vec<(PathBuf, ProbeReport)> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(repo().join("fixtures"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("probes"))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        for name in ["h2d", "d2h", "p2p", "dmabuf-export"] {
+            let p = d.join(format!("{name}.json"));
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let r: ProbeReport =
+                serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert_eq!(r.schema, gpudoctor::probes::PROBE_SCHEMA);
+            out.push((p, r));
+        }
+    }
+    assert!(
+        !out.is_empty(),
+        "no recorded probe runs under fixtures/*/probes"
+    );
+    out
+}
+
+fn load(probe: &str) -> ProbeReport {
+    recorded()
+        .into_iter()
+        .find(|(p, _)| p.ends_with(format!("h200x2-vm/probes/{probe}.json")))
+        .map(|(_, r)| r)
+        .unwrap()
+}
+
+#[test]
+fn recorded_runs_reevaluate_to_the_recorded_verdicts() {
+    for (path, rec) in recorded() {
+        let mut again = rec.clone();
+        again.evaluate();
+        let at = path.display();
+        // serde_json reads floats to within an ulp, so compare numbers with a tolerance.
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
+        assert_eq!(again.status, rec.status, "{at}");
+        for (a, b) in again.measurements.iter().zip(&rec.measurements) {
+            let (ea, eb) = (&a.evaluation, &b.evaluation);
+            assert_eq!(ea.status, eb.status, "{at} {}", a.id);
+            assert_eq!(ea.reason, eb.reason, "{at} {}", a.id);
+            assert_eq!(ea.threshold_basis, eb.threshold_basis, "{at} {}", a.id);
+            assert!(close(
+                ea.threshold_gbps.unwrap(),
+                eb.threshold_gbps.unwrap()
+            ));
+            let (sa, sb) = (ea.stats.as_ref().unwrap(), eb.stats.as_ref().unwrap());
+            assert_eq!(sa.n, sb.n);
+            assert!(close(sa.median_gbps, sb.median_gbps), "{at} {}", a.id);
+            assert!(close(sa.min_gbps, sb.min_gbps) && close(sa.max_gbps, sb.max_gbps));
+        }
+        assert_eq!(again.measurements.len(), rec.measurements.len());
+        assert_eq!(again.peers, rec.peers, "{at}");
+        assert_eq!(again.dmabuf, rec.dmabuf, "{at}");
+        assert_eq!(again.link_under_load, rec.link_under_load, "{at}");
+    }
+}
+
+#[test]
+fn h200x2_recorded_verdicts() {
+    let h2d = load("h2d");
+    assert_eq!(h2d.status, Status::Pass);
+    assert_eq!(h2d.measurements.len(), 4);
+    for m in &h2d.measurements {
+        let s = m.evaluation.stats.as_ref().unwrap();
+        assert_eq!(s.n, 20);
+        assert_eq!(m.samples_gbps.len(), 20);
+        // 80% of Gen5 x16 (63.0 GB/s per direction).
+        assert!((m.evaluation.threshold_gbps.unwrap() - 50.41).abs() < 0.01);
+    }
+    assert!(h2d.link_under_load.iter().all(|l| l.status == Status::Pass));
+    let p2p = load("p2p");
+    assert_eq!(p2p.status, Status::Pass);
+    assert_eq!(p2p.peers.len(), 2);
+    assert!(p2p.peers.iter().all(|p| p.path.as_deref() == Some("NV18")));
+    let ce: Vec<_> = p2p
+        .measurements
+        .iter()
+        .filter(|m| m.method == Method::CopyEngine)
+        .collect();
+    assert_eq!(ce.len(), 2);
+    for m in ce {
+        let e = m.expected.as_ref().unwrap();
+        assert!((e.bandwidth_gbps - 478.125).abs() < 1e-9, "{}", e.basis);
+    }
+    assert_eq!(load("dmabuf-export").status, Status::Pass);
+}
+
+fn scaled(mut r: ProbeReport, method: Method, factor: f64) -> ProbeReport {
+    for m in r.measurements.iter_mut().filter(|m| m.method == method) {
+        for s in &mut m.samples_gbps {
+            *s *= factor;
+        }
+    }
+    r.evaluate();
+    r
+}
+
+#[test]
+fn halved_copy_engine_bandwidth_fails() {
+    for probe in ["h2d", "d2h", "p2p"] {
+        let r = scaled(load(probe), Method::CopyEngine, 0.5);
+        assert_eq!(r.status, Status::Fail, "{probe}");
+        assert!(
+            r.measurements
+                .iter()
+                .filter(|m| m.method == Method::CopyEngine)
+                .all(|m| m.evaluation.status == Status::Fail)
+        );
+    }
+}
+
+#[test]
+fn slow_sm_kernel_warns_but_does_not_fail() {
+    let r = scaled(load("h2d"), Method::SmKernel, 0.5);
+    assert_eq!(r.status, Status::Pass);
+    assert!(
+        r.measurements
+            .iter()
+            .filter(|m| m.method == Method::SmKernel)
+            .all(|m| m.evaluation.status == Status::Warn)
+    );
+}
+
+#[test]
+fn downtrained_link_under_load_fails_and_unknown_expectation_is_not_a_pass() {
+    let mut r = load("h2d");
+    r.link_under_load[0].nvml_gen_current = Ok(1);
+    r.evaluate();
+    assert_eq!(r.link_under_load[0].status, Status::Fail);
+    assert_eq!(r.status, Status::Fail);
+
+    let mut r = load("d2h");
+    for m in &mut r.measurements {
+        m.expected = Err("max link width unreadable".into());
+    }
+    r.evaluate();
+    assert!(
+        r.measurements
+            .iter()
+            .all(|m| m.evaluation.status == Status::Unknown)
+    );
+    assert_eq!(r.status, Status::Unknown);
+}
+
+#[test]
+fn no_peer_access_over_nvlink_fails() {
+    let mut r = load("p2p");
+    r.peers[0].can_access_peer = Ok(false);
+    r.evaluate();
+    assert_eq!(r.peers[0].status, Status::Fail);
+    assert_eq!(r.status, Status::Fail);
+}
