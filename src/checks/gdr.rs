@@ -128,6 +128,8 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
     let t = ctx.topo;
     let no_gdr = if t.gpus.is_empty() {
         Some("no NVIDIA GPUs")
+    } else if ctx.inv.host.nvidia_version_line.is_none() {
+        Some("NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist")
     } else if t.nics.is_empty() {
         Some("no RDMA NICs: GPUDirect RDMA not applicable")
     } else {

@@ -105,7 +105,9 @@ fn every_check_both_fails_and_passes_somewhere() {
         bad.extend(ids_with(&v, "warn"));
         good.extend(ids_with(&v, "pass"));
     }
-    for c in gpudoctor::checks::CATALOG {
+    // Level-1 verdicts come from recorded probe samples; tests/it/probes.rs alters those
+    // samples to make each probe fail.
+    for c in gpudoctor::checks::CATALOG.iter().filter(|c| c.level == 0) {
         assert!(bad.contains(c.id), "no fixture fails/warns {}", c.id);
         assert!(good.contains(c.id), "no fixture passes {}", c.id);
     }
