@@ -14,6 +14,10 @@ pub struct Args {
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
 
+    /// Replay a support bundle (a .tar.gz from `gpudoctor bundle`) instead of this machine.
+    #[arg(long, global = true, value_name = "FILE", conflicts_with = "root")]
+    pub bundle: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -22,6 +26,8 @@ pub struct Args {
 pub enum Command {
     /// Map GPUs, NICs, PCIe switches, root complexes and NUMA nodes.
     Topo(TopoArgs),
+    /// Record everything gpudoctor reads into one .tar.gz that replays with --bundle.
+    Bundle(BundleArgs),
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -41,11 +47,23 @@ pub struct TopoArgs {
     pub json: bool,
 }
 
+#[derive(Debug, ClapArgs)]
+pub struct BundleArgs {
+    /// The bundle to write (e.g. NODE.tar.gz).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Keep serial numbers, GPU UUIDs, GUIDs, MAC addresses and the hostname as they are.
+    #[arg(long)]
+    pub no_redact: bool,
+}
+
 /// Where facts come from.
 #[derive(Debug, Clone)]
 pub enum SourceSpec {
     Live,
     Root(PathBuf),
+    /// A support bundle file.
+    Bundle(PathBuf),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +77,12 @@ pub enum TopoOutput {
 pub enum Action {
     Topo(TopoOutput),
     Man(PathBuf),
+    Bundle {
+        output: PathBuf,
+        redact: bool,
+        /// Draw progress on stderr (stderr is a terminal).
+        progress: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -71,9 +95,10 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: Args) -> Self {
-        let source = match args.root {
-            Some(p) => SourceSpec::Root(p),
-            None => SourceSpec::Live,
+        let source = match (args.root, args.bundle) {
+            (Some(p), _) => SourceSpec::Root(p),
+            (None, Some(f)) => SourceSpec::Bundle(f),
+            (None, None) => SourceSpec::Live,
         };
         let action = match args.command {
             Command::Topo(t) => Action::Topo(if t.json {
@@ -84,6 +109,11 @@ impl Config {
                 TopoOutput::Tree
             }),
             Command::Man { dir } => Action::Man(dir),
+            Command::Bundle(b) => Action::Bundle {
+                output: b.output,
+                redact: !b.no_redact,
+                progress: std::io::stderr().is_terminal(),
+            },
         };
         let width = if std::io::stdout().is_terminal() {
             comfy_table::Table::new().width()

@@ -8,7 +8,7 @@
 //!
 //! This module must not interpret what it reads, and must never write.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -52,6 +52,45 @@ impl ReadError {
         }
     }
 
+    /// A stable name for the kind of failure, as a bundle manifest records it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReadError::NotFound(_) => "not-found",
+            ReadError::PermissionDenied(_) => "permission-denied",
+            ReadError::LinkLoop(_) => "link-loop",
+            ReadError::TooLarge(_) => "too-large",
+            ReadError::NotText(_) => "not-text",
+            ReadError::BadPath(_) => "bad-path",
+            ReadError::Io { .. } => "io",
+        }
+    }
+
+    /// The OS message for `Io` errors (the other kinds carry nothing beyond the path).
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            ReadError::Io { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// Rebuild an error recorded by `kind()`/`detail()` for a given path; None for an unknown kind.
+    pub fn rebuild(kind: &str, path: &str, detail: Option<&str>) -> Option<ReadError> {
+        let p = path.to_string();
+        Some(match kind {
+            "not-found" => ReadError::NotFound(p),
+            "permission-denied" => ReadError::PermissionDenied(p),
+            "link-loop" => ReadError::LinkLoop(p),
+            "too-large" => ReadError::TooLarge(p),
+            "not-text" => ReadError::NotText(p),
+            "bad-path" => ReadError::BadPath(p),
+            "io" => ReadError::Io {
+                path: p,
+                message: detail.unwrap_or("I/O error").to_string(),
+            },
+            _ => return None,
+        })
+    }
+
     /// The kernel path this error is about.
     pub fn path(&self) -> &str {
         match self {
@@ -67,12 +106,41 @@ impl ReadError {
 }
 
 /// A filesystem root: `/` on a live machine, or a recorded tree (fixture, unpacked bundle).
-#[derive(Debug)]
 pub struct SysRoot {
     root: PathBuf,
     live: bool,
     /// Every kernel path handed to this reader, for the bundle capture-list assertion.
     touched: Mutex<BTreeSet<String>>,
+    /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
+    listed: Mutex<BTreeSet<String>>,
+    /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
+    /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
+    recorded: BTreeMap<String, (String, Option<String>)>,
+    /// Keeps whatever backs the tree (an extracted bundle's temporary directory) alive as long
+    /// as the reader; dropped with it.
+    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for SysRoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SysRoot")
+            .field("root", &self.root)
+            .field("live", &self.live)
+            .field("recorded_errors", &self.recorded.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a path is, without following it when it is a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    /// A device node, fifo or socket: never captured.
+    Special,
+    /// Not present in the tree, but the recorded machine gave an error reading it.
+    RecordedError,
 }
 
 /// One directory entry, as the kernel would show it.
@@ -90,6 +158,9 @@ impl SysRoot {
             root: PathBuf::from("/"),
             live: true,
             touched: Mutex::new(BTreeSet::new()),
+            listed: Mutex::new(BTreeSet::new()),
+            recorded: BTreeMap::new(),
+            _owner: None,
         }
     }
 
@@ -114,6 +185,9 @@ impl SysRoot {
             root,
             live: false,
             touched: Mutex::new(BTreeSet::new()),
+            listed: Mutex::new(BTreeSet::new()),
+            recorded: BTreeMap::new(),
+            _owner: None,
         })
     }
 
@@ -132,6 +206,101 @@ impl SysRoot {
             Ok(t) => t.iter().cloned().collect(),
             Err(p) => p.into_inner().iter().cloned().collect(),
         }
+    }
+
+    /// Kernel paths listed as directories so far (sorted); a subset of `touched()`.
+    pub fn listed(&self) -> Vec<String> {
+        match self.listed.lock() {
+            Ok(t) => t.iter().cloned().collect(),
+            Err(p) => p.into_inner().iter().cloned().collect(),
+        }
+    }
+
+    /// Replay errors recorded on the original machine: canonical kernel path -> (kind, detail)
+    /// as `ReadError::kind()`/`detail()` gave them. Only for recorded trees.
+    pub fn with_recorded_errors(
+        mut self,
+        errors: BTreeMap<String, (String, Option<String>)>,
+    ) -> Self {
+        if !self.live {
+            self.recorded = errors;
+        }
+        self
+    }
+
+    /// Keep `owner` (e.g. the temporary directory a bundle was extracted into) alive as long as
+    /// this reader.
+    pub fn holding<T: Send + Sync + 'static>(mut self, owner: T) -> Self {
+        self._owner = Some(Box::new(owner));
+        self
+    }
+
+    /// The recorded error for a canonical location, rebuilt for the caller's path.
+    fn recorded_error(&self, kpath: &str, comps: &[String]) -> Result<(), ReadError> {
+        if self.recorded.is_empty() {
+            return Ok(());
+        }
+        let canon = format!("/{}", comps.join("/"));
+        match self.recorded.get(&canon) {
+            Some((kind, detail)) => Err(ReadError::rebuild(kind, kpath, detail.as_deref())
+                .unwrap_or_else(|| ReadError::Io {
+                    path: kpath.to_string(),
+                    message: format!("recorded error of unknown kind '{kind}'"),
+                })),
+            None => Ok(()),
+        }
+    }
+
+    /// Where `kpath` lives: every link resolved except the last component, which is kept as
+    /// named. Never fails: a part that cannot be resolved is kept as written. For the bundle's
+    /// capture-list coverage check.
+    pub fn location(&self, kpath: &str) -> String {
+        if let Ok(c) = self.resolve(kpath, false) {
+            return format!("/{}", c.join("/"));
+        }
+        let Ok(comps) = Self::components(kpath) else {
+            return kpath.to_string();
+        };
+        match comps.split_last() {
+            None => "/".to_string(),
+            Some((last, parent)) => {
+                let p = self.location(&format!("/{}", parent.join("/")));
+                format!("{}/{last}", p.trim_end_matches('/'))
+            }
+        }
+    }
+
+    /// What `kpath` is, without following a final symlink (intermediate links are followed).
+    pub fn kind_of(&self, kpath: &str) -> Result<FileKind, ReadError> {
+        self.note(kpath);
+        let comps = self.resolve(kpath, false)?;
+        if self.recorded_error(kpath, &comps).is_err() {
+            return Ok(FileKind::RecordedError);
+        }
+        let host = self.host_path(&comps);
+        let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+        let ft = meta.file_type();
+        Ok(if ft.is_symlink() {
+            FileKind::Symlink
+        } else if ft.is_dir() {
+            FileKind::Dir
+        } else if ft.is_file() {
+            FileKind::File
+        } else {
+            FileKind::Special
+        })
+    }
+
+    /// Resolve `kpath` like `canonical`, also returning every symlink crossed on the way as
+    /// (canonical location of the link, target as written), so a copy can reproduce the walk.
+    pub fn canonical_with_links(
+        &self,
+        kpath: &str,
+    ) -> Result<(String, Vec<(String, String)>), ReadError> {
+        self.note(kpath);
+        let mut links = Vec::new();
+        let comps = self.resolve_traced(kpath, true, Some(&mut links))?;
+        Ok((format!("/{}", comps.join("/")), links))
     }
 
     fn note(&self, kpath: &str) {
@@ -178,6 +347,15 @@ impl SysRoot {
 
     /// Resolve symlinks in all components (the last one too when `follow_last`).
     fn resolve(&self, kpath: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
+        self.resolve_traced(kpath, follow_last, None)
+    }
+
+    fn resolve_traced(
+        &self,
+        kpath: &str,
+        follow_last: bool,
+        mut trace: Option<&mut Vec<(String, String)>>,
+    ) -> Result<Vec<String>, ReadError> {
         let mut pending: Vec<String> = Self::components(kpath)?;
         pending.reverse();
         let mut done: Vec<String> = Vec::new();
@@ -209,6 +387,9 @@ impl SysRoot {
             }
             let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
             let target = target.to_string_lossy().into_owned();
+            if let Some(t) = trace.as_deref_mut() {
+                t.push((format!("/{}", done.join("/")), target.clone()));
+            }
             done.pop();
             if target.starts_with('/') {
                 // An absolute target means "from the root of this tree", never the host's /.
@@ -228,7 +409,11 @@ impl SysRoot {
     /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
     pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
         self.note(kpath);
+        if !self.recorded.is_empty() {
+            self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
+        }
         let comps = self.resolve(kpath, true)?;
+        self.recorded_error(kpath, &comps)?;
         let host = self.host_path(&comps);
         let f = fs::File::open(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         let meta = f.metadata().map_err(|e| ReadError::from_io(kpath, &e))?;
@@ -260,6 +445,7 @@ impl SysRoot {
     pub fn read_link(&self, kpath: &str) -> Result<String, ReadError> {
         self.note(kpath);
         let comps = self.resolve(kpath, false)?;
+        self.recorded_error(kpath, &comps)?;
         let host = self.host_path(&comps);
         let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         Ok(t.to_string_lossy().into_owned())
@@ -280,7 +466,18 @@ impl SysRoot {
     /// Directory entries, sorted by name.
     pub fn list(&self, kpath: &str) -> Result<Vec<Entry>, ReadError> {
         self.note(kpath);
+        {
+            let mut l = match self.listed.lock() {
+                Ok(l) => l,
+                Err(p) => p.into_inner(),
+            };
+            l.insert(kpath.to_string());
+        }
+        if !self.recorded.is_empty() {
+            self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
+        }
         let comps = self.resolve(kpath, true)?;
+        self.recorded_error(kpath, &comps)?;
         let host = self.host_path(&comps);
         let rd = fs::read_dir(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         let mut out = Vec::new();
@@ -316,6 +513,11 @@ impl SysRoot {
     /// Whether a path exists (following links inside the root).
     pub fn exists(&self, kpath: &str) -> bool {
         self.note(kpath);
+        if let Ok(c) = self.resolve(kpath, false)
+            && self.recorded_error(kpath, &c).is_err()
+        {
+            return true; // it existed on the recorded machine, it just could not be read
+        }
         match self.resolve(kpath, true) {
             Ok(c) => self.host_path(&c).exists(),
             Err(_) => false,
