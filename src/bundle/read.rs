@@ -26,6 +26,24 @@ pub const MAX_ENTRY_BYTES: u64 = 16 << 20;
 pub const MAX_TOTAL_BYTES: u64 = 256 << 20;
 const MAX_NAME_BYTES: usize = 4096;
 
+/// The limits extraction enforces (the defaults above; tests shrink them).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub entries: usize,
+    pub entry_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            entries: MAX_ENTRIES,
+            entry_bytes: MAX_ENTRY_BYTES,
+            total_bytes: MAX_TOTAL_BYTES,
+        }
+    }
+}
+
 /// An extracted bundle. The directory is removed when this is dropped.
 pub struct Extracted {
     pub dir: tempfile::TempDir,
@@ -143,11 +161,11 @@ pub fn extract(archive: &Path) -> Result<Extracted, BundleError> {
         }
     }
     let chained = io::Cursor::new(magic).chain(r);
-    extract_from(chained)
+    extract_from(chained, Limits::default())
 }
 
 /// Extract from a gzip stream (the whole file, magic included).
-pub fn extract_from<R: Read>(gz: R) -> Result<Extracted, BundleError> {
+pub fn extract_from<R: Read>(gz: R, limits: Limits) -> Result<Extracted, BundleError> {
     let dir = tempfile::Builder::new()
         .prefix("gpudoctor-bundle-")
         .tempdir()
@@ -155,12 +173,12 @@ pub fn extract_from<R: Read>(gz: R) -> Result<Extracted, BundleError> {
     let hit = Rc::new(Cell::new(false));
     let limited = Limited {
         inner: flate2::read::GzDecoder::new(gz),
-        left: MAX_TOTAL_BYTES,
+        left: limits.total_bytes,
         hit: hit.clone(),
     };
     let corrupt = |e: io::Error| {
         if hit.get() {
-            BundleError::TooBig(MAX_TOTAL_BYTES >> 20)
+            BundleError::TooBig(limits.total_bytes.div_ceil(1 << 20))
         } else {
             BundleError::Corrupt(e.to_string().replace('\n', " "))
         }
@@ -173,6 +191,7 @@ pub fn extract_from<R: Read>(gz: R) -> Result<Extracted, BundleError> {
             seen: BTreeSet::new(),
             count: 0,
             manifest: None,
+            limits,
         };
         for entry in ar.entries().map_err(corrupt)? {
             let entry = entry.map_err(corrupt)?;
@@ -194,6 +213,7 @@ struct Extractor {
     seen: BTreeSet<PathBuf>,
     count: usize,
     manifest: Option<Manifest>,
+    limits: Limits,
 }
 
 impl Extractor {
@@ -203,8 +223,8 @@ impl Extractor {
         corrupt: &dyn Fn(io::Error) -> BundleError,
     ) -> Result<(), BundleError> {
         self.count += 1;
-        if self.count > MAX_ENTRIES {
-            return Err(BundleError::TooManyEntries(MAX_ENTRIES));
+        if self.count > self.limits.entries {
+            return Err(BundleError::TooManyEntries(self.limits.entries));
         }
         let raw = e.path_bytes().into_owned();
         let name = shown(&raw);
@@ -212,10 +232,10 @@ impl Extractor {
         let rel = clean_path(&raw).map_err(bad)?;
         let kind = e.header().entry_type();
         let size = e.header().size().map_err(corrupt)?;
-        if size > MAX_ENTRY_BYTES {
+        if size > self.limits.entry_bytes {
             return Err(bad(format!(
-                "{size} bytes is over the {} MiB entry limit: refused",
-                MAX_ENTRY_BYTES >> 20
+                "{size} bytes is over the {}-byte entry limit: refused",
+                self.limits.entry_bytes
             )));
         }
         if self.links.iter().any(|l| rel.starts_with(l) && rel != *l) {
