@@ -89,6 +89,23 @@ fn topo_report_from(sr: &SysRoot, nvml: NvmlSnapshot, info: SourceInfo) -> Resul
     Ok(TopoReport::new(info, &inv, topo))
 }
 
+/// Every report a bundle stores (report.json), by command, computed from one source. A new
+/// command's report joins here with one line (e.g. `check` after the merge); the bundle's
+/// self-replay then compares it too.
+fn bundle_reports(
+    sr: &SysRoot,
+    nvml: &NvmlSnapshot,
+    info: &SourceInfo,
+) -> Result<std::collections::BTreeMap<String, serde_json::Value>> {
+    let mut reports = std::collections::BTreeMap::new();
+    let topo = topo_report_from(sr, nvml.clone(), info.clone())?;
+    reports.insert(
+        "topo".to_string(),
+        serde_json::to_value(&topo).context("serializing the topo report")?,
+    );
+    Ok(reports)
+}
+
 /// `gpudoctor bundle`: discovery, capture, write, then replay the bundle just written and warn
 /// where it reads differently from what was seen live.
 fn make_bundle(
@@ -99,15 +116,10 @@ fn make_bundle(
 ) -> Result<Outcome> {
     let t0 = std::time::Instant::now();
     let (sr, nvml, info) = open_source(source)?;
-    let report = topo_report_from(&sr, nvml.clone(), info)?;
+    let reports = bundle_reports(&sr, &nvml, &info)?;
     // What discovery read, before the capture reads more through the same reader.
     let touched = sr.touched();
     let listed = sr.listed();
-    let mut reports = std::collections::BTreeMap::new();
-    reports.insert(
-        "topo".to_string(),
-        serde_json::to_value(&report).context("serializing the topo report")?,
-    );
     let opts = bundle::write::Options {
         redact,
         progress,
@@ -140,14 +152,18 @@ fn make_bundle(
         warnings.push(msg);
     }
     // Replay what was just written; only where the data came from may differ.
-    match topo_report(&SourceSpec::Bundle(output.to_path_buf())) {
-        Ok(r) => {
-            let mut replayed = serde_json::to_value(&r).context("serializing the replay")?;
-            let mut stored = w.reports.get("topo").cloned().unwrap_or_default();
-            if let Some(diff) = bundle::first_difference(&mut stored, &mut replayed) {
-                warnings.push(format!(
-                    "the bundle replays differently from the live run at {diff}: please report this"
-                ));
+    let replayed = open_source(&SourceSpec::Bundle(output.to_path_buf()))
+        .and_then(|(sr, nvml, info)| bundle_reports(&sr, &nvml, &info));
+    match replayed {
+        Ok(replayed) => {
+            for (command, stored) in &w.reports {
+                let mut stored = stored.clone();
+                let mut again = replayed.get(command).cloned().unwrap_or_default();
+                if let Some(diff) = bundle::first_difference(&mut stored, &mut again) {
+                    warnings.push(format!(
+                        "the bundle's {command} report replays differently from the live run at {diff}: please report this"
+                    ));
+                }
             }
         }
         Err(e) => warnings.push(format!("the bundle just written does not replay: {e:#}")),

@@ -178,12 +178,21 @@ impl Redactor {
         token
     }
 
-    /// Register the hostname; it is then replaced wherever it appears. Returns its token.
+    /// Register the hostname and return its token (None with redaction off). A name long and
+    /// specific enough is then replaced wherever it appears; a short or generic one ("vm",
+    /// "localhost") would match inside unrelated text, so only the manifest's field is hidden.
     pub fn hostname(&mut self, name: &str) -> Option<String> {
         let name = name.trim();
-        // Too short or generic to replace blindly inside other text.
-        if !self.enabled || name.len() < 3 || name == "localhost" {
+        if !self.enabled || name.is_empty() {
             return None;
+        }
+        if name.len() < 3 || name == "localhost" {
+            let token = format!(
+                "host-{}",
+                hex_join(&self.hash(Class::Hostname, name)[..5], 5, "")
+            );
+            self.remember(Class::Hostname, name, &token);
+            return Some(token);
         }
         Some(self.literal(Class::Hostname, name))
     }
@@ -303,6 +312,18 @@ impl Redactor {
                     i = j;
                     continue;
                 }
+                // MACs written with dashes (PXE's BOOTIF=01-xx-xx-xx-xx-xx-xx on the command line).
+                let mut k = i;
+                while k < b.len() && (b[k].is_ascii_hexdigit() || b[k] == b'-') {
+                    k += 1;
+                }
+                if (k == b.len() || !word(b[k]))
+                    && let Some(r) = self.dashed_mac(&s[i..k])
+                {
+                    out.push_str(&r);
+                    i = k;
+                    continue;
+                }
                 out.push_str(&s[i..j]);
                 i = j;
                 continue;
@@ -312,6 +333,29 @@ impl Redactor {
             i += ch.len_utf8().max(1);
         }
         out
+    }
+
+    fn dashed_mac(&mut self, run: &str) -> Option<String> {
+        let groups: Vec<&str> = run.split('-').collect();
+        if groups.iter().any(|g| g.len() != 2) {
+            return None;
+        }
+        let (prefix, mac) = match groups.len() {
+            6 => ("", &groups[..]),
+            7 if groups[0] == "01" => ("01-", &groups[1..]),
+            _ => return None,
+        };
+        let mut m = [0u8; 6];
+        for (d, g) in m.iter_mut().zip(mac) {
+            *d = u8::from_str_radix(g, 16).ok()?;
+        }
+        let t = hex_join(&self.mac_bytes(m), 1, "-");
+        let t = if run.chars().any(|c| c.is_ascii_uppercase()) {
+            t.to_ascii_uppercase()
+        } else {
+            t
+        };
+        Some(format!("{prefix}{t}"))
     }
 
     fn hex_run(&mut self, run: &str) -> Option<String> {
@@ -449,6 +493,12 @@ mod tests {
         assert_eq!(a, r.text("0c:42:a1:b3:4c:5e\n"));
         assert_eq!(r.text("00:00:00:00:00:00"), "00:00:00:00:00:00");
         assert_eq!(r.text("ff:ff:ff:ff:ff:ff"), "ff:ff:ff:ff:ff:ff");
+        // The same MAC with dashes (PXE BOOTIF) gets the same token.
+        let boot = r.text("BOOTIF=01-0c-42-a1-b3-4c-5e quiet");
+        assert_eq!(
+            boot,
+            format!("BOOTIF=01-{} quiet", a.trim().replace(':', "-"))
+        );
         // A different key gives different tokens.
         let mut other = Redactor::with_key(true, (3, 4));
         assert_ne!(other.text("0c:42:a1:b3:4c:5e\n"), a);
@@ -496,7 +546,9 @@ mod tests {
             format!("mlx5_0 {}", r.text("gpu-node-17"))
         );
         assert!(!r.text("gpu-node-17").contains("node-17"));
-        assert_eq!(r.hostname("localhost"), None);
+        let t = r.hostname("vm").unwrap();
+        assert!(t.starts_with("host-"), "{t}");
+        assert_eq!(r.text("vm kvm"), "vm kvm");
     }
 
     #[test]
@@ -511,6 +563,8 @@ mod tests {
             "GPU-REDACTED-UUID",
             "16.0 GT/s PCIe",
             "café 0c:42",
+            "6.18.44-fc-v657-gpu",
+            "2026-11-21",
         ] {
             assert_eq!(r.text(s), s);
         }

@@ -95,7 +95,7 @@ pub fn write_bundle(
     // Read for redaction only; the hostname file itself is not captured.
     let host_name = sr.read_text("/proc/sys/kernel/hostname").ok();
     let host = match &host_name {
-        Some(h) if opts.redact => red.hostname(h).or_else(|| Some(h.clone())),
+        Some(h) if opts.redact => red.hostname(h),
         Some(h) => Some(h.clone()),
         None => None,
     };

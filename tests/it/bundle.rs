@@ -467,3 +467,92 @@ fn mutated_bundles_never_panic() {
         })
         .unwrap();
 }
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if ft.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// An error the recorded machine gave (manifest `unreadable`) reads as the same error from the
+/// tree, and survives into a bundle made from that tree and its replay.
+#[test]
+fn recorded_errors_replay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("tree");
+    copy_tree(&crate::repo().join("fixtures/h200x1-vm"), &tree);
+    let mpath = tree.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+    m["unreadable"] = serde_json::json!([
+        {"path": "/sys/devices/pci0000:00/0000:00:06.0/numa_node", "kind": "permission-denied"},
+        {"path": "/sys/devices/pci0000:00/0000:00:06.0/current_link_speed", "kind": "io",
+         "detail": "Invalid argument (os error 22)"}
+    ]);
+    std::fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+    let from_tree = gpudoctor()
+        .args(["topo", "--json", "--root"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert_eq!(from_tree.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&from_tree.stdout);
+    assert!(text.contains("numa_node: permission denied"), "{text}");
+    assert!(text.contains("Invalid argument (os error 22)"), "{text}");
+    let out = tmp.path().join("b.tar.gz");
+    let made = gpudoctor()
+        .arg("--root")
+        .arg(&tree)
+        .args(["bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    assert!(
+        made.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let replay = gpudoctor()
+        .args(["topo", "--json", "--bundle"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        json_without_source(&replay.stdout),
+        json_without_source(&from_tree.stdout)
+    );
+    // A bundle of the bundle too.
+    let out2 = tmp.path().join("b2.tar.gz");
+    let made = gpudoctor()
+        .arg("--bundle")
+        .arg(&out)
+        .args(["bundle", "-o"])
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    assert!(
+        made.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let replay2 = gpudoctor()
+        .args(["topo", "--json", "--bundle"])
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert_eq!(
+        json_without_source(&replay2.stdout),
+        json_without_source(&from_tree.stdout)
+    );
+}
