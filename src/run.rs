@@ -135,7 +135,8 @@ fn make_bundle(
         touched: &touched,
         listed: &listed,
     };
-    let w = bundle::write::write_bundle(&sr, &nvml, reports, discovery, output, &opts)
+    let extra = std::collections::BTreeMap::new();
+    let w = bundle::write::write_bundle(&sr, &nvml, extra, reports, discovery, output, &opts)
         .with_context(|| format!("writing {}", output.display()))?;
     let elapsed = t0.elapsed();
     let mut warnings = Vec::new();

@@ -49,12 +49,15 @@ pub const CAPTURE: &[&str] = &[
     "/sys/class/infiniband_verbs/*/{ibdev,abi_version,device}",
     // Drivers and kernel modules (GPUDirect RDMA needs nvidia_peermem or MOFED's peer memory).
     "/proc/modules",
+    "/sys/module/*",
     "/proc/driver/nvidia/**",
     "/sys/module/{nvidia*,nv_peer_mem,ib_*,mlx5_*,rdma_*}/{version,srcversion,initstate,refcnt}",
     "/sys/module/{nvidia*,nv_peer_mem,ib_*,mlx5_*,rdma_*}/parameters/*",
     "/sys/kernel/mm/memory_peers/**",
     // IOMMU.
     "/sys/kernel/iommu_groups/**",
+    // Device nodes (/dev/nvidia0...): names only, recorded as empty files.
+    "/dev/*",
     // The kernel.
     "/proc/cmdline",
     "/proc/version",
@@ -160,6 +163,8 @@ pub struct Capture {
     listed: BTreeSet<String>,
     /// Stopped early at MAX_ENTRIES.
     pub truncated: bool,
+    /// Device nodes, fifos and sockets recorded as empty files.
+    pub special: usize,
 }
 
 impl Capture {
@@ -304,13 +309,14 @@ impl Capture {
                 }
             }
             FileKind::File => {}
-            FileKind::Special => self.fail(
-                path,
-                ReadError::Io {
-                    path: path.to_string(),
-                    message: "device node, fifo or socket: not captured".into(),
-                },
-            ),
+            // A device node, fifo or socket is never opened: its name is the fact (e.g. that
+            // /dev/nvidia0 exists), kept as an empty file.
+            FileKind::Special => {
+                if rest.is_empty() {
+                    self.items.insert(path.to_string(), Item::File(Vec::new()));
+                    self.special += 1;
+                }
+            }
         }
         if self.items.len() % 512 == 0 {
             progress(self.items.len());
@@ -331,10 +337,14 @@ impl Capture {
     fn link(&mut self, sr: &SysRoot, path: &str) -> Option<String> {
         match sr.canonical_with_links(path) {
             Ok((target, links)) => {
+                // Only sysfs is followed: a link out of it (/dev/fd -> /proc/self/fd) would
+                // record this process's open files, which are no fact about the machine.
                 for (at, to) in links {
-                    self.items.entry(at).or_insert(Item::Link(to));
+                    if at == path || at.starts_with("/sys/") {
+                        self.items.entry(at).or_insert(Item::Link(to));
+                    }
                 }
-                if sr.kind_of(&target) == Ok(FileKind::Dir) {
+                if target.starts_with("/sys/") && sr.kind_of(&target) == Ok(FileKind::Dir) {
                     self.items.entry(target.clone()).or_insert(Item::Dir);
                 }
                 Some(target)
@@ -380,6 +390,10 @@ impl Capture {
             } else {
                 match sr.kind_of(&path) {
                     Ok(FileKind::File) | Ok(FileKind::RecordedError) => self.file(sr, &path),
+                    Ok(FileKind::Special) => {
+                        self.items.insert(path.clone(), Item::File(Vec::new()));
+                        self.special += 1;
+                    }
                     Ok(_) => {}
                     Err(err) => self.fail(&path, err),
                 }
@@ -468,7 +482,10 @@ mod tests {
     #[test]
     fn every_pattern_is_absolute_and_well_formed() {
         for p in CAPTURE {
-            assert!(p.starts_with("/sys/") || p.starts_with("/proc/"), "{p}");
+            assert!(
+                p.starts_with("/sys/") || p.starts_with("/proc/") || p.starts_with("/dev/"),
+                "{p}"
+            );
             let segs = parse_pattern(p);
             if let Some(i) = segs.iter().position(|s| *s == Seg::Tree) {
                 assert_eq!(i, segs.len() - 1, "** only last: {p}");

@@ -45,10 +45,13 @@ fn io_err(what: &str, p: &Path, e: std::io::Error) -> BundleError {
     BundleError::Io(format!("{what} {}: {e}", p.display()))
 }
 
-/// Capture `sr`, redact, and write the bundle to `out`.
+/// Capture `sr`, redact, and write the bundle to `out`. `extra` holds further top-level JSON
+/// documents a replay reads besides nvml.json (e.g. "libs.json"); `reports` are stored in
+/// report.json by command.
 pub fn write_bundle(
     sr: &SysRoot,
     nvml: &NvmlSnapshot,
+    mut extra: BTreeMap<String, serde_json::Value>,
     mut reports: BTreeMap<String, serde_json::Value>,
     discovery: Discovery<'_>,
     out: &Path,
@@ -106,7 +109,7 @@ pub fn write_bundle(
     }
     let mut nvml = nvml.clone();
     red.nvml(&mut nvml);
-    for v in reports.values_mut() {
+    for v in reports.values_mut().chain(extra.values_mut()) {
         red.json(v);
     }
 
@@ -136,6 +139,12 @@ pub fn write_bundle(
         .collect();
     unreadable.sort();
     let mut notes = opts.notes.clone();
+    if cap.special > 0 {
+        notes.push(format!(
+            "{} device nodes, fifos or sockets (under /dev) are recorded as empty files: only their names are facts",
+            cap.special
+        ));
+    }
     if cap.truncated {
         notes.push(
             "capture stopped at its entry limit: the tree is larger than any real /sys".into(),
@@ -170,11 +179,17 @@ pub fn write_bundle(
         Ok(b)
     };
     let report_doc = serde_json::json!({ "schema": REPORTS_SCHEMA, "reports": &reports });
-    let top: Vec<(&str, Vec<u8>)> = vec![
+    let mut top: Vec<(&str, Vec<u8>)> = vec![
         ("manifest.json", json(&manifest)?),
         ("nvml.json", json(&nvml)?),
         ("report.json", json(&report_doc)?),
     ];
+    for (name, v) in &extra {
+        if top.iter().any(|(n, _)| n == name) || name.contains('/') || !name.ends_with(".json") {
+            return Err(BundleError::Io(format!("bad extra document name '{name}'")));
+        }
+        top.push((name, json(v)?));
+    }
 
     let tmp = temp_path(out);
     let result = write_archive(&tmp, &top, &cap.items);
