@@ -293,14 +293,52 @@ impl SysRoot {
 
     /// Resolve `kpath` like `canonical`, also returning every symlink crossed on the way as
     /// (canonical location of the link, target as written), so a copy can reproduce the walk.
+    /// Deliberately apart from `resolve` (same rules, no caching): only the bundle capture
+    /// needs the trace.
     pub fn canonical_with_links(
         &self,
         kpath: &str,
     ) -> Result<(String, Vec<(String, String)>), ReadError> {
         self.note(kpath);
         let mut links = Vec::new();
-        let comps = self.resolve_traced(kpath, true, Some(&mut links))?;
-        Ok((format!("/{}", comps.join("/")), links))
+        let mut pending: Vec<String> = Self::components(kpath)?;
+        pending.reverse();
+        let mut done: Vec<String> = Vec::new();
+        let mut hops = 0usize;
+        while let Some(c) = pending.pop() {
+            match c.as_str() {
+                ".." => {
+                    done.pop();
+                    continue;
+                }
+                "." | "" => continue,
+                _ => done.push(c),
+            }
+            let host = self.host_path(&done);
+            let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return Err(ReadError::LinkLoop(kpath.to_string()));
+            }
+            let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+            let target = target.to_string_lossy().into_owned();
+            links.push((format!("/{}", done.join("/")), target.clone()));
+            done.pop();
+            if target.starts_with('/') {
+                done.clear();
+            }
+            pending.extend(
+                target
+                    .split('/')
+                    .filter(|s| !s.is_empty())
+                    .rev()
+                    .map(str::to_string),
+            );
+        }
+        Ok((format!("/{}", done.join("/")), links))
     }
 
     fn note(&self, kpath: &str) {
@@ -347,15 +385,6 @@ impl SysRoot {
 
     /// Resolve symlinks in all components (the last one too when `follow_last`).
     fn resolve(&self, kpath: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
-        self.resolve_traced(kpath, follow_last, None)
-    }
-
-    fn resolve_traced(
-        &self,
-        kpath: &str,
-        follow_last: bool,
-        mut trace: Option<&mut Vec<(String, String)>>,
-    ) -> Result<Vec<String>, ReadError> {
         let mut pending: Vec<String> = Self::components(kpath)?;
         pending.reverse();
         let mut done: Vec<String> = Vec::new();
@@ -387,9 +416,6 @@ impl SysRoot {
             }
             let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
             let target = target.to_string_lossy().into_owned();
-            if let Some(t) = trace.as_deref_mut() {
-                t.push((format!("/{}", done.join("/")), target.clone()));
-            }
             done.pop();
             if target.starts_with('/') {
                 // An absolute target means "from the root of this tree", never the host's /.
