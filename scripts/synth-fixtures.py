@@ -922,6 +922,28 @@ def write_tree(m, out):
         fh.write("\n")
     with open(os.path.join(out, "README.md"), "w") as fh:
         fh.write(m.readme)
+    # Every fixture is an unpacked bundle (issue 4): a manifest saying this one was synthesized.
+    first = m.readme.strip().splitlines()[0].lstrip("# ").strip() if m.readme.strip() else ""
+    manifest = {
+        "format": "gpudoctor.bundle",
+        "format_version": 1,
+        "gpudoctor_version": "none: not written by gpudoctor",
+        "created": None,
+        "recorded_by": "scripts/synth-fixtures.py (SYNTHETIC: generated, not recorded on a machine)",
+        "source": "synthetic",
+        "kernel": {"osrelease": None, "version": None},
+        "host": None,
+        "reports": [],
+        "redaction": {"enabled": False, "method": "nothing to redact: every serial, GUID and MAC is invented",
+                      "distinct_values": {}, "files": [], "not_redacted": []},
+        "unreadable": [],
+        "contents": {},
+        "notes": ["synthesized to model a machine our users run (see README.md): " + first,
+                  "errors are not recorded: a file that is absent is simply absent"],
+    }
+    with open(os.path.join(out, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh, indent=2)
+        fh.write("\n")
 
 
 # --------------------------------------------------------------------------- common kernel bits

@@ -14,6 +14,10 @@ pub struct Args {
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
 
+    /// Replay a support bundle (a .tar.gz from `gpudoctor bundle`) instead of this machine.
+    #[arg(long, global = true, value_name = "FILE", conflicts_with = "root")]
+    pub bundle: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -47,6 +51,8 @@ pub enum Command {
     /// Measure one thing with CUDA: h2d/d2h/p2p bandwidth or dma-buf export (skips cleanly,
     /// exit 0, where CUDA is absent).
     Probe(ProbeArgs),
+    /// Record everything gpudoctor reads into one .tar.gz that replays with --bundle.
+    Bundle(BundleArgs),
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -120,11 +126,23 @@ pub struct ProbeArgs {
     pub json: bool,
 }
 
+#[derive(Debug, ClapArgs)]
+pub struct BundleArgs {
+    /// The bundle to write (e.g. NODE.tar.gz).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Keep serial numbers, GPU UUIDs, GUIDs, MAC addresses and the hostname as they are.
+    #[arg(long)]
+    pub no_redact: bool,
+}
+
 /// Where facts come from.
 #[derive(Debug, Clone)]
 pub enum SourceSpec {
     Live,
     Root(PathBuf),
+    /// A support bundle file.
+    Bundle(PathBuf),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +177,12 @@ pub enum Action {
         json: bool,
     },
     Man(PathBuf),
+    Bundle {
+        output: PathBuf,
+        redact: bool,
+        /// Draw progress on stderr (stderr is a terminal).
+        progress: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -171,9 +195,10 @@ pub struct Config {
 
 impl Config {
     pub fn from_args(args: Args) -> Self {
-        let source = match args.root {
-            Some(p) => SourceSpec::Root(p),
-            None => SourceSpec::Live,
+        let source = match (args.root, args.bundle) {
+            (Some(p), _) => SourceSpec::Root(p),
+            (None, Some(f)) => SourceSpec::Bundle(f),
+            (None, None) => SourceSpec::Live,
         };
         let action = match args.command {
             Command::Topo(t) => Action::Topo(if t.json {
@@ -213,6 +238,11 @@ impl Config {
                 json: p.json,
             },
             Command::Man { dir } => Action::Man(dir),
+            Command::Bundle(b) => Action::Bundle {
+                output: b.output,
+                redact: !b.no_redact,
+                progress: std::io::stderr().is_terminal(),
+            },
         };
         let width = if std::io::stdout().is_terminal() {
             comfy_table::Table::new().width()

@@ -16,6 +16,8 @@ pub enum SourceInfo {
     Live,
     /// A recorded tree (`--root DIR`).
     Root { path: String },
+    /// A support bundle (`--bundle FILE`).
+    Bundle { path: String },
 }
 
 impl SourceInfo {
@@ -23,6 +25,7 @@ impl SourceInfo {
         match self {
             SourceInfo::Live => "live system".to_string(),
             SourceInfo::Root { path } => format!("recorded tree {path}"),
+            SourceInfo::Bundle { path } => format!("bundle {path}"),
         }
     }
 }

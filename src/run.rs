@@ -1,6 +1,7 @@
 //! The edge: turns a `Config` into output text and an exit code. The only place (with
 //! `main`) that uses anyhow.
 
+use crate::bundle;
 use crate::cli::{Action, CheckOptions, Config, SourceSpec, TopoOutput};
 use crate::inventory::{Inventory, Scope};
 use crate::libs::LibFacts;
@@ -39,39 +40,78 @@ pub fn open_source(spec: &SourceSpec) -> Result<Opened> {
             info: SourceInfo::Live,
         }),
         SourceSpec::Root(dir) => {
-            let sr = SysRoot::at(dir).with_context(|| format!("--root {}", dir.display()))?;
-            let nvml_path = sr.root_dir().join("nvml.json");
-            let nvml = match std::fs::read(&nvml_path) {
-                Ok(bytes) => NvmlSnapshot::from_json(&bytes)
-                    .with_context(|| format!("--root {}", dir.display()))?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    NvmlSnapshot::unavailable("not recorded (no nvml.json in the tree)", "recorded")
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| format!("reading {}", nvml_path.display()));
-                }
-            };
-            let libs_path = sr.root_dir().join("libs.json");
-            let libs = match std::fs::read(&libs_path) {
-                Ok(bytes) => LibFacts::from_json(&bytes)
-                    .map_err(anyhow::Error::msg)
-                    .with_context(|| format!("--root {}", dir.display()))?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    LibFacts::unavailable("not recorded (no libs.json in the tree)")
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| format!("reading {}", libs_path.display()));
-                }
-            };
+            let label = format!("--root {}", dir.display());
+            let (sysroot, nvml, libs) = open_tree(dir, &label)?;
             let path = dir.display().to_string();
             Ok(Opened {
-                sysroot: sr,
+                sysroot,
                 nvml,
                 libs,
                 info: SourceInfo::Root { path },
             })
         }
+        SourceSpec::Bundle(file) => {
+            let label = format!("--bundle {}", file.display());
+            let x = bundle::read::extract(file).with_context(|| label.clone())?;
+            let (sysroot, nvml, libs) = open_tree(x.dir.path(), &label)?;
+            let path = file.display().to_string();
+            Ok(Opened {
+                sysroot: sysroot.holding(x.dir),
+                nvml,
+                libs,
+                info: SourceInfo::Bundle { path },
+            })
+        }
     }
+}
+
+/// Read a recorded top-level JSON document of a tree; absent means "not recorded".
+fn recorded<T>(
+    dir: &std::path::Path,
+    name: &str,
+    label: &str,
+    parse: impl FnOnce(&[u8]) -> Result<T>,
+    absent: impl FnOnce() -> T,
+) -> Result<T> {
+    let path = dir.join(name);
+    match std::fs::read(&path) {
+        Ok(bytes) => parse(&bytes).with_context(|| label.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(absent()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// A recorded tree (fixture, unpacked bundle): its sys/ and proc/, its nvml.json and
+/// libs.json, and the errors its manifest.json says the recorded machine gave (replayed as
+/// the same errors).
+fn open_tree(dir: &std::path::Path, label: &str) -> Result<(SysRoot, NvmlSnapshot, LibFacts)> {
+    let sr = SysRoot::at(dir).with_context(|| label.to_string())?;
+    let root = sr.root_dir().to_path_buf();
+    let sr = match recorded(
+        &root,
+        "manifest.json",
+        label,
+        |b| Ok(Some(bundle::Manifest::from_json(b)?)),
+        || None,
+    )? {
+        Some(m) => sr.with_recorded_errors(m.recorded_errors()),
+        None => sr,
+    };
+    let nvml = recorded(
+        &root,
+        "nvml.json",
+        label,
+        |b| Ok(NvmlSnapshot::from_json(b)?),
+        || NvmlSnapshot::unavailable("not recorded (no nvml.json in the tree)", "recorded"),
+    )?;
+    let libs = recorded(
+        &root,
+        "libs.json",
+        label,
+        |b| LibFacts::from_json(b).map_err(anyhow::Error::msg),
+        || LibFacts::unavailable("not recorded (no libs.json in the tree)"),
+    )?;
+    Ok((sr, nvml, libs))
 }
 
 fn inventory(o: &Opened, scope: Scope) -> Result<Inventory> {
@@ -84,10 +124,13 @@ fn inventory(o: &Opened, scope: Scope) -> Result<Inventory> {
 }
 
 pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
-    let o = open_source(spec)?;
-    let inv = inventory(&o, Scope::Topology)?;
+    topo_report_from(&open_source(spec)?)
+}
+
+fn topo_report_from(o: &Opened) -> Result<TopoReport> {
+    let inv = inventory(o, Scope::Topology)?;
     let topo = crate::topo::build(&inv);
-    Ok(TopoReport::new(o.info, &inv, topo))
+    Ok(TopoReport::new(o.info.clone(), &inv, topo))
 }
 
 pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport> {
@@ -98,8 +141,11 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
             unknown.join(", ")
         );
     }
-    let o = open_source(spec)?;
-    let inv = inventory(&o, Scope::Checks)?;
+    check_report_from(spec, &open_source(spec)?, opts)
+}
+
+fn check_report_from(spec: &SourceSpec, o: &Opened, opts: &CheckOptions) -> Result<CheckReport> {
+    let inv = inventory(o, Scope::Checks)?;
     let topo = crate::topo::build(&inv);
     let ctx = crate::checks::Ctx {
         inv: &inv,
@@ -108,14 +154,14 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
     };
     let mut findings = crate::checks::run_level0(&ctx);
     if opts.level >= 1 {
-        let reports = level1_reports(spec, &o, &topo, opts)?;
+        let reports = level1_reports(spec, o, &topo, opts)?;
         crate::checks::level1::settle_link_speed(&reports, &mut findings, &topo);
         for r in &reports {
             crate::checks::level1::findings(r, &mut findings);
         }
     }
     opts.overrides.apply(&mut findings);
-    Ok(CheckReport::new(o.info, opts.level, &inv, findings))
+    Ok(CheckReport::new(o.info.clone(), opts.level, &inv, findings))
 }
 
 /// Level-1 probe reports: measured on a live machine, or read from a recorded tree's
@@ -150,7 +196,7 @@ fn level1_reports(
             }
             Ok(runs.into_iter().map(|r| r.report).collect())
         }
-        SourceSpec::Root(_) => {
+        SourceSpec::Root(_) | SourceSpec::Bundle(_) => {
             let mut out = Vec::new();
             for k in kinds {
                 let name = crate::checks::level1::id_of(k).trim_start_matches("probe.");
@@ -189,6 +235,146 @@ pub fn check_exit_code(r: &CheckReport, strict: bool) -> i32 {
         Status::Warn if strict => EXIT_FAILED_CHECK,
         _ => EXIT_OK,
     }
+}
+
+/// The reports a bundle stores (and its self-replay compares): topo and a level-0 check.
+fn bundle_reports(
+    spec: &SourceSpec,
+    o: &Opened,
+) -> Result<std::collections::BTreeMap<String, serde_json::Value>> {
+    let mut reports = std::collections::BTreeMap::new();
+    let topo = topo_report_from(o)?;
+    reports.insert(
+        "topo".to_string(),
+        serde_json::to_value(&topo).context("serializing the topo report")?,
+    );
+    let opts = CheckOptions {
+        probe: crate::cli::probe_defaults(),
+        json: true,
+        all_rows: false,
+        strict: false,
+        level: 0,
+        overrides: crate::checks::Overrides::default(),
+    };
+    let check = check_report_from(spec, o, &opts)?;
+    reports.insert(
+        "check".to_string(),
+        serde_json::to_value(&check).context("serializing the check report")?,
+    );
+    Ok(reports)
+}
+
+/// `gpudoctor bundle`: discovery, capture, write, then replay the bundle just written and warn
+/// where it reads differently from what was seen live.
+fn make_bundle(
+    source: &SourceSpec,
+    output: &std::path::Path,
+    redact: bool,
+    progress: bool,
+) -> Result<Outcome> {
+    let t0 = std::time::Instant::now();
+    let o = open_source(source)?;
+    let reports = bundle_reports(source, &o)?;
+    let sr = &o.sysroot;
+    // What discovery read, before the capture reads more through the same reader.
+    let touched = sr.touched();
+    let listed = sr.listed();
+    let opts = bundle::write::Options {
+        redact,
+        progress,
+        source: if sr.is_live() {
+            "live"
+        } else {
+            "recorded tree"
+        }
+        .to_string(),
+        notes: Vec::new(),
+    };
+    let discovery = bundle::write::Discovery {
+        touched: &touched,
+        listed: &listed,
+    };
+    let mut extra = std::collections::BTreeMap::new();
+    extra.insert(
+        "libs.json".to_string(),
+        serde_json::to_value(&o.libs).context("serializing libs.json")?,
+    );
+    let w = bundle::write::write_bundle(sr, &o.nvml, extra, reports, discovery, output, &opts)
+        .with_context(|| format!("writing {}", output.display()))?;
+    let elapsed = t0.elapsed();
+    let mut warnings = Vec::new();
+    if !w.manifest.uncovered.is_empty() {
+        let msg = format!(
+            "discovery read {} path(s) the capture list does not cover (add a pattern to CAPTURE in src/bundle/capture.rs): {}",
+            w.manifest.uncovered.len(),
+            w.manifest.uncovered.join(", ")
+        );
+        if cfg!(debug_assertions) {
+            let _ = std::fs::remove_file(output);
+            anyhow::bail!("{msg}");
+        }
+        warnings.push(msg);
+    }
+    // Replay what was just written; only where the data came from may differ.
+    let again = SourceSpec::Bundle(output.to_path_buf());
+    let replayed = open_source(&again).and_then(|o| bundle_reports(&again, &o));
+    match replayed {
+        Ok(replayed) => {
+            for (command, stored) in &w.reports {
+                let mut stored = stored.clone();
+                let mut again = replayed.get(command).cloned().unwrap_or_default();
+                if let Some(diff) = bundle::first_difference(&mut stored, &mut again) {
+                    warnings.push(format!(
+                        "the bundle's {command} report replays differently from the live run at {diff}: please report this"
+                    ));
+                }
+            }
+        }
+        Err(e) => warnings.push(format!("the bundle just written does not replay: {e:#}")),
+    }
+    for w in &warnings {
+        eprintln!("gpudoctor: warning: {}", w.replace('\n', " "));
+    }
+    let m = &w.manifest;
+    let mut stdout = format!(
+        "wrote {}: {} KiB, {} files, {} links, {} directories ({} KiB uncompressed) in {} ms\n",
+        output.display(),
+        w.archive_bytes.div_ceil(1024),
+        m.contents.files,
+        m.contents.links,
+        m.contents.dirs,
+        m.contents.file_bytes.div_ceil(1024),
+        elapsed.as_millis()
+    );
+    if m.redaction.enabled {
+        let classes: Vec<String> = m
+            .redaction
+            .distinct_values
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect();
+        stdout.push_str(&format!(
+            "redacted: {} (in {} files; --no-redact keeps them)\n",
+            if classes.is_empty() {
+                "nothing found".to_string()
+            } else {
+                classes.join(", ")
+            },
+            m.redaction.files.len()
+        ));
+    } else {
+        stdout.push_str("not redacted (--no-redact): serials, UUIDs, GUIDs, MACs and the hostname are in the bundle\n");
+    }
+    if !m.unreadable.is_empty() {
+        stdout.push_str(&format!(
+            "{} path(s) could not be read (listed in manifest.json, replayed as the same errors)\n",
+            m.unreadable.len()
+        ));
+    }
+    Ok(Outcome {
+        stdout,
+        code: EXIT_OK,
+    })
 }
 
 pub fn run(cfg: &Config) -> Result<Outcome> {
@@ -248,6 +434,11 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             })
         }
         Action::Probe { options, json } => probe(&cfg.source, options, *json, style),
+        Action::Bundle {
+            output,
+            redact,
+            progress,
+        } => make_bundle(&cfg.source, output, *redact, *progress),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();
@@ -274,10 +465,9 @@ fn probe(
     style: Style,
 ) -> Result<Outcome> {
     use crate::probes::{Status, live};
-    if let SourceSpec::Root(dir) = source {
+    if !matches!(source, SourceSpec::Live) {
         anyhow::bail!(
-            "probes measure the live machine; --root {} is for replaying recorded facts",
-            dir.display()
+            "probes measure the live machine; --root and --bundle replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
         );
     }
     if options.size_bytes < (1 << 20) || !options.size_bytes.is_multiple_of(16) {

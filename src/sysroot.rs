@@ -8,7 +8,7 @@
 //!
 //! This module must not interpret what it reads, and must never write.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -52,6 +52,45 @@ impl ReadError {
         }
     }
 
+    /// A stable name for the kind of failure, as a bundle manifest records it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReadError::NotFound(_) => "not-found",
+            ReadError::PermissionDenied(_) => "permission-denied",
+            ReadError::LinkLoop(_) => "link-loop",
+            ReadError::TooLarge(_) => "too-large",
+            ReadError::NotText(_) => "not-text",
+            ReadError::BadPath(_) => "bad-path",
+            ReadError::Io { .. } => "io",
+        }
+    }
+
+    /// The OS message for `Io` errors (the other kinds carry nothing beyond the path).
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            ReadError::Io { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// Rebuild an error recorded by `kind()`/`detail()` for a given path; None for an unknown kind.
+    pub fn rebuild(kind: &str, path: &str, detail: Option<&str>) -> Option<ReadError> {
+        let p = path.to_string();
+        Some(match kind {
+            "not-found" => ReadError::NotFound(p),
+            "permission-denied" => ReadError::PermissionDenied(p),
+            "link-loop" => ReadError::LinkLoop(p),
+            "too-large" => ReadError::TooLarge(p),
+            "not-text" => ReadError::NotText(p),
+            "bad-path" => ReadError::BadPath(p),
+            "io" => ReadError::Io {
+                path: p,
+                message: detail.unwrap_or("I/O error").to_string(),
+            },
+            _ => return None,
+        })
+    }
+
     /// The kernel path this error is about.
     pub fn path(&self) -> &str {
         match self {
@@ -67,7 +106,6 @@ impl ReadError {
 }
 
 /// A filesystem root: `/` on a live machine, or a recorded tree (fixture, unpacked bundle).
-#[derive(Debug)]
 pub struct SysRoot {
     root: PathBuf,
     live: bool,
@@ -79,6 +117,36 @@ pub struct SysRoot {
     parents: Mutex<HashMap<String, Vec<String>>>,
     /// Recently used directory handles (see `open_in`).
     dirs: Mutex<Vec<(Vec<String>, std::os::fd::OwnedFd)>>,
+    /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
+    listed: Mutex<BTreeSet<String>>,
+    /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
+    /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
+    recorded: BTreeMap<String, (String, Option<String>)>,
+    /// Keeps whatever backs the tree (an extracted bundle's temporary directory) alive as long
+    /// as the reader; dropped with it.
+    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for SysRoot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SysRoot")
+            .field("root", &self.root)
+            .field("live", &self.live)
+            .field("recorded_errors", &self.recorded.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a path is, without following it when it is a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    /// A device node, fifo or socket: never captured.
+    Special,
+    /// Not present in the tree, but the recorded machine gave an error reading it.
+    RecordedError,
 }
 
 /// Directory handles kept open: discovery reads one directory at a time, so a few suffice.
@@ -102,6 +170,9 @@ impl SysRoot {
             resolved: Mutex::new(HashMap::new()),
             dirs: Mutex::new(Vec::new()),
             parents: Mutex::new(HashMap::new()),
+            listed: Mutex::new(BTreeSet::new()),
+            recorded: BTreeMap::new(),
+            _owner: None,
         }
     }
 
@@ -129,6 +200,9 @@ impl SysRoot {
             resolved: Mutex::new(HashMap::new()),
             dirs: Mutex::new(Vec::new()),
             parents: Mutex::new(HashMap::new()),
+            listed: Mutex::new(BTreeSet::new()),
+            recorded: BTreeMap::new(),
+            _owner: None,
         })
     }
 
@@ -149,6 +223,139 @@ impl SysRoot {
         };
         v.sort();
         v
+    }
+
+    /// Kernel paths listed as directories so far (sorted); a subset of `touched()`.
+    pub fn listed(&self) -> Vec<String> {
+        match self.listed.lock() {
+            Ok(t) => t.iter().cloned().collect(),
+            Err(p) => p.into_inner().iter().cloned().collect(),
+        }
+    }
+
+    /// Replay errors recorded on the original machine: canonical kernel path -> (kind, detail)
+    /// as `ReadError::kind()`/`detail()` gave them. Only for recorded trees.
+    pub fn with_recorded_errors(
+        mut self,
+        errors: BTreeMap<String, (String, Option<String>)>,
+    ) -> Self {
+        if !self.live {
+            self.recorded = errors;
+        }
+        self
+    }
+
+    /// Keep `owner` (e.g. the temporary directory a bundle was extracted into) alive as long as
+    /// this reader.
+    pub fn holding<T: Send + Sync + 'static>(mut self, owner: T) -> Self {
+        self._owner = Some(Box::new(owner));
+        self
+    }
+
+    /// The recorded error for a canonical location, rebuilt for the caller's path.
+    fn recorded_error(&self, kpath: &str, comps: &[String]) -> Result<(), ReadError> {
+        if self.recorded.is_empty() {
+            return Ok(());
+        }
+        let canon = format!("/{}", comps.join("/"));
+        match self.recorded.get(&canon) {
+            Some((kind, detail)) => Err(ReadError::rebuild(kind, kpath, detail.as_deref())
+                .unwrap_or_else(|| ReadError::Io {
+                    path: kpath.to_string(),
+                    message: format!("recorded error of unknown kind '{kind}'"),
+                })),
+            None => Ok(()),
+        }
+    }
+
+    /// Where `kpath` lives: every link resolved except the last component, which is kept as
+    /// named. Never fails: a part that cannot be resolved is kept as written. For the bundle's
+    /// capture-list coverage check.
+    pub fn location(&self, kpath: &str) -> String {
+        if let Ok(c) = self.resolve(kpath, false) {
+            return format!("/{}", c.join("/"));
+        }
+        let Ok(comps) = Self::components(kpath) else {
+            return kpath.to_string();
+        };
+        match comps.split_last() {
+            None => "/".to_string(),
+            Some((last, parent)) => {
+                let p = self.location(&format!("/{}", parent.join("/")));
+                format!("{}/{last}", p.trim_end_matches('/'))
+            }
+        }
+    }
+
+    /// What `kpath` is, without following a final symlink (intermediate links are followed).
+    pub fn kind_of(&self, kpath: &str) -> Result<FileKind, ReadError> {
+        self.note(kpath);
+        let comps = self.resolve(kpath, false)?;
+        if self.recorded_error(kpath, &comps).is_err() {
+            return Ok(FileKind::RecordedError);
+        }
+        let host = self.host_path(&comps);
+        let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+        let ft = meta.file_type();
+        Ok(if ft.is_symlink() {
+            FileKind::Symlink
+        } else if ft.is_dir() {
+            FileKind::Dir
+        } else if ft.is_file() {
+            FileKind::File
+        } else {
+            FileKind::Special
+        })
+    }
+
+    /// Resolve `kpath` like `canonical`, also returning every symlink crossed on the way as
+    /// (canonical location of the link, target as written), so a copy can reproduce the walk.
+    /// Deliberately apart from `resolve` (same rules, no caching): only the bundle capture
+    /// needs the trace.
+    pub fn canonical_with_links(
+        &self,
+        kpath: &str,
+    ) -> Result<(String, Vec<(String, String)>), ReadError> {
+        self.note(kpath);
+        let mut links = Vec::new();
+        let mut pending: Vec<String> = Self::components(kpath)?;
+        pending.reverse();
+        let mut done: Vec<String> = Vec::new();
+        let mut hops = 0usize;
+        while let Some(c) = pending.pop() {
+            match c.as_str() {
+                ".." => {
+                    done.pop();
+                    continue;
+                }
+                "." | "" => continue,
+                _ => done.push(c),
+            }
+            let host = self.host_path(&done);
+            let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return Err(ReadError::LinkLoop(kpath.to_string()));
+            }
+            let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+            let target = target.to_string_lossy().into_owned();
+            links.push((format!("/{}", done.join("/")), target.clone()));
+            done.pop();
+            if target.starts_with('/') {
+                done.clear();
+            }
+            pending.extend(
+                target
+                    .split('/')
+                    .filter(|s| !s.is_empty())
+                    .rev()
+                    .map(str::to_string),
+            );
+        }
+        Ok((format!("/{}", done.join("/")), links))
     }
 
     fn note(&self, kpath: &str) {
@@ -358,6 +565,11 @@ impl SysRoot {
         // directory; this spares the kernel a full path walk for each). Only when the last
         // component is itself a link (ELOOP) do we resolve it inside the root.
         let comps = self.resolve(kpath, false)?;
+        if !self.recorded.is_empty() {
+            // A bundle says the recorded machine gave an error here: give the same one.
+            self.recorded_error(kpath, &comps)?;
+            self.recorded_error(kpath, &self.resolve(kpath, true)?)?;
+        }
         let f = match comps.split_last() {
             Some((last, parent)) => match self.open_in(parent, last) {
                 Ok(f) => f,
@@ -396,6 +608,7 @@ impl SysRoot {
     pub fn read_link(&self, kpath: &str) -> Result<String, ReadError> {
         self.note(kpath);
         let comps = self.resolve(kpath, false)?;
+        self.recorded_error(kpath, &comps)?;
         let host = self.host_path(&comps);
         let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         Ok(t.to_string_lossy().into_owned())
@@ -416,7 +629,18 @@ impl SysRoot {
     /// Directory entries, sorted by name.
     pub fn list(&self, kpath: &str) -> Result<Vec<Entry>, ReadError> {
         self.note(kpath);
+        {
+            let mut l = match self.listed.lock() {
+                Ok(l) => l,
+                Err(p) => p.into_inner(),
+            };
+            l.insert(kpath.to_string());
+        }
+        if !self.recorded.is_empty() {
+            self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
+        }
         let comps = self.resolve(kpath, true)?;
+        self.recorded_error(kpath, &comps)?;
         let host = self.host_path(&comps);
         let rd = fs::read_dir(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         let mut out = Vec::new();
@@ -452,6 +676,11 @@ impl SysRoot {
     /// Whether a path exists (following links inside the root).
     pub fn exists(&self, kpath: &str) -> bool {
         self.note(kpath);
+        if let Ok(c) = self.resolve(kpath, false)
+            && self.recorded_error(kpath, &c).is_err()
+        {
+            return true; // it existed on the recorded machine, it just could not be read
+        }
         match self.resolve(kpath, true) {
             Ok(c) => self.host_path(&c).exists(),
             Err(_) => false,

@@ -1,0 +1,349 @@
+//! Reading a bundle: extraction into a private temporary directory that no entry can write or
+//! read outside of, with limits on entries and sizes, then the manifest check.
+//!
+//! Refused, each with a one-line error: absolute paths, `..`, non-UTF-8 names, symlinks whose
+//! target leaves the tree (absolute, or climbing above it), entries below a symlink, duplicate
+//! entries, hard links, device nodes and fifos, entries over MAX_ENTRY_BYTES, more than
+//! MAX_ENTRIES entries, more than MAX_TOTAL_BYTES uncompressed (gzip bombs), a missing or
+//! unreadable manifest, and a newer format. Files are created with O_EXCL, never through an
+//! existing path, and `SysRoot` re-roots every link on top of all this.
+//!
+//! This module must not write anywhere but the temporary directory it creates.
+
+use super::{BundleError, Manifest};
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
+
+/// Real bundles hold a few thousand entries (a 600-function Intel host: about 30 000).
+pub const MAX_ENTRIES: usize = 200_000;
+/// No recorded file is larger than SysRoot's read limit; JSON documents get some headroom.
+pub const MAX_ENTRY_BYTES: u64 = 16 << 20;
+/// Uncompressed total: real bundles are a few MiB.
+pub const MAX_TOTAL_BYTES: u64 = 256 << 20;
+const MAX_NAME_BYTES: usize = 4096;
+
+/// The limits extraction enforces (the defaults above; tests shrink them).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub entries: usize,
+    pub entry_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            entries: MAX_ENTRIES,
+            entry_bytes: MAX_ENTRY_BYTES,
+            total_bytes: MAX_TOTAL_BYTES,
+        }
+    }
+}
+
+/// An extracted bundle. The directory is removed when this is dropped.
+pub struct Extracted {
+    pub dir: tempfile::TempDir,
+    pub manifest: Manifest,
+}
+
+/// Counts decompressed bytes and fails past the limit.
+struct Limited<R> {
+    inner: R,
+    left: u64,
+    hit: Rc<Cell<bool>>,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            // Allow a zero-length read at exactly the limit; anything more is a bomb.
+            let mut probe = [0u8; 1];
+            let n = self.inner.read(&mut probe)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            self.hit.set(true);
+            return Err(io::Error::other("uncompressed size limit"));
+        }
+        let cap = buf.len().min(self.left.min(usize::MAX as u64) as usize);
+        let n = self.inner.read(&mut buf[..cap])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+fn shown(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let s: String = s.chars().take(200).collect();
+    s.escape_debug().to_string()
+}
+
+/// A relative, clean archive path: no root, no `..`, UTF-8. `./` prefixes are dropped.
+pub fn clean_path(raw: &[u8]) -> Result<PathBuf, String> {
+    let s = std::str::from_utf8(raw).map_err(|_| "name is not UTF-8".to_string())?;
+    if s.is_empty() {
+        return Err("empty name".into());
+    }
+    if s.len() > MAX_NAME_BYTES {
+        return Err("name too long".into());
+    }
+    if s.contains('\0') || s.contains('\\') {
+        return Err("name contains NUL or backslash".into());
+    }
+    let p = Path::new(s);
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("absolute path refused".into());
+            }
+            Component::ParentDir => return Err("'..' in path refused".into()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err("empty name".into());
+    }
+    Ok(out)
+}
+
+/// Whether a symlink at `link` (relative to the tree root) with `target` resolves, lexically,
+/// inside the tree. Absolute targets are refused: a bundle's links are relative.
+pub fn target_inside(link: &Path, target: &str) -> Result<(), String> {
+    if target.is_empty() {
+        return Err("symlink with empty target".into());
+    }
+    if target.starts_with('/') {
+        return Err(format!(
+            "symlink to absolute path '{}' refused",
+            shown(target.as_bytes())
+        ));
+    }
+    let mut depth: i64 = link.components().count() as i64 - 1;
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err(format!(
+                        "symlink target '{}' points outside the bundle",
+                        shown(target.as_bytes())
+                    ));
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Extract `archive` into a fresh private temporary directory and check its manifest.
+pub fn extract(archive: &Path) -> Result<Extracted, BundleError> {
+    let f = fs::File::open(archive)
+        .map_err(|e| BundleError::Io(format!("opening {}: {e}", archive.display())))?;
+    let mut r = io::BufReader::new(f);
+    let mut magic = [0u8; 2];
+    match r.read_exact(&mut magic) {
+        Ok(()) if magic == [0x1f, 0x8b] => {}
+        Ok(()) => return Err(BundleError::NotGzip),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(BundleError::NotGzip),
+        Err(e) => {
+            return Err(BundleError::Io(format!(
+                "reading {}: {e}",
+                archive.display()
+            )));
+        }
+    }
+    let chained = io::Cursor::new(magic).chain(r);
+    extract_from(chained, Limits::default())
+}
+
+/// Extract from a gzip stream (the whole file, magic included).
+pub fn extract_from<R: Read>(gz: R, limits: Limits) -> Result<Extracted, BundleError> {
+    let dir = tempfile::Builder::new()
+        .prefix("gpudoctor-bundle-")
+        .tempdir()
+        .map_err(|e| BundleError::Io(format!("creating a temporary directory: {e}")))?;
+    let hit = Rc::new(Cell::new(false));
+    let limited = Limited {
+        inner: flate2::read::GzDecoder::new(gz),
+        left: limits.total_bytes,
+        hit: hit.clone(),
+    };
+    let corrupt = |e: io::Error| {
+        if hit.get() {
+            BundleError::TooBig(limits.total_bytes.div_ceil(1 << 20))
+        } else {
+            BundleError::Corrupt(e.to_string().replace('\n', " "))
+        }
+    };
+    let mut ar = tar::Archive::new(limited);
+    let manifest = {
+        let mut x = Extractor {
+            root: dir.path().to_path_buf(),
+            links: BTreeSet::new(),
+            seen: BTreeSet::new(),
+            count: 0,
+            manifest: None,
+            limits,
+        };
+        for entry in ar.entries().map_err(corrupt)? {
+            let entry = entry.map_err(corrupt)?;
+            x.entry(entry, &corrupt)?;
+        }
+        x.manifest
+    };
+    // Drain to the gzip trailer so its CRC and length are checked.
+    let mut rest = ar.into_inner();
+    io::copy(&mut rest, &mut io::sink()).map_err(corrupt)?;
+    let manifest = manifest.ok_or(BundleError::MissingManifest)?;
+    Ok(Extracted { dir, manifest })
+}
+
+struct Extractor {
+    root: PathBuf,
+    /// Symlinks created so far (relative paths): nothing may be written below one.
+    links: BTreeSet<PathBuf>,
+    seen: BTreeSet<PathBuf>,
+    count: usize,
+    manifest: Option<Manifest>,
+    limits: Limits,
+}
+
+impl Extractor {
+    fn entry<R: Read>(
+        &mut self,
+        mut e: tar::Entry<'_, R>,
+        corrupt: &dyn Fn(io::Error) -> BundleError,
+    ) -> Result<(), BundleError> {
+        self.count += 1;
+        if self.count > self.limits.entries {
+            return Err(BundleError::TooManyEntries(self.limits.entries));
+        }
+        let raw = e.path_bytes().into_owned();
+        let name = shown(&raw);
+        let bad = |why: String| BundleError::Entry(name.clone(), why);
+        let rel = clean_path(&raw).map_err(bad)?;
+        let kind = e.header().entry_type();
+        let size = e.header().size().map_err(corrupt)?;
+        if size > self.limits.entry_bytes {
+            return Err(bad(format!(
+                "{size} bytes is over the {}-byte entry limit: refused",
+                self.limits.entry_bytes
+            )));
+        }
+        if self.links.iter().any(|l| rel.starts_with(l) && rel != *l) {
+            return Err(bad("entry below a symlink refused".into()));
+        }
+        let dest = self.root.join(&rel);
+        match kind {
+            tar::EntryType::Directory => {
+                if self.links.contains(&rel) {
+                    return Err(bad("directory over a symlink refused".into()));
+                }
+                self.mkdirs(&rel).map_err(bad)?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                if !self.seen.insert(rel.clone()) {
+                    return Err(bad("duplicate entry refused".into()));
+                }
+                if let Some(p) = rel.parent() {
+                    self.mkdirs(p).map_err(bad)?;
+                }
+                let mut buf = Vec::with_capacity(size.min(1 << 20) as usize);
+                (&mut e).take(size).read_to_end(&mut buf).map_err(corrupt)?;
+                if (buf.len() as u64) < size {
+                    return Err(BundleError::Corrupt(format!("entry {name} is truncated")));
+                }
+                if rel == Path::new("manifest.json") {
+                    self.manifest = Some(Manifest::from_json(&buf)?);
+                }
+                let mut f = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&dest)
+                    .map_err(|err| bad(format!("cannot create: {err}")))?;
+                io::Write::write_all(&mut f, &buf).map_err(|err| bad(err.to_string()))?;
+            }
+            tar::EntryType::Symlink => {
+                let target = e
+                    .link_name_bytes()
+                    .ok_or_else(|| bad("symlink without a target".into()))?;
+                let target = std::str::from_utf8(&target)
+                    .map_err(|_| bad("symlink target is not UTF-8".into()))?
+                    .to_string();
+                if target.contains('\0') || target.len() > MAX_NAME_BYTES {
+                    return Err(bad("bad symlink target".into()));
+                }
+                target_inside(&rel, &target).map_err(bad)?;
+                if !self.seen.insert(rel.clone()) {
+                    return Err(bad("duplicate entry refused".into()));
+                }
+                if let Some(p) = rel.parent() {
+                    self.mkdirs(p).map_err(bad)?;
+                }
+                std::os::unix::fs::symlink(&target, &dest)
+                    .map_err(|err| bad(format!("cannot create symlink: {err}")))?;
+                self.links.insert(rel);
+            }
+            tar::EntryType::Link => return Err(bad("hard link refused".into())),
+            tar::EntryType::Char | tar::EntryType::Block => {
+                return Err(bad("device file refused".into()));
+            }
+            tar::EntryType::Fifo => return Err(bad("fifo refused".into())),
+            other => return Err(bad(format!("entry type {other:?} refused"))),
+        }
+        Ok(())
+    }
+
+    /// Create `rel` and its parents as real directories inside the root (never through a link).
+    fn mkdirs(&mut self, rel: &Path) -> Result<(), String> {
+        let mut cur = PathBuf::new();
+        for c in rel.components() {
+            cur.push(c);
+            if self.links.contains(&cur) {
+                return Err("path goes through a symlink: refused".into());
+            }
+            let host = self.root.join(&cur);
+            match fs::symlink_metadata(&host) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(format!("{} is not a directory", cur.display())),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fs::create_dir(&host).map_err(|e| format!("cannot create directory: {e}"))?;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(clean_path(b"./sys/a").unwrap(), PathBuf::from("sys/a"));
+        assert!(clean_path(b"/etc/passwd").is_err());
+        assert!(clean_path(b"sys/../../x").is_err());
+        assert!(clean_path(b"").is_err());
+        assert!(clean_path(b"\xff").is_err());
+    }
+
+    #[test]
+    fn link_targets() {
+        let l = Path::new("sys/bus/pci/devices/0000:00:01.0");
+        assert!(target_inside(l, "../../../devices/pci0000:00/0000:00:01.0").is_ok());
+        assert!(target_inside(l, "../../../../../etc").is_err());
+        assert!(target_inside(l, "/etc").is_err());
+        assert!(target_inside(Path::new("a"), "..").is_err());
+        assert!(target_inside(Path::new("a/b"), "..").is_ok());
+    }
+}

@@ -1,0 +1,321 @@
+//! Writing a bundle: capture, redact, then one deterministic `.tar.gz` (entries sorted, owner
+//! root, mtime 0) written beside the output and renamed into place, so a failed run never
+//! leaves half a bundle.
+//!
+//! This module must not read anything but through the `SysRoot` it is given.
+
+use super::capture::{Capture, Failure, Item};
+use super::read;
+use super::redact::Redactor;
+use super::{BundleError, Contents, FORMAT, FORMAT_VERSION, Kernel, Manifest, REPORTS_SCHEMA};
+use super::{Unreadable, rfc3339};
+use crate::nvml::NvmlSnapshot;
+use crate::sysroot::ReadError;
+use crate::sysroot::SysRoot;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub struct Options {
+    pub redact: bool,
+    /// Draw a progress line on stderr (only when stderr is a terminal).
+    pub progress: bool,
+    /// "live" or "recorded tree".
+    pub source: String,
+    /// Free-text notes for the manifest.
+    pub notes: Vec<String>,
+}
+
+/// What discovery read, for the capture-list coverage check.
+pub struct Discovery<'a> {
+    pub touched: &'a [String],
+    pub listed: &'a [String],
+}
+
+pub struct Written {
+    pub manifest: Manifest,
+    pub archive_bytes: u64,
+    /// The reports as stored (redacted), for comparing with the replay.
+    pub reports: BTreeMap<String, serde_json::Value>,
+}
+
+fn io_err(what: &str, p: &Path, e: std::io::Error) -> BundleError {
+    BundleError::Io(format!("{what} {}: {e}", p.display()))
+}
+
+/// Capture `sr`, redact, and write the bundle to `out`. `extra` holds further top-level JSON
+/// documents a replay reads besides nvml.json (e.g. "libs.json"); `reports` are stored in
+/// report.json by command.
+pub fn write_bundle(
+    sr: &SysRoot,
+    nvml: &NvmlSnapshot,
+    mut extra: BTreeMap<String, serde_json::Value>,
+    mut reports: BTreeMap<String, serde_json::Value>,
+    discovery: Discovery<'_>,
+    out: &Path,
+    opts: &Options,
+) -> Result<Written, BundleError> {
+    let mut last_drawn = 0usize;
+    let mut progress = |n: usize| {
+        if opts.progress && (n == 0 || n >= last_drawn + 512) {
+            last_drawn = n;
+            eprint!("\rgpudoctor bundle: {n} paths captured");
+        }
+    };
+    let mut cap = Capture::run(sr, &mut progress);
+    if opts.progress {
+        eprint!("\r\x1b[2K");
+    }
+    // A recorded tree may hold links that climb out of it; a bundle never does.
+    let escaping: Vec<String> = cap
+        .items
+        .iter()
+        .filter_map(|(p, it)| match it {
+            Item::Link(t) => {
+                let rel = Path::new(p.trim_start_matches('/'));
+                read::target_inside(rel, &relative_target(p, t))
+                    .err()
+                    .map(|_| p.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    for p in escaping {
+        cap.items.remove(&p);
+        cap.failures.push(Failure {
+            path: p.clone(),
+            error: ReadError::Io {
+                path: p,
+                message: "symlink points outside the recorded tree: not captured".into(),
+            },
+        });
+    }
+    let uncovered = cap.uncovered(sr, discovery.touched, discovery.listed);
+
+    let mut red = Redactor::new(opts.redact);
+    // Read for redaction only; the hostname file itself is not captured.
+    let host_name = sr.read_text("/proc/sys/kernel/hostname").ok();
+    let host = match &host_name {
+        Some(h) if opts.redact => red.hostname(h),
+        Some(h) => Some(h.clone()),
+        None => None,
+    };
+    for (path, item) in cap.items.iter_mut() {
+        if let Item::File(bytes) = item {
+            red.file(path, bytes);
+        }
+    }
+    let mut nvml = nvml.clone();
+    red.nvml(&mut nvml);
+    for v in reports.values_mut().chain(extra.values_mut()) {
+        red.json(v);
+    }
+
+    let text_of = |p: &str| match cap.items.get(p) {
+        Some(Item::File(b)) => Some(String::from_utf8_lossy(b).trim().to_string()),
+        _ => None,
+    };
+    let kernel = Kernel {
+        osrelease: text_of("/proc/sys/kernel/osrelease"),
+        version: text_of("/proc/version"),
+    };
+    let mut contents = Contents::default();
+    for item in cap.items.values() {
+        match item {
+            Item::File(b) => {
+                contents.files += 1;
+                contents.file_bytes += b.len() as u64;
+            }
+            Item::Link(_) => contents.links += 1,
+            Item::Dir => contents.dirs += 1,
+        }
+    }
+    let mut unreadable: Vec<Unreadable> = cap
+        .failures
+        .iter()
+        .map(|f| Unreadable::from_error(&f.path, &f.error))
+        .collect();
+    unreadable.sort();
+    let mut notes = opts.notes.clone();
+    if cap.special > 0 {
+        notes.push(format!(
+            "{} device nodes, fifos or sockets (under /dev) are recorded as empty files: only their names are facts",
+            cap.special
+        ));
+    }
+    if cap.truncated {
+        notes.push(
+            "capture stopped at its entry limit: the tree is larger than any real /sys".into(),
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let manifest = Manifest {
+        format: FORMAT.to_string(),
+        format_version: FORMAT_VERSION,
+        gpudoctor_version: env!("CARGO_PKG_VERSION").to_string(),
+        created: Some(rfc3339(now)),
+        recorded_by: "gpudoctor bundle".to_string(),
+        source: opts.source.clone(),
+        kernel,
+        host,
+        reports: reports.keys().cloned().collect(),
+        redaction: red.record(),
+        unreadable,
+        uncovered,
+        contents,
+        notes,
+    };
+
+    let json = |v: &dyn erased::Json| -> Result<Vec<u8>, BundleError> {
+        let mut b = v
+            .to_pretty()
+            .map_err(|e| BundleError::Io(format!("serializing: {e}")))?;
+        b.push(b'\n');
+        Ok(b)
+    };
+    let report_doc = serde_json::json!({ "schema": REPORTS_SCHEMA, "reports": &reports });
+    let mut top: Vec<(&str, Vec<u8>)> = vec![
+        ("manifest.json", json(&manifest)?),
+        ("nvml.json", json(&nvml)?),
+        ("report.json", json(&report_doc)?),
+    ];
+    for (name, v) in &extra {
+        if top.iter().any(|(n, _)| n == name) || name.contains('/') || !name.ends_with(".json") {
+            return Err(BundleError::Io(format!("bad extra document name '{name}'")));
+        }
+        top.push((name, json(v)?));
+    }
+
+    let tmp = temp_path(out);
+    let result = write_archive(&tmp, &top, &cap.items);
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, out).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err("renaming into", out, e)
+    })?;
+    let archive_bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    Ok(Written {
+        manifest,
+        archive_bytes,
+        reports,
+    })
+}
+
+/// serde_json over a few concrete types without generics in the closure above.
+mod erased {
+    pub trait Json {
+        fn to_pretty(&self) -> serde_json::Result<Vec<u8>>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn to_pretty(&self) -> serde_json::Result<Vec<u8>> {
+            serde_json::to_vec_pretty(self)
+        }
+    }
+}
+
+fn temp_path(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "bundle".into());
+    out.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h.set_mtime(0);
+    h.set_uid(0);
+    h.set_gid(0);
+    h
+}
+
+fn write_archive(
+    tmp: &Path,
+    top: &[(&str, Vec<u8>)],
+    items: &BTreeMap<String, Item>,
+) -> Result<(), BundleError> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| io_err("creating", tmp, e))?;
+    let gz = GzEncoder::new(std::io::BufWriter::new(f), Compression::default());
+    let mut tb = tar::Builder::new(gz);
+    tb.mode(tar::HeaderMode::Deterministic);
+    let werr = |e: std::io::Error| io_err("writing", tmp, e);
+    // The manifest first: a reader checks the format version before anything else.
+    for (name, bytes) in top {
+        let mut h = header(tar::EntryType::Regular, 0o644, bytes.len() as u64);
+        tb.append_data(&mut h, name, bytes.as_slice())
+            .map_err(werr)?;
+    }
+    for (kpath, item) in items {
+        let rel = kpath.trim_start_matches('/');
+        if rel.is_empty() {
+            continue;
+        }
+        match item {
+            Item::Dir => {
+                let mut h = header(tar::EntryType::Directory, 0o755, 0);
+                tb.append_data(&mut h, format!("{rel}/"), std::io::empty())
+                    .map_err(werr)?;
+            }
+            Item::File(b) => {
+                let mut h = header(tar::EntryType::Regular, 0o644, b.len() as u64);
+                tb.append_data(&mut h, rel, b.as_slice()).map_err(werr)?;
+            }
+            Item::Link(target) => {
+                let target = relative_target(kpath, target);
+                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+                tb.append_link(&mut h, rel, &target).map_err(werr)?;
+            }
+        }
+    }
+    let gz = tb.into_inner().map_err(werr)?;
+    let mut bw = gz.finish().map_err(werr)?;
+    bw.flush().map_err(werr)?;
+    let f = bw.into_inner().map_err(|e| werr(e.into_error()))?;
+    f.sync_all().map_err(werr)?;
+    Ok(())
+}
+
+/// The kernel writes relative link targets; a recorded tree may hold absolute ones (meaning
+/// "from the tree's root"). A bundle only holds relative ones.
+fn relative_target(link_path: &str, target: &str) -> String {
+    if !target.starts_with('/') {
+        return target.to_string();
+    }
+    let depth = link_path
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .count()
+        .saturating_sub(1);
+    let up = "../".repeat(depth);
+    format!("{up}{}", target.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_targets_become_relative() {
+        assert_eq!(
+            relative_target("/sys/bus/pci/devices/x", "/sys/devices/pci0000:00/x"),
+            "../../../../sys/devices/pci0000:00/x"
+        );
+        assert_eq!(relative_target("/sys/a", "../b"), "../b");
+    }
+}

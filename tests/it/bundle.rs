@@ -1,0 +1,594 @@
+//! Support bundles: the capture list keeps up with discovery, a bundle replays to the same
+//! report as the tree it was made from, and hostile or broken archives are refused cleanly.
+
+use crate::{fixture_dirs, gpudoctor, name};
+use gpudoctor::bundle::capture::Capture;
+use gpudoctor::bundle::read::{Limits, extract_from, target_inside};
+use gpudoctor::inventory::Inventory;
+use gpudoctor::nvml::NvmlSnapshot;
+use gpudoctor::sysroot::SysRoot;
+use proptest::prelude::*;
+use std::io::Write;
+use std::path::Path;
+
+const MANIFEST: &str = r#"{"format":"gpudoctor.bundle","format_version":1}"#;
+
+/// Every path discovery reads on every fixture is one the capture list records.
+#[test]
+fn capture_list_covers_discovery_on_every_fixture() {
+    for dir in fixture_dirs() {
+        let sr = SysRoot::at(&dir).unwrap();
+        let nvml = NvmlSnapshot::unavailable("not needed", "test");
+        Inventory::collect(&sr, nvml).unwrap();
+        let (touched, listed) = (sr.touched(), sr.listed());
+        assert!(touched.len() > 50, "{}: discovery read little", name(&dir));
+        let probe = SysRoot::at(&dir).unwrap();
+        let cap = Capture::run(&probe, &mut |_| {});
+        let missing = cap.uncovered(&probe, &touched, &listed);
+        assert!(
+            missing.is_empty(),
+            "{}: discovery reads paths the bundle capture list (src/bundle/capture.rs) misses: {missing:#?}",
+            name(&dir)
+        );
+    }
+}
+
+/// Every fixture is an unpacked bundle: its manifest parses and is a format this build reads.
+#[test]
+fn every_fixture_has_a_manifest() {
+    for dir in fixture_dirs() {
+        let bytes = std::fs::read(dir.join("manifest.json"))
+            .unwrap_or_else(|_| panic!("{}: no manifest.json", name(&dir)));
+        let m = gpudoctor::bundle::Manifest::from_json(&bytes).unwrap();
+        assert!(
+            !m.recorded_by.is_empty(),
+            "{}: say how it was recorded",
+            name(&dir)
+        );
+    }
+}
+
+fn json_without_source(bytes: &[u8]) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    v.as_object_mut().unwrap().remove("source");
+    v
+}
+
+/// Null out identifiers that redaction replaces, wherever they sit.
+fn mask_ids(mut v: serde_json::Value) -> serde_json::Value {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    if k == "uuid" || k == "serial" {
+                        *x = serde_json::Value::Null;
+                    } else {
+                        walk(x);
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    v
+}
+
+/// A bundle made from a fixture tree replays to the same `topo --json` as the tree itself,
+/// redacted or not, and an unpacked bundle works as `--root`.
+#[test]
+fn fixture_bundles_replay_identically() {
+    for dir in fixture_dirs() {
+        let n = name(&dir);
+        let root = format!("fixtures/{n}");
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = gpudoctor()
+            .args(["topo", "--json", "--root", &root])
+            .output()
+            .unwrap();
+        assert_eq!(tree.status.code(), Some(0));
+        for redact in [false, true] {
+            let out = tmp.path().join(format!("{n}-{redact}.tar.gz"));
+            let mut cmd = gpudoctor();
+            cmd.args(["--root", &root, "bundle", "-o"]).arg(&out);
+            if !redact {
+                cmd.arg("--no-redact");
+            }
+            let made = cmd.output().unwrap();
+            assert_eq!(
+                made.status.code(),
+                Some(0),
+                "{n}: {}",
+                String::from_utf8_lossy(&made.stderr)
+            );
+            // The self-replay found nothing to warn about.
+            assert!(
+                made.stderr.is_empty(),
+                "{n}: {}",
+                String::from_utf8_lossy(&made.stderr)
+            );
+            let size = std::fs::metadata(&out).unwrap().len();
+            assert!(size < 1 << 20, "{n}: bundle is {size} bytes");
+            let replay = gpudoctor()
+                .args(["topo", "--json", "--bundle"])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert_eq!(replay.status.code(), Some(0));
+            let v: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
+            assert_eq!(v["source"]["kind"], "bundle");
+            // Redaction replaces identifiers (GPU UUIDs here) with stable tokens; everything
+            // else must replay exactly.
+            let (a, b) = if redact {
+                (
+                    mask_ids(json_without_source(&replay.stdout)),
+                    mask_ids(json_without_source(&tree.stdout)),
+                )
+            } else {
+                (
+                    json_without_source(&replay.stdout),
+                    json_without_source(&tree.stdout),
+                )
+            };
+            assert_eq!(a, b, "{n}: replay differs (redact={redact})");
+            // Unpacked, the bundle is a tree for --root.
+            let unpacked = tmp.path().join(format!("{n}-{redact}"));
+            std::fs::create_dir(&unpacked).unwrap();
+            let f = std::fs::File::open(&out).unwrap();
+            tar::Archive::new(flate2::read::GzDecoder::new(f))
+                .unpack(&unpacked)
+                .unwrap();
+            let again = gpudoctor()
+                .args(["topo", "--json", "--root"])
+                .arg(&unpacked)
+                .output()
+                .unwrap();
+            assert_eq!(again.status.code(), Some(0));
+            assert_eq!(
+                mask_ids(json_without_source(&again.stdout)),
+                mask_ids(json_without_source(&tree.stdout))
+            );
+            let m: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(unpacked.join("manifest.json")).unwrap())
+                    .unwrap();
+            assert_eq!(m["format"], "gpudoctor.bundle");
+            assert_eq!(m["redaction"]["enabled"], redact);
+            let r: Vec<&str> = m["reports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+                .collect();
+            assert!(r.contains(&"topo") && r.contains(&"check"), "{r:?}");
+        }
+    }
+}
+
+/// Redaction leaves no MAC address of the fixture in the bundle.
+#[test]
+fn redaction_removes_macs() {
+    let dir = fixture_dirs().into_iter().last().unwrap();
+    let sr = SysRoot::at(&dir).unwrap();
+    let mut macs = Vec::new();
+    for n in sr.list_names("/sys/class/net").unwrap() {
+        if let Ok(a) = sr.read_text(&format!("/sys/class/net/{n}/address"))
+            && a != "00:00:00:00:00:00"
+        {
+            macs.push(a);
+        }
+    }
+    assert!(!macs.is_empty());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("b.tar.gz");
+    let root = format!("fixtures/{}", name(&dir));
+    let made = gpudoctor()
+        .args(["--root", &root, "bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    let mut all = Vec::new();
+    let f = std::fs::File::open(&out).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        std::io::Read::read_to_end(&mut e, &mut all).unwrap();
+    }
+    let all = String::from_utf8_lossy(&all);
+    for m in macs {
+        assert!(!all.contains(&m), "MAC {m} left in the bundle");
+    }
+}
+
+// ---- hostile and broken archives -------------------------------------------------------
+
+enum E<'a> {
+    File(&'a str, &'a [u8]),
+    Dir(&'a str),
+    Link(&'a str, &'a str),
+    Hard(&'a str, &'a str),
+    Kind(&'a str, tar::EntryType),
+    /// A header claiming `size` bytes, followed by that many zeros.
+    Sized(&'a str, u64),
+}
+
+/// A gzip'd tar written header by header, names unchecked (the tar crate's builder would
+/// refuse the hostile ones).
+fn archive(entries: &[E]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let mut h = tar::Header::new_old();
+        let (name, kind, link, data): (&str, tar::EntryType, Option<&str>, Vec<u8>) = match e {
+            E::File(n, d) => (n, tar::EntryType::Regular, None, d.to_vec()),
+            E::Dir(n) => (n, tar::EntryType::Directory, None, vec![]),
+            E::Link(n, t) => (n, tar::EntryType::Symlink, Some(t), vec![]),
+            E::Hard(n, t) => (n, tar::EntryType::Link, Some(t), vec![]),
+            E::Kind(n, k) => (n, *k, None, vec![]),
+            E::Sized(n, s) => (n, tar::EntryType::Regular, None, vec![0; *s as usize]),
+        };
+        h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        if let Some(l) = link {
+            h.as_old_mut().linkname[..l.len()].copy_from_slice(l.as_bytes());
+        }
+        h.set_entry_type(kind);
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append(&h, data.as_slice()).unwrap();
+    }
+    gz(&b.into_inner().unwrap())
+}
+
+fn gz(b: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
+fn small() -> Limits {
+    Limits {
+        entries: 50,
+        entry_bytes: 64 << 10,
+        total_bytes: 1 << 20,
+    }
+}
+
+fn refused(bytes: &[u8], limits: Limits) -> String {
+    match extract_from(bytes, limits) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn hostile_entries_are_refused() {
+    let m = E::File("manifest.json", MANIFEST.as_bytes());
+    let cases: Vec<(Vec<E>, &str)> = vec![
+        (vec![E::File("/etc/evil", b"x")], "absolute path"),
+        (vec![E::File("sys/../../evil", b"x")], "'..'"),
+        (vec![E::Link("sys/l", "/etc")], "absolute path"),
+        (vec![E::Link("sys/l", "../../etc")], "outside the bundle"),
+        (
+            vec![E::Link("sys/l", "../sys/.."), E::File("sys/l/x", b"")],
+            "below a symlink",
+        ),
+        (
+            vec![E::Link("sys", "proc"), E::Dir("sys/x")],
+            "below a symlink",
+        ),
+        (vec![E::File("a", b""), E::Hard("sys/h", "a")], "hard link"),
+        (
+            vec![E::Kind("sys/dev", tar::EntryType::Char)],
+            "device file",
+        ),
+        (
+            vec![E::Kind("sys/blk", tar::EntryType::Block)],
+            "device file",
+        ),
+        (vec![E::Kind("sys/fifo", tar::EntryType::Fifo)], "fifo"),
+        (vec![E::File("a", b"1"), E::File("a", b"2")], "duplicate"),
+        (vec![E::Sized("sys/huge", (64 << 10) + 1)], "entry limit"),
+        (vec![E::File("sys/x", b"1")], "no manifest.json"),
+        (vec![E::File("manifest.json", b"{")], "manifest.json"),
+        (
+            vec![E::File(
+                "manifest.json",
+                br#"{"format":"gpudoctor.bundle","format_version":7,"gpudoctor_version":"9.1.0"}"#,
+            )],
+            "newer",
+        ),
+        (
+            vec![E::File(
+                "manifest.json",
+                br#"{"format":"gpudoctor.bundle","format_version":0}"#,
+            )],
+            "format_version",
+        ),
+        (
+            vec![E::File("manifest.json", br#"{"format":"other"}"#)],
+            "format",
+        ),
+    ];
+    for (entries, want) in cases {
+        let mut with_manifest = vec![];
+        let needs_manifest = !entries
+            .iter()
+            .any(|e| matches!(e, E::File(n, _) if *n == "manifest.json" || *n == "sys/x"));
+        if needs_manifest {
+            with_manifest.push(E::File("manifest.json", MANIFEST.as_bytes()));
+        }
+        with_manifest.extend(entries);
+        let err = refused(&archive(&with_manifest), small());
+        assert!(err.contains(want), "wanted '{want}' in: {err}");
+        assert!(!err.contains('\n'), "{err}");
+    }
+    // Limits on the whole archive.
+    let many: Vec<E> = (0..60).map(|_| E::Dir("sys")).collect();
+    assert!(refused(&archive(&many), small()).contains("entries"));
+    let bomb: Vec<(String, u64)> = (0..20).map(|i| (format!("f{i}"), 60 << 10)).collect();
+    let bomb: Vec<E> = std::iter::once(E::File("manifest.json", MANIFEST.as_bytes()))
+        .chain(bomb.iter().map(|(n, s)| E::Sized(n, *s)))
+        .collect();
+    assert!(refused(&archive(&bomb), small()).contains("gzip bomb"));
+    // And a clean one passes.
+    let ok = archive(&[
+        m,
+        E::Dir("sys/devices/x"),
+        E::Link("sys/bus", "devices/x"),
+        E::File("sys/devices/x/a", b"1\n"),
+    ]);
+    let x = extract_from(ok.as_slice(), small()).unwrap();
+    assert_eq!(
+        std::fs::read_link(x.dir.path().join("sys/bus")).unwrap(),
+        Path::new("devices/x")
+    );
+}
+
+/// Through the CLI: one line, exit 2, nothing left in the temporary directory.
+#[test]
+fn bad_bundles_exit_2_with_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let private_tmp = tempfile::tempdir().unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage", b"this is not a bundle".to_vec()),
+        ("empty", vec![]),
+        (
+            "escape",
+            archive(&[
+                E::File("manifest.json", MANIFEST.as_bytes()),
+                E::Link("sys", "../../.."),
+            ]),
+        ),
+        ("truncated", {
+            let a = archive(&[
+                E::File("manifest.json", MANIFEST.as_bytes()),
+                E::File("sys/x", &[7u8; 5000]),
+            ]);
+            a[..a.len() / 2].to_vec()
+        }),
+        ("no-manifest", archive(&[E::Dir("sys/bus/pci/devices")])),
+    ];
+    for (n, bytes) in cases {
+        let f = tmp.path().join(format!("{n}.tar.gz"));
+        std::fs::write(&f, bytes).unwrap();
+        let out = gpudoctor()
+            .env("TMPDIR", private_tmp.path())
+            .args(["topo", "--bundle"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{n}");
+        assert!(out.stdout.is_empty(), "{n}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{n}: {err}");
+        assert!(err.starts_with("gpudoctor: error: --bundle"), "{n}: {err}");
+        assert_eq!(
+            std::fs::read_dir(private_tmp.path()).unwrap().count(),
+            0,
+            "{n}: left files in TMPDIR"
+        );
+    }
+    let both = gpudoctor()
+        .args([
+            "topo",
+            "--bundle",
+            "x.tar.gz",
+            "--root",
+            "fixtures/h200x1-vm",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2));
+}
+
+fn valid_bundle() -> Vec<u8> {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("v.tar.gz");
+    let made = gpudoctor()
+        .args(["--root", "fixtures/h200x1-vm", "bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    std::fs::read(out).unwrap()
+}
+
+/// Whatever extraction accepts stays inside its directory: every symlink in it resolves,
+/// lexically, inside (and `SysRoot` re-roots links on top of that).
+fn stays_inside(bytes: &[u8]) {
+    let Ok(x) = extract_from(bytes, small()) else {
+        return;
+    };
+    let root = x.dir.path().to_path_buf();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                let rel = p.strip_prefix(&root).unwrap();
+                assert!(
+                    target_inside(rel, &t.to_string_lossy()).is_ok(),
+                    "{} -> {}",
+                    rel.display(),
+                    t.display()
+                );
+            } else if m.is_dir() {
+                stack.push(p);
+            } else {
+                assert!(m.is_file());
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, .. ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        stays_inside(&bytes);
+        let mut with_magic = vec![0x1f, 0x8b, 8, 0];
+        with_magic.extend_from_slice(&bytes);
+        stays_inside(&with_magic);
+    }
+
+    #[test]
+    fn random_tar_inside_gzip_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..8192)) {
+        stays_inside(&gz(&bytes));
+    }
+}
+
+/// Random mutations of a real bundle: flipped bytes, truncations, and the same inside a valid
+/// gzip stream (so the tar layer sees the damage, not just the CRC).
+#[test]
+fn mutated_bundles_never_panic() {
+    let valid = valid_bundle();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(valid.as_slice()),
+        &mut raw,
+    )
+    .unwrap();
+    let x = extract_from(valid.as_slice(), Limits::default()).unwrap();
+    assert!(x.dir.path().join("sys/bus/pci/devices").is_dir());
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 300,
+        ..ProptestConfig::default()
+    });
+    let strat = (
+        any::<proptest::sample::Index>(),
+        any::<u8>(),
+        any::<bool>(),
+        any::<bool>(),
+    );
+    runner
+        .run(&strat, |(idx, byte, truncate, inner)| {
+            let base = if inner { &raw } else { &valid };
+            let mut m = base.clone();
+            let i = idx.index(m.len());
+            if truncate {
+                m.truncate(i);
+            } else {
+                m[i] ^= byte.max(1);
+            }
+            let bytes = if inner { gz(&m) } else { m };
+            let r = std::panic::catch_unwind(|| {
+                let _ = extract_from(bytes.as_slice(), Limits::default());
+            });
+            prop_assert!(r.is_ok());
+            Ok(())
+        })
+        .unwrap();
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if ft.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// An error the recorded machine gave (manifest `unreadable`) reads as the same error from the
+/// tree, and survives into a bundle made from that tree and its replay.
+#[test]
+fn recorded_errors_replay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("tree");
+    copy_tree(&crate::repo().join("fixtures/h200x1-vm"), &tree);
+    let mpath = tree.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+    m["unreadable"] = serde_json::json!([
+        {"path": "/sys/devices/pci0000:00/0000:00:06.0/numa_node", "kind": "permission-denied"},
+        {"path": "/sys/devices/pci0000:00/0000:00:06.0/current_link_speed", "kind": "io",
+         "detail": "Invalid argument (os error 22)"}
+    ]);
+    std::fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+    let from_tree = gpudoctor()
+        .args(["topo", "--json", "--root"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert_eq!(from_tree.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&from_tree.stdout);
+    assert!(text.contains("numa_node: permission denied"), "{text}");
+    assert!(text.contains("Invalid argument (os error 22)"), "{text}");
+    let out = tmp.path().join("b.tar.gz");
+    let made = gpudoctor()
+        .arg("--root")
+        .arg(&tree)
+        .args(["bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    assert!(
+        made.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let replay = gpudoctor()
+        .args(["topo", "--json", "--bundle"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        json_without_source(&replay.stdout),
+        json_without_source(&from_tree.stdout)
+    );
+    // A bundle of the bundle too.
+    let out2 = tmp.path().join("b2.tar.gz");
+    let made = gpudoctor()
+        .arg("--bundle")
+        .arg(&out)
+        .args(["bundle", "-o"])
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    assert!(
+        made.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let replay2 = gpudoctor()
+        .args(["topo", "--json", "--bundle"])
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert_eq!(
+        json_without_source(&replay2.stdout),
+        json_without_source(&from_tree.stdout)
+    );
+}
