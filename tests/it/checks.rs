@@ -1,11 +1,13 @@
 //! `gpudoctor check` on every fixture: snapshots, per-variant expectations, catalog.
 
-use crate::{fixture_dirs, gpudoctor, name, repo};
+use crate::{all_sources, gpudoctor, repo, variants};
 use std::collections::BTreeSet;
 
-fn check_json(root: &str, extra: &[&str]) -> (i32, serde_json::Value) {
+fn check_json(source: &[String], extra: &[&str]) -> (i32, serde_json::Value) {
+    let root = source.join(" ");
     let out = gpudoctor()
-        .args(["check", "--json", "--root", root])
+        .args(["check", "--json"])
+        .args(source)
         .args(extra)
         .output()
         .unwrap();
@@ -32,10 +34,9 @@ fn ids_with(v: &serde_json::Value, status: &str) -> BTreeSet<String> {
 
 #[test]
 fn snapshot_check_every_fixture() {
-    for dir in fixture_dirs() {
-        let n = name(&dir);
-        let root = format!("fixtures/{n}");
-        let (code, json) = check_json(&root, &[]);
+    for (n, src) in all_sources() {
+        let root = src.join(" ");
+        let (code, json) = check_json(&src, &[]);
         // Exit code follows the overall status.
         let failed = json["status"] == "fail";
         assert_eq!(code, if failed { 1 } else { 0 }, "{root}");
@@ -48,10 +49,8 @@ fn snapshot_check_every_fixture() {
                 assert!(c["remediation"].is_string(), "{root}: no fix in {c}");
             }
         }
-        let table = gpudoctor()
-            .args(["check", "--root", &root])
-            .output()
-            .unwrap();
+        let table = gpudoctor().arg("check").args(&src).output().unwrap();
+        assert_eq!(table.status.code(), Some(code), "{root}");
         let table = String::from_utf8(table.stdout).unwrap();
         insta::assert_json_snapshot!(format!("{n}__check_json"), json);
         insta::assert_snapshot!(format!("{n}__check_table"), table);
@@ -63,15 +62,12 @@ fn snapshot_check_every_fixture() {
 #[test]
 fn variants_fail_exactly_their_checks() {
     let mut seen = 0;
-    for dir in fixture_dirs() {
-        let Ok(text) = std::fs::read_to_string(dir.join("expect.json")) else {
-            continue;
-        };
+    for (n, bundle, dir) in variants() {
+        let text = std::fs::read_to_string(dir.join("expect.json")).unwrap();
         let expect: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let n = name(&dir);
         let base = expect["base"].as_str().unwrap();
-        let (_, v) = check_json(&format!("fixtures/{n}"), &[]);
-        let (_, b) = check_json(&format!("fixtures/{base}"), &[]);
+        let (_, v) = check_json(&["--bundle".into(), bundle.display().to_string()], &[]);
+        let (_, b) = check_json(&["--root".into(), format!("fixtures/{base}")], &[]);
         let want = |k: &str| -> BTreeSet<String> {
             expect[k]
                 .as_array()
@@ -99,8 +95,8 @@ fn variants_fail_exactly_their_checks() {
 fn every_check_both_fails_and_passes_somewhere() {
     let mut bad: BTreeSet<String> = BTreeSet::new();
     let mut good: BTreeSet<String> = BTreeSet::new();
-    for dir in fixture_dirs() {
-        let (_, v) = check_json(&format!("fixtures/{}", name(&dir)), &[]);
+    for (_, src) in all_sources() {
+        let (_, v) = check_json(&src, &[]);
         bad.extend(ids_with(&v, "fail"));
         bad.extend(ids_with(&v, "warn"));
         good.extend(ids_with(&v, "pass"));
@@ -157,7 +153,10 @@ fn catalog_docs_and_man_page_in_step() {
 fn overrides_change_status_and_exit_code() {
     // The ACS variant fails pcie.acs-redirect; --warn turns that into a warning (exit 0),
     // --strict makes the warning fail again, --skip removes it.
-    let root = "fixtures/hgx-h100-8gpu--acs-redirect";
+    let root = &[
+        "--bundle".to_string(),
+        "fixtures/variants/hgx-h100-8gpu--acs-redirect/bundle.tar.gz".to_string(),
+    ];
     let (code, _) = check_json(root, &[]);
     assert_eq!(code, 1);
     let (code, v) = check_json(root, &["--warn", "pcie.acs-redirect"]);
@@ -177,7 +176,9 @@ fn overrides_change_status_and_exit_code() {
     assert_eq!(code, 0);
     assert!(ids_with(&v, "fail").is_empty());
     let out = gpudoctor()
-        .args(["check", "--root", root, "--warn", "no.such-check"])
+        .arg("check")
+        .args(root)
+        .args(["--warn", "no.such-check"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -26,6 +26,44 @@ pub fn fixture_dirs() -> Vec<PathBuf> {
     v
 }
 
+/// Faulty variants, stored packed as support bundles: (name, bundle path, variant dir).
+pub fn variants() -> Vec<(String, PathBuf, PathBuf)> {
+    let mut v: Vec<(String, PathBuf, PathBuf)> =
+        std::fs::read_dir(repo().join("fixtures/variants"))
+            .expect("fixtures/variants exists")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.join("bundle.tar.gz").is_file())
+            // Relative to the repository (commands run there): snapshots must not hold a path
+            // that differs between checkouts.
+            .map(|p| {
+                let rel = PathBuf::from("fixtures/variants")
+                    .join(name(&p))
+                    .join("bundle.tar.gz");
+                (name(&p), rel, p)
+            })
+            .collect();
+    v.sort();
+    v
+}
+
+/// Every fixture as the arguments that select it: base trees by --root, variants by --bundle.
+pub fn all_sources() -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = fixture_dirs()
+        .iter()
+        .map(|d| {
+            (
+                name(d),
+                vec!["--root".to_string(), format!("fixtures/{}", name(d))],
+            )
+        })
+        .collect();
+    for (n, b, _) in variants() {
+        out.push((n, vec!["--bundle".to_string(), b.display().to_string()]));
+    }
+    out
+}
+
 pub fn name(p: &Path) -> String {
     p.file_name().unwrap().to_string_lossy().into_owned()
 }
