@@ -211,3 +211,37 @@ fn live_check_exit_code_documented() {
         }
     }
 }
+
+/// Recorded probe samples (fixtures/*/probes/*.json) replay through `check --level 1`: the
+/// verdicts are recomputed from the raw samples with the current thresholds.
+#[test]
+fn level1_replays_recorded_probes() {
+    let mut seen = 0;
+    for dir in crate::fixture_dirs() {
+        if !dir.join("probes").is_dir() {
+            continue;
+        }
+        let n = crate::name(&dir);
+        let (code, v) = check_json(
+            &[
+                "--root".into(),
+                format!("fixtures/{n}"),
+                "--level".into(),
+                "1".into(),
+            ],
+            &[],
+        );
+        assert_eq!(v["level"], 1);
+        assert_eq!(code, if v["status"] == "fail" { 1 } else { 0 });
+        let probes: Vec<_> = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["id"].as_str().unwrap().starts_with("probe."))
+            .collect();
+        assert!(!probes.is_empty(), "{n}");
+        insta::assert_json_snapshot!(format!("{n}__check_level1_json"), v);
+        seen += 1;
+    }
+    assert!(seen >= 2);
+}
