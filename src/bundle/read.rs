@@ -238,7 +238,9 @@ impl Extractor {
                 self.limits.entry_bytes
             )));
         }
-        if self.links.iter().any(|l| rel.starts_with(l) && rel != *l) {
+        // Any proper ancestor of the entry that is a symlink (ancestors() yields the path
+        // itself first).
+        if rel.ancestors().skip(1).any(|a| self.links.contains(a)) {
             return Err(bad("entry below a symlink refused".into()));
         }
         let dest = self.root.join(&rel);
