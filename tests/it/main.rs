@@ -5,6 +5,7 @@ mod checks;
 mod cli;
 mod fixtures;
 mod hostile;
+mod lstopo;
 mod man;
 mod probes;
 
