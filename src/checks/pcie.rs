@@ -133,7 +133,7 @@ fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .with(ev(format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6), format!("0x{:04x}", a.control)))
                 .with(pairs_ev)
                 .fix(format!(
-                    "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `pci=disable_acs_redir={subject}` (kernel >= 5.1), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
+                    "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `pci=disable_acs_redir={subject}` (kernel >= 4.19), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
                 )),
             ),
             Some(a) => out.push(

@@ -592,3 +592,42 @@ fn recorded_errors_replay() {
         json_without_source(&from_tree.stdout)
     );
 }
+
+/// A bundle recorded live on a GPU machine replays here to the reports that machine produced
+/// when it wrote the bundle (report.json), except for where the data came from.
+#[test]
+fn live_recorded_bundles_replay_to_their_live_reports() {
+    let mut seen = 0;
+    for dir in fixture_dirs() {
+        let Ok(bytes) = std::fs::read(dir.join("report.json")) else {
+            continue;
+        };
+        let stored: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let n = name(&dir);
+        for (command, args) in [
+            ("topo", vec!["topo", "--json"]),
+            ("check", vec!["check", "--json"]),
+        ] {
+            let Some(live) = stored["reports"].get(command) else {
+                continue;
+            };
+            let out = gpudoctor()
+                .args(&args)
+                .args(["--root", &format!("fixtures/{n}")])
+                .output()
+                .unwrap();
+            let mut live = live.clone();
+            live.as_object_mut().unwrap().remove("source");
+            assert_eq!(
+                json_without_source(&out.stdout),
+                live,
+                "{n}: {command} replays differently from the live run recorded in report.json"
+            );
+            seen += 1;
+        }
+    }
+    assert!(
+        seen >= 4,
+        "live-recorded bundles with topo and check reports ({seen})"
+    );
+}
