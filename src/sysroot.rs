@@ -110,11 +110,11 @@ pub struct SysRoot {
     root: PathBuf,
     live: bool,
     /// Every kernel path handed to this reader, for the bundle capture-list assertion.
-    touched: Mutex<HashSet<String>>,
+    touched: Mutex<HashSet<String, Fnv>>,
     /// Resolved component prefixes (see `resolve_prefix`).
-    resolved: Mutex<HashMap<Vec<String>, Vec<String>>>,
+    resolved: Mutex<HashMap<Vec<String>, Vec<String>, Fnv>>,
     /// Kernel directory path (as written by callers) -> resolved components.
-    parents: Mutex<HashMap<String, Vec<String>>>,
+    parents: Mutex<HashMap<String, Vec<String>, Fnv>>,
     /// Recently used directory handles (see `open_in`).
     dirs: Mutex<Vec<(Vec<String>, std::os::fd::OwnedFd)>>,
     /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
@@ -149,6 +149,31 @@ pub enum FileKind {
     RecordedError,
 }
 
+/// FNV-1a: the caches key on short path strings from our own reads (not attacker-chosen
+/// keys worth SipHash's cost), and hashing was a visible share of discovery time.
+#[derive(Clone, Copy, Default)]
+struct Fnv;
+
+struct FnvHasher(u64);
+
+impl std::hash::BuildHasher for Fnv {
+    type Hasher = FnvHasher;
+    fn build_hasher(&self) -> FnvHasher {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for FnvHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
 /// Directory handles kept open: discovery reads one directory at a time, so a few suffice.
 const DIR_CACHE: usize = 8;
 
@@ -166,10 +191,10 @@ impl SysRoot {
         SysRoot {
             root: PathBuf::from("/"),
             live: true,
-            touched: Mutex::new(HashSet::new()),
-            resolved: Mutex::new(HashMap::new()),
+            touched: Mutex::new(HashSet::default()),
+            resolved: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
-            parents: Mutex::new(HashMap::new()),
+            parents: Mutex::new(HashMap::default()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -196,10 +221,10 @@ impl SysRoot {
         Ok(SysRoot {
             root,
             live: false,
-            touched: Mutex::new(HashSet::new()),
-            resolved: Mutex::new(HashMap::new()),
+            touched: Mutex::new(HashSet::default()),
+            resolved: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
-            parents: Mutex::new(HashMap::new()),
+            parents: Mutex::new(HashMap::default()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -543,14 +568,14 @@ impl SysRoot {
         Ok(unsafe { fs::File::from_raw_fd(fd) })
     }
 
-    fn lock_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>>> {
+    fn lock_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>, Fnv>> {
         match self.parents.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         }
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Vec<String>>> {
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Vec<String>, Fnv>> {
         match self.resolved.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
