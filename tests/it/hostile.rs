@@ -139,3 +139,66 @@ fn truncated_config_space_is_needs_root_not_pass() {
         assert!(c.message.contains("needs root"), "{}", c.message);
     }
 }
+
+/// Upper-case hex in BDFs (some tools and hand-made trees write them), a device without a
+/// driver, numa_node -1 and a non-numeric numa_node: all mapped, with explicit unknowns.
+#[test]
+fn uppercase_bdf_and_odd_attributes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    let dev = r.join("sys/devices/pci0000:1A/0000:1A:00.0");
+    let nic = r.join("sys/devices/pci0000:1A/0000:1A:01.0");
+    for (d, class, vendor, numa) in [
+        (&dev, "0x030200", "0x10de", "-1"),
+        (&nic, "0x020700", "0x15b3", "abc"),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("class"), format!("{class}\n")).unwrap();
+        std::fs::write(d.join("vendor"), format!("{vendor}\n")).unwrap();
+        std::fs::write(d.join("device"), "0x2330\n").unwrap();
+        std::fs::write(d.join("numa_node"), format!("{numa}\n")).unwrap();
+    }
+    std::fs::create_dir_all(r.join("sys/bus/pci/devices")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:1A/0000:1A:00.0",
+        r.join("sys/bus/pci/devices/0000:1A:00.0"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:1A/0000:1A:01.0",
+        r.join("sys/bus/pci/devices/0000:1A:01.0"),
+    )
+    .unwrap();
+    let r = gpudoctor::run::topo_report(&SourceSpec::Root(tmp.path().to_path_buf())).unwrap();
+    let t = &r.topology;
+    assert_eq!(t.gpus.len(), 1);
+    assert_eq!(t.gpus[0].bdf.to_string(), "0000:1a:00.0");
+    let g = t
+        .devices
+        .iter()
+        .find(|d| d.bdf.to_string() == "0000:1a:00.0")
+        .unwrap();
+    assert_eq!(g.numa.node, None);
+    assert!(g.unknown["numa_node"].contains("-1"));
+    assert!(g.unknown["driver"].contains("no driver"));
+    let n = t
+        .devices
+        .iter()
+        .find(|d| d.bdf.to_string() == "0000:1a:01.0")
+        .unwrap();
+    assert!(n.unknown["numa_node"].contains("abc"), "{:?}", n.unknown);
+    // Nothing at all is known about NUMA or links: the check report says skip, never pass.
+    let opts = CheckOptions {
+        probe: gpudoctor::cli::probe_defaults(),
+        json: true,
+        all_rows: false,
+        strict: false,
+        level: 0,
+        overrides: Overrides::default(),
+    };
+    let c =
+        gpudoctor::run::check_report(&SourceSpec::Root(tmp.path().to_path_buf()), &opts).unwrap();
+    for f in c.checks.iter().filter(|f| f.id.starts_with("pcie.link")) {
+        assert_eq!(f.status, gpudoctor::checks::Status::Skip, "{f:?}");
+    }
+}
