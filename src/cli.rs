@@ -163,6 +163,20 @@ pub struct CheckOptions {
     pub overrides: crate::checks::Overrides,
 }
 
+impl CheckOptions {
+    /// A plain level-0 check with no overrides (what a bundle stores, what tests run).
+    pub fn level0() -> Self {
+        CheckOptions {
+            probe: probe_defaults(),
+            json: true,
+            all_rows: false,
+            strict: false,
+            level: 0,
+            overrides: crate::checks::Overrides::default(),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum Action {
     Topo(TopoOutput),

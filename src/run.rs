@@ -248,14 +248,7 @@ fn bundle_reports(
         "topo".to_string(),
         serde_json::to_value(&topo).context("serializing the topo report")?,
     );
-    let opts = CheckOptions {
-        probe: crate::cli::probe_defaults(),
-        json: true,
-        all_rows: false,
-        strict: false,
-        level: 0,
-        overrides: crate::checks::Overrides::default(),
-    };
+    let opts = CheckOptions::level0();
     let check = check_report_from(spec, o, &opts)?;
     reports.insert(
         "check".to_string(),

@@ -45,14 +45,7 @@ fn run_all(root: &Path) {
     let spec = SourceSpec::Root(root.to_path_buf());
     // Either a report or a clean error: both are fine, a panic is not.
     let _ = gpudoctor::run::topo_report(&spec).map(|r| gpudoctor::render::topo_matrix(&r));
-    let opts = CheckOptions {
-        probe: gpudoctor::cli::probe_defaults(),
-        json: true,
-        all_rows: false,
-        strict: false,
-        level: 0,
-        overrides: Overrides::default(),
-    };
+    let opts = CheckOptions::level0();
     if let Ok(r) = gpudoctor::run::check_report(&spec, &opts) {
         let _ = gpudoctor::render::json(&r);
     }
@@ -118,14 +111,7 @@ fn truncated_config_space_is_needs_root_not_pass() {
             std::fs::write(&p, &b[..64.min(b.len())]).unwrap();
         }
     }
-    let opts = CheckOptions {
-        probe: gpudoctor::cli::probe_defaults(),
-        json: true,
-        all_rows: false,
-        strict: false,
-        level: 0,
-        overrides: Overrides::default(),
-    };
+    let opts = CheckOptions::level0();
     let r =
         gpudoctor::run::check_report(&SourceSpec::Root(tmp.path().to_path_buf()), &opts).unwrap();
     let acs: Vec<_> = r
@@ -188,14 +174,7 @@ fn uppercase_bdf_and_odd_attributes() {
         .unwrap();
     assert!(n.unknown["numa_node"].contains("abc"), "{:?}", n.unknown);
     // Nothing at all is known about NUMA or links: the check report says skip, never pass.
-    let opts = CheckOptions {
-        probe: gpudoctor::cli::probe_defaults(),
-        json: true,
-        all_rows: false,
-        strict: false,
-        level: 0,
-        overrides: Overrides::default(),
-    };
+    let opts = CheckOptions::level0();
     let c =
         gpudoctor::run::check_report(&SourceSpec::Root(tmp.path().to_path_buf()), &opts).unwrap();
     for f in c.checks.iter().filter(|f| f.id.starts_with("pcie.link")) {
