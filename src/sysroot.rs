@@ -432,13 +432,15 @@ impl SysRoot {
         if !follow_last {
             // Fast path: the parent directory was resolved before (discovery reads many
             // attributes per directory).
-            if let Some((parent, last)) = kpath.rsplit_once('/') {
-                if !last.is_empty() && last != "." && last != ".." {
-                    let hit = self.lock_parents().get(parent).cloned();
-                    if let Some(mut r) = hit {
-                        r.push(last.to_string());
-                        return Ok(r);
-                    }
+            if let Some((parent, last)) = kpath.rsplit_once('/')
+                && !last.is_empty()
+                && last != "."
+                && last != ".."
+            {
+                let hit = self.lock_parents().get(parent).cloned();
+                if let Some(mut r) = hit {
+                    r.push(last.to_string());
+                    return Ok(r);
                 }
             }
         }

@@ -396,12 +396,11 @@ impl PciGraph<'_> {
     /// port, so a GPU and a NIC on two downstream ports of one switch cross one "bridge" (PIX),
     /// as nvidia-smi and NCCL count it.
     fn switch_key(&self, b: Bdf) -> Bdf {
-        if let Some((BridgeRole::SwitchDownstream, _)) = self.roles.get(&b) {
-            if let Some(parent) = self.inv.pci.get(&b).and_then(|f| f.upstream.last()) {
-                if let Some((BridgeRole::SwitchUpstream, _)) = self.roles.get(parent) {
-                    return *parent;
-                }
-            }
+        if let Some((BridgeRole::SwitchDownstream, _)) = self.roles.get(&b)
+            && let Some(parent) = self.inv.pci.get(&b).and_then(|f| f.upstream.last())
+            && let Some((BridgeRole::SwitchUpstream, _)) = self.roles.get(parent)
+        {
+            return *parent;
         }
         b
     }
@@ -610,12 +609,12 @@ pub fn build(inv: &Inventory) -> Topology {
             }
         })
         .collect();
-    if let Some(r) = &nvml_missing_reason {
-        if !gpus.is_empty() {
-            notes.push(format!(
-                "NVML facts missing: {r}; NVLink (NV#) cells cannot be shown"
-            ));
-        }
+    if let Some(r) = &nvml_missing_reason
+        && !gpus.is_empty()
+    {
+        notes.push(format!(
+            "NVML facts missing: {r}; NVLink (NV#) cells cannot be shown"
+        ));
     }
     for (bdf, g) in &nvml_by_bdf {
         if !inv.pci.contains_key(bdf) {

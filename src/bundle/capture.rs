@@ -320,7 +320,7 @@ impl Capture {
                 }
             }
         }
-        if self.items.len() % 512 == 0 {
+        if self.items.len().is_multiple_of(512) {
             progress(self.items.len());
         }
     }
@@ -400,7 +400,7 @@ impl Capture {
                     Err(err) => self.fail(&path, err),
                 }
             }
-            if self.items.len() % 512 == 0 {
+            if self.items.len().is_multiple_of(512) {
                 progress(self.items.len());
             }
         }

@@ -173,7 +173,7 @@ impl Redactor {
         if !self.literals.iter().any(|(o, _)| o == value) {
             self.literals.push((value.to_string(), token.clone()));
             // Longest first so a serial inside another serial is replaced whole.
-            self.literals.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+            self.literals.sort_by_key(|b| std::cmp::Reverse(b.0.len()));
         }
         token
     }

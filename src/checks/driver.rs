@@ -76,7 +76,7 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             ))
             .with(ev("nvmlInit_v2 / nvmlSystemGetDriverVersion", nvml.driver_version.clone().unwrap_or_else(|| "?".into()))),
         ),
-        (Some(r), _) if nvml.source != "live" && nvml.source != "" => out.push(
+        (Some(r), _) if nvml.source != "live" && !nvml.source.is_empty() => out.push(
             Finding::new(id, "host", Status::Skip, format!("NVML facts unknown: {r}")).with(ev("nvml.json", r.clone())),
         ),
         (Some(r), 0) => out.push(

@@ -154,10 +154,10 @@ fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
         if d.kind == DeviceKind::Gpu || is_nic {
             set.insert(d.bdf);
             for u in &d.upstream {
-                if let Some(ud) = ctx.topo.devices.iter().find(|x| x.bdf == *u) {
-                    if ud.role == Some(BridgeRole::SwitchUpstream) {
-                        set.insert(*u);
-                    }
+                if let Some(ud) = ctx.topo.devices.iter().find(|x| x.bdf == *u)
+                    && ud.role == Some(BridgeRole::SwitchUpstream)
+                {
+                    set.insert(*u);
                 }
             }
         }

@@ -2,7 +2,6 @@
 //! unknowns and notes (or a clean error), never a panic.
 
 use crate::repo;
-use gpudoctor::checks::Overrides;
 use gpudoctor::cli::{CheckOptions, SourceSpec};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
