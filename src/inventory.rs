@@ -392,6 +392,13 @@ fn read_netdevs(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NetDev> {
     out
 }
 
+/// Only the RDMA devices (what a verbs probe needs), with notes on what could not be read.
+pub fn read_rdma_devices(sr: &SysRoot) -> (Vec<RdmaDevice>, Vec<Note>) {
+    let mut notes = Vec::new();
+    let devs = read_rdma(sr, &mut notes);
+    (devs, notes)
+}
+
 fn read_rdma(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<RdmaDevice> {
     let names = match sr.list_names("/sys/class/infiniband") {
         Ok(n) => n,

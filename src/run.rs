@@ -74,6 +74,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 code: EXIT_OK,
             })
         }
+        Action::WriteBw(w) => write_bw(&cfg.source, w),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();
@@ -88,4 +89,72 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             })
         }
     }
+}
+
+/// `probe write-bw`: exit 0 when it ran and passed, 1 when the machine failed it (or it could
+/// not run here: no libibverbs, port down, peer unreachable), 2 for bad arguments.
+fn write_bw(spec: &SourceSpec, w: &crate::cli::WriteBwArgs) -> Result<Outcome> {
+    use crate::probes::engine::ErrorClass;
+    use crate::probes::{self, Role, WriteBwRequest, write_bw::Plan};
+    let sr = match spec {
+        SourceSpec::Live => SysRoot::live(),
+        SourceSpec::Root(_) => {
+            anyhow::bail!("probe write-bw measures live hardware; --root does not apply")
+        }
+    };
+    let sizes = if w.all {
+        probes::write_bw::all_sizes()
+    } else {
+        w.sizes
+            .clone()
+            .unwrap_or_else(|| probes::write_bw::DEFAULT_SIZES.to_vec())
+    };
+    let plan = Plan::new(sizes, w.iters, w.tx_depth, w.cq_mod, w.qps, w.validate)?;
+    let token = || {
+        w.token
+            .clone()
+            .context("two-node mode needs a shared --token (or GPUDOCTOR_TOKEN) on both sides")
+    };
+    let role = if w.serve {
+        Role::Serve {
+            listen: w.listen.clone(),
+            token: token()?,
+        }
+    } else if let Some(peer) = &w.peer {
+        Role::Client {
+            peer: peer.clone(),
+            token: token()?,
+        }
+    } else {
+        Role::Loopback
+    };
+    let req = WriteBwRequest {
+        device: w.device.clone(),
+        port: w.port,
+        gid_index: w.gid_index,
+        plan,
+        role,
+        timeout: std::time::Duration::from_secs(w.timeout.max(1)),
+    };
+    let (report, class) = probes::write_bw(&sr, &req);
+    if class == Some(ErrorClass::Usage) {
+        let why = match &report.status {
+            probes::write_bw::Status::Error { reason } => reason.clone(),
+            other => format!("{other:?}"),
+        };
+        anyhow::bail!("probe write-bw: {why}");
+    }
+    let stdout = if w.json {
+        render::json(&report)
+    } else {
+        render::write_bw_table(&report)
+    };
+    Ok(Outcome {
+        stdout,
+        code: if class.is_some() {
+            EXIT_FAILED_CHECK
+        } else {
+            EXIT_OK
+        },
+    })
 }
