@@ -181,20 +181,16 @@ pub fn open_side(
         });
     }
     // GIDs and whether this is a software device come from sysfs (the inventory's reader).
-    let (devs, notes) = inventory::read_rdma_devices(sr);
+    let dev = inventory::read_rdma_device(sr, device).ok_or_else(|| ProbeError::NoSysfs {
+        device: device.into(),
+        port,
+        reason: format!("/sys/class/infiniband/{device} does not exist"),
+    })?;
     let no_sysfs = |reason: String| ProbeError::NoSysfs {
         device: device.into(),
         port,
         reason,
     };
-    let dev = devs.iter().find(|d| d.name == device).ok_or_else(|| {
-        no_sysfs(
-            notes
-                .first()
-                .map(|n| format!("{}: {}", n.path, n.reason))
-                .unwrap_or_else(|| "device not listed in /sys/class/infiniband".into()),
-        )
-    })?;
     let sport = dev
         .ports
         .iter()
@@ -236,13 +232,12 @@ pub fn open_side(
             (Some(raw), Some(idx))
         }
     };
+    // No PCI function behind it: rxe or siw on top of a netdev.
     let software_device = if dev.bdf.is_none() {
-        Some(
-            dev.hca_type
-                .clone()
-                .or_else(|| dev.node_type.clone())
-                .unwrap_or_else(|| "no PCI function".into()),
-        )
+        Some(match &dev.parent_netdev {
+            Some(n) => format!("no PCI function, on netdev {n}"),
+            None => "no PCI function".into(),
+        })
     } else {
         None
     };

@@ -125,17 +125,26 @@ impl Channel {
                 reason: e.to_string(),
             })?
             .collect();
-        let mut last = None;
-        for a in &addrs {
-            match TcpStream::connect_timeout(a, timeout) {
-                Ok(s) => return Channel::new(s, with_port, timeout),
-                Err(e) => last = Some(e),
+        // A server that is still starting refuses connections: retry those until the deadline.
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut last = None;
+            for a in &addrs {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match TcpStream::connect_timeout(a, left.max(Duration::from_millis(10))) {
+                    Ok(s) => return Channel::new(s, with_port, timeout),
+                    Err(e) => last = Some(e),
+                }
             }
+            let e = last.unwrap_or_else(|| std::io::Error::other("no address"));
+            if e.kind() != std::io::ErrorKind::ConnectionRefused || Instant::now() >= deadline {
+                return Err(OobError::Connect {
+                    addr: with_port,
+                    source: e,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
-        Err(OobError::Connect {
-            addr: with_port,
-            source: last.unwrap_or_else(|| std::io::Error::other("no address")),
-        })
     }
 
     fn new(stream: TcpStream, peer: String, timeout: Duration) -> Result<Channel, OobError> {
@@ -310,7 +319,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let gone = l.local_addr().unwrap().to_string();
         drop(l);
-        let e = Channel::connect(&gone, Duration::from_secs(2))
+        let e = Channel::connect(&gone, Duration::from_millis(300))
             .err()
             .unwrap()
             .to_string();

@@ -3,6 +3,7 @@
 mod cli;
 mod fixtures;
 mod man;
+mod vm;
 
 use std::path::{Path, PathBuf};
 
