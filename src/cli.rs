@@ -83,6 +83,11 @@ pub struct WriteBwArgs {
     /// A signalled completion every N writes (CQ moderation).
     #[arg(long, short = 'Q', default_value_t = 100, value_name = "N")]
     pub cq_mod: u32,
+    /// Writes chained into one ibv_post_send call (perftest's --post_list) [default: up to 16
+    /// writes and 64 KiB per post].
+    #[arg(long, short = 'l', value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub post_list: Option<u32>,
     /// Number of QP pairs; writes are spread evenly over them.
     #[arg(long, short = 'q', default_value_t = 1, value_name = "N")]
     pub qps: u32,

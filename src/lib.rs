@@ -7,7 +7,7 @@ pub mod inventory;
 pub mod numa;
 pub mod nvml;
 pub mod pci;
-pub mod probes;
+pub mod rdma;
 pub mod render;
 pub mod report;
 pub mod run;

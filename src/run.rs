@@ -94,8 +94,8 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
 /// `probe write-bw`: exit 0 when it ran and passed, 1 when the machine failed it (or it could
 /// not run here: no libibverbs, port down, peer unreachable), 2 for bad arguments.
 fn write_bw(spec: &SourceSpec, w: &crate::cli::WriteBwArgs) -> Result<Outcome> {
-    use crate::probes::engine::ErrorClass;
-    use crate::probes::{self, Role, WriteBwRequest, write_bw::Plan};
+    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
     let sr = match spec {
         SourceSpec::Live => SysRoot::live(),
         SourceSpec::Root(_) => {
@@ -103,13 +103,21 @@ fn write_bw(spec: &SourceSpec, w: &crate::cli::WriteBwArgs) -> Result<Outcome> {
         }
     };
     let sizes = if w.all {
-        probes::write_bw::all_sizes()
+        rdma::write_bw::all_sizes()
     } else {
         w.sizes
             .clone()
-            .unwrap_or_else(|| probes::write_bw::DEFAULT_SIZES.to_vec())
+            .unwrap_or_else(|| rdma::write_bw::DEFAULT_SIZES.to_vec())
     };
-    let plan = Plan::new(sizes, w.iters, w.tx_depth, w.cq_mod, w.qps, w.validate)?;
+    let plan = Plan::new(
+        sizes,
+        w.iters,
+        w.tx_depth,
+        w.cq_mod,
+        w.post_list,
+        w.qps,
+        w.validate,
+    )?;
     let token = || {
         w.token
             .clone()
@@ -136,10 +144,10 @@ fn write_bw(spec: &SourceSpec, w: &crate::cli::WriteBwArgs) -> Result<Outcome> {
         role,
         timeout: std::time::Duration::from_secs(w.timeout.max(1)),
     };
-    let (report, class) = probes::write_bw(&sr, &req);
+    let (report, class) = rdma::write_bw(&sr, &req);
     if class == Some(ErrorClass::Usage) {
         let why = match &report.status {
-            probes::write_bw::Status::Error { reason } => reason.clone(),
+            rdma::write_bw::Status::Error { reason } => reason.clone(),
             other => format!("{other:?}"),
         };
         anyhow::bail!("probe write-bw: {why}");
@@ -147,7 +155,7 @@ fn write_bw(spec: &SourceSpec, w: &crate::cli::WriteBwArgs) -> Result<Outcome> {
     let stdout = if w.json {
         render::json(&report)
     } else {
-        render::write_bw_table(&report)
+        rdma::render::write_bw_table(&report)
     };
     Ok(Outcome {
         stdout,

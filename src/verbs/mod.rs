@@ -25,7 +25,7 @@ pub const LIBIBVERBS_SONAME: &str = "libibverbs.so.1";
 #[derive(Debug, thiserror::Error)]
 pub enum VerbsError {
     /// libibverbs could not be loaded (rdma-core not installed): a finding, reported as a skip.
-    #[error("{LIBIBVERBS_SONAME} could not be loaded ({0}); rdma-core is not installed")]
+    #[error("{0} (is rdma-core installed?)")]
     Unavailable(String),
     /// libibverbs loaded, but the kernel has no RDMA support (ibv_get_device_list: ENOSYS).
     #[error("the kernel has no RDMA support (ibv_get_device_list: {0}); is ib_uverbs loaded?")]
@@ -83,6 +83,17 @@ impl VerbsError {
     }
 }
 
+/// libmlx5's direct-verbs soname (rdma-core's mlx5 provider), for the GPU-initiated probe.
+pub const LIBMLX5_SONAME: &str = "libmlx5.so.1";
+
+/// dlopen libmlx5 for its mlx5dv_* functions (each a `Result` field: check before use).
+/// Absent on machines without rdma-core's mlx5 provider: a finding like `Verbs::load`'s.
+pub fn load_mlx5dv() -> Result<mlx5dv_sys::Mlx5Dv, VerbsError> {
+    // SAFETY: loading libmlx5 runs its constructors, which only initialise its own state.
+    unsafe { mlx5dv_sys::Mlx5Dv::new(LIBMLX5_SONAME) }
+        .map_err(|e| VerbsError::Unavailable(format!("cannot load {LIBMLX5_SONAME}: {e}")))
+}
+
 /// The loaded library.
 pub struct Verbs {
     lib: sys::IbVerbs,
@@ -105,8 +116,9 @@ impl Verbs {
     /// ibv_get_device_list, ibv_reg_mr, ibv_query_port...), the ones the headers compile against.
     pub fn load() -> Result<Arc<Verbs>, VerbsError> {
         // SAFETY: loading libibverbs runs its constructors, which only initialise its own state.
-        let lib = unsafe { sys::IbVerbs::new(LIBIBVERBS_SONAME) }
-            .map_err(|e| VerbsError::Unavailable(e.to_string()))?;
+        let lib = unsafe { sys::IbVerbs::new(LIBIBVERBS_SONAME) }.map_err(|e| {
+            VerbsError::Unavailable(format!("cannot load {LIBIBVERBS_SONAME}: {e}"))
+        })?;
         require!(
             lib,
             ibv_get_device_list,
@@ -855,6 +867,10 @@ mod tests {
                 let _ = v.has_reg_dmabuf_mr();
                 let _ = v.wc_status_str(sys::IBV_WC_RETRY_EXC_ERR);
             }
+            Err(e) => assert!(matches!(e, VerbsError::Unavailable(_)), "{e}"),
+        }
+        match load_mlx5dv() {
+            Ok(m) => assert!(m.mlx5dv_query_device.is_ok()),
             Err(e) => assert!(matches!(e, VerbsError::Unavailable(_)), "{e}"),
         }
     }

@@ -38,7 +38,7 @@ case_ no-client     $G -d rxe_b --serve --listen 10.77.0.2:18518 --token x --tim
 C=/sys/class/infiniband/rxe_b/ports/1/hw_counters/rcvd_pkts; base=$(cat $C 2>/dev/null || echo 0)
 $G -d rxe_b --serve --listen 10.77.0.2:18519 --token t --timeout 60 > "$OUT/gone-serve.out" 2>&1 &
 spid=$!
-bg_case gone        $G -d rxe_a --peer 10.77.0.2:18519 --token t --sizes 4096 --iters 400000 --cq-mod 16 --timeout 20
+bg_case gone        $G -d rxe_a --peer 10.77.0.2:18519 --token t --sizes 4096 --iters 400000 --cq-mod 16 --timeout 10
 # Kill it once the writes flow (rxe_b has received a few hundred packets).
 i=0
 until [ "$(cat $C 2>/dev/null || echo 0)" -gt $((base + 300)) ] || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done

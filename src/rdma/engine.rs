@@ -66,6 +66,8 @@ pub enum ProbeError {
     },
     #[error("cannot allocate a {0} B buffer")]
     NoMemory(u64),
+    #[error("{bytes} B writes do not fit the registered buffers ({len} B)")]
+    TooLarge { bytes: u64, len: u64 },
     /// Two-node mode: TCP to the peer.
     #[error("peer {peer}: {reason}")]
     Peer { peer: String, reason: String },
@@ -369,10 +371,17 @@ impl Side {
         let iterations = per_qp * n as u64;
         let tx_depth = u64::from(plan.tx_depth);
         let cq_mod = u64::from(plan.cq_moderation);
-        let post_list = plan.post_list.max(1) as usize;
-        let len = u32::try_from(size).map_err(|_| ProbeError::NoMemory(size))?;
-        if size > self.mr.len() as u64 || size > peer.len {
-            return Err(ProbeError::NoMemory(size));
+        let post_list = plan.post_list_for(size) as usize;
+        let fit = (self.mr.len() as u64).min(peer.len);
+        let len = u32::try_from(size).map_err(|_| ProbeError::TooLarge {
+            bytes: size,
+            len: fit,
+        })?;
+        if size > fit {
+            return Err(ProbeError::TooLarge {
+                bytes: size,
+                len: fit,
+            });
         }
 
         // SAFETY: plain data; every field used is set below.

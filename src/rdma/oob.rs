@@ -38,7 +38,7 @@ pub enum Msg {
     Refused {
         reason: String,
     },
-    /// Client: "zero your buffer, then I write `size` B with pattern `seed`".
+    /// Client: "zero the first `size` B of your buffer; I am about to write them".
     Prepare {
         size: u64,
     },

@@ -1,11 +1,12 @@
-//! Probes: measurements that need the hardware (plan -> measure -> evaluate). Each probe's
-//! result is a report model that renderers turn into text; nothing here prints.
-//!
-//! write-bw: RDMA-write bandwidth over RC QPs, loopback on one device or between two hosts.
+//! Level-2 RDMA probes (plan -> measure -> evaluate) over the run-time-loaded verbs layer
+//! (`crate::verbs`). write-bw: RDMA-write bandwidth over RC QPs, loopback on one device or
+//! between two hosts. Each probe's result is a report model that `render` turns into text;
+//! nothing here prints.
 
 pub mod engine;
 pub mod oob;
 pub mod path;
+pub mod render;
 pub mod write_bw;
 
 use crate::sysroot::SysRoot;
