@@ -62,14 +62,13 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
     if !r.results.is_empty() {
         let _ = writeln!(
             o,
-            " {:<10} {:<14} {:<18} {:<20} {:<15} {:<19} {}",
+            " {:<10} {:<14} {:<18} {:<20} {:<15} {:<19} verdict",
             "#bytes",
             "#iterations",
             "BW peak[MB/sec]",
             "BW average[MB/sec]",
             "MsgRate[Mpps]",
             "BW average[Gb/sec]",
-            "verdict"
         );
         for s in &r.results {
             let verdict = match (s.verdict, s.validated) {

@@ -66,7 +66,7 @@ impl Plan {
         if !(1..=64).contains(&qps) {
             return Err(PlanError::Qps);
         }
-        if iterations % qps != 0 {
+        if !iterations.is_multiple_of(qps) {
             return Err(PlanError::ItersPerQp {
                 iters: iterations,
                 qps,

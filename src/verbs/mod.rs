@@ -330,15 +330,15 @@ impl Context {
                 let vctx = (ctx as *mut u8).sub(off) as *mut sys::verbs_context;
                 let need = std::mem::size_of::<sys::verbs_context>()
                     - std::mem::offset_of!(sys::verbs_context, query_port);
-                if (*vctx).sz >= need {
-                    if let Some(f) = (*vctx).query_port {
-                        rc = Some(f(
-                            ctx,
-                            port,
-                            &mut attr,
-                            std::mem::size_of::<sys::ibv_port_attr>(),
-                        ));
-                    }
+                if (*vctx).sz >= need
+                    && let Some(f) = (*vctx).query_port
+                {
+                    rc = Some(f(
+                        ctx,
+                        port,
+                        &mut attr,
+                        std::mem::size_of::<sys::ibv_port_attr>(),
+                    ));
                 }
             }
             let rc = match rc {
