@@ -92,10 +92,14 @@ fn seed_for(size: u64) -> u64 {
 }
 
 /// A generous deadline for one size's writes as seen from the server: the step timeout plus the
-/// time the bytes take at 1 MB/s (far below any RDMA device, soft-RoCE under emulation included).
-fn size_deadline(req: &WriteBwRequest, size: u64) -> Duration {
-    let bytes = size.saturating_mul(u64::from(req.plan.iterations));
-    req.timeout + Duration::from_micros(bytes)
+/// time the bytes take at 1 MB/s (far below any RDMA device, soft-RoCE under emulation included)
+/// plus 10 us per write (message-rate bound small writes).
+fn size_deadline(timeout: Duration, size: u64, iterations: u64) -> Duration {
+    let us = size
+        .saturating_add(10)
+        .saturating_mul(iterations)
+        .min(u64::MAX / 1000);
+    timeout.saturating_add(Duration::from_micros(us))
 }
 
 fn measure_one(
@@ -215,7 +219,9 @@ fn client(
         if req.plan.validate {
             engine::fill_pattern(&mut side.buffer_mut()[..size as usize], size, seed);
         }
-        chan.send(&Msg::Prepare { size }).map_err(&perr)?;
+        let iterations = u64::from(req.plan.iterations / req.plan.qps * req.plan.qps);
+        chan.send(&Msg::Prepare { size, iterations })
+            .map_err(&perr)?;
         expect(&mut chan, "prepared", req.timeout, |m| {
             matches!(m, Msg::Prepared)
         })
@@ -339,12 +345,12 @@ fn serve(
     let (mut sizes, mut checked, mut bad) = (0u32, 0u32, Vec::new());
     loop {
         match chan.recv("the client's next step", wait).map_err(&perr)? {
-            Msg::Prepare { size } => {
+            Msg::Prepare { size, iterations } => {
                 let n = (size as usize).min(side.buffer().len());
                 side.buffer_mut()[..n].fill(0);
                 chan.send(&Msg::Prepared).map_err(&perr)?;
                 sizes += 1;
-                wait = size_deadline(req, size);
+                wait = size_deadline(req.timeout, size, iterations);
             }
             Msg::Check { size, seed } => {
                 let first_mismatch = engine::check_pattern(side.buffer(), size, seed);
@@ -380,4 +386,24 @@ fn serve(
         };
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_deadline_grows_with_the_work() {
+        let t = Duration::from_secs(30);
+        // 1 MiB x 1000 at 1 MB/s is ~1049 s, plus 10 us per write.
+        assert_eq!(
+            size_deadline(t, 1 << 20, 1000),
+            t + Duration::from_micros(((1 << 20) + 10) * 1000)
+        );
+        assert_eq!(size_deadline(t, 64, 0), t);
+        // Absurd requests saturate instead of overflowing.
+        assert!(size_deadline(t, u64::MAX, u64::MAX) > t);
+        assert_eq!(seed_for(64), seed_for(64));
+        assert_ne!(seed_for(64), seed_for(128));
+    }
 }

@@ -38,9 +38,11 @@ pub enum Msg {
     Refused {
         reason: String,
     },
-    /// Client: "zero the first `size` B of your buffer; I am about to write them".
+    /// Client: "zero the first `size` B of your buffer; I am about to write them
+    /// `iterations` times" (the server's deadline for the next message follows from it).
     Prepare {
         size: u64,
+        iterations: u64,
     },
     Prepared,
     /// Client: "check `size` B of your buffer against pattern `seed`".
@@ -305,11 +307,15 @@ mod tests {
             let (s, p) = l.accept().unwrap();
             let mut c = Channel::new(s, p.to_string(), Duration::from_secs(5)).unwrap();
             let m = c.recv("prepare", Duration::from_secs(5)).unwrap();
-            assert!(matches!(m, Msg::Prepare { size: 64 }));
+            assert!(matches!(m, Msg::Prepare { size: 64, .. }));
             c.send(&Msg::Prepared).unwrap();
         });
         let mut c = Channel::connect(&addr, Duration::from_secs(5)).unwrap();
-        c.send(&Msg::Prepare { size: 64 }).unwrap();
+        c.send(&Msg::Prepare {
+            size: 64,
+            iterations: 1,
+        })
+        .unwrap();
         assert!(matches!(
             c.recv("prepared", Duration::from_secs(5)).unwrap(),
             Msg::Prepared
