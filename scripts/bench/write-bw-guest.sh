@@ -15,12 +15,14 @@ ib() {  # size iters round
          awk -v s="$1" '$1 == s && NF >= 5 {print $4}')
   wait $srv
   # perftest 6.06 prints MB as 2^20 bytes (its MsgRate x size shows it): convert to 10^6.
+  case "$line" in ""|0|0.0|0.00) line=;; esac   # no result line, or a 0.00 report: a failed run
   [ -n "$line" ] && echo "ib_write_bw $1 $3 $(awk -v m="$line" 'BEGIN {printf "%.4f", m * 1.048576}')" >> "$OUT/samples" ||
     echo "ib_write_bw $1 $3 failed" >> "$OUT/errors"
 }
 gd() {
   v=$(/tmp/gpudoctor probe write-bw -d rxe0 -x 0 --sizes "$1" --iters "$2" --tx-depth "$TXD" --cq-mod "$CQM" --json |
       awk -F: '/"average_mb_per_s"/ {gsub(/[ ,]/, "", $2); print $2}')
+  case "$v" in ""|0|0.0) v=;; esac
   [ -n "$v" ] && echo "gpudoctor $1 $3 $v" >> "$OUT/samples" || echo "gpudoctor $1 $3 failed" >> "$OUT/errors"
 }
 r=1
