@@ -48,9 +48,10 @@ pub enum Command {
         #[arg(value_parser = ["nvml", "libs"])]
         what: String,
     },
-    /// Measure one thing with CUDA: h2d/d2h/p2p bandwidth or dma-buf export (skips cleanly,
-    /// exit 0, where CUDA is absent).
-    Probe(ProbeArgs),
+    /// Measure on the hardware: CUDA copies (h2d, d2h, p2p), dma-buf export, RDMA-write
+    /// bandwidth (write-bw). Skips cleanly, exit 0, where CUDA or RDMA is absent.
+    #[command(subcommand)]
+    Probe(ProbeCommand),
     /// Record everything gpudoctor reads into one .tar.gz that replays with --bundle.
     Bundle(BundleArgs),
     /// Write the man pages (roff) into a directory.
@@ -85,8 +86,8 @@ pub struct CheckArgs {
     pub all: bool,
     /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device); 1 = also
     /// CUDA host<->GPU and GPU<->GPU copies and dma-buf export (replayed from probes/*.json
-    /// in a recorded tree).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    /// in a recorded tree); 2 = also a short RDMA-write loopback on every active RDMA port.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub level: u8,
     /// Downgrade a failing check to a warning (repeatable).
     #[arg(long = "warn", value_name = "ID")]
@@ -99,11 +100,23 @@ pub struct CheckArgs {
     pub skip: Vec<String>,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ProbeCommand {
+    /// Host-to-GPU copy bandwidth (copy engine and SM kernel), against the PCIe link rate.
+    H2d(ProbeArgs),
+    /// GPU-to-host copy bandwidth (copy engine and SM kernel), against the PCIe link rate.
+    D2h(ProbeArgs),
+    /// GPU-to-GPU peer access and copy bandwidth for every pair, against NVLink or PCIe.
+    P2p(ProbeArgs),
+    /// Export GPU memory as a dma-buf (the GPU half of dma-buf GPUDirect RDMA).
+    DmabufExport(ProbeArgs),
+    /// RDMA-write bandwidth over RC QPs, like ib_write_bw: loopback on one device (two QPs
+    /// connected to each other), or between two hosts with --serve / --peer.
+    WriteBw(WriteBwArgs),
+}
+
 #[derive(Debug, ClapArgs)]
 pub struct ProbeArgs {
-    /// Which probe.
-    #[arg(value_enum)]
-    pub name: crate::probes::ProbeKind,
     /// Only this GPU (GPU<N> in PCI order, as `topo` labels it).
     #[arg(long, value_name = "N")]
     pub gpu: Option<u32>,
@@ -124,6 +137,75 @@ pub struct ProbeArgs {
     /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, ClapArgs)]
+pub struct WriteBwArgs {
+    /// RDMA device (as in /sys/class/infiniband), e.g. mlx5_0.
+    #[arg(long, short = 'd', value_name = "DEV")]
+    pub device: String,
+    /// Port number.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    pub port: u8,
+    /// Source GID index (default: chosen like NCCL: RoCE v2 with an IPv4-mapped address
+    /// preferred on Ethernet; LID routing on InfiniBand).
+    #[arg(long, short = 'x', value_name = "N")]
+    pub gid_index: Option<u32>,
+    /// Message sizes in bytes, comma-separated [default: 64,4096,65536,1048576].
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "BYTES",
+        conflicts_with = "all"
+    )]
+    pub sizes: Option<Vec<u64>>,
+    /// Sweep all powers of two from 2 B to 8 MiB (perftest's -a).
+    #[arg(long, short = 'a')]
+    pub all: bool,
+    /// Writes per message size (over all QPs).
+    #[arg(long, short = 'n', default_value_t = 5000, value_name = "N")]
+    pub iters: u32,
+    /// Writes in flight per QP.
+    #[arg(long, short = 't', default_value_t = 128, value_name = "N")]
+    pub tx_depth: u32,
+    /// A signalled completion every N writes (CQ moderation).
+    #[arg(long, short = 'Q', default_value_t = 100, value_name = "N")]
+    pub cq_mod: u32,
+    /// Writes chained into one ibv_post_send call (perftest's --post_list) [default: up to 16
+    /// writes and 64 KiB per post].
+    #[arg(long, short = 'l', value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub post_list: Option<u32>,
+    /// Number of QP pairs; writes are spread evenly over them.
+    #[arg(long, short = 'q', default_value_t = 1, value_name = "N")]
+    pub qps: u32,
+    /// Check that the written bytes arrived intact after each size.
+    #[arg(long)]
+    pub validate: bool,
+    /// Print one JSON document (schema gpudoctor.write-bw/1).
+    #[arg(long)]
+    pub json: bool,
+    /// Two-node mode, passive side: wait for one --peer client and be written into.
+    #[arg(long, conflicts_with = "peer")]
+    pub serve: bool,
+    /// Address to listen on with --serve.
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        default_value = "0.0.0.0:18516",
+        requires = "serve"
+    )]
+    pub listen: String,
+    /// Two-node mode, active side: write into the --serve side at HOST[:PORT] (port 18516).
+    #[arg(long, value_name = "HOST")]
+    pub peer: Option<String>,
+    /// Shared secret for two-node mode, given to both sides (or GPUDOCTOR_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// Deadline in seconds for each step: connecting, each answer from the peer, and the wait
+    /// for any completion.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub timeout: u64,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -190,6 +272,8 @@ pub enum Action {
         options: crate::probes::live::ProbeOptions,
         json: bool,
     },
+    /// Token from --token or GPUDOCTOR_TOKEN resolved into the args.
+    WriteBw(WriteBwArgs),
     Man(PathBuf),
     Bundle {
         output: PathBuf,
@@ -237,20 +321,37 @@ impl Config {
             Command::List { json } => Action::List { json },
             Command::Explain { id } => Action::Explain(id),
             Command::Snapshot { what } => Action::Snapshot(what),
-            Command::Probe(p) => Action::Probe {
-                options: crate::probes::live::ProbeOptions {
-                    kind: p.name,
-                    gpu: p.gpu,
-                    size_bytes: p.size,
-                    iters: p.iters,
-                    warmup: p.warmup,
-                    deadline: std::time::Duration::from_secs(p.deadline),
-                    cuda_homes: cuda_homes(),
-                    progress: std::io::stderr().is_terminal(),
-                    policy: crate::probes::Policy::default(),
-                },
-                json: p.json,
-            },
+            Command::Probe(ProbeCommand::WriteBw(mut w)) => {
+                if w.token.is_none() {
+                    w.token = std::env::var("GPUDOCTOR_TOKEN")
+                        .ok()
+                        .filter(|t| !t.is_empty());
+                }
+                Action::WriteBw(w)
+            }
+            Command::Probe(cmd) => {
+                let (kind, p) = match cmd {
+                    ProbeCommand::H2d(p) => (crate::probes::ProbeKind::H2d, p),
+                    ProbeCommand::D2h(p) => (crate::probes::ProbeKind::D2h, p),
+                    ProbeCommand::P2p(p) => (crate::probes::ProbeKind::P2p, p),
+                    ProbeCommand::DmabufExport(p) => (crate::probes::ProbeKind::DmabufExport, p),
+                    ProbeCommand::WriteBw(_) => unreachable!("matched above"),
+                };
+                Action::Probe {
+                    options: crate::probes::live::ProbeOptions {
+                        kind,
+                        gpu: p.gpu,
+                        size_bytes: p.size,
+                        iters: p.iters,
+                        warmup: p.warmup,
+                        deadline: std::time::Duration::from_secs(p.deadline),
+                        cuda_homes: cuda_homes(),
+                        progress: std::io::stderr().is_terminal(),
+                        policy: crate::probes::Policy::default(),
+                    },
+                    json: p.json,
+                }
+            }
             Command::Man { dir } => Action::Man(dir),
             Command::Bundle(b) => Action::Bundle {
                 output: b.output,

@@ -433,54 +433,64 @@ fn read_rdma(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<RdmaDevice> {
             return Vec::new();
         }
     };
-    let mut out = Vec::new();
-    for name in names {
-        let dir = format!("/sys/class/infiniband/{name}");
-        let mut u = Unread::new();
-        let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
-            Ok(b) => b,
-            Err(ReadError::NotFound(_)) => None,
-            Err(e) => {
-                note_err(&mut u, "device", &e);
-                None
-            }
-        };
-        let parent_netdev = if bdf.is_none() {
-            text(sr, &mut u, "parent", &format!("{dir}/parent"))
-        } else {
-            None
-        };
-        let node_type = text(sr, &mut u, "node_type", &format!("{dir}/node_type"));
-        let hca_type = text(sr, &mut u, "hca_type", &format!("{dir}/hca_type"));
-        let fw_ver = text(sr, &mut u, "fw_ver", &format!("{dir}/fw_ver"));
-        let node_guid = text(sr, &mut u, "node_guid", &format!("{dir}/node_guid"));
-        let board_id = text(sr, &mut u, "board_id", &format!("{dir}/board_id"));
-        let mut ports = Vec::new();
-        match sr.list_names(&format!("{dir}/ports")) {
-            Ok(pnames) => {
-                for p in pnames {
-                    let Ok(num) = p.parse::<u32>() else { continue };
-                    ports.push(read_port(sr, &format!("{dir}/ports/{p}"), num));
-                }
-            }
-            Err(e) => note_err(&mut u, "ports", &e),
-        }
-        ports.sort_by_key(|p| p.port);
-        out.push(RdmaDevice {
-            name,
-            bdf,
-            node_type,
-            hca_type,
-            fw_ver,
-            node_guid,
-            board_id,
-            parent_netdev,
-            ports,
-            unread: u,
-        });
-    }
+    let mut out: Vec<RdmaDevice> = names.into_iter().map(|n| read_one_rdma(sr, n)).collect();
     out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
     out
+}
+
+/// One RDMA device by name (None when /sys/class/infiniband/NAME does not exist): what a verbs
+/// probe needs, without reading every device's GID table.
+pub fn read_rdma_device(sr: &SysRoot, name: &str) -> Option<RdmaDevice> {
+    if !sr.exists(&format!("/sys/class/infiniband/{name}")) {
+        return None;
+    }
+    Some(read_one_rdma(sr, name.to_string()))
+}
+
+fn read_one_rdma(sr: &SysRoot, name: String) -> RdmaDevice {
+    let dir = format!("/sys/class/infiniband/{name}");
+    let mut u = Unread::new();
+    let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
+        Ok(b) => b,
+        Err(ReadError::NotFound(_)) => None,
+        Err(e) => {
+            note_err(&mut u, "device", &e);
+            None
+        }
+    };
+    let parent_netdev = if bdf.is_none() {
+        text(sr, &mut u, "parent", &format!("{dir}/parent"))
+    } else {
+        None
+    };
+    let node_type = text(sr, &mut u, "node_type", &format!("{dir}/node_type"));
+    let hca_type = text(sr, &mut u, "hca_type", &format!("{dir}/hca_type"));
+    let fw_ver = text(sr, &mut u, "fw_ver", &format!("{dir}/fw_ver"));
+    let node_guid = text(sr, &mut u, "node_guid", &format!("{dir}/node_guid"));
+    let board_id = text(sr, &mut u, "board_id", &format!("{dir}/board_id"));
+    let mut ports = Vec::new();
+    match sr.list_names(&format!("{dir}/ports")) {
+        Ok(pnames) => {
+            for p in pnames {
+                let Ok(num) = p.parse::<u32>() else { continue };
+                ports.push(read_port(sr, &format!("{dir}/ports/{p}"), num));
+            }
+        }
+        Err(e) => note_err(&mut u, "ports", &e),
+    }
+    ports.sort_by_key(|p| p.port);
+    RdmaDevice {
+        name,
+        bdf,
+        node_type,
+        hca_type,
+        fw_ver,
+        node_guid,
+        board_id,
+        parent_netdev,
+        ports,
+        unread: u,
+    }
 }
 
 fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {

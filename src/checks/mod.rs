@@ -10,6 +10,7 @@ mod gdr;
 mod gpu;
 mod host;
 pub mod level1;
+pub mod level2;
 mod pcie;
 mod placement;
 mod rdma;
@@ -274,6 +275,12 @@ catalog![
         Fail,
         "GPU memory exports as a dma-buf (GPU half of dma-buf GPUDirect RDMA)"
     ),
+    (
+        "probe.write-bw",
+        2,
+        Fail,
+        "RDMA-write loopback on every active port moves and validates data at line rate"
+    ),
 ];
 
 /// The check list for `gpudoctor check --help` and the man page.
@@ -342,6 +349,21 @@ fn subject_cmp(a: &str, b: &str) -> std::cmp::Ordering {
         (Ok(x), Ok(y)) => x.cmp(&y),
         _ => crate::pci::natural_cmp(a, b),
     }
+}
+
+/// Every finding's id is in the catalog and every warn/fail carries a fix (debug builds and
+/// tests; a release build never panics on its own findings).
+pub fn debug_assert_sound(findings: &[Finding]) {
+    debug_assert!(
+        findings.iter().all(|f| info(f.id).is_some()),
+        "finding with an id outside the catalog"
+    );
+    debug_assert!(
+        findings
+            .iter()
+            .all(|f| !matches!(f.status, Status::Warn | Status::Fail) || f.remediation.is_some()),
+        "every warn/fail carries a fix"
+    );
 }
 
 /// Per-check severity overrides (`--warn ID`, `--deny ID`, `--skip ID`).

@@ -8,6 +8,7 @@ mod hostile;
 mod lstopo;
 mod man;
 mod probes;
+mod vm;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,538 @@
+//! The verbs side of write-bw: open a port, set up QPs and buffers, connect them, and run the
+//! post/poll loop for one message size. It measures and reports facts; it must not judge them
+//! (that is `write_bw::evaluate`) nor print anything.
+
+use super::path::{self, Addressing, GidError};
+use super::write_bw::{Plan, PortFacts, Timeline};
+use crate::inventory;
+use crate::sysroot::SysRoot;
+use crate::verbs::{
+    self, AlignedBuf, Context, Cq, LocalPath, Mr, Pd, Qp, RemoteQp, Verbs, VerbsError, sys,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Why the probe stopped. `class` maps each cause to an exit code at the edge.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// libibverbs absent, etc.: the probe cannot run here.
+    #[error("{0}")]
+    Unavailable(VerbsError),
+    #[error("{0}")]
+    BadDevice(VerbsError),
+    #[error("{device} has no port {port} (ports 1..={count})")]
+    BadPort { device: String, port: u8, count: u8 },
+    #[error("{device} port {port} is {state}, not ACTIVE")]
+    PortDown {
+        device: String,
+        port: u8,
+        state: String,
+    },
+    #[error("{device}: {source}")]
+    Gid {
+        device: String,
+        #[source]
+        source: GidError,
+    },
+    #[error("{device}: sysfs has no entry for port {port} ({reason})")]
+    NoSysfs {
+        device: String,
+        port: u8,
+        reason: String,
+    },
+    /// A verb failed while setting up or running.
+    #[error("{device}: {source}")]
+    Verbs {
+        device: String,
+        #[source]
+        source: VerbsError,
+    },
+    #[error("{device}: {bytes} B writes: {source}")]
+    Completion {
+        device: String,
+        bytes: u64,
+        #[source]
+        source: VerbsError,
+    },
+    #[error(
+        "{device}: {bytes} B writes: no completion for {timeout:?} ({completed} of {iterations} done): the QP never completed"
+    )]
+    NoCompletion {
+        device: String,
+        bytes: u64,
+        completed: u64,
+        iterations: u64,
+        timeout: Duration,
+    },
+    #[error("cannot allocate a {0} B buffer")]
+    NoMemory(u64),
+    #[error("{bytes} B writes do not fit the registered buffers ({len} B)")]
+    TooLarge { bytes: u64, len: u64 },
+    /// Two-node mode: TCP to the peer.
+    #[error("peer {peer}: {reason}")]
+    Peer { peer: String, reason: String },
+}
+
+/// What a ProbeError means for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The probe could not run on this machine (reported as skipped, exit 1).
+    Skip,
+    /// The machine failed (exit 1).
+    Machine,
+    /// The request was wrong: no such device/port/GID index (exit 2).
+    Usage,
+}
+
+impl ProbeError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ProbeError::Unavailable(_) => ErrorClass::Skip,
+            // No RDMA device at all (or no kernel support): nothing to probe on this machine.
+            ProbeError::BadDevice(VerbsError::NoDevice { found, .. }) if found == "none" => {
+                ErrorClass::Skip
+            }
+            ProbeError::Verbs {
+                source: VerbsError::NoKernelSupport(_),
+                ..
+            } => ErrorClass::Skip,
+            ProbeError::BadDevice(_) | ProbeError::BadPort { .. } => ErrorClass::Usage,
+            ProbeError::Gid {
+                source: GidError::BadIndex { .. },
+                ..
+            } => ErrorClass::Usage,
+            _ => ErrorClass::Machine,
+        }
+    }
+}
+
+/// One end: an open port with `qps` RC QPs, one CQ and one registered buffer.
+pub struct Side {
+    pub facts: PortFacts,
+    lid: u16,
+    gid: Option<[u8; 16]>,
+    sgid_index: Option<u8>,
+    mtu: u32,
+    port: u8,
+    // Field order is drop order: QPs before the MR, CQ and PD they use, the context last.
+    qps: Vec<Qp>,
+    mr: Mr,
+    cq: Cq,
+    _pd: Pd,
+    _ctx: Context,
+}
+
+/// What the peer needs to write into a side.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Endpoint {
+    pub qpns: Vec<u32>,
+    pub psn: u32,
+    pub lid: u16,
+    /// sysfs notation; None for LID routing.
+    pub gid: Option<String>,
+    pub mtu: u32,
+    pub addr: u64,
+    pub rkey: u32,
+    pub len: u64,
+}
+
+/// A fixed start PSN: both sides know it, and a stale packet of an earlier run on a recycled
+/// QPN is as likely to hit it as any random one (perftest randomises; nothing here needs it).
+const START_PSN: u32 = 0x1000;
+
+fn verbs_err(device: &str) -> impl Fn(VerbsError) -> ProbeError + '_ {
+    move |source| ProbeError::Verbs {
+        device: device.to_string(),
+        source,
+    }
+}
+
+pub fn load() -> Result<Arc<Verbs>, ProbeError> {
+    Verbs::load().map_err(ProbeError::Unavailable)
+}
+
+/// Open `device`/`port`, check the port, choose the addressing, and create `qps` QPs and a
+/// buffer of `buf_len` bytes.
+pub fn open_side(
+    verbs: &Arc<Verbs>,
+    sr: &SysRoot,
+    device: &str,
+    port: u8,
+    gid_index: Option<u32>,
+    plan: &Plan,
+    buf_len: u64,
+) -> Result<Side, ProbeError> {
+    let ctx = verbs.open(device).map_err(|e| match e {
+        VerbsError::NoDevice { .. } => ProbeError::BadDevice(e),
+        other => verbs_err(device)(other),
+    })?;
+    let dattr = ctx.query_device().map_err(verbs_err(device))?;
+    if port == 0 || port > dattr.phys_port_cnt {
+        return Err(ProbeError::BadPort {
+            device: device.into(),
+            port,
+            count: dattr.phys_port_cnt,
+        });
+    }
+    let pattr = ctx.query_port(port).map_err(verbs_err(device))?;
+    if !pattr.is_active() {
+        return Err(ProbeError::PortDown {
+            device: device.into(),
+            port,
+            state: pattr.state_name().into(),
+        });
+    }
+    // GIDs and whether this is a software device come from sysfs (the inventory's reader).
+    let dev = inventory::read_rdma_device(sr, device).ok_or_else(|| ProbeError::NoSysfs {
+        device: device.into(),
+        port,
+        reason: format!("/sys/class/infiniband/{device} does not exist"),
+    })?;
+    let no_sysfs = |reason: String| ProbeError::NoSysfs {
+        device: device.into(),
+        port,
+        reason,
+    };
+    let sport = dev
+        .ports
+        .iter()
+        .find(|p| p.port == u32::from(port))
+        .ok_or_else(|| no_sysfs("port not listed".into()))?;
+    let addressing = path::choose_addressing(sport, pattr.is_ethernet(), pattr.lid, gid_index)
+        .map_err(|source| ProbeError::Gid {
+            device: device.into(),
+            source,
+        })?;
+    let (gid, sgid_index) = match &addressing {
+        Addressing::Lid { .. } => (None, None),
+        Addressing::Gid { index, gid, .. } => {
+            let idx = u8::try_from(*index).map_err(|_| ProbeError::Gid {
+                device: device.into(),
+                source: GidError::BadIndex {
+                    index: *index,
+                    port: u32::from(port),
+                    populated: "indices above 255 cannot be used in an address vector".into(),
+                },
+            })?;
+            // The kernel's answer must agree with sysfs (a GID can vanish in between).
+            let raw = ctx
+                .query_gid(port, i32::from(idx))
+                .map_err(verbs_err(device))?;
+            if verbs::parse_gid(gid) != Some(raw) {
+                return Err(ProbeError::Gid {
+                    device: device.into(),
+                    source: GidError::BadIndex {
+                        index: *index,
+                        port: u32::from(port),
+                        populated: format!(
+                            "sysfs says {gid}, ibv_query_gid says {}",
+                            verbs::format_gid(&raw)
+                        ),
+                    },
+                });
+            }
+            (Some(raw), Some(idx))
+        }
+    };
+    // No PCI function behind it: rxe or siw on top of a netdev.
+    let software_device = if dev.bdf.is_none() {
+        Some(match &dev.parent_netdev {
+            Some(n) => format!("no PCI function, on netdev {n}"),
+            None => "no PCI function".into(),
+        })
+    } else {
+        None
+    };
+    let facts = PortFacts {
+        device: device.into(),
+        port,
+        state: pattr.state_name().into(),
+        link_layer: if pattr.is_ethernet() {
+            "Ethernet".into()
+        } else {
+            "InfiniBand".into()
+        },
+        mtu_bytes: pattr.active_mtu_bytes(),
+        addressing,
+        software_device,
+        line_rate: path::line_rate(pattr.active_speed, pattr.active_width),
+    };
+
+    let pd = ctx.alloc_pd().map_err(verbs_err(device))?;
+    let cqe = (plan.tx_depth * plan.qps + 1) as i32;
+    let cq = ctx.create_cq(cqe).map_err(verbs_err(device))?;
+    let mut qps = Vec::new();
+    for _ in 0..plan.qps {
+        qps.push(
+            pd.create_rc_qp(&cq, plan.tx_depth)
+                .map_err(verbs_err(device))?,
+        );
+    }
+    let buf = usize::try_from(buf_len.max(1))
+        .ok()
+        .and_then(AlignedBuf::zeroed)
+        .ok_or(ProbeError::NoMemory(buf_len))?;
+    let mr = pd
+        .reg_mr(buf, verbs::ACCESS_RDMA_TARGET)
+        .map_err(verbs_err(device))?;
+    Ok(Side {
+        facts,
+        lid: pattr.lid,
+        gid,
+        sgid_index,
+        mtu: pattr.active_mtu,
+        port,
+        qps,
+        mr,
+        cq,
+        _pd: pd,
+        _ctx: ctx,
+    })
+}
+
+impl Side {
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            qpns: self.qps.iter().map(|q| q.qpn()).collect(),
+            psn: START_PSN,
+            lid: self.lid,
+            gid: self.gid.as_ref().map(verbs::format_gid),
+            mtu: self.mtu,
+            addr: self.mr.addr(),
+            rkey: self.mr.rkey(),
+            len: self.mr.len() as u64,
+        }
+    }
+
+    /// Connect QP i to the peer's QP i, at the smaller of the two path MTUs.
+    pub fn connect(&self, peer: &Endpoint) -> Result<(), ProbeError> {
+        let device = self.facts.device.as_str();
+        let bad = |reason: String| ProbeError::Peer {
+            peer: "endpoint".into(),
+            reason,
+        };
+        if peer.qpns.len() != self.qps.len() {
+            return Err(bad(format!(
+                "has {} QPs, this side {}",
+                peer.qpns.len(),
+                self.qps.len()
+            )));
+        }
+        let gid = match (&peer.gid, self.gid) {
+            (Some(g), Some(_)) => {
+                Some(verbs::parse_gid(g).ok_or_else(|| bad(format!("malformed GID {g:?}")))?)
+            }
+            (None, None) => None,
+            _ => {
+                return Err(bad(
+                    "one side routes by GID, the other by LID (different link layers?)".into(),
+                ));
+            }
+        };
+        let local = LocalPath {
+            port: self.port,
+            mtu: self.mtu.min(peer.mtu),
+            sgid_index: self.sgid_index,
+            psn: START_PSN,
+        };
+        for (qp, &qpn) in self.qps.iter().zip(&peer.qpns) {
+            let remote = RemoteQp {
+                qpn,
+                psn: peer.psn,
+                lid: peer.lid,
+                gid,
+            };
+            qp.connect(&local, &remote).map_err(verbs_err(device))?;
+        }
+        Ok(())
+    }
+
+    pub fn buffer(&self) -> &[u8] {
+        self.mr.bytes()
+    }
+    pub fn buffer_mut(&mut self) -> &mut [u8] {
+        self.mr.bytes_mut()
+    }
+
+    /// Write `size` bytes from this side's buffer to the peer's, `plan.iterations` times spread
+    /// over the QPs, keeping up to tx_depth writes in flight per QP, chaining up to post_list
+    /// writes per post and signalling every cq_moderation-th (and each QP's last).
+    /// `stall` bounds the wait for any completion.
+    pub fn write_size(
+        &self,
+        peer: &Endpoint,
+        plan: &Plan,
+        size: u64,
+        stall: Duration,
+    ) -> Result<Timeline, ProbeError> {
+        let device = self.facts.device.as_str();
+        let n = self.qps.len();
+        let per_qp = u64::from(plan.iterations / plan.qps);
+        let iterations = per_qp * n as u64;
+        let tx_depth = u64::from(plan.tx_depth);
+        let cq_mod = u64::from(plan.cq_moderation);
+        let post_list = plan.post_list_for(size) as usize;
+        let fit = (self.mr.len() as u64).min(peer.len);
+        let len = u32::try_from(size).map_err(|_| ProbeError::TooLarge {
+            bytes: size,
+            len: fit,
+        })?;
+        if size > fit {
+            return Err(ProbeError::TooLarge {
+                bytes: size,
+                len: fit,
+            });
+        }
+
+        // SAFETY: plain data; every field used is set below.
+        let mut wrs: Vec<Vec<sys::ibv_send_wr>> =
+            vec![vec![unsafe { std::mem::zeroed() }; post_list]; n];
+        let mut sges: Vec<Vec<sys::ibv_sge>> = vec![
+            vec![
+                sys::ibv_sge {
+                    addr: self.mr.addr(),
+                    length: len,
+                    lkey: self.mr.lkey(),
+                };
+                post_list
+            ];
+            n
+        ];
+        let mut posted = vec![0u64; n];
+        let mut done = vec![0u64; n];
+        let mut total_done = 0u64;
+        let mut wc = [verbs::empty_wc(); 16];
+        let mut marks = Vec::with_capacity((iterations / cq_mod + n as u64 + 1) as usize);
+        let start = Instant::now();
+        let mut last_progress = start;
+        let mut idle: u32 = 0;
+
+        while total_done < iterations {
+            for q in 0..n {
+                loop {
+                    let room = tx_depth - (posted[q] - done[q]);
+                    let left = per_qp - posted[q];
+                    let k = room.min(left).min(post_list as u64) as usize;
+                    if k == 0 {
+                        break;
+                    }
+                    let chain = wrs[q].as_mut_ptr();
+                    for j in 0..k {
+                        let idx = posted[q] + j as u64 + 1;
+                        let signalled = idx.is_multiple_of(cq_mod) || idx == per_qp;
+                        // SAFETY: j < k <= post_list = wrs[q].len() = sges[q].len(); the
+                        // vectors are not resized while the chain is in use.
+                        unsafe {
+                            let wr = &mut *chain.add(j);
+                            wr.wr_id = q as u64;
+                            wr.sg_list = sges[q].as_mut_ptr().add(j);
+                            wr.num_sge = 1;
+                            wr.opcode = sys::IBV_WR_RDMA_WRITE;
+                            wr.send_flags = if signalled { sys::IBV_SEND_SIGNALED } else { 0 };
+                            wr.wr.rdma.remote_addr = peer.addr;
+                            wr.wr.rdma.rkey = peer.rkey;
+                            wr.next = if j + 1 < k {
+                                chain.add(j + 1)
+                            } else {
+                                std::ptr::null_mut()
+                            };
+                        }
+                    }
+                    // SAFETY: a null-terminated chain of k WRs whose SGEs point into self.mr,
+                    // which stays registered until this function returns (after all complete,
+                    // or with an error after which the QP is in the error state).
+                    unsafe { self.qps[q].post_send(chain) }.map_err(verbs_err(device))?;
+                    posted[q] += k as u64;
+                }
+            }
+            let got = self.cq.poll(&mut wc).map_err(verbs_err(device))?;
+            if got == 0 {
+                idle += 1;
+                if idle >= 4096 {
+                    idle = 0;
+                    if last_progress.elapsed() > stall {
+                        return Err(ProbeError::NoCompletion {
+                            device: device.into(),
+                            bytes: size,
+                            completed: total_done,
+                            iterations,
+                            timeout: stall,
+                        });
+                    }
+                }
+                continue;
+            }
+            idle = 0;
+            let now = Instant::now();
+            for c in &wc[..got] {
+                if c.status != sys::IBV_WC_SUCCESS {
+                    return Err(ProbeError::Completion {
+                        device: device.into(),
+                        bytes: size,
+                        source: self.cq.completion_error(c),
+                    });
+                }
+                let q = c.wr_id as usize;
+                if q >= n {
+                    continue;
+                }
+                // Signals sit at multiples of cq_mod and at per_qp: this one completes every
+                // write up to the next such point.
+                let next = ((done[q] / cq_mod + 1) * cq_mod).min(per_qp);
+                total_done += next - done[q];
+                done[q] = next;
+            }
+            marks.push((now.duration_since(start).as_nanos() as u64, total_done));
+            last_progress = now;
+        }
+        Ok(Timeline { marks })
+    }
+}
+
+/// The validation pattern for one size: position- and size-dependent so that a write landing at
+/// the wrong offset, a short write or a stale buffer from the previous size all show.
+pub fn fill_pattern(buf: &mut [u8], size: u64, seed: u64) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(i as u64, size, seed);
+    }
+}
+
+fn pattern_byte(i: u64, size: u64, seed: u64) -> u8 {
+    let x = i
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(size.rotate_left(17))
+        .wrapping_add(seed);
+    (x ^ (x >> 29)) as u8
+}
+
+/// First offset in buf[..size] that does not hold the pattern.
+pub fn check_pattern(buf: &[u8], size: u64, seed: u64) -> Option<u64> {
+    buf.iter()
+        .take(size as usize)
+        .enumerate()
+        .find(|(i, b)| **b != pattern_byte(*i as u64, size, seed))
+        .map(|(i, _)| i as u64)
+        .or(if (buf.len() as u64) < size {
+            Some(buf.len() as u64)
+        } else {
+            None
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_catches_errors() {
+        let mut b = vec![0u8; 4096];
+        fill_pattern(&mut b, 4096, 7);
+        assert_eq!(check_pattern(&b, 4096, 7), None);
+        assert_eq!(check_pattern(&b, 4096, 8), Some(0));
+        b[100] ^= 1;
+        assert_eq!(check_pattern(&b, 4096, 7), Some(100));
+        let z = vec![0u8; 64];
+        assert!(check_pattern(&z, 64, 1).is_some());
+        assert_eq!(check_pattern(&z, 128, 1), Some(0));
+    }
+}

@@ -1,0 +1,409 @@
+//! Level-2 RDMA probes (plan -> measure -> evaluate) over the run-time-loaded verbs layer
+//! (`crate::verbs`). write-bw: RDMA-write bandwidth over RC QPs, loopback on one device or
+//! between two hosts. Each probe's result is a report model that `render` turns into text;
+//! nothing here prints.
+
+pub mod engine;
+pub mod oob;
+pub mod path;
+pub mod render;
+pub mod write_bw;
+
+use crate::sysroot::SysRoot;
+use engine::{ErrorClass, ProbeError, Side};
+use oob::{Channel, Msg, OobError};
+use std::time::Duration;
+use write_bw::{Mode, Plan, Status, WriteBwReport};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    Loopback,
+    /// Wait on `listen` for one `--peer` client presenting `token`.
+    Serve {
+        listen: String,
+        token: String,
+    },
+    /// Write into the `--serve` side at `peer`.
+    Client {
+        peer: String,
+        token: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct WriteBwRequest {
+    pub device: String,
+    pub port: u8,
+    pub gid_index: Option<u32>,
+    pub plan: Plan,
+    pub role: Role,
+    /// Deadline for each step: TCP connect/accept/answer, and the wait for any completion.
+    pub timeout: Duration,
+}
+
+/// Run the probe. The report always comes back (with a skipped/error status where it stopped);
+/// the class says what the stop means for the exit code.
+pub fn write_bw(sr: &SysRoot, req: &WriteBwRequest) -> (WriteBwReport, Option<ErrorClass>) {
+    let mode = match req.role {
+        Role::Loopback => Mode::Loopback,
+        Role::Serve { .. } => Mode::Server,
+        Role::Client { .. } => Mode::Client,
+    };
+    let mut report = WriteBwReport::new(mode, req.plan.clone());
+    let res = match &req.role {
+        Role::Loopback => loopback(sr, req, &mut report),
+        Role::Serve { listen, token } => serve(sr, req, listen, token, &mut report),
+        Role::Client { peer, token } => client(sr, req, peer, token, &mut report),
+    };
+    match res {
+        Ok(()) => {
+            if let Some(t) = &report.threshold {
+                write_bw::evaluate(&mut report.results, t);
+            }
+            report.conclude();
+            let class = match report.status {
+                Status::Ok => None,
+                _ => Some(ErrorClass::Machine),
+            };
+            (report, class)
+        }
+        Err(e) => {
+            let class = e.class();
+            let reason = e.to_string();
+            report.status = match class {
+                ErrorClass::Skip => Status::Skipped { reason },
+                _ => Status::Error { reason },
+            };
+            (report, Some(class))
+        }
+    }
+}
+
+fn peer_err(peer: &str) -> impl Fn(OobError) -> ProbeError + '_ {
+    move |e| ProbeError::Peer {
+        peer: peer.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// Seed of the validation pattern for one size (both sides compute it).
+fn seed_for(size: u64) -> u64 {
+    size.wrapping_mul(31).wrapping_add(0x5eed)
+}
+
+/// A generous deadline for one size's writes as seen from the server: the step timeout plus the
+/// time the bytes take at 1 MB/s (far below any RDMA device, soft-RoCE under emulation included)
+/// plus 10 us per write (message-rate bound small writes).
+fn size_deadline(timeout: Duration, size: u64, iterations: u64) -> Duration {
+    let us = size
+        .saturating_add(10)
+        .saturating_mul(iterations)
+        .min(u64::MAX / 1000);
+    timeout.saturating_add(Duration::from_micros(us))
+}
+
+fn measure_one(
+    side: &Side,
+    peer: &engine::Endpoint,
+    req: &WriteBwRequest,
+    size: u64,
+) -> Result<write_bw::SizeResult, ProbeError> {
+    let t = side.write_size(peer, &req.plan, size, req.timeout)?;
+    let per_qp = u64::from(req.plan.iterations / req.plan.qps);
+    Ok(write_bw::summarise(
+        size,
+        per_qp * u64::from(req.plan.qps),
+        req.plan.cq_moderation,
+        &t,
+    ))
+}
+
+fn loopback(
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+    report: &mut WriteBwReport,
+) -> Result<(), ProbeError> {
+    let verbs = engine::load()?;
+    let max = req.plan.max_size();
+    let mut a = engine::open_side(
+        &verbs,
+        sr,
+        &req.device,
+        req.port,
+        req.gid_index,
+        &req.plan,
+        max,
+    )?;
+    let mut b = engine::open_side(
+        &verbs,
+        sr,
+        &req.device,
+        req.port,
+        req.gid_index,
+        &req.plan,
+        max,
+    )?;
+    a.connect(&b.endpoint())?;
+    b.connect(&a.endpoint())?;
+    report.threshold = Some(write_bw::threshold(
+        a.facts.software_device.as_deref(),
+        a.facts.line_rate.as_ref(),
+    ));
+    report.local = Some(a.facts.clone());
+    let b_ep = b.endpoint();
+    for &size in &req.plan.sizes {
+        let seed = seed_for(size);
+        if req.plan.validate {
+            engine::fill_pattern(&mut a.buffer_mut()[..size as usize], size, seed);
+            b.buffer_mut()[..size as usize].fill(0);
+        }
+        let mut r = measure_one(&a, &b_ep, req, size)?;
+        if req.plan.validate {
+            r.validated = Some(engine::check_pattern(b.buffer(), size, seed).is_none());
+        }
+        report.results.push(r);
+    }
+    Ok(())
+}
+
+fn client(
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+    peer: &str,
+    token: &str,
+    report: &mut WriteBwReport,
+) -> Result<(), ProbeError> {
+    let verbs = engine::load()?;
+    let max = req.plan.max_size();
+    let mut side = engine::open_side(
+        &verbs,
+        sr,
+        &req.device,
+        req.port,
+        req.gid_index,
+        &req.plan,
+        max,
+    )?;
+    let perr = peer_err(peer);
+    let mut chan = Channel::connect(peer, req.timeout).map_err(&perr)?;
+    chan.send(&Msg::Hello {
+        token: token.to_string(),
+        qps: req.plan.qps,
+        max_size: max,
+        endpoint: side.endpoint(),
+        facts: side.facts.clone(),
+    })
+    .map_err(&perr)?;
+    let (remote_ep, remote_facts) = match chan
+        .recv("the peer's endpoint", req.timeout)
+        .map_err(&perr)?
+    {
+        Msg::Welcome { endpoint, facts } => (endpoint, facts),
+        Msg::Refused { reason } => return Err(perr(OobError::Refused(reason))),
+        other => {
+            return Err(perr(OobError::Unexpected {
+                want: "welcome",
+                got: format!("{other:?}"),
+            }));
+        }
+    };
+    side.connect(&remote_ep)?;
+    report.threshold = Some(write_bw::threshold(
+        side.facts.software_device.as_deref(),
+        side.facts.line_rate.as_ref(),
+    ));
+    report.local = Some(side.facts.clone());
+    report.remote = Some(remote_facts);
+    for &size in &req.plan.sizes {
+        let seed = seed_for(size);
+        if req.plan.validate {
+            engine::fill_pattern(&mut side.buffer_mut()[..size as usize], size, seed);
+        }
+        let iterations = u64::from(req.plan.iterations / req.plan.qps * req.plan.qps);
+        chan.send(&Msg::Prepare { size, iterations })
+            .map_err(&perr)?;
+        expect(&mut chan, "prepared", req.timeout, |m| {
+            matches!(m, Msg::Prepared)
+        })
+        .map_err(&perr)?;
+        let mut r = measure_one(&side, &remote_ep, req, size)?;
+        if req.plan.validate {
+            chan.send(&Msg::Check { size, seed }).map_err(&perr)?;
+            match chan.recv("the peer's check", req.timeout).map_err(&perr)? {
+                Msg::Checked { first_mismatch } => r.validated = Some(first_mismatch.is_none()),
+                other => {
+                    return Err(perr(OobError::Unexpected {
+                        want: "checked",
+                        got: format!("{other:?}"),
+                    }));
+                }
+            }
+        }
+        report.results.push(r);
+    }
+    chan.send(&Msg::Bye).map_err(&perr)?;
+    Ok(())
+}
+
+fn expect(
+    chan: &mut Channel,
+    want: &'static str,
+    timeout: Duration,
+    ok: impl Fn(&Msg) -> bool,
+) -> Result<(), OobError> {
+    let m = chan.recv(want, timeout)?;
+    if ok(&m) {
+        Ok(())
+    } else if let Msg::Refused { reason } = m {
+        Err(OobError::Refused(reason))
+    } else {
+        Err(OobError::Unexpected {
+            want,
+            got: format!("{m:?}"),
+        })
+    }
+}
+
+fn serve(
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+    listen: &str,
+    token: &str,
+    report: &mut WriteBwReport,
+) -> Result<(), ProbeError> {
+    let verbs = engine::load()?;
+    // Check the port before waiting for anyone: a down port or bad GID fails at once.
+    let probe = engine::open_side(
+        &verbs,
+        sr,
+        &req.device,
+        req.port,
+        req.gid_index,
+        &req.plan,
+        1,
+    )?;
+    report.local = Some(probe.facts.clone());
+    drop(probe);
+    let lerr = peer_err(listen);
+    let mut chan = oob::accept_one(listen, req.timeout).map_err(&lerr)?;
+    let peer = chan.peer.clone();
+    let perr = peer_err(&peer);
+    let (qps, max_size, client_ep, client_facts) =
+        match chan.recv("hello", req.timeout).map_err(&perr)? {
+            Msg::Hello {
+                token: t,
+                qps,
+                max_size,
+                endpoint,
+                facts,
+            } => {
+                if !oob::token_matches(&t, token) {
+                    let _ = chan.send(&Msg::Refused {
+                        reason: "wrong token".into(),
+                    });
+                    return Err(perr(OobError::Refused(
+                        "the client presented a wrong token".into(),
+                    )));
+                }
+                (qps, max_size, endpoint, facts)
+            }
+            other => {
+                return Err(perr(OobError::Unexpected {
+                    want: "hello",
+                    got: format!("{other:?}"),
+                }));
+            }
+        };
+    if max_size > write_bw::MAX_MESSAGE_BYTES || !(1..=64).contains(&qps) {
+        let reason = format!("asks for {qps} QPs and {max_size} B messages (limits: 64, 1 GiB)");
+        let _ = chan.send(&Msg::Refused {
+            reason: reason.clone(),
+        });
+        return Err(perr(OobError::Refused(reason)));
+    }
+    let plan = Plan {
+        qps,
+        ..req.plan.clone()
+    };
+    let mut side = engine::open_side(
+        &verbs,
+        sr,
+        &req.device,
+        req.port,
+        req.gid_index,
+        &plan,
+        max_size,
+    )?;
+    side.connect(&client_ep)?;
+    chan.send(&Msg::Welcome {
+        endpoint: side.endpoint(),
+        facts: side.facts.clone(),
+    })
+    .map_err(&perr)?;
+    report.remote = Some(client_facts);
+    let mut wait = req.timeout;
+    let (mut sizes, mut checked, mut bad) = (0u32, 0u32, Vec::new());
+    loop {
+        match chan.recv("the client's next step", wait).map_err(&perr)? {
+            Msg::Prepare { size, iterations } => {
+                let n = (size as usize).min(side.buffer().len());
+                side.buffer_mut()[..n].fill(0);
+                chan.send(&Msg::Prepared).map_err(&perr)?;
+                sizes += 1;
+                wait = size_deadline(req.timeout, size, iterations);
+            }
+            Msg::Check { size, seed } => {
+                let first_mismatch = engine::check_pattern(side.buffer(), size, seed);
+                if let Some(off) = first_mismatch {
+                    bad.push(format!("{size} B (first difference at offset {off})"));
+                }
+                checked += 1;
+                chan.send(&Msg::Checked { first_mismatch }).map_err(&perr)?;
+                wait = req.timeout;
+            }
+            Msg::Bye => break,
+            other => {
+                return Err(perr(OobError::Unexpected {
+                    want: "prepare, check or bye",
+                    got: format!("{other:?}"),
+                }));
+            }
+        }
+    }
+    report.notes.push(format!(
+        "served {peer}: {sizes} size(s) written into {} port {}, {checked} validated{}",
+        req.device,
+        req.port,
+        if bad.is_empty() {
+            String::new()
+        } else {
+            format!(", mismatched: {}", bad.join(", "))
+        }
+    ));
+    if !bad.is_empty() {
+        report.status = Status::Failed {
+            reason: format!("written data did not match: {}", bad.join(", ")),
+        };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_deadline_grows_with_the_work() {
+        let t = Duration::from_secs(30);
+        // 1 MiB x 1000 at 1 MB/s is ~1049 s, plus 10 us per write.
+        assert_eq!(
+            size_deadline(t, 1 << 20, 1000),
+            t + Duration::from_micros(((1 << 20) + 10) * 1000)
+        );
+        assert_eq!(size_deadline(t, 64, 0), t);
+        // Absurd requests saturate instead of overflowing.
+        assert!(size_deadline(t, u64::MAX, u64::MAX) > t);
+        assert_eq!(seed_for(64), seed_for(64));
+        assert_ne!(seed_for(64), seed_for(128));
+    }
+}

@@ -1,0 +1,255 @@
+//! Pure decisions about how a probe addresses a port: which GID to use (NCCL's automatic
+//! choice) and what rate the port should reach. No I/O here: the facts come from the inventory
+//! (sysfs) and from ibv_query_port.
+
+use crate::inventory::RdmaPort;
+use serde::{Deserialize, Serialize};
+
+/// How the probe routes to the remote QP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Addressing {
+    /// InfiniBand link layer, no GID: LID routing.
+    Lid { lid: u16 },
+    /// A GRH with this source GID (always on Ethernet / RoCE).
+    Gid {
+        index: u32,
+        gid: String,
+        gid_type: Option<String>,
+        /// Why this entry (auto choice) or "given with --gid-index".
+        why: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GidError {
+    #[error("GID index {index} is not populated on port {port} (populated: {populated})")]
+    BadIndex {
+        index: u32,
+        port: u32,
+        populated: String,
+    },
+    #[error("port {port} has no populated GID (RoCE needs one: is the netdev up with an address?)")]
+    NoGid { port: u32 },
+}
+
+fn ipv4_mapped(gid: &str) -> bool {
+    // ::ffff:a.b.c.d as sysfs writes it.
+    gid.starts_with("0000:0000:0000:0000:0000:ffff:")
+}
+
+fn link_local(gid: &str) -> bool {
+    gid.starts_with("fe80:")
+}
+
+fn populated(port: &RdmaPort) -> String {
+    if port.gids.is_empty() {
+        return "none".into();
+    }
+    port.gids
+        .iter()
+        .map(|g| g.index.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Choose the addressing for a port, like NCCL's automatic GID selection (NCCL_IB_GID_INDEX
+/// unset; src/transport/net_ib.cc ncclIbGetGidIndex): on Ethernet prefer RoCE v2 over v1 and an
+/// IPv4-mapped address (NCCL_IB_ADDR_FAMILY defaults to AF_INET) over IPv6, then a global IPv6
+/// over link-local, then the lowest index. On InfiniBand use the LID unless an index is given.
+/// `given` (--gid-index) overrides and must name a populated entry.
+pub fn choose_addressing(
+    port: &RdmaPort,
+    ethernet: bool,
+    lid: u16,
+    given: Option<u32>,
+) -> Result<Addressing, GidError> {
+    if let Some(index) = given {
+        let Some(g) = port.gids.iter().find(|g| g.index == index) else {
+            return Err(GidError::BadIndex {
+                index,
+                port: port.port,
+                populated: populated(port),
+            });
+        };
+        return Ok(Addressing::Gid {
+            index,
+            gid: g.gid.clone(),
+            gid_type: g.gid_type.clone(),
+            why: "given with --gid-index".into(),
+        });
+    }
+    if !ethernet {
+        return Ok(Addressing::Lid { lid });
+    }
+    let rank = |g: &crate::inventory::Gid| {
+        let v2 = g
+            .gid_type
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("RoCE v2"));
+        let family = if ipv4_mapped(&g.gid) {
+            0
+        } else if !link_local(&g.gid) {
+            1
+        } else {
+            2
+        };
+        (u8::from(!v2), family, g.index)
+    };
+    let best = port
+        .gids
+        .iter()
+        .min_by_key(|g| rank(g))
+        .ok_or(GidError::NoGid { port: port.port })?;
+    let (not_v2, family, _) = rank(best);
+    let why = format!(
+        "auto: {} {}",
+        if not_v2 == 0 { "RoCE v2" } else { "RoCE v1" },
+        match family {
+            0 => "IPv4-mapped",
+            1 => "global IPv6",
+            _ => "link-local IPv6 (no IPv4 address on the netdev)",
+        }
+    );
+    Ok(Addressing::Gid {
+        index: best.index,
+        gid: best.gid.clone(),
+        gid_type: best.gid_type.clone(),
+        why,
+    })
+}
+
+/// The data rate a port should carry, from ibv_port_attr's active_speed and active_width codes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LineRate {
+    pub gbps: f64,
+    /// e.g. "4X HDR: 4 lanes x 50 Gb/s data rate (53.125 Gb/s signalling, 64b/66b)".
+    pub source: String,
+}
+
+/// Per-lane data rates after line coding, from the IBTA spec (vol. 2, physical layer) as the
+/// kernel's `enum ib_port_speed` names them; RoCE ports report the same codes (100GbE = 4X EDR).
+pub fn line_rate(active_speed: u8, active_width: u8) -> Option<LineRate> {
+    let (name, lane_gbps, note) = match active_speed {
+        1 => ("SDR", 2.0, "2.5 Gb/s signalling, 8b/10b"),
+        2 => ("DDR", 4.0, "5 Gb/s signalling, 8b/10b"),
+        4 => ("QDR", 8.0, "10 Gb/s signalling, 8b/10b"),
+        8 => ("FDR10", 10.0, "10.3125 Gb/s signalling, 64b/66b"),
+        16 => ("FDR", 13.64, "14.0625 Gb/s signalling, 64b/66b"),
+        32 => ("EDR", 25.0, "25.78125 Gb/s signalling, 64b/66b"),
+        64 => ("HDR", 50.0, "53.125 Gb/s signalling, PAM4 64b/66b"),
+        128 => ("NDR", 100.0, "106.25 Gb/s signalling, PAM4"),
+        _ => return None,
+    };
+    let lanes: u32 = match active_width {
+        1 => 1,
+        2 => 4,
+        4 => 8,
+        8 => 12,
+        16 => 2,
+        _ => return None,
+    };
+    let gbps = lane_gbps * f64::from(lanes);
+    Some(LineRate {
+        gbps,
+        source: format!("{lanes}X {name}: {lanes} lane(s) x {lane_gbps} Gb/s data rate ({note})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::{Gid, RdmaPort};
+
+    fn port(gids: &[(u32, &str, &str)]) -> RdmaPort {
+        RdmaPort {
+            port: 1,
+            state: Some("4: ACTIVE".into()),
+            phys_state: None,
+            rate: None,
+            link_layer: Some("Ethernet".into()),
+            lid: None,
+            gids: gids
+                .iter()
+                .map(|(i, g, t)| Gid {
+                    index: *i,
+                    gid: g.to_string(),
+                    gid_type: Some(t.to_string()),
+                    ndev: None,
+                })
+                .collect(),
+            unread: Default::default(),
+        }
+    }
+
+    const LL: &str = "fe80:0000:0000:0000:0000:00ff:fe00:0001";
+    const V4: &str = "0000:0000:0000:0000:0000:ffff:a9fe:0001";
+    const G6: &str = "2001:0db8:0000:0000:0000:0000:0000:0001";
+
+    #[test]
+    fn prefers_roce_v2_ipv4() {
+        let p = port(&[
+            (0, LL, "IB/RoCE v1"),
+            (1, LL, "RoCE v2"),
+            (2, V4, "IB/RoCE v1"),
+            (3, V4, "RoCE v2"),
+            (4, G6, "RoCE v2"),
+        ]);
+        match choose_addressing(&p, true, 0, None).unwrap() {
+            Addressing::Gid { index, why, .. } => {
+                assert_eq!(index, 3);
+                assert_eq!(why, "auto: RoCE v2 IPv4-mapped");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without IPv4: global IPv6 before link-local.
+        let p = port(&[(0, LL, "RoCE v2"), (1, G6, "RoCE v2")]);
+        assert!(matches!(
+            choose_addressing(&p, true, 0, None).unwrap(),
+            Addressing::Gid { index: 1, .. }
+        ));
+        // rxe with no address: the link-local v2 entry.
+        let p = port(&[(0, LL, "RoCE v2")]);
+        assert!(matches!(
+            choose_addressing(&p, true, 0, None).unwrap(),
+            Addressing::Gid { index: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn ib_uses_lid_unless_given() {
+        let p = port(&[(0, LL, "IB/RoCE v1")]);
+        assert_eq!(
+            choose_addressing(&p, false, 7, None).unwrap(),
+            Addressing::Lid { lid: 7 }
+        );
+        assert!(matches!(
+            choose_addressing(&p, false, 7, Some(0)).unwrap(),
+            Addressing::Gid { index: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn bad_index_and_empty_table() {
+        let p = port(&[(0, LL, "RoCE v2"), (1, V4, "RoCE v2")]);
+        let e = choose_addressing(&p, true, 0, Some(9)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GID index 9 is not populated on port 1 (populated: 0, 1)"
+        );
+        let p = port(&[]);
+        assert_eq!(
+            choose_addressing(&p, true, 0, None).unwrap_err(),
+            GidError::NoGid { port: 1 }
+        );
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(line_rate(64, 2).unwrap().gbps, 200.0);
+        assert_eq!(line_rate(128, 2).unwrap().gbps, 400.0);
+        assert_eq!(line_rate(1, 1).unwrap().gbps, 2.0);
+        assert!(line_rate(3, 2).is_none());
+        assert!(line_rate(64, 3).is_none());
+    }
+}

@@ -1,0 +1,105 @@
+//! Text for the RDMA probes' reports: &Report -> String, nothing else.
+
+use super::write_bw::WriteBwReport;
+/// write-bw in perftest's layout (`#bytes #iterations BW peak BW average MsgRate`), with the
+/// units said once (decimal MB/s; perftest's own "MB" is 2^20 bytes) and a Gb/s column.
+pub fn write_bw_table(r: &WriteBwReport) -> String {
+    use crate::rdma::path::Addressing;
+    use crate::rdma::write_bw::{Status, Threshold, Verdict};
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let rule = "-".repeat(100);
+    let _ = writeln!(o, "{rule}");
+    let _ = writeln!(o, " RDMA write bandwidth ({:?}, RC)", r.mode);
+    if let Some(f) = &r.local {
+        let addr = match &f.addressing {
+            Addressing::Lid { lid } => format!("LID {lid:#06x}"),
+            Addressing::Gid {
+                index,
+                gid,
+                gid_type,
+                why,
+            } => format!(
+                "GID index {index} {gid} ({}; {why})",
+                gid_type.as_deref().unwrap_or("type unknown")
+            ),
+        };
+        let _ = writeln!(
+            o,
+            " Device {} port {} ({}, {}), MTU {} B, {addr}",
+            f.device, f.port, f.state, f.link_layer, f.mtu_bytes
+        );
+    }
+    if let Some(f) = &r.remote {
+        let _ = writeln!(o, " Peer device {} port {}", f.device, f.port);
+    }
+    let p = &r.plan;
+    let _ = writeln!(
+        o,
+        " QPs {}, TX depth {}, CQ moderation {}, post list {}{}",
+        p.qps,
+        p.tx_depth,
+        p.cq_moderation,
+        match p.post_list {
+            Some(l) => l.to_string(),
+            None => "auto (<= 16 writes, <= 64 KiB per post)".into(),
+        },
+        if p.validate { ", validating data" } else { "" }
+    );
+    let _ = writeln!(o, " Units: {}", crate::rdma::write_bw::UNITS);
+    match &r.threshold {
+        Some(Threshold::LineRate {
+            source, min_bytes, ..
+        }) => {
+            let _ = writeln!(o, " Threshold: messages >= {min_bytes} B at {source}");
+        }
+        Some(Threshold::NotApplicable { reason }) => {
+            let _ = writeln!(o, " Threshold: none ({reason})");
+        }
+        None => {}
+    }
+    let _ = writeln!(o, "{rule}");
+    if !r.results.is_empty() {
+        let _ = writeln!(
+            o,
+            " {:<10} {:<14} {:<18} {:<20} {:<15} {:<19} verdict",
+            "#bytes",
+            "#iterations",
+            "BW peak[MB/sec]",
+            "BW average[MB/sec]",
+            "MsgRate[Mpps]",
+            "BW average[Gb/sec]",
+        );
+        for s in &r.results {
+            let verdict = match (s.verdict, s.validated) {
+                (Verdict::Fail, Some(false)) => "FAIL (data mismatch)",
+                (Verdict::Fail, _) => "FAIL",
+                (Verdict::Pass, _) => "pass",
+                (Verdict::NotJudged, Some(true)) => "- (data ok)",
+                (Verdict::NotJudged, _) => "-",
+            };
+            let _ = writeln!(
+                o,
+                " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:<19.3} {}",
+                s.bytes,
+                s.iterations,
+                s.peak_mb_per_s,
+                s.average_mb_per_s,
+                s.msg_rate_mpps,
+                s.average_gbps,
+                verdict
+            );
+        }
+        let _ = writeln!(o, "{rule}");
+    }
+    for n in &r.notes {
+        let _ = writeln!(o, " {n}");
+    }
+    let _ = match &r.status {
+        Status::Ok => writeln!(o, " write-bw: ok"),
+        Status::Failed { reason } => writeln!(o, " write-bw: FAILED: {reason}"),
+        Status::Skipped { reason } => writeln!(o, " write-bw: skipped: {reason}"),
+        Status::Error { reason } => writeln!(o, " write-bw: ERROR: {reason}"),
+    };
+    o
+}

@@ -1,0 +1,366 @@
+//! Verbs code for real: one boot of the project's soft-RoCE VM (vm/) runs every case of
+//! tests/vm/verbs-suite.sh against the kernel's RDMA stack (rdma_rxe), and this test judges the
+//! outputs. One #[test] for the whole suite so that a boot is shared (nextest runs each test in
+//! its own process).
+//!
+//! Skips (with a message) where the VM cannot run, unless GPUDOCTOR_REQUIRE_VM=1 (scripts/test
+//! sets it after building the VM), where that is a failure.
+
+use crate::repo;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn require_vm() -> bool {
+    std::env::var("GPUDOCTOR_REQUIRE_VM").is_ok_and(|v| v == "1")
+}
+
+fn vm_cache() -> PathBuf {
+    std::env::var_os("GPUDOCTOR_VM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/gpudoctor-vm"))
+}
+
+/// Why the VM cannot run here, if it cannot.
+fn vm_missing() -> Option<String> {
+    let qemu = Command::new("qemu-system-x86_64").arg("--version").output();
+    if !qemu.is_ok_and(|o| o.status.success()) {
+        return Some("qemu-system-x86_64 is not installed (vm/build.sh installs it)".into());
+    }
+    for f in ["vmlinux", "initrd.img"] {
+        if !vm_cache().join(f).exists() {
+            return Some(format!(
+                "{} is missing: run vm/build.sh",
+                vm_cache().join(f).display()
+            ));
+        }
+    }
+    None
+}
+
+struct Case<'a> {
+    dir: &'a Path,
+    name: &'static str,
+}
+
+impl Case<'_> {
+    fn read(&self, ext: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{}.{ext}", self.name))).unwrap_or_default()
+    }
+    fn rc(&self) -> Option<i32> {
+        self.read("rc").trim().parse().ok()
+    }
+    fn json(&self) -> Result<Value, String> {
+        serde_json::from_str(&self.read("out")).map_err(|e| {
+            format!(
+                "{}: stdout is not JSON ({e}): {}",
+                self.name,
+                self.read("out")
+            )
+        })
+    }
+}
+
+/// Collects every failed expectation, so one run reports all of them.
+#[derive(Default)]
+struct Findings(Vec<String>);
+
+impl Findings {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.0.push(what());
+        }
+    }
+    fn rc(&mut self, c: &Case, want: i32) {
+        let got = c.rc();
+        self.check(got == Some(want), || {
+            format!(
+                "{}: exit {got:?}, want {want}\n  stdout: {}\n  stderr: {}",
+                c.name,
+                c.read("out").trim(),
+                c.read("err").trim()
+            )
+        });
+    }
+    fn contains(&mut self, c: &Case, ext: &str, needle: &str) {
+        let text = c.read(ext);
+        self.check(text.contains(needle), || {
+            format!("{}: {ext} lacks {needle:?}: {}", c.name, text.trim())
+        });
+    }
+}
+
+/// Checks shared by every successful measurement in JSON.
+fn check_measured(f: &mut Findings, name: &str, j: &Value, sizes: &[u64], iters: u64) {
+    let results = j["results"].as_array().cloned().unwrap_or_default();
+    let got: Vec<u64> = results.iter().filter_map(|r| r["bytes"].as_u64()).collect();
+    f.check(got == sizes, || {
+        format!("{name}: sizes {got:?}, want {sizes:?}")
+    });
+    for r in &results {
+        f.check(r["iterations"].as_u64() == Some(iters), || {
+            format!("{name}: iterations {}", r["iterations"])
+        });
+        f.check(r["validated"] == Value::Bool(true), || {
+            format!("{name}: {} B not validated: {}", r["bytes"], r["validated"])
+        });
+        let avg = r["average_mb_per_s"].as_f64().unwrap_or(0.0);
+        let peak = r["peak_mb_per_s"].as_f64().unwrap_or(0.0);
+        f.check(avg > 0.0 && peak >= avg, || {
+            format!("{name}: {} B average {avg} peak {peak}", r["bytes"])
+        });
+        // A software device is measured, never judged.
+        f.check(r["verdict"] == "not-judged", || {
+            format!("{name}: verdict {}", r["verdict"])
+        });
+    }
+    f.check(j["status"]["kind"] == "ok", || {
+        format!("{name}: status {}", j["status"])
+    });
+    f.check(j["threshold"]["kind"] == "not-applicable", || {
+        format!("{name}: threshold {}", j["threshold"])
+    });
+}
+
+#[test]
+fn vm_verbs_suite() {
+    if let Some(why) = vm_missing() {
+        assert!(
+            !require_vm(),
+            "GPUDOCTOR_REQUIRE_VM=1 but the VM cannot run: {why}"
+        );
+        eprintln!("skipped: the soft-RoCE VM cannot run here: {why}");
+        return;
+    }
+    // The binary and the outputs live under the repository, which the VM shares over 9p.
+    let work = repo()
+        .join("target")
+        .join("vm-it")
+        .join(std::process::id().to_string());
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let bin = work.join("gpudoctor");
+    std::fs::copy(env!("CARGO_BIN_EXE_gpudoctor"), &bin).unwrap();
+    let out = work.join("out");
+    let run = Command::new(repo().join("vm/run.sh"))
+        .arg("sh")
+        .arg("tests/vm/verbs-suite.sh")
+        .arg(&bin)
+        .arg(&out)
+        .current_dir(repo())
+        .env("GPUDOCTOR_VM_TIMEOUT", "900")
+        .output()
+        .expect("vm/run.sh starts");
+    let console =
+        String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success() && out.join("done").exists(),
+        "the VM run did not complete (status {:?}):\n{console}",
+        run.status.code()
+    );
+
+    let c = |name| Case { dir: &out, name };
+    let mut f = Findings::default();
+
+    // Loopback on rxe0: discovery through verbs and sysfs, the default sweep, validated.
+    let lb = c("loopback");
+    f.rc(&lb, 0);
+    match lb.json() {
+        Ok(j) => {
+            f.check(j["schema"] == "gpudoctor.write-bw/1", || {
+                format!("loopback: schema {}", j["schema"])
+            });
+            f.check(j["mode"] == "loopback", || format!("mode {}", j["mode"]));
+            let l = &j["local"];
+            f.check(
+                l["device"] == "rxe0" && l["state"] == "ACTIVE" && l["link_layer"] == "Ethernet",
+                || format!("loopback: local {l}"),
+            );
+            // rxenet0 has no IPv4 address: the auto choice is the link-local RoCE v2 GID 0,
+            // exactly what sysfs shows.
+            let sysfs_gid =
+                std::fs::read_to_string(out.join("sysfs-rxe0-gid0")).unwrap_or_default();
+            f.check(
+                l["addressing"]["index"] == 0
+                    && l["addressing"]["gid"] == sysfs_gid.trim()
+                    && l["addressing"]["gid_type"] == "RoCE v2",
+                || {
+                    format!(
+                        "loopback: addressing {} (sysfs gid 0: {sysfs_gid})",
+                        l["addressing"]
+                    )
+                },
+            );
+            f.check(l["mtu_bytes"] == 1024, || {
+                format!("loopback: mtu {}", l["mtu_bytes"])
+            });
+            f.check(l["software_device"].is_string(), || {
+                format!("loopback: software_device {}", l["software_device"])
+            });
+            check_measured(&mut f, "loopback", &j, &[64, 4096, 65536, 1048576], 64);
+        }
+        Err(e) => f.0.push(e),
+    }
+    // check --level 2: probe.write-bw passes on rxe0 port 1 (moved and validated; a software
+    // device is not judged against a line rate) and nothing fails in this GPU-less VM.
+    let l2 = c("check-l2");
+    f.rc(&l2, 0);
+    match l2.json() {
+        Ok(j) => {
+            f.check(
+                j["schema"] == "gpudoctor.check/1" && j["level"] == 2,
+                || format!("check-l2: {} level {}", j["schema"], j["level"]),
+            );
+            let wb: Vec<&Value> = j["checks"]
+                .as_array()
+                .map(|a| a.iter().filter(|c| c["id"] == "probe.write-bw").collect())
+                .unwrap_or_default();
+            f.check(
+                wb.iter()
+                    .any(|c| c["subject"] == "rxe0/1" && c["status"] == "pass"),
+                || format!("check-l2: probe.write-bw findings {wb:?}"),
+            );
+            f.check(j["status"] != "fail", || {
+                format!("check-l2: status {}", j["status"])
+            });
+        }
+        Err(e) => f.0.push(e),
+    }
+    let tbl = c("loopback-tbl");
+    f.rc(&tbl, 0);
+    f.contains(
+        &tbl,
+        "out",
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
+    );
+    f.contains(&tbl, "out", "decimal MB/s");
+    f.contains(&tbl, "out", "no line-rate threshold applies");
+    f.contains(&tbl, "out", " write-bw: ok");
+    f.check(tbl.read("err").is_empty(), || {
+        format!("loopback-tbl: stderr {}", tbl.read("err"))
+    });
+    let qps = c("loopback-qps");
+    f.rc(&qps, 0);
+    if let Ok(j) = qps.json() {
+        f.check(
+            j["plan"]["qps"] == 4 && j["plan"]["cq_moderation"] == 4,
+            || format!("loopback-qps: plan {}", j["plan"]),
+        );
+        check_measured(&mut f, "loopback-qps", &j, &[65536], 64);
+    }
+
+    // Bad arguments: exit 2, the cause on stderr.
+    let bd = c("bad-device");
+    f.rc(&bd, 2);
+    f.contains(&bd, "err", "no RDMA device named nosuch0 (found: rxe0)");
+    let bg = c("bad-gid");
+    f.rc(&bg, 2);
+    f.contains(
+        &bg,
+        "err",
+        "GID index 77 is not populated on port 1 (populated: 0)",
+    );
+    let bp = c("bad-port");
+    f.rc(&bp, 2);
+    f.contains(&bp, "err", "rxe0 has no port 2");
+
+    // Two nodes over the veth pair.
+    f.rc(&c("two-rxe"), 0);
+    let cl = c("client");
+    f.rc(&cl, 0);
+    match cl.json() {
+        Ok(j) => {
+            f.check(j["mode"] == "client", || {
+                format!("client: mode {}", j["mode"])
+            });
+            f.check(j["remote"]["device"] == "rxe_b", || {
+                format!("client: remote {}", j["remote"])
+            });
+            // 10.77.0.1 on va: NCCL's choice is the IPv4-mapped RoCE v2 GID.
+            let a = &j["local"]["addressing"];
+            f.check(
+                a["gid"] == "0000:0000:0000:0000:0000:ffff:0a4d:0001"
+                    && a["why"] == "auto: RoCE v2 IPv4-mapped",
+                || format!("client: addressing {a}"),
+            );
+            check_measured(&mut f, "client", &j, &[64, 4096, 65536], 64);
+        }
+        Err(e) => f.0.push(e),
+    }
+    let sv = c("serve");
+    f.rc(&sv, 0);
+    if let Ok(j) = sv.json() {
+        let note = j["notes"][0].as_str().unwrap_or_default().to_string();
+        f.check(
+            j["mode"] == "server"
+                && note.contains("3 size(s) written into rxe_b port 1, 3 validated")
+                && !note.contains("mismatch"),
+            || format!("serve: {j}"),
+        );
+    }
+    let ct = c("client-tok");
+    f.rc(&ct, 1);
+    f.contains(&ct, "out", "refused: wrong token");
+    let st = c("serve-tok");
+    f.rc(&st, 1);
+    f.contains(&st, "out", "the client presented a wrong token");
+    let un = c("unreachable");
+    f.rc(&un, 1);
+    f.contains(&un, "out", "cannot connect to 10.77.0.2:18599");
+    let nc = c("no-client");
+    f.rc(&nc, 1);
+    f.contains(&nc, "out", "no client connected within 2s");
+    // The server vanished mid-run. What the writer sees depends on which of the dead
+    // process's objects the kernel tore down first: its MR (the next write is NAKed: "remote
+    // access error"), its QP (retries run out: "transport retry counter exceeded"), or the
+    // retries outlast --timeout ("the QP never completed"). Each is reported with its cause.
+    let gone = c("gone");
+    f.rc(&gone, 1);
+    let text = gone.read("out");
+    f.check(
+        text.contains("rxe_a: 4096 B writes: completion error: ")
+            || text.contains("rxe_a: 4096 B writes: no completion for 10s"),
+        || format!("gone: {}", text.trim()),
+    );
+    let pd = c("port-down");
+    f.rc(&pd, 1);
+    f.contains(&pd, "out", "rxe0 port 1 is DOWN, not ACTIVE");
+
+    if f.0.is_empty() {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    assert!(
+        f.0.is_empty(),
+        "{} VM case(s) failed (outputs in {}):\n{}\n--- console ---\n{console}",
+        f.0.len(),
+        out.display(),
+        f.0.join("\n")
+    );
+}
+
+/// On a machine without RDMA devices (this host, CI, the GPU machines) the probe is a clean
+/// skip that says why: no libibverbs, no kernel RDMA support, or no device.
+#[test]
+fn write_bw_skips_without_rdma() {
+    let has_devices = std::fs::read_dir("/sys/class/infiniband")
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if has_devices {
+        eprintln!("skipped: this machine has RDMA devices");
+        return;
+    }
+    let out = crate::gpudoctor()
+        .args(["probe", "write-bw", "--device", "mlx5_0", "--iters", "8"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // A skip is not a failure of the machine: exit 0, as for the CUDA probes.
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(" write-bw: skipped: "), "{stdout}");
+    let json = crate::gpudoctor()
+        .args(["probe", "write-bw", "-d", "mlx5_0", "--json"])
+        .output()
+        .unwrap();
+    let j: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(j["status"]["kind"], "skipped", "{j}");
+}
