@@ -944,6 +944,15 @@ def write_tree(m, out):
     with open(os.path.join(out, "manifest.json"), "w") as fh:
         json.dump(manifest, fh, indent=2)
         fh.write("\n")
+    keep_empty_dirs(out)
+
+
+def keep_empty_dirs(root):
+    """git stores no empty directories: put gpudoctor's placeholder (.gitkeep, which recorded
+    trees' listings skip) in each, so a clone replays the tree as written."""
+    for dp, dns, fns in os.walk(root):
+        if not dns and not fns and not os.path.islink(dp):
+            open(os.path.join(dp, ".gitkeep"), "w").close()
 
 
 # --------------------------------------------------------------------------- common kernel bits
@@ -2139,7 +2148,8 @@ def pack_bundle(tree, out):
         for dp, dns, fns in os.walk(tree):
             dns.sort()
             for x in sorted(dns + fns):
-                entries.append(os.path.join(dp, x))
+                if x != ".gitkeep":
+                    entries.append(os.path.join(dp, x))
         for full in sorted(entries, key=lambda p: os.path.relpath(p, tree)):
             rel = os.path.relpath(full, tree)
             ti = tf.gettarinfo(full, arcname=rel)

@@ -174,6 +174,11 @@ impl std::hash::Hasher for FnvHasher {
     }
 }
 
+/// Placeholder that keeps an empty directory of a recorded tree in git (git stores no empty
+/// directories, and an empty /sys/class/infiniband means something other than an absent one).
+/// Never a kernel entry; recorded trees' listings leave it out.
+pub const KEEP_FILE: &str = ".gitkeep";
+
 /// Directory handles kept open: discovery reads one directory at a time, so a few suffice.
 const DIR_CACHE: usize = 8;
 
@@ -674,6 +679,9 @@ impl SysRoot {
         for ent in rd {
             let ent = ent.map_err(|e| ReadError::from_io(kpath, &e))?;
             let name = ent.file_name().to_string_lossy().into_owned();
+            if !self.live && name == KEEP_FILE {
+                continue;
+            }
             let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
             let is_dir = if ft.is_symlink() {
                 // A link to a directory counts as one when it resolves inside the root.
