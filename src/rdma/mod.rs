@@ -118,31 +118,31 @@ fn measure_one(
     ))
 }
 
+/// This request's side: its device, port and GID choice, buffers sized for the plan.
+fn open_side(
+    verbs: &std::sync::Arc<crate::verbs::Verbs>,
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+) -> Result<engine::Side, ProbeError> {
+    engine::open_side(
+        verbs,
+        sr,
+        &req.device,
+        req.port,
+        req.gid_index,
+        &req.plan,
+        req.plan.max_size(),
+    )
+}
+
 fn loopback(
     sr: &SysRoot,
     req: &WriteBwRequest,
     report: &mut WriteBwReport,
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
-    let max = req.plan.max_size();
-    let mut a = engine::open_side(
-        &verbs,
-        sr,
-        &req.device,
-        req.port,
-        req.gid_index,
-        &req.plan,
-        max,
-    )?;
-    let mut b = engine::open_side(
-        &verbs,
-        sr,
-        &req.device,
-        req.port,
-        req.gid_index,
-        &req.plan,
-        max,
-    )?;
+    let mut a = open_side(&verbs, sr, req)?;
+    let mut b = open_side(&verbs, sr, req)?;
     a.connect(&b.endpoint())?;
     b.connect(&a.endpoint())?;
     report.threshold = Some(write_bw::threshold(
@@ -175,15 +175,7 @@ fn client(
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
     let max = req.plan.max_size();
-    let mut side = engine::open_side(
-        &verbs,
-        sr,
-        &req.device,
-        req.port,
-        req.gid_index,
-        &req.plan,
-        max,
-    )?;
+    let mut side = open_side(&verbs, sr, req)?;
     let perr = peer_err(peer);
     let mut chan = Channel::connect(peer, req.timeout).map_err(&perr)?;
     chan.send(&Msg::Hello {
