@@ -164,11 +164,23 @@ pub fn extract(archive: &Path) -> Result<Extracted, BundleError> {
     extract_from(chained, Limits::default())
 }
 
+/// A private directory for the extracted tree. A bundle is thousands of tiny files, and
+/// creating inodes on a disk file system dominated replay time (most of `gpudoctor bundle`'s
+/// self-replay on ext4), so prefer the RAM-backed /dev/shm unless the user chose TMPDIR.
+fn scratch_dir() -> io::Result<tempfile::TempDir> {
+    let mut b = tempfile::Builder::new();
+    b.prefix("gpudoctor-bundle-");
+    let shm = Path::new("/dev/shm");
+    if std::env::var_os("TMPDIR").is_none() && shm.is_dir()
+        && let Ok(d) = b.tempdir_in(shm) {
+            return Ok(d);
+        }
+    b.tempdir()
+}
+
 /// Extract from a gzip stream (the whole file, magic included).
 pub fn extract_from<R: Read>(gz: R, limits: Limits) -> Result<Extracted, BundleError> {
-    let dir = tempfile::Builder::new()
-        .prefix("gpudoctor-bundle-")
-        .tempdir()
+    let dir = scratch_dir()
         .map_err(|e| BundleError::Io(format!("creating a temporary directory: {e}")))?;
     let hit = Rc::new(Cell::new(false));
     let limited = Limited {
