@@ -171,10 +171,12 @@ fn scratch_dir() -> io::Result<tempfile::TempDir> {
     let mut b = tempfile::Builder::new();
     b.prefix("gpudoctor-bundle-");
     let shm = Path::new("/dev/shm");
-    if std::env::var_os("TMPDIR").is_none() && shm.is_dir()
-        && let Ok(d) = b.tempdir_in(shm) {
-            return Ok(d);
-        }
+    if std::env::var_os("TMPDIR").is_none()
+        && shm.is_dir()
+        && let Ok(d) = b.tempdir_in(shm)
+    {
+        return Ok(d);
+    }
     b.tempdir()
 }
 
