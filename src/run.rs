@@ -24,7 +24,8 @@ pub struct Outcome {
 
 /// An opened source: the reader and the snapshots that go with it.
 pub struct Opened {
-    pub sysroot: SysRoot,
+    /// Shared with the discovery worker thread (see `inventory`).
+    pub sysroot: std::sync::Arc<SysRoot>,
     pub nvml: NvmlSnapshot,
     pub libs: LibFacts,
     pub info: SourceInfo,
@@ -34,7 +35,7 @@ pub struct Opened {
 pub fn open_source(spec: &SourceSpec) -> Result<Opened> {
     match spec {
         SourceSpec::Live => Ok(Opened {
-            sysroot: SysRoot::live(),
+            sysroot: std::sync::Arc::new(SysRoot::live()),
             nvml: NvmlSnapshot::collect_live(),
             libs: LibFacts::probe_live(),
             info: SourceInfo::Live,
@@ -44,7 +45,7 @@ pub fn open_source(spec: &SourceSpec) -> Result<Opened> {
             let (sysroot, nvml, libs) = open_tree(dir, &label)?;
             let path = dir.display().to_string();
             Ok(Opened {
-                sysroot,
+                sysroot: std::sync::Arc::new(sysroot),
                 nvml,
                 libs,
                 info: SourceInfo::Root { path },
@@ -56,7 +57,7 @@ pub fn open_source(spec: &SourceSpec) -> Result<Opened> {
             let (sysroot, nvml, libs) = open_tree(x.dir.path(), &label)?;
             let path = file.display().to_string();
             Ok(Opened {
-                sysroot: sysroot.holding(x.dir),
+                sysroot: std::sync::Arc::new(sysroot.holding(x.dir)),
                 nvml,
                 libs,
                 info: SourceInfo::Bundle { path },
@@ -114,13 +115,54 @@ fn open_tree(dir: &std::path::Path, label: &str) -> Result<(SysRoot, NvmlSnapsho
     Ok((sr, nvml, libs))
 }
 
+/// How long discovery may take before gpudoctor gives up on a device or file system that does
+/// not answer (a hung PCI device can block a read of its config space indefinitely). Real
+/// machines take well under a second; a recorded tree is faster still.
+pub const DISCOVERY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn inventory(o: &Opened, scope: Scope) -> Result<Inventory> {
-    Inventory::collect_scoped(&o.sysroot, o.nvml.clone(), scope).map_err(|e| match e {
+    let sr = o.sysroot.clone();
+    let nvml = o.nvml.clone();
+    let watched = o.sysroot.clone();
+    let r = with_deadline(
+        DISCOVERY_DEADLINE,
+        move || Inventory::collect_scoped(&sr, nvml, scope),
+        move || watched.last_path(),
+    )?;
+    r.map_err(|e| match e {
         crate::inventory::InventoryError::NoPciBus(ReadError::NotFound(p)) => {
             anyhow::anyhow!("{p} does not exist: not a sysfs tree (no PCI bus)")
         }
         other => anyhow::anyhow!(other),
     })
+}
+
+/// Run `work` on its own thread and wait at most `deadline`. A read that never returns cannot
+/// be cancelled, so on timeout the worker is abandoned (the process exits with code 2 right
+/// after reporting) and the error names what it was reading (`stuck_on`).
+pub fn with_deadline<T: Send + 'static>(
+    deadline: std::time::Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+    stuck_on: impl FnOnce() -> String,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("gpudoctor-discovery".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .context("starting the discovery thread")?;
+    match rx.recv_timeout(deadline) {
+        Ok(v) => Ok(v),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => anyhow::bail!(
+            "reading {} did not finish within {} s: a device or file system is not answering (hung PCI device?)",
+            stuck_on(),
+            deadline.as_secs_f64()
+        ),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            anyhow::bail!("discovery stopped unexpectedly (bug: the worker thread panicked)")
+        }
+    }
 }
 
 pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {

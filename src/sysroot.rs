@@ -113,6 +113,8 @@ pub struct SysRoot {
     touched: Mutex<HashSet<String, Fnv>>,
     /// Resolved component prefixes (see `resolve_prefix`).
     resolved: Mutex<HashMap<Vec<String>, Vec<String>, Fnv>>,
+    /// The last path handed to the reader (see `last_path`).
+    last: Mutex<String>,
     /// Kernel directory path (as written by callers) -> resolved components.
     parents: Mutex<HashMap<String, Vec<String>, Fnv>>,
     /// Recently used directory handles (see `open_in`).
@@ -200,6 +202,7 @@ impl SysRoot {
             resolved: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
             parents: Mutex::new(HashMap::default()),
+            last: Mutex::new(String::new()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -230,6 +233,7 @@ impl SysRoot {
             resolved: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
             parents: Mutex::new(HashMap::default()),
+            last: Mutex::new(String::new()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -388,7 +392,23 @@ impl SysRoot {
         Ok((format!("/{}", done.join("/")), links))
     }
 
+    /// The path most recently handed to this reader: what a stalled discovery is stuck on.
+    pub fn last_path(&self) -> String {
+        match self.last.lock() {
+            Ok(l) => l.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     fn note(&self, kpath: &str) {
+        {
+            let mut l = match self.last.lock() {
+                Ok(l) => l,
+                Err(p) => p.into_inner(),
+            };
+            l.clear();
+            l.push_str(kpath);
+        }
         let mut t = match self.touched.lock() {
             Ok(t) => t,
             Err(p) => p.into_inner(),

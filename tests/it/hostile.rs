@@ -180,3 +180,23 @@ fn uppercase_bdf_and_odd_attributes() {
         assert_eq!(f.status, gpudoctor::checks::Status::Skip, "{f:?}");
     }
 }
+
+/// A read that never returns (a hung device) cannot stall gpudoctor: discovery runs against a
+/// deadline and the error names what it was reading.
+#[test]
+fn stalled_discovery_is_a_clear_error() {
+    use std::time::Duration;
+    let r = gpudoctor::run::with_deadline(
+        Duration::from_millis(100),
+        || std::thread::sleep(Duration::from_secs(5)),
+        || "/sys/bus/pci/devices/0000:1b:00.0/config".to_string(),
+    );
+    let e = format!("{:#}", r.unwrap_err());
+    assert!(
+        e.contains("/sys/bus/pci/devices/0000:1b:00.0/config"),
+        "{e}"
+    );
+    assert!(e.contains("hung"), "{e}");
+    let ok = gpudoctor::run::with_deadline(Duration::from_secs(5), || 7, String::new).unwrap();
+    assert_eq!(ok, 7);
+}
