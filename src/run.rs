@@ -408,17 +408,34 @@ fn make_bundle(
         .to_string(),
         notes: Vec::new(),
     };
-    let discovery = bundle::write::Discovery {
-        touched: &touched,
-        listed: &listed,
-    };
     let mut extra = std::collections::BTreeMap::new();
     extra.insert(
         "libs.json".to_string(),
         serde_json::to_value(&o.libs).context("serializing libs.json")?,
     );
-    let w = bundle::write::write_bundle(sr, &o.nvml, extra, reports, discovery, output, &opts)
-        .with_context(|| format!("writing {}", output.display()))?;
+    // The capture reads more than discovery did (full config space, GID tables...): the same
+    // deadline guards it against a device that stops answering.
+    let (reader, nvml, out) = (o.sysroot.clone(), o.nvml.clone(), output.to_path_buf());
+    let watched = o.sysroot.clone();
+    let written = with_deadline(
+        DISCOVERY_DEADLINE,
+        move || {
+            let discovery = bundle::write::Discovery {
+                touched: &touched,
+                listed: &listed,
+            };
+            bundle::write::write_bundle(&reader, &nvml, extra, reports, discovery, &out, &opts)
+        },
+        move || watched.last_path(),
+    );
+    let w = match written {
+        Ok(r) => r.with_context(|| format!("writing {}", output.display()))?,
+        Err(e) => {
+            // Leave no partial bundle behind.
+            let _ = std::fs::remove_file(output);
+            return Err(e);
+        }
+    };
     let elapsed = t0.elapsed();
     let mut warnings = Vec::new();
     if !w.manifest.uncovered.is_empty() {
