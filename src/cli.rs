@@ -321,37 +321,7 @@ impl Config {
             Command::List { json } => Action::List { json },
             Command::Explain { id } => Action::Explain(id),
             Command::Snapshot { what } => Action::Snapshot(what),
-            Command::Probe(ProbeCommand::WriteBw(mut w)) => {
-                if w.token.is_none() {
-                    w.token = std::env::var("GPUDOCTOR_TOKEN")
-                        .ok()
-                        .filter(|t| !t.is_empty());
-                }
-                Action::WriteBw(w)
-            }
-            Command::Probe(cmd) => {
-                let (kind, p) = match cmd {
-                    ProbeCommand::H2d(p) => (crate::probes::ProbeKind::H2d, p),
-                    ProbeCommand::D2h(p) => (crate::probes::ProbeKind::D2h, p),
-                    ProbeCommand::P2p(p) => (crate::probes::ProbeKind::P2p, p),
-                    ProbeCommand::DmabufExport(p) => (crate::probes::ProbeKind::DmabufExport, p),
-                    ProbeCommand::WriteBw(_) => unreachable!("matched above"),
-                };
-                Action::Probe {
-                    options: crate::probes::live::ProbeOptions {
-                        kind,
-                        gpu: p.gpu,
-                        size_bytes: p.size,
-                        iters: p.iters,
-                        warmup: p.warmup,
-                        deadline: std::time::Duration::from_secs(p.deadline),
-                        cuda_homes: cuda_homes(),
-                        progress: std::io::stderr().is_terminal(),
-                        policy: crate::probes::Policy::default(),
-                    },
-                    json: p.json,
-                }
-            }
+            Command::Probe(cmd) => cmd.into_action(),
             Command::Man { dir } => Action::Man(dir),
             Command::Bundle(b) => Action::Bundle {
                 output: b.output,
@@ -368,6 +338,38 @@ impl Config {
             source,
             action,
             width,
+        }
+    }
+}
+
+impl ProbeCommand {
+    fn into_action(self) -> Action {
+        use crate::probes::ProbeKind as K;
+        let (kind, p) = match self {
+            ProbeCommand::WriteBw(mut w) => {
+                if w.token.is_none() {
+                    w.token = std::env::var("GPUDOCTOR_TOKEN")
+                        .ok()
+                        .filter(|t| !t.is_empty());
+                }
+                return Action::WriteBw(w);
+            }
+            ProbeCommand::H2d(p) => (K::H2d, p),
+            ProbeCommand::D2h(p) => (K::D2h, p),
+            ProbeCommand::P2p(p) => (K::P2p, p),
+            ProbeCommand::DmabufExport(p) => (K::DmabufExport, p),
+        };
+        Action::Probe {
+            options: crate::probes::live::ProbeOptions {
+                kind,
+                gpu: p.gpu,
+                size_bytes: p.size,
+                iters: p.iters,
+                warmup: p.warmup,
+                deadline: std::time::Duration::from_secs(p.deadline),
+                ..probe_defaults()
+            },
+            json: p.json,
         }
     }
 }

@@ -203,7 +203,7 @@ fn check_report_from(spec: &SourceSpec, o: &Opened, opts: &CheckOptions) -> Resu
         }
     }
     if opts.level >= 2 {
-        level2(spec, o, &mut findings);
+        level2(spec, o, &inv, &mut findings);
     }
     crate::checks::debug_assert_sound(&findings);
     opts.overrides.apply(&mut findings);
@@ -211,7 +211,12 @@ fn check_report_from(spec: &SourceSpec, o: &Opened, opts: &CheckOptions) -> Resu
 }
 
 /// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device.
-fn level2(spec: &SourceSpec, o: &Opened, findings: &mut Vec<crate::checks::Finding>) {
+fn level2(
+    spec: &SourceSpec,
+    o: &Opened,
+    inv: &Inventory,
+    findings: &mut Vec<crate::checks::Finding>,
+) {
     use crate::checks::{Finding, Status, level2};
     use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
     if !matches!(spec, SourceSpec::Live) {
@@ -223,18 +228,6 @@ fn level2(spec: &SourceSpec, o: &Opened, findings: &mut Vec<crate::checks::Findi
         ));
         return;
     }
-    let inv = match Inventory::collect_scoped(&o.sysroot, o.nvml.clone(), Scope::Topology) {
-        Ok(i) => i,
-        Err(e) => {
-            findings.push(Finding::new(
-                level2::ID,
-                "host",
-                Status::Skip,
-                e.to_string(),
-            ));
-            return;
-        }
-    };
     let before = findings.len();
     for d in &inv.rdma {
         for p in &d.ports {

@@ -388,7 +388,7 @@ impl NodeCpus {
 struct PciGraph<'a> {
     inv: &'a Inventory,
     roles: BTreeMap<Bdf, (BridgeRole, RoleSource)>,
-    numa: BTreeMap<Bdf, Numa>,
+    numa: &'a BTreeMap<Bdf, Numa>,
 }
 
 impl PciGraph<'_> {
@@ -674,7 +674,7 @@ pub fn build(inv: &Inventory) -> Topology {
     let graph = PciGraph {
         inv,
         roles,
-        numa: numa.clone(),
+        numa: &numa,
     };
 
     // Matrix.

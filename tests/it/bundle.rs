@@ -402,6 +402,23 @@ fn bad_bundles_exit_2_with_one_line() {
     assert_eq!(both.status.code(), Some(2));
 }
 
+/// `gpudoctor SOURCE_FLAG SOURCE bundle -o OUT` succeeds and its self-replay warns of nothing.
+fn make_quiet_bundle(source_flag: &str, source: &std::path::Path, out: &std::path::Path) {
+    let made = gpudoctor()
+        .arg(source_flag)
+        .arg(source)
+        .args(["bundle", "-o"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0));
+    assert!(
+        made.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+}
+
 fn valid_bundle() -> Vec<u8> {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("v.tar.gz");
@@ -545,19 +562,7 @@ fn recorded_errors_replay() {
     assert!(text.contains("numa_node: permission denied"), "{text}");
     assert!(text.contains("Invalid argument (os error 22)"), "{text}");
     let out = tmp.path().join("b.tar.gz");
-    let made = gpudoctor()
-        .arg("--root")
-        .arg(&tree)
-        .args(["bundle", "-o"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_eq!(made.status.code(), Some(0));
-    assert!(
-        made.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    make_quiet_bundle("--root", &tree, &out);
     let replay = gpudoctor()
         .args(["topo", "--json", "--bundle"])
         .arg(&out)
@@ -569,19 +574,7 @@ fn recorded_errors_replay() {
     );
     // A bundle of the bundle too.
     let out2 = tmp.path().join("b2.tar.gz");
-    let made = gpudoctor()
-        .arg("--bundle")
-        .arg(&out)
-        .args(["bundle", "-o"])
-        .arg(&out2)
-        .output()
-        .unwrap();
-    assert_eq!(made.status.code(), Some(0));
-    assert!(
-        made.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    make_quiet_bundle("--bundle", &out, &out2);
     let replay2 = gpudoctor()
         .args(["topo", "--json", "--bundle"])
         .arg(&out2)

@@ -2,10 +2,12 @@
 
 use crate::gpudoctor;
 
-#[test]
-fn missing_root_is_exit_2_with_one_line() {
+/// `gpudoctor topo --root ROOT` fails as gpudoctor itself: exit 2, nothing on stdout, one
+/// `gpudoctor: error:` line on stderr, which is returned.
+fn topo_root_error(root: &std::path::Path) -> String {
     let out = gpudoctor()
-        .args(["topo", "--root", "/nonexistent/tree"])
+        .args(["topo", "--root"])
+        .arg(root)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -13,29 +15,23 @@ fn missing_root_is_exit_2_with_one_line() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("gpudoctor: error:"), "{err}");
+    err
+}
+
+#[test]
+fn missing_root_is_exit_2_with_one_line() {
+    let err = topo_root_error(std::path::Path::new("/nonexistent/tree"));
     assert!(err.contains("/nonexistent/tree"), "{err}");
 }
 
 #[test]
 fn empty_tree_is_exit_2() {
     let d = tempfile::tempdir().unwrap();
-    let out = gpudoctor()
-        .args(["topo", "--root"])
-        .arg(d.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
+    let err = topo_root_error(d.path());
     assert!(err.contains("no sys/"), "{err}");
     // A sys/ without a PCI bus is also not a tree we can map.
     std::fs::create_dir_all(d.path().join("sys")).unwrap();
-    let out = gpudoctor()
-        .args(["topo", "--root"])
-        .arg(d.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
+    let err = topo_root_error(d.path());
     assert!(err.contains("/sys/bus/pci/devices"), "{err}");
 }
 
@@ -44,13 +40,7 @@ fn corrupt_nvml_json_is_exit_2() {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(d.path().join("sys/bus/pci/devices")).unwrap();
     std::fs::write(d.path().join("nvml.json"), "{not json").unwrap();
-    let out = gpudoctor()
-        .args(["topo", "--root"])
-        .arg(d.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
+    let err = topo_root_error(d.path());
     assert!(err.contains("nvml.json"), "{err}");
 }
 
