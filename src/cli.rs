@@ -1,9 +1,13 @@
-//! Command-line arguments (pure clap definitions) and their resolution into a `Config`, the one
-//! place that looks at the environment (terminal, paths).
+//! Command-line arguments: pure clap definitions, nothing else. `config::Config::from_args`
+//! resolves them (and the environment) once; no later stage sees these structs.
 
+use crate::probes::options as probe_defaults;
 use clap::{Args as ClapArgs, Parser, Subcommand};
-use std::io::IsTerminal;
 use std::path::PathBuf;
+
+// Older paths of the resolved types (they moved to `config` and `source`).
+pub use crate::config::{CheckOptions, Config};
+pub use crate::source::SourceSpec;
 
 /// A doctor for GPU + RDMA servers: topology, GPUDirect readiness, bandwidth probes.
 #[derive(Debug, Parser)]
@@ -121,17 +125,17 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N")]
     pub gpu: Option<u32>,
     /// Bytes per timed transfer (a multiple of 16, at least 1 MiB).
-    #[arg(long, value_name = "BYTES", default_value_t = crate::probes::live::DEFAULT_SIZE_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = probe_defaults::DEFAULT_SIZE_BYTES)]
     pub size: u64,
     /// Timed transfers per measurement.
-    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_ITERS,
+    #[arg(long, value_name = "N", default_value_t = probe_defaults::DEFAULT_ITERS,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub iters: u32,
     /// Untimed transfers before the timed ones.
-    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_WARMUP)]
+    #[arg(long, value_name = "N", default_value_t = probe_defaults::DEFAULT_WARMUP)]
     pub warmup: u32,
     /// Give up after this many seconds: a copy or kernel still running then is a failure.
-    #[arg(long, value_name = "SECONDS", default_value_t = crate::probes::live::DEFAULT_DEADLINE_S,
+    #[arg(long, value_name = "SECONDS", default_value_t = probe_defaults::DEFAULT_DEADLINE_S,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline: u64,
     /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
@@ -216,188 +220,6 @@ pub struct BundleArgs {
     /// Keep serial numbers, GPU UUIDs, GUIDs, MAC addresses and the hostname as they are.
     #[arg(long)]
     pub no_redact: bool,
-}
-
-/// Where facts come from.
-#[derive(Debug, Clone)]
-pub enum SourceSpec {
-    Live,
-    Root(PathBuf),
-    /// A support bundle file.
-    Bundle(PathBuf),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopoOutput {
-    Tree,
-    Matrix,
-    Json,
-}
-
-#[derive(Debug)]
-pub struct CheckOptions {
-    /// Options for the level-1 probes (defaults of `gpudoctor probe`).
-    pub probe: crate::probes::live::ProbeOptions,
-    pub json: bool,
-    pub all_rows: bool,
-    pub strict: bool,
-    pub level: u8,
-    pub overrides: crate::checks::Overrides,
-}
-
-impl CheckOptions {
-    /// A plain level-0 check with no overrides (what a bundle stores, what tests run).
-    pub fn level0() -> Self {
-        CheckOptions {
-            probe: probe_defaults(),
-            json: true,
-            all_rows: false,
-            strict: false,
-            level: 0,
-            overrides: crate::checks::Overrides::default(),
-        }
-    }
-}
-
-#[derive(Debug)]
-pub enum Action {
-    Topo(TopoOutput),
-    Check(CheckOptions),
-    List {
-        json: bool,
-    },
-    Explain(String),
-    Snapshot(String),
-    Probe {
-        options: crate::probes::live::ProbeOptions,
-        json: bool,
-    },
-    /// Token from --token or GPUDOCTOR_TOKEN resolved into the args.
-    WriteBw(WriteBwArgs),
-    Man(PathBuf),
-    Bundle {
-        output: PathBuf,
-        redact: bool,
-        /// Draw progress on stderr (stderr is a terminal).
-        progress: bool,
-    },
-}
-
-#[derive(Debug)]
-pub struct Config {
-    pub source: SourceSpec,
-    pub action: Action,
-    /// Terminal width for human tables; None when stdout is not a terminal (stable output).
-    pub width: Option<u16>,
-}
-
-impl Config {
-    pub fn from_args(args: Args) -> Self {
-        let source = match (args.root, args.bundle) {
-            (Some(p), _) => SourceSpec::Root(p),
-            (None, Some(f)) => SourceSpec::Bundle(f),
-            (None, None) => SourceSpec::Live,
-        };
-        let action = match args.command {
-            Command::Topo(t) => Action::Topo(if t.json {
-                TopoOutput::Json
-            } else if t.matrix {
-                TopoOutput::Matrix
-            } else {
-                TopoOutput::Tree
-            }),
-            Command::Check(c) => Action::Check(CheckOptions {
-                probe: probe_defaults(),
-                json: c.json,
-                all_rows: c.all,
-                strict: c.strict,
-                level: c.level,
-                overrides: crate::checks::Overrides {
-                    warn: c.warn,
-                    deny: c.deny,
-                    skip: c.skip,
-                },
-            }),
-            Command::List { json } => Action::List { json },
-            Command::Explain { id } => Action::Explain(id),
-            Command::Snapshot { what } => Action::Snapshot(what),
-            Command::Probe(cmd) => cmd.into_action(),
-            Command::Man { dir } => Action::Man(dir),
-            Command::Bundle(b) => Action::Bundle {
-                output: b.output,
-                redact: !b.no_redact,
-                progress: std::io::stderr().is_terminal(),
-            },
-        };
-        let width = if std::io::stdout().is_terminal() {
-            comfy_table::Table::new().width()
-        } else {
-            None
-        };
-        Config {
-            source,
-            action,
-            width,
-        }
-    }
-}
-
-impl ProbeCommand {
-    fn into_action(self) -> Action {
-        use crate::probes::ProbeKind as K;
-        let (kind, p) = match self {
-            ProbeCommand::WriteBw(mut w) => {
-                if w.token.is_none() {
-                    w.token = std::env::var("GPUDOCTOR_TOKEN")
-                        .ok()
-                        .filter(|t| !t.is_empty());
-                }
-                return Action::WriteBw(w);
-            }
-            ProbeCommand::H2d(p) => (K::H2d, p),
-            ProbeCommand::D2h(p) => (K::D2h, p),
-            ProbeCommand::P2p(p) => (K::P2p, p),
-            ProbeCommand::DmabufExport(p) => (K::DmabufExport, p),
-        };
-        Action::Probe {
-            options: crate::probes::live::ProbeOptions {
-                kind,
-                gpu: p.gpu,
-                size_bytes: p.size,
-                iters: p.iters,
-                warmup: p.warmup,
-                deadline: std::time::Duration::from_secs(p.deadline),
-                ..probe_defaults()
-            },
-            json: p.json,
-        }
-    }
-}
-
-/// Where a CUDA toolkit (and so NVRTC) may be installed.
-fn cuda_homes() -> Vec<PathBuf> {
-    ["CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(std::env::var_os)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .collect()
-}
-
-/// Probe options `check --level 1` uses: `gpudoctor probe`'s defaults.
-pub fn probe_defaults() -> crate::probes::live::ProbeOptions {
-    use crate::probes::live;
-    live::ProbeOptions {
-        kind: crate::probes::ProbeKind::H2d,
-        gpu: None,
-        size_bytes: live::DEFAULT_SIZE_BYTES,
-        iters: live::DEFAULT_ITERS,
-        warmup: live::DEFAULT_WARMUP,
-        deadline: std::time::Duration::from_secs(live::DEFAULT_DEADLINE_S),
-        cuda_homes: cuda_homes(),
-        progress: std::io::stderr().is_terminal(),
-        policy: crate::probes::Policy::default(),
-    }
 }
 
 /// The clap command, for man page generation.

@@ -5,6 +5,7 @@
 pub mod bundle;
 pub mod checks;
 pub mod cli;
+pub mod config;
 pub mod cuda;
 pub mod inventory;
 pub mod libs;
@@ -16,6 +17,7 @@ pub mod rdma;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod source;
 pub mod sysroot;
 pub mod topo;
 pub mod verbs;

@@ -521,3 +521,50 @@ pub fn explain(c: &crate::checks::CheckInfo) -> String {
     }
     s
 }
+
+/// What `gpudoctor bundle` prints once the bundle is written.
+pub fn bundle_summary(
+    output: &std::path::Path,
+    w: &crate::bundle::write::Written,
+    elapsed: std::time::Duration,
+) -> String {
+    let m = &w.manifest;
+    let mut s = format!(
+        "wrote {}: {} KiB, {} files, {} links, {} directories ({} KiB uncompressed) in {} ms\n",
+        output.display(),
+        w.archive_bytes.div_ceil(1024),
+        m.contents.files,
+        m.contents.links,
+        m.contents.dirs,
+        m.contents.file_bytes.div_ceil(1024),
+        elapsed.as_millis()
+    );
+    if m.redaction.enabled {
+        let classes: Vec<String> = m
+            .redaction
+            .distinct_values
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "redacted: {} (in {} files; --no-redact keeps them)",
+            if classes.is_empty() {
+                "nothing found".to_string()
+            } else {
+                classes.join(", ")
+            },
+            m.redaction.files.len()
+        );
+    } else {
+        s.push_str("not redacted (--no-redact): serials, UUIDs, GUIDs, MACs and the hostname are in the bundle\n");
+    }
+    if !m.unreadable.is_empty() {
+        let _ = writeln!(
+            s,
+            "{} path(s) could not be read (listed in manifest.json, replayed as the same errors)",
+            m.unreadable.len()
+        );
+    }
+    s
+}

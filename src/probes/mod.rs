@@ -6,6 +6,7 @@
 //! (10^9 bytes/s), as perftest and nvbandwidth print it.
 
 pub mod live;
+pub mod options;
 pub mod render;
 
 use serde::{Deserialize, Serialize};

@@ -2,7 +2,7 @@
 //! unknowns and notes (or a clean error), never a panic.
 
 use crate::repo;
-use gpudoctor::cli::{CheckOptions, SourceSpec};
+use gpudoctor::config::{CheckOptions, SourceSpec};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 

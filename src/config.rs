@@ -1,0 +1,341 @@
+//! Arguments resolved once: clap's raw structs (`cli`) stop here. `Config::from_args` is the
+//! one place that looks at the environment (terminal, CUDA_HOME, GPUDOCTOR_TOKEN) and the one
+//! place that validates arguments that can be judged without the machine (probe sizes,
+//! write-bw plans, check ids, which commands take --root/--bundle), so every later stage
+//! works on values that are already right.
+//!
+//! This module must not read sysfs, open libraries or print.
+
+use crate::checks::Overrides;
+use crate::cli::{Args, Command, ProbeArgs, ProbeCommand, WriteBwArgs};
+use crate::probes::ProbeKind;
+use crate::probes::options::ProbeOptions;
+use crate::rdma::{Role, WriteBwRequest, write_bw};
+pub use crate::source::SourceSpec;
+use anyhow::{Context, Result, bail};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopoOutput {
+    Tree,
+    Matrix,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Options for the level-1 probes (defaults of `gpudoctor probe`).
+    pub probe: ProbeOptions,
+    pub json: bool,
+    pub all_rows: bool,
+    pub strict: bool,
+    pub level: u8,
+    pub overrides: Overrides,
+}
+
+impl CheckOptions {
+    /// A plain level-0 check with no overrides and no environment (what a bundle stores, what
+    /// tests run).
+    pub fn level0() -> Self {
+        CheckOptions {
+            probe: ProbeOptions::defaults(ProbeKind::H2d),
+            json: true,
+            all_rows: false,
+            strict: false,
+            level: 0,
+            overrides: Overrides::default(),
+        }
+    }
+}
+
+/// `probe write-bw`, resolved: the request the engine runs and how to print it.
+#[derive(Debug, Clone)]
+pub struct WriteBwConfig {
+    pub request: WriteBwRequest,
+    pub json: bool,
+}
+
+#[derive(Debug)]
+pub enum Action {
+    Topo(TopoOutput),
+    Check(CheckOptions),
+    List {
+        json: bool,
+    },
+    Explain(String),
+    Snapshot(String),
+    Probe {
+        options: ProbeOptions,
+        json: bool,
+    },
+    WriteBw(WriteBwConfig),
+    Man(PathBuf),
+    Bundle {
+        output: PathBuf,
+        redact: bool,
+        /// Draw progress on stderr (stderr is a terminal).
+        progress: bool,
+    },
+}
+
+/// The environment `from_args` consults, gathered in one value so tests can give their own.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// stdout is a terminal: its width for human tables.
+    pub stdout_width: Option<u16>,
+    pub stderr_is_terminal: bool,
+    /// CUDA_HOME / CUDA_PATH, where NVRTC may live.
+    pub cuda_homes: Vec<PathBuf>,
+    /// GPUDOCTOR_TOKEN.
+    pub token: Option<String>,
+}
+
+impl Env {
+    pub fn current() -> Env {
+        let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        Env {
+            stdout_width: if std::io::stdout().is_terminal() {
+                comfy_table::Table::new().width()
+            } else {
+                None
+            },
+            stderr_is_terminal: std::io::stderr().is_terminal(),
+            cuda_homes: ["CUDA_HOME", "CUDA_PATH"]
+                .iter()
+                .filter_map(|k| nonempty(k))
+                .map(PathBuf::from)
+                .collect(),
+            token: nonempty("GPUDOCTOR_TOKEN").and_then(|t| t.into_string().ok()),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub source: SourceSpec,
+    pub action: Action,
+    /// Terminal width for human tables; None when stdout is not a terminal (stable output).
+    pub width: Option<u16>,
+}
+
+impl Config {
+    /// Resolve parsed arguments against the process environment.
+    pub fn from_args(args: Args) -> Result<Config> {
+        Config::resolve(args, &Env::current())
+    }
+
+    /// Resolve parsed arguments against `env`. Errors here are usage errors (exit 2).
+    pub fn resolve(args: Args, env: &Env) -> Result<Config> {
+        let source = match (args.root, args.bundle) {
+            (Some(p), _) => SourceSpec::Root(p),
+            (None, Some(f)) => SourceSpec::Bundle(f),
+            (None, None) => SourceSpec::Live,
+        };
+        let probe_defaults = |kind| ProbeOptions {
+            cuda_homes: env.cuda_homes.clone(),
+            progress: env.stderr_is_terminal,
+            ..ProbeOptions::defaults(kind)
+        };
+        let action = match args.command {
+            Command::Topo(t) => Action::Topo(if t.json {
+                TopoOutput::Json
+            } else if t.matrix {
+                TopoOutput::Matrix
+            } else {
+                TopoOutput::Tree
+            }),
+            Command::Check(c) => {
+                let overrides = Overrides {
+                    warn: c.warn,
+                    deny: c.deny,
+                    skip: c.skip,
+                };
+                let unknown = overrides.unknown_ids();
+                if !unknown.is_empty() {
+                    bail!(
+                        "unknown check id(s) {}: `gpudoctor list` shows them all",
+                        unknown.join(", ")
+                    );
+                }
+                Action::Check(CheckOptions {
+                    probe: probe_defaults(ProbeKind::H2d),
+                    json: c.json,
+                    all_rows: c.all,
+                    strict: c.strict,
+                    level: c.level,
+                    overrides,
+                })
+            }
+            Command::List { json } => Action::List { json },
+            Command::Explain { id } => Action::Explain(id),
+            Command::Snapshot { what } => Action::Snapshot(what),
+            Command::Probe(cmd) => {
+                if !source.is_live() {
+                    bail!(
+                        "probes measure the live machine; --root and --bundle replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
+                    );
+                }
+                match cmd {
+                    ProbeCommand::WriteBw(w) => Action::WriteBw(write_bw_config(w, env)?),
+                    ProbeCommand::H2d(p) => probe_action(ProbeKind::H2d, p, probe_defaults)?,
+                    ProbeCommand::D2h(p) => probe_action(ProbeKind::D2h, p, probe_defaults)?,
+                    ProbeCommand::P2p(p) => probe_action(ProbeKind::P2p, p, probe_defaults)?,
+                    ProbeCommand::DmabufExport(p) => {
+                        probe_action(ProbeKind::DmabufExport, p, probe_defaults)?
+                    }
+                }
+            }
+            Command::Man { dir } => Action::Man(dir),
+            Command::Bundle(b) => Action::Bundle {
+                output: b.output,
+                redact: !b.no_redact,
+                progress: env.stderr_is_terminal,
+            },
+        };
+        Ok(Config {
+            source,
+            action,
+            width: env.stdout_width,
+        })
+    }
+}
+
+fn probe_action(
+    kind: ProbeKind,
+    p: ProbeArgs,
+    defaults: impl Fn(ProbeKind) -> ProbeOptions,
+) -> Result<Action> {
+    let options = ProbeOptions {
+        gpu: p.gpu,
+        size_bytes: p.size,
+        iters: p.iters,
+        warmup: p.warmup,
+        deadline: Duration::from_secs(p.deadline),
+        ..defaults(kind)
+    };
+    options.validate().map_err(anyhow::Error::msg)?;
+    Ok(Action::Probe {
+        options,
+        json: p.json,
+    })
+}
+
+fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
+    let sizes = if w.all {
+        write_bw::all_sizes()
+    } else {
+        w.sizes.unwrap_or_else(|| write_bw::DEFAULT_SIZES.to_vec())
+    };
+    let plan = write_bw::Plan::new(
+        sizes,
+        w.iters,
+        w.tx_depth,
+        w.cq_mod,
+        w.post_list,
+        w.qps,
+        w.validate,
+    )
+    .context("probe write-bw")?;
+    let token = || {
+        w.token
+            .clone()
+            .or_else(|| env.token.clone())
+            .filter(|t| !t.is_empty())
+            .context("two-node mode needs a shared --token (or GPUDOCTOR_TOKEN) on both sides")
+    };
+    let role = if w.serve {
+        Role::Serve {
+            listen: w.listen.clone(),
+            token: token()?,
+        }
+    } else if let Some(peer) = &w.peer {
+        Role::Client {
+            peer: peer.clone(),
+            token: token()?,
+        }
+    } else {
+        Role::Loopback
+    };
+    Ok(WriteBwConfig {
+        request: WriteBwRequest {
+            device: w.device,
+            port: w.port,
+            gid_index: w.gid_index,
+            plan,
+            role,
+            timeout: Duration::from_secs(w.timeout.max(1)),
+        },
+        json: w.json,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn resolve(argv: &[&str], env: &Env) -> Result<Config> {
+        let mut full = vec!["gpudoctor"];
+        full.extend_from_slice(argv);
+        Config::resolve(Args::try_parse_from(full).expect("parses"), env)
+    }
+
+    fn err(argv: &[&str]) -> String {
+        format!("{:#}", resolve(argv, &Env::default()).unwrap_err())
+    }
+
+    #[test]
+    fn the_environment_is_read_only_through_env() {
+        let env = Env {
+            stdout_width: Some(99),
+            stderr_is_terminal: true,
+            cuda_homes: vec![PathBuf::from("/opt/cuda")],
+            token: Some("s3cret".into()),
+        };
+        let c = resolve(&["check", "--level", "1"], &env).unwrap();
+        assert_eq!(c.width, Some(99));
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert_eq!(o.probe.cuda_homes, vec![PathBuf::from("/opt/cuda")]);
+        assert!(o.probe.progress);
+        let c = resolve(&["probe", "write-bw", "-d", "mlx5_0", "--peer", "h"], &env).unwrap();
+        let Action::WriteBw(w) = c.action else {
+            panic!("write-bw")
+        };
+        assert_eq!(
+            w.request.role,
+            Role::Client {
+                peer: "h".into(),
+                token: "s3cret".into()
+            }
+        );
+    }
+
+    #[test]
+    fn usage_errors_are_found_before_anything_runs() {
+        assert!(err(&["check", "--deny", "pcie.acs-redirekt"]).contains("unknown check id"));
+        assert!(err(&["probe", "h2d", "--size", "1000"]).contains("at least 1 MiB"));
+        assert!(err(&["--root", "/x", "probe", "h2d"]).contains("probes measure the live"));
+        assert!(err(&["probe", "write-bw", "-d", "x", "--peer", "h"]).contains("--token"));
+        assert!(err(&["probe", "write-bw", "-d", "x", "--sizes", "0"]).contains("write-bw"));
+    }
+
+    #[test]
+    fn sources() {
+        let env = Env::default();
+        assert_eq!(resolve(&["topo"], &env).unwrap().source, SourceSpec::Live);
+        assert_eq!(
+            resolve(&["--bundle", "b.tgz", "topo"], &env)
+                .unwrap()
+                .source,
+            SourceSpec::Bundle("b.tgz".into())
+        );
+        assert_eq!(
+            resolve(&["topo", "--root", "/t"], &env).unwrap().source,
+            SourceSpec::Root("/t".into())
+        );
+    }
+}
