@@ -118,7 +118,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 } else {
                     render::check_table(&r, style)
                 },
-                check_exit_code(&r, opts.strict),
+                check_exit_code(&r, opts.strict, opts.fail_on_skip),
             )),
             Err(e) => match e.downcast::<check::Hung>() {
                 Ok(h) => Ok(Outcome {
@@ -152,8 +152,20 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 EXIT_OK,
             ))
         }
-        Action::Probe { options, json } => probe::cuda(&cfg.source, options, *json, style),
+        Action::Probe {
+            options,
+            json,
+            fail_on_skip,
+        } => probe::cuda(&cfg.source, options, *json, *fail_on_skip, style),
         Action::WriteBw(w) => probe::write_bw(w),
+        Action::Completions(shell) => {
+            let mut buf = Vec::new();
+            clap_complete::generate(*shell, &mut crate::cli::command(), "gpudoctor", &mut buf);
+            Ok(Outcome::new(
+                String::from_utf8(buf).context("completion script is not UTF-8")?,
+                EXIT_OK,
+            ))
+        }
         Action::Bundle {
             output,
             redact,
