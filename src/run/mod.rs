@@ -116,7 +116,15 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 if opts.json {
                     render::json(&r)
                 } else {
-                    render::check_table(&r, style)
+                    render::check_text(
+                        &r,
+                        &render::TextStyle {
+                            width: cfg.width,
+                            all: opts.all_rows,
+                            quiet: opts.quiet,
+                            color: opts.color,
+                        },
+                    )
                 },
                 check_exit_code(&r, opts.strict, opts.fail_on_skip),
             )),

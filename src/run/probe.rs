@@ -32,7 +32,7 @@ pub(super) fn cuda(
     let stdout = if json {
         render::json(&run.report)
     } else {
-        crate::probes::render::table(&run.report, style)
+        render::probe_table(&run.report, style)
     };
     let code = if run.interrupted {
         EXIT_ERROR
@@ -68,7 +68,7 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     let stdout = if w.json {
         render::json(&report)
     } else {
-        rdma::render::write_bw_table(&report)
+        render::write_bw_table(&report)
     };
     Ok(Outcome {
         stdout,
