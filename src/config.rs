@@ -182,21 +182,8 @@ impl Config {
                 }),
             ),
             Command::Check(c) => {
-                let overrides = Overrides {
-                    warn: c.warn,
-                    deny: c.deny,
-                    skip: c.skip,
-                };
-                let unknown = overrides.unknown_ids();
-                if !unknown.is_empty() {
-                    bail!(
-                        "unknown check id(s) {}: `gpudoctor list` shows them all",
-                        unknown.join(", ")
-                    );
-                }
-                if let Some(c) = overrides.contradictions().first() {
-                    bail!("{c}: give each check id at most one of --warn, --deny, --skip");
-                }
+                let overrides =
+                    Overrides::parse(&c.warn, &c.deny, &c.skip).map_err(anyhow::Error::msg)?;
                 (
                     Some(c.source),
                     Action::Check(CheckOptions {

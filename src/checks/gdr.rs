@@ -1,7 +1,7 @@
 //! gdr.*: which memory path GPUDirect RDMA can use: nvidia-peermem, dma-buf, or none.
 
 use super::driver::parse_nvrm;
-use super::{Ctx, Evidence, Finding, Status, ev};
+use super::{CheckId, Ctx, Evidence, Finding, Status, ev};
 
 /// `Linux version 6.18.44-fc ...` -> (6, 18).
 pub fn kernel_major_minor(proc_version: &str) -> Option<(u32, u32)> {
@@ -12,7 +12,7 @@ pub fn kernel_major_minor(proc_version: &str) -> Option<(u32, u32)> {
 
 /// Where NCCL looks for nvidia-peermem (src/transport/net_ib.cc: memory_peers version files),
 /// plus the module itself (a built-in module has /sys/module/X but no /proc/modules line).
-fn peermem(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
+fn peermem_facts(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
     let h = &ctx.inv.host;
     let mut e = Vec::new();
     for (p, v) in &h.memory_peers {
@@ -63,7 +63,7 @@ fn peermem(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
 /// dma-buf needs: the open kernel module, Linux >= 5.12 (ib_umem_dmabuf), and an rdma-core
 /// that exports ibv_reg_dmabuf_mr (rdma-core >= 34). CUDA's DMA_BUF_SUPPORTED attribute is
 /// confirmed by the level-1 dmabuf-export probe.
-fn dmabuf(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
+fn dmabuf_facts(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
     let h = &ctx.inv.host;
     let mut e = Vec::new();
     let mut missing = Vec::new();
@@ -124,21 +124,24 @@ fn dmabuf(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
     (possible, missing, e)
 }
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let t = ctx.topo;
-    let no_gdr = if t.gpus.is_empty() {
+/// Why GPUDirect RDMA cannot apply here at all, if it cannot.
+fn not_applicable(ctx: &Ctx) -> Option<&'static str> {
+    if ctx.topo.gpus.is_empty() {
         Some("no NVIDIA GPUs")
     } else if ctx.inv.host.nvidia_version_line.is_none() {
         Some("NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist")
-    } else if t.nics.is_empty() {
+    } else if ctx.topo.nics.is_empty() {
         Some("no RDMA NICs: GPUDirect RDMA not applicable")
     } else {
         None
-    };
-    let (pm, pm_ev) = peermem(ctx);
-    let (db, db_missing, db_ev) = dmabuf(ctx);
+    }
+}
 
-    let id = "gdr.peermem";
+pub(super) fn peermem(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let no_gdr = not_applicable(ctx);
+    let (pm, pm_ev) = peermem_facts(ctx);
+    let (db, _, _) = dmabuf_facts(ctx);
+    let id = CheckId::GdrPeermem;
     let f = match (no_gdr, pm) {
         (Some(why), _) => Finding::new(id, "host", Status::Skip, why),
         (None, Some(true)) => Finding::new(id, "host", Status::Pass, "nvidia-peermem is loaded"),
@@ -149,8 +152,13 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         (None, None) => Finding::new(id, "host", Status::Skip, "module lists unreadable: nvidia-peermem state unknown"),
     };
     out.push(f.evidence(pm_ev));
+}
 
-    let id = "gdr.dmabuf";
+pub(super) fn dmabuf(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let no_gdr = not_applicable(ctx);
+    let (pm, _) = peermem_facts(ctx);
+    let (db, db_missing, db_ev) = dmabuf_facts(ctx);
+    let id = CheckId::GdrDmabuf;
     let f = match (no_gdr, db) {
         (Some(why), _) => Finding::new(id, "host", Status::Skip, why),
         (None, Some(true)) => Finding::new(id, "host", Status::Pass, "dma-buf GPUDirect RDMA possible (open module, kernel >= 5.12, ibv_reg_dmabuf_mr); the level-1 probe confirms CUDA's DMA_BUF_SUPPORTED"),
@@ -160,8 +168,15 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         (None, None) => Finding::new(id, "host", Status::Skip, "dma-buf support unknown (a required fact could not be read)"),
     };
     out.push(f.evidence(db_ev));
+}
 
-    let id = "gdr.path";
+/// gdr.path: which memory path each GPU's GPUDirect RDMA to its closest NIC can take.
+pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let t = ctx.topo;
+    let no_gdr = not_applicable(ctx);
+    let (pm, _) = peermem_facts(ctx);
+    let (db, _, _) = dmabuf_facts(ctx);
+    let id = CheckId::GdrPath;
     if let Some(why) = no_gdr {
         out.push(Finding::new(id, "host", Status::Skip, why));
         return;

@@ -1,10 +1,10 @@
 //! iommu.mode: translated DMA on GPUs/NICs breaks or slows GPUDirect RDMA peer mappings.
 
-use super::{Ctx, Finding, Status, ev};
+use super::{CheckId, Ctx, Finding, Status, ev};
 use std::collections::BTreeSet;
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let id = "iommu.mode";
+pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::IommuMode;
     let h = &ctx.inv.host;
     let t = ctx.topo;
     let cmd = h.cmdline.clone().unwrap_or_default();

@@ -3,7 +3,7 @@
 //! Laid out as indented blocks (cargo's diagnostics, not a box table) wrapped to the width
 //! given: the terminal's, or 100 columns in a pipe, so logs and snapshots read the same.
 
-use crate::checks::{Finding, Status};
+use crate::checks::{CheckId, Finding, Status};
 use crate::report::CheckReport;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -166,18 +166,13 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
             }
         }
         // Skips: one block per (check, reason), the subjects named together.
-        let mut skips: BTreeMap<(usize, &str), Vec<&Finding>> = BTreeMap::new();
-        let mut requested: BTreeMap<usize, (&str, usize)> = BTreeMap::new();
-        for (i, f) in r.checks.iter().enumerate() {
+        let mut skips: BTreeMap<(CheckId, &str), Vec<&Finding>> = BTreeMap::new();
+        let mut requested: BTreeMap<CheckId, usize> = BTreeMap::new();
+        for f in &r.checks {
             if skipped_by_request(f) {
-                let first = r.checks.iter().position(|x| x.id == f.id).unwrap_or(i);
-                requested.entry(first).or_insert((f.id, 0)).1 += 1;
+                *requested.entry(f.id).or_default() += 1;
             } else if f.status == Status::Skip {
-                let first = r.checks.iter().position(|x| x.id == f.id).unwrap_or(i);
-                skips
-                    .entry((first, f.message.as_str()))
-                    .or_default()
-                    .push(f);
+                skips.entry((f.id, f.message.as_str())).or_default().push(f);
             }
         }
         // One wrapped entry per (check, reason); evidence only with --all.
@@ -203,7 +198,7 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
         }
         if !requested.is_empty() {
             let list: Vec<String> = requested
-                .values()
+                .iter()
                 .map(|(id, n)| format!("{id} ({n})"))
                 .collect();
             out.push_str("not judged, as asked (--skip): ");
@@ -211,12 +206,9 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
             out.push('\n');
         }
         // Passes: one line per check id, or every subject with evidence.
-        let mut passes: BTreeMap<usize, Vec<&Finding>> = BTreeMap::new();
-        for (i, f) in r.checks.iter().enumerate() {
-            if f.status == Status::Pass {
-                let first = r.checks.iter().position(|x| x.id == f.id).unwrap_or(i);
-                passes.entry(first).or_default().push(f);
-            }
+        let mut passes: BTreeMap<CheckId, Vec<&Finding>> = BTreeMap::new();
+        for f in r.checks.iter().filter(|f| f.status == Status::Pass) {
+            passes.entry(f.id).or_default().push(f);
         }
         if !passes.is_empty() {
             if st.all {
@@ -227,7 +219,7 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
                 }
                 out.push('\n');
             } else {
-                let idw = passes.values().map(|g| g[0].id.len()).max().unwrap_or(0);
+                let idw = passes.keys().map(|id| id.as_str().len()).max().unwrap_or(0);
                 for group in passes.values() {
                     let f = group[0];
                     let subjects: Vec<&str> = group.iter().map(|f| f.subject.as_str()).collect();
@@ -241,7 +233,7 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
                         )
                     };
                     let _ = write!(out, "{}", paint("PASS", Status::Pass, st.color));
-                    let lead = format!(" {:<idw$}  ", f.id);
+                    let lead = format!(" {:<idw$}  ", f.id.as_str());
                     out.push_str(&lead);
                     wrap(&mut out, &what, 4 + lead.len(), 7 + idw, width);
                 }
@@ -251,18 +243,11 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
     }
     // The verdict, last: what failed, what warned, then the counts.
     for status in [Status::Fail, Status::Warn] {
-        let mut by_id: BTreeMap<usize, (&str, Vec<&str>)> = BTreeMap::new();
-        for (i, f) in r.checks.iter().enumerate() {
-            if f.status == status {
-                let first = r.checks.iter().position(|x| x.id == f.id).unwrap_or(i);
-                by_id
-                    .entry(first)
-                    .or_insert((f.id, Vec::new()))
-                    .1
-                    .push(&f.subject);
-            }
+        let mut by_id: BTreeMap<CheckId, Vec<&str>> = BTreeMap::new();
+        for f in r.checks.iter().filter(|f| f.status == status) {
+            by_id.entry(f.id).or_default().push(&f.subject);
         }
-        for (id, subjects) in by_id.values() {
+        for (id, subjects) in &by_id {
             let _ = write!(out, "{}", paint(word(status), status, st.color));
             let lead = format!("  {id} on ");
             out.push_str(&lead);
