@@ -58,6 +58,10 @@ pub enum Command {
     Probe(ProbeCommand),
     /// Record everything gpudoctor reads into one .tar.gz that replays with --bundle.
     Bundle(BundleArgs),
+    /// Write the expected shape of this server model (schema gpudoctor.baseline/1): GPUs and
+    /// NICs by PCI position, path matrix, PCIe links, NVLinks, BAR1, versions, bandwidth
+    /// floors. Compare other nodes with `check --expect FILE`.
+    Baseline(BaselineArgs),
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -102,6 +106,20 @@ pub struct CheckArgs {
     /// Do not judge this check (repeatable); it is reported as skip.
     #[arg(long = "skip", value_name = "ID")]
     pub skip: Vec<String>,
+    /// Compare with a baseline written by `gpudoctor baseline` (findings baseline.*).
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<PathBuf>,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct BaselineArgs {
+    /// Where to write the baseline (default: stdout).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// 1 = also record bandwidth floors: measured by the level-1 CUDA probes on the live
+    /// machine (replayed sources use their recorded probes/*.json whenever present).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub level: u8,
 }
 
 #[derive(Debug, Subcommand)]

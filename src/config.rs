@@ -33,6 +33,8 @@ pub struct CheckOptions {
     pub strict: bool,
     pub level: u8,
     pub overrides: Overrides,
+    /// `--expect FILE`: the baseline to compare with, parsed.
+    pub expect: Option<crate::baseline::Baseline>,
 }
 
 impl CheckOptions {
@@ -46,6 +48,7 @@ impl CheckOptions {
             strict: false,
             level: 0,
             overrides: Overrides::default(),
+            expect: None,
         }
     }
 }
@@ -60,7 +63,7 @@ pub struct WriteBwConfig {
 #[derive(Debug)]
 pub enum Action {
     Topo(TopoOutput),
-    Check(CheckOptions),
+    Check(Box<CheckOptions>),
     List {
         json: bool,
     },
@@ -72,6 +75,11 @@ pub enum Action {
     },
     WriteBw(WriteBwConfig),
     Man(PathBuf),
+    Baseline {
+        output: Option<PathBuf>,
+        level: u8,
+        probe: ProbeOptions,
+    },
     Bundle {
         output: PathBuf,
         redact: bool,
@@ -159,14 +167,19 @@ impl Config {
                         unknown.join(", ")
                     );
                 }
-                Action::Check(CheckOptions {
+                let expect = match &c.expect {
+                    Some(p) => Some(read_baseline(p)?),
+                    None => None,
+                };
+                Action::Check(Box::new(CheckOptions {
                     probe: probe_defaults(ProbeKind::H2d),
                     json: c.json,
                     all_rows: c.all,
                     strict: c.strict,
                     level: c.level,
                     overrides,
-                })
+                    expect,
+                }))
             }
             Command::List { json } => Action::List { json },
             Command::Explain { id } => Action::Explain(id),
@@ -188,6 +201,11 @@ impl Config {
                 }
             }
             Command::Man { dir } => Action::Man(dir),
+            Command::Baseline(b) => Action::Baseline {
+                output: b.output,
+                level: b.level,
+                probe: probe_defaults(ProbeKind::H2d),
+            },
             Command::Bundle(b) => Action::Bundle {
                 output: b.output,
                 redact: !b.no_redact,
@@ -200,6 +218,13 @@ impl Config {
             width: env.stdout_width,
         })
     }
+}
+
+/// Read and parse a baseline file (a usage error when it is missing or malformed).
+fn read_baseline(p: &std::path::Path) -> Result<crate::baseline::Baseline> {
+    let text = std::fs::read_to_string(p)
+        .with_context(|| format!("--expect {}: cannot read", p.display()))?;
+    crate::baseline::Baseline::parse(&text).with_context(|| format!("--expect {}", p.display()))
 }
 
 fn probe_action(

@@ -281,6 +281,54 @@ catalog![
         Fail,
         "RDMA-write loopback on every active port moves and validates data at line rate"
     ),
+    (
+        "baseline.gpus",
+        0,
+        Fail,
+        "GPUs at the baseline's PCI positions, of the baseline's model (--expect)"
+    ),
+    (
+        "baseline.nics",
+        0,
+        Fail,
+        "NICs at the baseline's PCI positions, model and port link layer/rate (--expect)"
+    ),
+    (
+        "baseline.paths",
+        0,
+        Fail,
+        "GPU-GPU and GPU-NIC path types as in the baseline (--expect)"
+    ),
+    (
+        "baseline.pcie",
+        0,
+        Fail,
+        "PCIe link capability and width as in the baseline (--expect)"
+    ),
+    (
+        "baseline.nvlink",
+        0,
+        Fail,
+        "Active NVLinks per GPU as in the baseline (--expect)"
+    ),
+    (
+        "baseline.bar1",
+        0,
+        Fail,
+        "BAR1 size as in the baseline (--expect)"
+    ),
+    (
+        "baseline.versions",
+        0,
+        Fail,
+        "Driver, kernel and NIC firmware versions as in the baseline (--expect)"
+    ),
+    (
+        "baseline.bandwidth",
+        1,
+        Fail,
+        "Probe bandwidth at or above the baseline's floors (--expect, --level 1)"
+    ),
 ];
 
 /// The check list for `gpudoctor check --help` and the man page.

@@ -4,6 +4,7 @@
 //! This module must not parse arguments (`config` did), read recorded documents (`source`
 //! does), format text (`render` does) or end the process (`main` does, from `Outcome`).
 
+mod baseline;
 mod bundle;
 mod check;
 mod probe;
@@ -159,6 +160,11 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             redact,
             progress,
         } => bundle::make(&cfg.source, output, *redact, *progress),
+        Action::Baseline {
+            output,
+            level,
+            probe,
+        } => baseline::write(&cfg.source, output.as_deref(), *level, probe),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();
