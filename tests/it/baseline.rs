@@ -77,6 +77,7 @@ fn ids(report: &Value) -> Vec<(String, String)> {
 #[test]
 fn every_fixture_passes_its_own_baseline() {
     let tmp = tempfile::tempdir().unwrap();
+    let mut passed = std::collections::BTreeSet::new();
     for (n, src) in all_sources() {
         let b = baseline_of(&src, tmp.path(), &format!("{n}.json"));
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&b).unwrap()).unwrap();
@@ -85,6 +86,11 @@ fn every_fixture_passes_its_own_baseline() {
         assert_eq!(differences(&r), vec![], "{n} against its own baseline");
         // Every baseline id reported, and GPUs judged where the fixture has any.
         let seen = ids(&r);
+        passed.extend(
+            seen.iter()
+                .filter(|(_, s)| s == "pass")
+                .map(|(i, _)| i.clone()),
+        );
         for id in [
             "baseline.gpus",
             "baseline.nics",
@@ -115,6 +121,12 @@ fn every_fixture_passes_its_own_baseline() {
             assert!(seen.contains(&("baseline.bandwidth".into(), "pass".into())));
         }
     }
+    let all: std::collections::BTreeSet<String> = gpudoctor::checks::CATALOG
+        .iter()
+        .filter(|c| c.id.starts_with("baseline."))
+        .map(|c| c.id.to_string())
+        .collect();
+    assert_eq!(passed, all, "every baseline id passes somewhere");
 }
 
 /// Each variant against its base fixture's baseline shows the planted difference (and only the
@@ -228,11 +240,13 @@ fn variants_differ_from_their_base_where_the_shape_changed() {
     ];
     let sources = all_sources();
     let src_of = |n: &str| sources.iter().find(|(m, _)| m == n).unwrap().1.clone();
+    let mut failed = std::collections::BTreeSet::new();
     for (variant, wants) in expected {
         let base = variant.split("--").next().unwrap();
         let b = baseline_of(&src_of(base), tmp.path(), &format!("{base}.json"));
         let (code, r) = check_expect(&src_of(variant), &b, "0");
         let diffs = differences(&r);
+        failed.extend(diffs.iter().filter(|d| d.2 == "fail").map(|d| d.0.clone()));
         if wants.is_empty() {
             assert_eq!(diffs, vec![], "{variant}: the shape did not change");
         }
@@ -249,6 +263,13 @@ fn variants_differ_from_their_base_where_the_shape_changed() {
             }
         }
     }
+    // Every level-0 baseline id fails somewhere (baseline.bandwidth: the floors test below).
+    let all: std::collections::BTreeSet<String> = gpudoctor::checks::CATALOG
+        .iter()
+        .filter(|c| c.id.starts_with("baseline.") && c.level == 0)
+        .map(|c| c.id.to_string())
+        .collect();
+    assert_eq!(failed, all, "every baseline id fails somewhere");
 }
 
 /// Where the facts are unknown (no driver), NVLink-dependent expectations are skips, never
