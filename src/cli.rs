@@ -6,7 +6,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use std::path::PathBuf;
 
 // Older paths of the resolved types (they moved to `config` and `source`).
-pub use crate::config::{CheckOptions, Config};
+pub use crate::config::{CheckOptions, Config, OutputFormat};
 pub use crate::source::SourceSpec;
 
 /// A doctor for GPU + RDMA servers: topology, GPUDirect readiness, bandwidth probes.
@@ -83,9 +83,13 @@ pub struct TopoArgs {
 
 #[derive(Debug, ClapArgs)]
 pub struct CheckArgs {
-    /// Print one JSON document (schema gpudoctor.check/1).
-    #[arg(long)]
+    /// Print one JSON document (schema gpudoctor.check/1); the same as --format json.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json, prometheus (node_exporter textfile collector), junit (CI
+    /// test reports).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
     /// Exit 1 on warnings too.
     #[arg(long)]
     pub strict: bool,
@@ -157,8 +161,11 @@ pub struct ProbeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline: u64,
     /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
 }
 
 #[derive(Debug, Clone, ClapArgs)]
@@ -205,8 +212,11 @@ pub struct WriteBwArgs {
     #[arg(long)]
     pub validate: bool,
     /// Print one JSON document (schema gpudoctor.write-bw/1).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
     /// Two-node mode, passive side: wait for one --peer client and be written into.
     #[arg(long, conflicts_with = "peer")]
     pub serve: bool,

@@ -24,6 +24,30 @@ pub enum TopoOutput {
     Json,
 }
 
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Human table.
+    Table,
+    /// One JSON document.
+    Json,
+    /// Prometheus text exposition (node_exporter textfile collector).
+    Prometheus,
+    /// JUnit XML (check only).
+    Junit,
+}
+
+impl OutputFormat {
+    /// `--json` and `--format` resolved (clap has already refused both together).
+    fn resolve(json: bool, format: Option<OutputFormat>) -> OutputFormat {
+        match (json, format) {
+            (_, Some(f)) => f,
+            (true, None) => OutputFormat::Json,
+            (false, None) => OutputFormat::Table,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
     /// Options for the level-1 probes (defaults of `gpudoctor probe`).
@@ -35,6 +59,7 @@ pub struct CheckOptions {
     pub overrides: Overrides,
     /// `--expect FILE`: the baseline to compare with, parsed.
     pub expect: Option<crate::baseline::Baseline>,
+    pub format: OutputFormat,
 }
 
 impl CheckOptions {
@@ -49,6 +74,7 @@ impl CheckOptions {
             level: 0,
             overrides: Overrides::default(),
             expect: None,
+            format: OutputFormat::Json,
         }
     }
 }
@@ -58,6 +84,7 @@ impl CheckOptions {
 pub struct WriteBwConfig {
     pub request: WriteBwRequest,
     pub json: bool,
+    pub format: OutputFormat,
 }
 
 #[derive(Debug)]
@@ -72,6 +99,7 @@ pub enum Action {
     Probe {
         options: ProbeOptions,
         json: bool,
+        format: OutputFormat,
     },
     WriteBw(WriteBwConfig),
     Man(PathBuf),
@@ -171,9 +199,11 @@ impl Config {
                     Some(p) => Some(read_baseline(p)?),
                     None => None,
                 };
+                let format = OutputFormat::resolve(c.json, c.format);
                 Action::Check(Box::new(CheckOptions {
                     probe: probe_defaults(ProbeKind::H2d),
-                    json: c.json,
+                    json: format == OutputFormat::Json,
+                    format,
                     all_rows: c.all,
                     strict: c.strict,
                     level: c.level,
@@ -241,13 +271,24 @@ fn probe_action(
         ..defaults(kind)
     };
     options.validate().map_err(anyhow::Error::msg)?;
+    let format = probe_format(p.json, p.format)?;
     Ok(Action::Probe {
         options,
-        json: p.json,
+        json: format == OutputFormat::Json,
+        format,
     })
 }
 
+fn probe_format(json: bool, format: Option<OutputFormat>) -> Result<OutputFormat> {
+    let f = OutputFormat::resolve(json, format);
+    if f == OutputFormat::Junit {
+        bail!("--format junit is for `check` (probes print table, json or prometheus)");
+    }
+    Ok(f)
+}
+
 fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
+    let format = probe_format(w.json, w.format)?;
     let sizes = if w.all {
         write_bw::all_sizes()
     } else {
@@ -292,7 +333,8 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
             role,
             timeout: Duration::from_secs(w.timeout.max(1)),
         },
-        json: w.json,
+        json: format == OutputFormat::Json,
+        format,
     })
 }
 

@@ -8,6 +8,7 @@ pub mod checks;
 pub mod cli;
 pub mod config;
 pub mod cuda;
+pub mod export;
 pub mod inventory;
 pub mod libs;
 pub mod numa;

@@ -11,7 +11,7 @@ mod probe;
 
 pub use check::{check_exit_code, check_report, check_report_from, topo_report, topo_report_from};
 
-use crate::config::{Action, Config, TopoOutput};
+use crate::config::{Action, Config, OutputFormat, TopoOutput};
 use crate::inventory::{Inventory, Scope};
 use crate::render::{self, Style};
 use crate::source::Source;
@@ -114,10 +114,11 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         }
         Action::Check(opts) => match check_report(&cfg.source, opts) {
             Ok(r) => Ok(Outcome::new(
-                if opts.json {
-                    render::json(&r)
-                } else {
-                    render::check_table(&r, style)
+                match opts.format {
+                    OutputFormat::Json => render::json(&r),
+                    OutputFormat::Table => render::check_table(&r, style),
+                    OutputFormat::Prometheus => crate::export::prometheus::check(&r),
+                    OutputFormat::Junit => crate::export::junit::check(&r, opts.strict),
                 },
                 check_exit_code(&r, opts.strict),
             )),
@@ -153,7 +154,9 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 EXIT_OK,
             ))
         }
-        Action::Probe { options, json } => probe::cuda(&cfg.source, options, *json, style),
+        Action::Probe {
+            options, format, ..
+        } => probe::cuda(&cfg.source, options, *format, style),
         Action::WriteBw(w) => probe::write_bw(w),
         Action::Bundle {
             output,

@@ -3,7 +3,7 @@
 
 use super::check::topo_report;
 use super::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK, Outcome};
-use crate::config::WriteBwConfig;
+use crate::config::{OutputFormat, WriteBwConfig};
 use crate::probes::live::{self, ProbeOptions};
 use crate::render::{self, Style};
 use crate::source::SourceSpec;
@@ -16,7 +16,7 @@ use anyhow::Result;
 pub(super) fn cuda(
     source: &SourceSpec,
     options: &ProbeOptions,
-    json: bool,
+    format: OutputFormat,
     style: Style,
 ) -> Result<Outcome> {
     let topo = topo_report(source)?.topology;
@@ -28,10 +28,13 @@ pub(super) fn cuda(
         }
     }
     let run = live::run(options, &topo);
-    let stdout = if json {
-        render::json(&run.report)
-    } else {
-        crate::probes::render::table(&run.report, style)
+    let stdout = match format {
+        OutputFormat::Json => render::json(&run.report),
+        OutputFormat::Prometheus => crate::export::prometheus::probe(&run.report),
+        // (junit is refused for probes in config)
+        OutputFormat::Table | OutputFormat::Junit => {
+            crate::probes::render::table(&run.report, style)
+        }
     };
     let code = if run.interrupted {
         EXIT_ERROR
@@ -61,10 +64,10 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
         };
         anyhow::bail!("probe write-bw: {why}");
     }
-    let stdout = if w.json {
-        render::json(&report)
-    } else {
-        rdma::render::write_bw_table(&report)
+    let stdout = match w.format {
+        OutputFormat::Json => render::json(&report),
+        OutputFormat::Prometheus => crate::export::prometheus::write_bw(&report),
+        OutputFormat::Table | OutputFormat::Junit => rdma::render::write_bw_table(&report),
     };
     Ok(Outcome {
         stdout,

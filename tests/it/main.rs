@@ -4,6 +4,7 @@ mod baseline;
 mod bundle;
 mod checks;
 mod cli;
+mod export;
 mod fixtures;
 mod hostile;
 mod lstopo;
