@@ -62,6 +62,9 @@ pub enum Command {
     /// NICs by PCI position, path matrix, PCIe links, NVLinks, BAR1, versions, bandwidth
     /// floors. Compare other nodes with `check --expect FILE`.
     Baseline(BaselineArgs),
+    /// Write the machine in the formats of other tools: `nccl-topo` for NCCL_TOPO_FILE.
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -113,6 +116,18 @@ pub struct CheckArgs {
     /// Compare with a baseline written by `gpudoctor baseline` (findings baseline.*).
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// NCCL topology XML (for NCCL_TOPO_FILE): CPUs (NUMA nodes with their CPU masks), the
+    /// PCI bridges down to each GPU and RDMA NIC with link speed and width, NVLinks, nets.
+    /// Gives NCCL the real topology inside VMs and containers that hide it.
+    NcclTopo {
+        /// Write to FILE instead of stdout.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, ClapArgs)]

@@ -103,6 +103,10 @@ pub enum Action {
     },
     WriteBw(WriteBwConfig),
     Man(PathBuf),
+    /// `export nccl-topo`.
+    ExportNcclTopo {
+        output: Option<PathBuf>,
+    },
     Baseline {
         output: Option<PathBuf>,
         level: u8,
@@ -231,6 +235,9 @@ impl Config {
                 }
             }
             Command::Man { dir } => Action::Man(dir),
+            Command::Export(crate::cli::ExportCommand::NcclTopo { output }) => {
+                Action::ExportNcclTopo { output }
+            }
             Command::Baseline(b) => Action::Baseline {
                 output: b.output,
                 level: b.level,

@@ -6,4 +6,5 @@
 //! they must not read files or judge anything.
 
 pub mod junit;
+pub mod nccl;
 pub mod prometheus;

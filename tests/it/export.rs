@@ -285,3 +285,150 @@ fn junit_is_refused_for_probes() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--format junit is for `check`"));
 }
+
+/// `export nccl-topo` on every fixture: the tree NCCL would build (GPUs and NICs under their
+/// own chain of bridges, under the NUMA node of the top bridge), in the narrow lexical form
+/// NCCL's hand-written parser reads (src/graph/xml.cc: no declaration, one element per line,
+/// double-quoted attributes separated by single spaces).
+#[test]
+fn nccl_topo_export_matches_the_topology() {
+    for (n, src) in all_sources() {
+        let o = gpudoctor()
+            .args(&src)
+            .args(["export", "nccl-topo"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{n}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let xml = String::from_utf8(o.stdout).unwrap();
+        for line in xml.lines() {
+            let t = line.trim_start();
+            let ok =
+                (t.starts_with("<!--") && t.ends_with("-->") && !t[4..t.len() - 3].contains("--"))
+                    || lexically_nccl(t);
+            assert!(ok, "{n}: NCCL's parser would not read: {line}");
+        }
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let system = doc.root_element();
+        assert_eq!(system.tag_name().name(), "system");
+        assert_eq!(system.attribute("version"), Some("1"));
+        let t = gpudoctor()
+            .args(&src)
+            .args(["topo", "--json"])
+            .output()
+            .unwrap();
+        let topo: serde_json::Value = serde_json::from_slice(&t.stdout).unwrap();
+        let topo = &topo["topology"];
+        let device = |bdf: &str| {
+            topo["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["bdf"] == bdf)
+                .unwrap()
+                .clone()
+        };
+        let check_leaf = |bdf: &str, child: &str| -> roxmltree::Node {
+            let pci = doc
+                .descendants()
+                .find(|e| e.has_tag_name("pci") && e.attribute("busid") == Some(bdf))
+                .unwrap_or_else(|| panic!("{n}: {bdf} not exported"));
+            assert!(
+                pci.children().any(|c| c.has_tag_name(child)),
+                "{n}: {bdf} has no <{child}>"
+            );
+            // Ancestors: the device's upstream bridges, then a cpu.
+            let d = device(bdf);
+            let want: Vec<String> = d["upstream"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .map(|b| b.as_str().unwrap().to_string())
+                .collect();
+            let got: Vec<String> = pci
+                .ancestors()
+                .skip(1)
+                .filter(|a| a.has_tag_name("pci"))
+                .map(|a| a.attribute("busid").unwrap().to_string())
+                .collect();
+            assert_eq!(got, want, "{n}: bridges above {bdf}");
+            let cpu = pci.ancestors().find(|a| a.has_tag_name("cpu")).unwrap();
+            let top = want.last().map_or(d.clone(), |b| device(b));
+            let numa = top["numa"]["node"]
+                .as_u64()
+                .map_or("-1".to_string(), |v| v.to_string());
+            assert_eq!(cpu.attribute("numaid"), Some(numa.as_str()), "{n}: {bdf}");
+            pci
+        };
+        for g in topo["gpus"].as_array().unwrap() {
+            let pci = check_leaf(g["bdf"].as_str().unwrap(), "gpu");
+            let links: u64 = pci
+                .descendants()
+                .filter(|e| e.has_tag_name("nvlink"))
+                .map(|e| e.attribute("count").unwrap().parse::<u64>().unwrap())
+                .sum();
+            assert_eq!(
+                links,
+                g["nvlinks_active"].as_u64().unwrap_or(0),
+                "{n}: NVLinks of {}",
+                g["bdf"]
+            );
+        }
+        for nic in topo["nics"].as_array().unwrap() {
+            let pci = check_leaf(nic["bdf"].as_str().unwrap(), "nic");
+            assert!(
+                pci.descendants()
+                    .any(|e| e.has_tag_name("net")
+                        && e.attribute("name") == nic["rdma_device"].as_str()),
+                "{n}: net name"
+            );
+        }
+        if n == "pcie-2socket-roce" || n == "h200x2-live" {
+            insta::assert_snapshot!(
+                format!("nccl_topo_{n}"),
+                xml.replace(env!("CARGO_PKG_VERSION"), "[version]")
+            );
+        }
+    }
+}
+
+/// One line as NCCL's parser reads it: `<name a="v" b="v">`, `<name .../>` or `</name>`.
+fn lexically_nccl(t: &str) -> bool {
+    let Some(body) = t.strip_prefix('<').and_then(|r| r.strip_suffix('>')) else {
+        return false;
+    };
+    if let Some(close) = body.strip_prefix('/') {
+        return !close.is_empty() && close.chars().all(|c| c.is_ascii_lowercase());
+    }
+    let body = body.strip_suffix('/').unwrap_or(body);
+    let (name, mut rest) = body.split_once(' ').unwrap_or((body, ""));
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_lowercase()) {
+        return false;
+    }
+    while !rest.is_empty() {
+        let Some((key, after)) = rest.split_once("=\"") else {
+            return false;
+        };
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            return false;
+        }
+        let Some((value, after)) = after.split_once('"') else {
+            return false;
+        };
+        if value.contains(['<', '>', '&']) {
+            return false;
+        }
+        rest = match after.strip_prefix(' ') {
+            Some(r) if !r.is_empty() => r,
+            Some(_) => return false,
+            None if after.is_empty() => "",
+            None => return false,
+        };
+    }
+    true
+}
