@@ -62,6 +62,32 @@ pub enum Command {
     /// NICs by PCI position, path matrix, PCIe links, NVLinks, BAR1, versions, bandwidth
     /// floors. Compare other nodes with `check --expect FILE`.
     Baseline(BaselineArgs),
+    /// Summarize many nodes: check reports (`check --json`), probe reports (`probe ... --json`),
+    /// baselines and bundles, or directories of them. Per check the nodes that fail, warn or
+    /// skip; per probe measurement the median and robust-z outliers; per shape field (bundles)
+    /// the nodes that differ from the majority; the nodes to drain. Files of one node share
+    /// the name before the first dot (node17.check.json, node17.h2d.json, node17.tar.gz).
+    /// Exit 1 when a node should be drained.
+    Fleet {
+        /// Reports, bundles or directories.
+        #[arg(required = true, value_name = "REPORT|BUNDLE|DIR")]
+        inputs: Vec<PathBuf>,
+        /// Print one JSON document (schema gpudoctor.fleet/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// What differs between two nodes, or one node before and after a change: check verdicts,
+    /// probe bandwidth, and (two bundles) B's shape against A's by PCI position. Exit 1 when
+    /// they differ.
+    Diff {
+        /// Report or bundle A.
+        a: PathBuf,
+        /// Report or bundle B.
+        b: PathBuf,
+        /// Print one JSON document (schema gpudoctor.diff/1).
+        #[arg(long)]
+        json: bool,
+    },
     /// Write the machine in the formats of other tools: `nccl-topo` for NCCL_TOPO_FILE.
     #[command(subcommand)]
     Export(ExportCommand),

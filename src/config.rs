@@ -103,6 +103,15 @@ pub enum Action {
     },
     WriteBw(WriteBwConfig),
     Man(PathBuf),
+    Fleet {
+        inputs: Vec<PathBuf>,
+        json: bool,
+    },
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        json: bool,
+    },
     /// `export nccl-topo`.
     ExportNcclTopo {
         output: Option<PathBuf>,
@@ -235,6 +244,22 @@ impl Config {
                 }
             }
             Command::Man { dir } => Action::Man(dir),
+            Command::Fleet { inputs, json } => {
+                if !source.is_live() {
+                    bail!(
+                        "fleet reads the reports and bundles it is given; --root/--bundle do not apply"
+                    );
+                }
+                Action::Fleet { inputs, json }
+            }
+            Command::Diff { a, b, json } => {
+                if !source.is_live() {
+                    bail!(
+                        "diff reads the two reports or bundles it is given; --root/--bundle do not apply"
+                    );
+                }
+                Action::Diff { a, b, json }
+            }
             Command::Export(crate::cli::ExportCommand::NcclTopo { output }) => {
                 Action::ExportNcclTopo { output }
             }

@@ -8,6 +8,7 @@ mod baseline;
 mod bundle;
 mod check;
 mod export;
+mod fleet;
 mod probe;
 
 pub use check::{check_exit_code, check_report, check_report_from, topo_report, topo_report_from};
@@ -169,6 +170,8 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             level,
             probe,
         } => baseline::write(&cfg.source, output.as_deref(), *level, probe),
+        Action::Fleet { inputs, json } => fleet::fleet(inputs, *json),
+        Action::Diff { a, b, json } => fleet::diff(a, b, *json),
         Action::ExportNcclTopo { output } => export::nccl_topo(&cfg.source, output.as_deref()),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -6,6 +6,7 @@ mod checks;
 mod cli;
 mod export;
 mod fixtures;
+mod fleet;
 mod hostile;
 mod lstopo;
 mod man;
