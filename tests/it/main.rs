@@ -11,6 +11,7 @@ mod hostile;
 mod lstopo;
 mod man;
 mod probes;
+mod slurm;
 mod vm;
 
 use std::path::{Path, PathBuf};
