@@ -4,6 +4,7 @@ mod baseline;
 mod bundle;
 mod checks;
 mod cli;
+mod deploy;
 mod export;
 mod fixtures;
 mod fleet;
