@@ -11,19 +11,28 @@ pub use crate::source::SourceSpec;
 
 /// A doctor for GPU + RDMA servers: topology, GPUDirect readiness, bandwidth probes.
 #[derive(Debug, Parser)]
-#[command(name = "gpudoctor", version, about, long_about = None)]
+#[command(name = "gpudoctor", version, about, long_about = None, disable_help_subcommand = true)]
 pub struct Args {
-    /// Read DIR/sys and DIR/proc (a recorded tree or unpacked bundle) instead of /sys and /proc;
-    /// NVML facts come from DIR/nvml.json.
-    #[arg(long, global = true, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-
-    /// Replay a support bundle (a .tar.gz from `gpudoctor bundle`) instead of this machine.
-    #[arg(long, global = true, value_name = "FILE", conflicts_with = "root")]
-    pub bundle: Option<PathBuf>,
+    /// Accepted before the subcommand too, for the commands that read facts (topo, check,
+    /// bundle): `gpudoctor --root DIR check` is `gpudoctor check --root DIR`.
+    #[command(flatten)]
+    pub source: SourceArgs,
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Where facts come from: offered only by the commands that read them.
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub struct SourceArgs {
+    /// Read DIR/sys and DIR/proc (a recorded tree or unpacked bundle) instead of /sys and /proc;
+    /// NVML facts come from DIR/nvml.json.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+
+    /// Replay a support bundle (a .tar.gz from `gpudoctor bundle`) instead of this machine.
+    #[arg(long, value_name = "FILE", conflicts_with = "root")]
+    pub bundle: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,10 +60,12 @@ pub enum Command {
         /// Which snapshot: nvml or libs.
         #[arg(value_parser = ["nvml", "libs"])]
         what: String,
+        #[command(flatten)]
+        source: SourceArgs,
     },
     /// Measure on the hardware: CUDA copies (h2d, d2h, p2p), dma-buf export, RDMA-write
     /// bandwidth (write-bw). Skips cleanly, exit 0, where CUDA or RDMA is absent.
-    #[command(subcommand)]
+    #[command(subcommand, disable_help_subcommand = true)]
     Probe(ProbeCommand),
     /// Record everything gpudoctor reads into one .tar.gz that replays with --bundle.
     Bundle(BundleArgs),
@@ -89,8 +100,16 @@ pub enum Command {
         json: bool,
     },
     /// Write the machine in the formats of other tools: `nccl-topo` for NCCL_TOPO_FILE.
-    #[command(subcommand)]
+    #[command(subcommand, disable_help_subcommand = true)]
     Export(ExportCommand),
+    /// Print a shell completion script: `gpudoctor completions bash >
+    /// /etc/bash_completion.d/gpudoctor` (zsh: into a directory on $fpath as `_gpudoctor`;
+    /// fish: ~/.config/fish/completions/gpudoctor.fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -102,6 +121,8 @@ pub enum Command {
 
 #[derive(Debug, ClapArgs)]
 pub struct TopoArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
     /// Print the GPU/NIC matrix in the layout of `nvidia-smi topo -m`.
     #[arg(long, conflicts_with = "json")]
     pub matrix: bool,
@@ -112,6 +133,8 @@ pub struct TopoArgs {
 
 #[derive(Debug, ClapArgs)]
 pub struct CheckArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
     /// Print one JSON document (schema gpudoctor.check/1); the same as --format json.
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
@@ -122,6 +145,8 @@ pub struct CheckArgs {
     /// Exit 1 on warnings too.
     #[arg(long)]
     pub strict: bool,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Show one table row per subject for passing checks too (default: one row per check).
     #[arg(long)]
     pub all: bool,
@@ -150,6 +175,8 @@ pub enum ExportCommand {
     /// PCI bridges down to each GPU and RDMA NIC with link speed and width, NVLinks, nets.
     /// Gives NCCL the real topology inside VMs and containers that hide it.
     NcclTopo {
+        #[command(flatten)]
+        source: SourceArgs,
         /// Write to FILE instead of stdout.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
@@ -158,6 +185,8 @@ pub enum ExportCommand {
 
 #[derive(Debug, ClapArgs)]
 pub struct BaselineArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
     /// Where to write the baseline (default: stdout).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -176,7 +205,7 @@ pub enum ProbeCommand {
     /// GPU-to-GPU peer access and copy bandwidth for every pair, against NVLink or PCIe.
     P2p(ProbeArgs),
     /// Export GPU memory as a dma-buf (the GPU half of dma-buf GPUDirect RDMA).
-    DmabufExport(ProbeArgs),
+    DmabufExport(DmabufExportArgs),
     /// RDMA-write bandwidth over RC QPs, like ib_write_bw: loopback on one device (two QPs
     /// connected to each other), or between two hosts with --serve / --peer.
     WriteBw(WriteBwArgs),
@@ -201,12 +230,44 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = probe_defaults::DEFAULT_DEADLINE_S,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline: u64,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json or prometheus (node_exporter textfile collector).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<OutputFormat>,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct DmabufExportArgs {
+    /// Only this GPU (GPU<N> in PCI order, as `topo` labels it).
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<u32>,
+    /// Give up after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = probe_defaults::DEFAULT_DEADLINE_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub deadline: u64,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Print one JSON document (schema gpudoctor.probe/1).
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
+}
+
+/// For pre-deployment gates: a probe or check that could not be judged fails the gate.
+#[derive(Debug, Clone, Copy, Default, ClapArgs)]
+pub struct GateArgs {
+    /// Exit 1 when something that should have been judged was not. For `check`: a check that
+    /// could not be judged (not root, no driver on a node with NVIDIA GPUs on its PCI bus, an
+    /// unreadable fact), not one with nothing to judge here (no RDMA device on a GPU-only
+    /// node). For a probe: any skip (no CUDA, no GPU, no RDMA device).
+    #[arg(long)]
+    pub fail_on_skip: bool,
 }
 
 #[derive(Debug, Clone, ClapArgs)]
@@ -258,6 +319,8 @@ pub struct WriteBwArgs {
     /// Output format: table, json or prometheus (node_exporter textfile collector).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<OutputFormat>,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Two-node mode, passive side: wait for one --peer client and be written into.
     #[arg(long, conflicts_with = "peer")]
     pub serve: bool,
@@ -283,12 +346,21 @@ pub struct WriteBwArgs {
 
 #[derive(Debug, ClapArgs)]
 pub struct BundleArgs {
+    /// Record a recorded tree or re-pack a bundle instead of this machine.
+    #[command(flatten)]
+    pub source: SourceArgs,
     /// The bundle to write (e.g. NODE.tar.gz).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// Keep serial numbers, GPU UUIDs, GUIDs, MAC addresses and the hostname as they are.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "redact_key_file")]
     pub no_redact: bool,
+    /// Redact with this site key instead of a fresh random one, so one site's bundles redact
+    /// the same value to the same token and can be compared GPU by GPU. The file holds 32
+    /// hex digits (128 bits), e.g. made once with `od -An -tx1 -N16 /dev/urandom | tr -d ' \n'`;
+    /// keep it secret: anyone with the key can test guesses against the tokens.
+    #[arg(long, value_name = "FILE")]
+    pub redact_key_file: Option<PathBuf>,
 }
 
 /// The clap command, for man page generation.
@@ -296,21 +368,28 @@ pub fn command() -> clap::Command {
     <Args as clap::CommandFactory>::command()
 }
 
-/// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>.1` per visible subcommand.
+/// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>[-<subsub>].1` per visible
+/// subcommand at every depth, so every page a SUBCOMMANDS section names is shipped.
 pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
-    let cmd = command();
     let mut pages = Vec::new();
+    man_page_tree(command(), "gpudoctor", &mut pages)?;
+    Ok(pages)
+}
+
+fn man_page_tree(
+    cmd: clap::Command,
+    name: &str,
+    pages: &mut Vec<(String, Vec<u8>)>,
+) -> Result<(), std::io::Error> {
+    // clap names are &'static str without its `string` feature: a few bytes per page, once.
+    let cmd = cmd.name(clap::builder::Str::from(
+        name.to_string().leak() as &'static str
+    ));
     let mut buf = Vec::new();
     clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
-    pages.push(("gpudoctor.1".to_string(), buf));
+    pages.push((format!("{name}.1"), buf));
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("gpudoctor-{}", sub.get_name());
-        let sub = sub
-            .clone()
-            .name(clap::builder::Str::from(name.clone().leak() as &'static str));
-        let mut buf = Vec::new();
-        clap_mangen::Man::new(sub).render(&mut buf)?;
-        pages.push((format!("{name}.1"), buf));
+        man_page_tree(sub.clone(), &format!("{name}-{}", sub.get_name()), pages)?;
     }
-    Ok(pages)
+    Ok(())
 }

@@ -6,8 +6,9 @@
 //!
 //! This module must not read sysfs, open libraries or print.
 
+use crate::bundle::redact::SiteKey;
 use crate::checks::Overrides;
-use crate::cli::{Args, Command, ProbeArgs, ProbeCommand, WriteBwArgs};
+use crate::cli::{Args, Command, ProbeArgs, ProbeCommand, SourceArgs, WriteBwArgs};
 use crate::probes::ProbeKind;
 use crate::probes::options::ProbeOptions;
 use crate::rdma::{Role, WriteBwRequest, write_bw};
@@ -60,6 +61,8 @@ pub struct CheckOptions {
     /// `--expect FILE`: the baseline to compare with, parsed.
     pub expect: Option<crate::baseline::Baseline>,
     pub format: OutputFormat,
+    /// Exit 1 when something that should have been judged was not (`--fail-on-skip`).
+    pub fail_on_skip: bool,
 }
 
 impl CheckOptions {
@@ -75,6 +78,7 @@ impl CheckOptions {
             overrides: Overrides::default(),
             expect: None,
             format: OutputFormat::Json,
+            fail_on_skip: false,
         }
     }
 }
@@ -85,6 +89,19 @@ pub struct WriteBwConfig {
     pub request: WriteBwRequest,
     pub json: bool,
     pub format: OutputFormat,
+    /// A skip (no RDMA device, no libibverbs) exits 1 (`--fail-on-skip`).
+    pub fail_on_skip: bool,
+}
+
+/// How a bundle redacts identifiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redaction {
+    /// `--no-redact`.
+    Off,
+    /// A fresh random key per bundle (the default).
+    RandomKey,
+    /// A site's own key (`--redact-key-file`).
+    SiteKey(SiteKey),
 }
 
 #[derive(Debug)]
@@ -100,8 +117,11 @@ pub enum Action {
         options: ProbeOptions,
         json: bool,
         format: OutputFormat,
+        /// A skip (no CUDA, no GPU) exits 1.
+        fail_on_skip: bool,
     },
     WriteBw(WriteBwConfig),
+    Completions(clap_complete::Shell),
     Man(PathBuf),
     Fleet {
         inputs: Vec<PathBuf>,
@@ -123,7 +143,7 @@ pub enum Action {
     },
     Bundle {
         output: PathBuf,
-        redact: bool,
+        redact: Redaction,
         /// Draw progress on stderr (stderr is a terminal).
         progress: bool,
     },
@@ -177,24 +197,23 @@ impl Config {
 
     /// Resolve parsed arguments against `env`. Errors here are usage errors (exit 2).
     pub fn resolve(args: Args, env: &Env) -> Result<Config> {
-        let source = match (args.root, args.bundle) {
-            (Some(p), _) => SourceSpec::Root(p),
-            (None, Some(f)) => SourceSpec::Bundle(f),
-            (None, None) => SourceSpec::Live,
-        };
+        let top = args.source;
         let probe_defaults = |kind| ProbeOptions {
             cuda_homes: env.cuda_homes.clone(),
             progress: env.stderr_is_terminal,
             ..ProbeOptions::defaults(kind)
         };
-        let action = match args.command {
-            Command::Topo(t) => Action::Topo(if t.json {
-                TopoOutput::Json
-            } else if t.matrix {
-                TopoOutput::Matrix
-            } else {
-                TopoOutput::Tree
-            }),
+        let (own, action) = match args.command {
+            Command::Topo(t) => (
+                Some(t.source),
+                Action::Topo(if t.json {
+                    TopoOutput::Json
+                } else if t.matrix {
+                    TopoOutput::Matrix
+                } else {
+                    TopoOutput::Tree
+                }),
+            ),
             Command::Check(c) => {
                 let overrides = Overrides {
                     warn: c.warn,
@@ -208,72 +227,93 @@ impl Config {
                         unknown.join(", ")
                     );
                 }
+                if let Some(c) = overrides.contradictions().first() {
+                    bail!("{c}: give each check id at most one of --warn, --deny, --skip");
+                }
                 let expect = match &c.expect {
                     Some(p) => Some(read_baseline(p)?),
                     None => None,
                 };
                 let format = OutputFormat::resolve(c.json, c.format);
-                Action::Check(Box::new(CheckOptions {
-                    probe: probe_defaults(ProbeKind::H2d),
-                    json: format == OutputFormat::Json,
-                    format,
-                    all_rows: c.all,
-                    strict: c.strict,
-                    level: c.level,
-                    overrides,
-                    expect,
-                }))
+                (
+                    Some(c.source),
+                    Action::Check(Box::new(CheckOptions {
+                        probe: probe_defaults(ProbeKind::H2d),
+                        json: format == OutputFormat::Json,
+                        format,
+                        all_rows: c.all,
+                        strict: c.strict,
+                        level: c.level,
+                        overrides,
+                        fail_on_skip: c.gate.fail_on_skip,
+                        expect,
+                    })),
+                )
             }
-            Command::List { json } => Action::List { json },
-            Command::Explain { id } => Action::Explain(id),
-            Command::Snapshot { what } => Action::Snapshot(what),
-            Command::Probe(cmd) => {
-                if !source.is_live() {
-                    bail!(
-                        "probes measure the live machine; --root and --bundle replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
-                    );
-                }
+            Command::List { json } => (None, Action::List { json }),
+            Command::Explain { id } => (None, Action::Explain(id)),
+            Command::Snapshot { what, source } => (Some(source), Action::Snapshot(what)),
+            Command::Probe(cmd) => (
+                None,
                 match cmd {
                     ProbeCommand::WriteBw(w) => Action::WriteBw(write_bw_config(w, env)?),
                     ProbeCommand::H2d(p) => probe_action(ProbeKind::H2d, p, probe_defaults)?,
                     ProbeCommand::D2h(p) => probe_action(ProbeKind::D2h, p, probe_defaults)?,
                     ProbeCommand::P2p(p) => probe_action(ProbeKind::P2p, p, probe_defaults)?,
                     ProbeCommand::DmabufExport(p) => {
-                        probe_action(ProbeKind::DmabufExport, p, probe_defaults)?
+                        let format = probe_format(p.json, p.format)?;
+                        Action::Probe {
+                            options: ProbeOptions {
+                                gpu: p.gpu,
+                                deadline: Duration::from_secs(p.deadline),
+                                ..probe_defaults(ProbeKind::DmabufExport)
+                            },
+                            json: format == OutputFormat::Json,
+                            format,
+                            fail_on_skip: p.gate.fail_on_skip,
+                        }
                     }
-                }
+                },
+            ),
+            Command::Completions { shell } => (None, Action::Completions(shell)),
+            Command::Man { dir } => (None, Action::Man(dir)),
+            Command::Bundle(b) => {
+                let redact = match (b.no_redact, &b.redact_key_file) {
+                    (true, _) => Redaction::Off,
+                    (false, None) => Redaction::RandomKey,
+                    (false, Some(f)) => {
+                        let text = std::fs::read_to_string(f).with_context(|| {
+                            format!("--redact-key-file {}: cannot read the key", f.display())
+                        })?;
+                        Redaction::SiteKey(SiteKey::parse(&text).map_err(|e| {
+                            anyhow::anyhow!("--redact-key-file {}: {e}", f.display())
+                        })?)
+                    }
+                };
+                (
+                    Some(b.source),
+                    Action::Bundle {
+                        output: b.output,
+                        redact,
+                        progress: env.stderr_is_terminal,
+                    },
+                )
             }
-            Command::Man { dir } => Action::Man(dir),
-            Command::Fleet { inputs, json } => {
-                if !source.is_live() {
-                    bail!(
-                        "fleet reads the reports and bundles it is given; --root/--bundle do not apply"
-                    );
-                }
-                Action::Fleet { inputs, json }
+            Command::Fleet { inputs, json } => (None, Action::Fleet { inputs, json }),
+            Command::Diff { a, b, json } => (None, Action::Diff { a, b, json }),
+            Command::Export(crate::cli::ExportCommand::NcclTopo { source, output }) => {
+                (Some(source), Action::ExportNcclTopo { output })
             }
-            Command::Diff { a, b, json } => {
-                if !source.is_live() {
-                    bail!(
-                        "diff reads the two reports or bundles it is given; --root/--bundle do not apply"
-                    );
-                }
-                Action::Diff { a, b, json }
-            }
-            Command::Export(crate::cli::ExportCommand::NcclTopo { output }) => {
-                Action::ExportNcclTopo { output }
-            }
-            Command::Baseline(b) => Action::Baseline {
-                output: b.output,
-                level: b.level,
-                probe: probe_defaults(ProbeKind::H2d),
-            },
-            Command::Bundle(b) => Action::Bundle {
-                output: b.output,
-                redact: !b.no_redact,
-                progress: env.stderr_is_terminal,
-            },
+            Command::Baseline(b) => (
+                Some(b.source),
+                Action::Baseline {
+                    output: b.output,
+                    level: b.level,
+                    probe: probe_defaults(ProbeKind::H2d),
+                },
+            ),
         };
+        let source = source_spec(&top, own.as_ref(), &action)?;
         Ok(Config {
             source,
             action,
@@ -287,6 +327,34 @@ fn read_baseline(p: &std::path::Path) -> Result<crate::baseline::Baseline> {
     let text = std::fs::read_to_string(p)
         .with_context(|| format!("--expect {}: cannot read", p.display()))?;
     crate::baseline::Baseline::parse(&text).with_context(|| format!("--expect {}", p.display()))
+}
+
+/// `--root`/`--bundle` given before the subcommand or after it (not both); refused for
+/// commands that do not read facts.
+fn source_spec(top: &SourceArgs, own: Option<&SourceArgs>, action: &Action) -> Result<SourceSpec> {
+    let given = |s: &SourceArgs| s.root.is_some() || s.bundle.is_some();
+    let chosen = match own {
+        Some(own) if given(own) && given(top) => {
+            bail!("--root/--bundle given twice (before and after the subcommand): give it once")
+        }
+        Some(own) if given(own) => own,
+        _ if !given(top) => return Ok(SourceSpec::Live),
+        Some(_) => top,
+        None => {
+            let what = match action {
+                Action::Probe { .. } | Action::WriteBw(_) => {
+                    "probes measure the live machine; --root and --bundle replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
+                }
+                _ => "--root and --bundle apply to topo, check, bundle, baseline and export only",
+            };
+            bail!("{what}");
+        }
+    };
+    Ok(match (&chosen.root, &chosen.bundle) {
+        (Some(p), _) => SourceSpec::Root(p.clone()),
+        (None, Some(f)) => SourceSpec::Bundle(f.clone()),
+        (None, None) => SourceSpec::Live,
+    })
 }
 
 fn probe_action(
@@ -308,6 +376,7 @@ fn probe_action(
         options,
         json: format == OutputFormat::Json,
         format,
+        fail_on_skip: p.gate.fail_on_skip,
     })
 }
 
@@ -367,6 +436,7 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
         },
         json: format == OutputFormat::Json,
         format,
+        fail_on_skip: w.gate.fail_on_skip,
     })
 }
 
@@ -418,6 +488,15 @@ mod tests {
         assert!(err(&["check", "--deny", "pcie.acs-redirekt"]).contains("unknown check id"));
         assert!(err(&["probe", "h2d", "--size", "1000"]).contains("at least 1 MiB"));
         assert!(err(&["--root", "/x", "probe", "h2d"]).contains("probes measure the live"));
+        assert!(err(&["--root", "/x", "list"]).contains("apply to topo, check, bundle, baseline and export"));
+        assert!(err(&["--root", "/x", "topo", "--bundle", "b"]).contains("given twice"));
+        assert!(
+            err(&["check", "--deny", "gpu.bar1", "--skip", "gpu.bar1"]).contains("at most one")
+        );
+        assert!(
+            err(&["bundle", "-o", "x", "--redact-key-file", "/nonexistent"])
+                .contains("cannot read the key")
+        );
         assert!(err(&["probe", "write-bw", "-d", "x", "--peer", "h"]).contains("--token"));
         assert!(err(&["probe", "write-bw", "-d", "x", "--sizes", "0"]).contains("write-bw"));
     }
@@ -434,6 +513,12 @@ mod tests {
         );
         assert_eq!(
             resolve(&["topo", "--root", "/t"], &env).unwrap().source,
+            SourceSpec::Root("/t".into())
+        );
+        assert_eq!(
+            resolve(&["--root", "/t", "bundle", "-o", "x"], &env)
+                .unwrap()
+                .source,
             SourceSpec::Root("/t".into())
         );
     }

@@ -423,6 +423,28 @@ pub struct Overrides {
 }
 
 impl Overrides {
+    /// Ids given to more than one of --warn, --deny, --skip ("--deny X --skip X"): which one
+    /// wins would be a guess, so the config refuses them.
+    pub fn contradictions(&self) -> Vec<String> {
+        let lists = [
+            ("--warn", &self.warn),
+            ("--deny", &self.deny),
+            ("--skip", &self.skip),
+        ];
+        let mut out = Vec::new();
+        for (i, (a, la)) in lists.iter().enumerate() {
+            for (b, lb) in &lists[i + 1..] {
+                for id in la.iter().filter(|id| lb.contains(id)) {
+                    let c = format!("{a} {id} and {b} {id}");
+                    if !out.contains(&c) {
+                        out.push(c);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Ids that are not in the catalog.
     pub fn unknown_ids(&self) -> Vec<String> {
         self.warn

@@ -4,7 +4,7 @@
 use super::check::{check_report_from, topo_report_from};
 use super::{DISCOVERY_DEADLINE, EXIT_OK, Outcome, with_deadline};
 use crate::bundle;
-use crate::config::CheckOptions;
+use crate::config::{CheckOptions, Redaction};
 use crate::source::{Source, SourceSpec};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -29,7 +29,7 @@ fn stored_reports(source: &Source) -> Result<BTreeMap<String, serde_json::Value>
 pub(super) fn make(
     spec: &SourceSpec,
     output: &Path,
-    redact: bool,
+    redaction: Redaction,
     progress: bool,
 ) -> Result<Outcome> {
     let t0 = std::time::Instant::now();
@@ -40,7 +40,11 @@ pub(super) fn make(
     let touched = sr.touched();
     let listed = sr.listed();
     let opts = bundle::write::Options {
-        redact,
+        redact: redaction != Redaction::Off,
+        redact_key: match redaction {
+            Redaction::SiteKey(k) => Some(k),
+            Redaction::Off | Redaction::RandomKey => None,
+        },
         progress,
         source: if sr.is_live() {
             "live"

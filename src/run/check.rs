@@ -187,11 +187,13 @@ pub(super) fn level1_reports(
     Ok(out)
 }
 
-/// Exit code for a check report: 1 when a check failed (or warned, with --strict).
-pub fn check_exit_code(r: &CheckReport, strict: bool) -> i32 {
+/// Exit code for a check report: 1 when a check failed (or warned, with --strict; or could
+/// not be judged, with --fail-on-skip).
+pub fn check_exit_code(r: &CheckReport, strict: bool, fail_on_skip: bool) -> i32 {
     match r.status {
         Status::Fail => EXIT_FAILED_CHECK,
         Status::Warn if strict => EXIT_FAILED_CHECK,
+        _ if fail_on_skip && r.summary.skip > 0 => EXIT_FAILED_CHECK,
         _ => EXIT_OK,
     }
 }

@@ -122,7 +122,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                     OutputFormat::Prometheus => crate::export::prometheus::check(&r),
                     OutputFormat::Junit => crate::export::junit::check(&r, opts.strict),
                 },
-                check_exit_code(&r, opts.strict),
+                check_exit_code(&r, opts.strict, opts.fail_on_skip),
             )),
             Err(e) => match e.downcast::<check::Hung>() {
                 Ok(h) => Ok(Outcome {
@@ -157,9 +157,20 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             ))
         }
         Action::Probe {
-            options, format, ..
-        } => probe::cuda(&cfg.source, options, *format, style),
+            options,
+            format,
+            fail_on_skip,
+            ..
+        } => probe::cuda(&cfg.source, options, *format, *fail_on_skip, style),
         Action::WriteBw(w) => probe::write_bw(w),
+        Action::Completions(shell) => {
+            let mut buf = Vec::new();
+            clap_complete::generate(*shell, &mut crate::cli::command(), "gpudoctor", &mut buf);
+            Ok(Outcome::new(
+                String::from_utf8(buf).context("completion script is not UTF-8")?,
+                EXIT_OK,
+            ))
+        }
         Action::Bundle {
             output,
             redact,

@@ -11,12 +11,13 @@ use crate::sysroot::SysRoot;
 use anyhow::Result;
 
 /// `gpudoctor probe h2d|d2h|p2p|dmabuf-export`: exit 0 on pass or skip (no CUDA is not a
-/// failure of the machine), 1 when a measurement failed or a copy hung, 2 when gpudoctor could
+/// failure of the machine; with --fail-on-skip it is 1), 1 when a measurement failed or a copy hung, 2 when gpudoctor could
 /// not finish (Ctrl-C).
 pub(super) fn cuda(
     source: &SourceSpec,
     options: &ProbeOptions,
     format: OutputFormat,
+    fail_on_skip: bool,
     style: Style,
 ) -> Result<Outcome> {
     let topo = topo_report(source)?.topology;
@@ -38,7 +39,9 @@ pub(super) fn cuda(
     };
     let code = if run.interrupted {
         EXIT_ERROR
-    } else if run.report.status == crate::probes::Status::Fail {
+    } else if run.report.status == crate::probes::Status::Fail
+        || (fail_on_skip && run.report.status == crate::probes::Status::Skip)
+    {
         EXIT_FAILED_CHECK
     } else {
         EXIT_OK
@@ -51,7 +54,8 @@ pub(super) fn cuda(
 }
 
 /// `probe write-bw`: exit 0 when it ran and passed, or could not run here at all (no
-/// libibverbs, no RDMA device or kernel support: a skip, as for the CUDA probes); 1 when the
+/// libibverbs, no RDMA device or kernel support: a skip, as for the CUDA probes; 1 with
+/// --fail-on-skip); 1 when the
 /// machine failed it (port down, completion error, peer unreachable); 2 for bad arguments.
 pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     use crate::rdma::engine::ErrorClass;
@@ -72,7 +76,8 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     Ok(Outcome {
         stdout,
         code: match class {
-            None | Some(ErrorClass::Skip) => EXIT_OK,
+            None => EXIT_OK,
+            Some(ErrorClass::Skip) if !w.fail_on_skip => EXIT_OK,
             Some(_) => EXIT_FAILED_CHECK,
         },
         hung: false,

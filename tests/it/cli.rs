@@ -102,12 +102,115 @@ fn probe_rejects_bad_sizes_and_replay_roots() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size 1000"));
+    // Probes do not offer --root/--bundle; before the subcommand they are refused clearly.
     let out = gpudoctor()
         .args(["probe", "h2d", "--root", "fixtures/h200x2-vm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--root'"));
+    let out = gpudoctor()
+        .args(["--root", "fixtures/h200x2-vm", "probe", "h2d"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("live machine"));
     let out = gpudoctor().args(["probe", "nvme"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `list`, `explain` and the probes do not offer --root/--bundle (they would ignore them);
+/// `probe dmabuf-export` does not offer the copy options it does not use.
+#[test]
+fn options_are_offered_only_where_they_work() {
+    for argv in [
+        &["list", "--root", "fixtures/h200x2-vm"][..],
+        &["explain", "gpu.bar1", "--bundle", "x.tar.gz"],
+        &[
+            "probe",
+            "write-bw",
+            "-d",
+            "mlx5_0",
+            "--root",
+            "fixtures/h200x2-vm",
+        ],
+        &["probe", "dmabuf-export", "--size", "1048576"],
+        &["probe", "dmabuf-export", "--iters", "3"],
+    ] {
+        let out = gpudoctor().args(argv).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{argv:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("unexpected argument"),
+            "{argv:?}"
+        );
+    }
+    let out = gpudoctor()
+        .args(["--root", "fixtures/h200x2-vm", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("apply to topo, check, bundle, baseline and export")
+    );
+    // Contradictory overrides are refused, not settled silently.
+    let out = gpudoctor()
+        .args([
+            "check",
+            "--root",
+            "fixtures/h200x2-vm",
+            "--deny",
+            "gpu.bar1",
+            "--skip",
+            "gpu.bar1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--deny gpu.bar1 and --skip gpu.bar1"));
+}
+
+/// A gate must not pass a node that proves nothing: a probe that could not run exits 1 with
+/// --fail-on-skip (0 without).
+#[test]
+fn fail_on_skip_fails_a_probe_that_proved_nothing() {
+    for argv in [
+        &["probe", "h2d", "--fail-on-skip"][..],
+        &["probe", "write-bw", "-d", "mlx5_0", "--fail-on-skip"],
+    ] {
+        let out = gpudoctor()
+            .env("LD_LIBRARY_PATH", "/nonexistent")
+            .args(argv)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if stdout.contains("skip") {
+            assert_eq!(out.status.code(), Some(1), "{argv:?}: {stdout}");
+            let without: Vec<&str> = argv
+                .iter()
+                .copied()
+                .filter(|a| *a != "--fail-on-skip")
+                .collect();
+            let out = gpudoctor().args(&without).output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{without:?}");
+        }
+    }
+}
+
+#[test]
+fn completions_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "complete -F _gpudoctor"),
+        ("zsh", "#compdef gpudoctor"),
+        ("fish", "complete -c gpudoctor"),
+    ] {
+        let out = gpudoctor().args(["completions", shell]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(marker), "{shell}");
+        assert!(
+            text.contains("write-bw") && text.contains("fail-on-skip"),
+            "{shell}"
+        );
+    }
 }
