@@ -532,6 +532,15 @@ fn gen_width(g: Option<u8>, w: Option<u8>) -> String {
     format!("{g} {w}")
 }
 
+/// The trained link; a GPU's trained speed is not part of the shape (idle downshift), so only
+/// its width is shown.
+fn trained(g: Option<u8>, w: Option<u8>) -> String {
+    match g {
+        Some(_) => gen_width(g, w),
+        None => w.map_or("x?".to_string(), |w| format!("x{w}")),
+    }
+}
+
 /// Compare the node with the baseline. `probes` is None below level 1 (floors are then skipped).
 pub fn compare(
     b: &Baseline,
@@ -623,7 +632,7 @@ fn compare_pcie(
             format!(
                 "capable {}, trained {}",
                 gen_width(want.max_gen, want.max_width),
-                gen_width(want.cur_gen, want.cur_width)
+                trained(want.cur_gen, want.cur_width)
             ),
         ),
         ev(
@@ -631,7 +640,7 @@ fn compare_pcie(
             format!(
                 "capable {}, trained {}",
                 gen_width(have.max_gen, have.max_width),
-                gen_width(have.cur_gen, have.cur_width)
+                trained(have.cur_gen, have.cur_width)
             ),
         ),
     ];
