@@ -488,7 +488,10 @@ mod tests {
         assert!(err(&["check", "--deny", "pcie.acs-redirekt"]).contains("unknown check id"));
         assert!(err(&["probe", "h2d", "--size", "1000"]).contains("at least 1 MiB"));
         assert!(err(&["--root", "/x", "probe", "h2d"]).contains("probes measure the live"));
-        assert!(err(&["--root", "/x", "list"]).contains("apply to topo, check, bundle, baseline and export"));
+        assert!(
+            err(&["--root", "/x", "list"])
+                .contains("apply to topo, check, bundle, baseline and export")
+        );
         assert!(err(&["--root", "/x", "topo", "--bundle", "b"]).contains("given twice"));
         assert!(
             err(&["check", "--deny", "gpu.bar1", "--skip", "gpu.bar1"]).contains("at most one")
