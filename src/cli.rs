@@ -22,6 +22,13 @@ pub struct Args {
     pub command: Command,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
 /// Where facts come from: offered only by the commands that read them.
 #[derive(Debug, Clone, Default, ClapArgs)]
 pub struct SourceArgs {
@@ -147,9 +154,17 @@ pub struct CheckArgs {
     pub strict: bool,
     #[command(flatten)]
     pub gate: GateArgs,
-    /// Show one table row per subject for passing checks too (default: one row per check).
-    #[arg(long)]
+    /// List every passing subject with its evidence (default: one line per passing check).
+    #[arg(long, visible_alias = "verbose", short = 'v')]
     pub all: bool,
+    /// Print only the verdict: what failed, what warned, and the counts (for Slurm logs and
+    /// provisioning output). Exit codes are unchanged.
+    #[arg(long, short = 'q', conflicts_with_all = ["all", "json"])]
+    pub quiet: bool,
+    /// Colour the status words and the verdict: auto (a terminal, unless NO_COLOR is set),
+    /// always, never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
     /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device); 1 = also
     /// CUDA host<->GPU and GPU<->GPU copies and dma-buf export (replayed from probes/*.json
     /// in a recorded tree); 2 = also a short RDMA-write loopback on every active RDMA port.

@@ -8,7 +8,7 @@
 
 use crate::bundle::redact::SiteKey;
 use crate::checks::Overrides;
-use crate::cli::{Args, Command, ProbeArgs, ProbeCommand, SourceArgs, WriteBwArgs};
+use crate::cli::{Args, ColorChoice, Command, ProbeArgs, ProbeCommand, SourceArgs, WriteBwArgs};
 use crate::probes::ProbeKind;
 use crate::probes::options::ProbeOptions;
 use crate::rdma::{Role, WriteBwRequest, write_bw};
@@ -54,7 +54,12 @@ pub struct CheckOptions {
     /// Options for the level-1 probes (defaults of `gpudoctor probe`).
     pub probe: ProbeOptions,
     pub json: bool,
+    /// Every passing subject with its evidence (`--all`).
     pub all_rows: bool,
+    /// Only the verdict lines (`--quiet`).
+    pub quiet: bool,
+    /// ANSI colour in the text report.
+    pub color: bool,
     pub strict: bool,
     pub level: u8,
     pub overrides: Overrides,
@@ -73,6 +78,8 @@ impl CheckOptions {
             probe: ProbeOptions::defaults(ProbeKind::H2d),
             json: true,
             all_rows: false,
+            quiet: false,
+            color: false,
             strict: false,
             level: 0,
             overrides: Overrides::default(),
@@ -154,6 +161,10 @@ pub enum Action {
 pub struct Env {
     /// stdout is a terminal: its width for human tables.
     pub stdout_width: Option<u16>,
+    /// COLUMNS, when set to a number: the width a person asked for, terminal or not.
+    pub columns: Option<u16>,
+    /// NO_COLOR is set to something (https://no-color.org).
+    pub no_color: bool,
     pub stderr_is_terminal: bool,
     /// CUDA_HOME / CUDA_PATH, where NVRTC may live.
     pub cuda_homes: Vec<PathBuf>,
@@ -170,6 +181,11 @@ impl Env {
             } else {
                 None
             },
+            columns: std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.trim().parse::<u16>().ok())
+                .filter(|c| *c >= 20),
+            no_color: nonempty("NO_COLOR").is_some(),
             stderr_is_terminal: std::io::stderr().is_terminal(),
             cuda_homes: ["CUDA_HOME", "CUDA_PATH"]
                 .iter()
@@ -185,7 +201,7 @@ impl Env {
 pub struct Config {
     pub source: SourceSpec,
     pub action: Action,
-    /// Terminal width for human tables; None when stdout is not a terminal (stable output).
+    /// Width for human output: COLUMNS, else the terminal's; None in a pipe (stable output).
     pub width: Option<u16>,
 }
 
@@ -242,6 +258,12 @@ impl Config {
                         json: format == OutputFormat::Json,
                         format,
                         all_rows: c.all,
+                        quiet: c.quiet,
+                        color: match c.color {
+                            ColorChoice::Always => true,
+                            ColorChoice::Never => false,
+                            ColorChoice::Auto => env.stdout_width.is_some() && !env.no_color,
+                        },
                         strict: c.strict,
                         level: c.level,
                         overrides,
@@ -317,7 +339,7 @@ impl Config {
         Ok(Config {
             source,
             action,
-            width: env.stdout_width,
+            width: env.columns.or(env.stdout_width),
         })
     }
 }
@@ -459,6 +481,8 @@ mod tests {
     fn the_environment_is_read_only_through_env() {
         let env = Env {
             stdout_width: Some(99),
+            columns: None,
+            no_color: false,
             stderr_is_terminal: true,
             cuda_homes: vec![PathBuf::from("/opt/cuda")],
             token: Some("s3cret".into()),
@@ -470,6 +494,28 @@ mod tests {
         };
         assert_eq!(o.probe.cuda_homes, vec![PathBuf::from("/opt/cuda")]);
         assert!(o.probe.progress);
+        assert!(o.color, "a terminal gets colour");
+        let c = resolve(&["check", "--color", "never"], &env).unwrap();
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert!(!o.color);
+        let no_color = Env {
+            no_color: true,
+            columns: Some(80),
+            ..env.clone()
+        };
+        let c = resolve(&["check"], &no_color).unwrap();
+        assert_eq!(c.width, Some(80), "COLUMNS wins over the terminal's width");
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert!(!o.color, "NO_COLOR");
+        let c = resolve(&["check", "--color", "always"], &Env::default()).unwrap();
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert!(o.color, "--color always, even in a pipe");
         let c = resolve(&["probe", "write-bw", "-d", "mlx5_0", "--peer", "h"], &env).unwrap();
         let Action::WriteBw(w) = c.action else {
             panic!("write-bw")

@@ -7,7 +7,6 @@
 
 pub mod live;
 pub mod options;
-pub mod render;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

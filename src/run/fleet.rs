@@ -218,7 +218,7 @@ pub fn fleet(inputs: &[PathBuf], json: bool) -> Result<Outcome> {
         if json {
             crate::render::json(&r)
         } else {
-            fleet::fleet_table(&r)
+            crate::render::fleet_table(&r)
         },
         code,
     ))
@@ -268,7 +268,7 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<Outcome> {
         if json {
             crate::render::json(&d)
         } else {
-            fleet::diff_table(&d)
+            crate::render::diff_table(&d)
         },
         if same { EXIT_OK } else { EXIT_FAILED_CHECK },
     ))

@@ -118,7 +118,15 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             Ok(r) => Ok(Outcome::new(
                 match opts.format {
                     OutputFormat::Json => render::json(&r),
-                    OutputFormat::Table => render::check_table(&r, style),
+                    OutputFormat::Table => render::check_text(
+                        &r,
+                        &render::TextStyle {
+                            width: cfg.width,
+                            all: opts.all_rows,
+                            quiet: opts.quiet,
+                            color: opts.color,
+                        },
+                    ),
                     OutputFormat::Prometheus => crate::export::prometheus::check(&r),
                     OutputFormat::Junit => crate::export::junit::check(&r, opts.strict),
                 },

@@ -33,9 +33,7 @@ pub(super) fn cuda(
         OutputFormat::Json => render::json(&run.report),
         OutputFormat::Prometheus => crate::export::prometheus::probe(&run.report),
         // (junit is refused for probes in config)
-        OutputFormat::Table | OutputFormat::Junit => {
-            crate::probes::render::table(&run.report, style)
-        }
+        OutputFormat::Table | OutputFormat::Junit => render::probe_table(&run.report, style),
     };
     let code = if run.interrupted {
         EXIT_ERROR
@@ -71,7 +69,7 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     let stdout = match w.format {
         OutputFormat::Json => render::json(&report),
         OutputFormat::Prometheus => crate::export::prometheus::write_bw(&report),
-        OutputFormat::Table | OutputFormat::Junit => rdma::render::write_bw_table(&report),
+        OutputFormat::Table | OutputFormat::Junit => render::write_bw_table(&report),
     };
     Ok(Outcome {
         stdout,

@@ -214,3 +214,64 @@ fn completions_for_each_shell() {
         );
     }
 }
+
+/// The check report for a person: failures first, the verdict named last, at most 100 columns
+/// in a pipe (COLUMNS narrows it) except for words that cannot be broken, colour only when
+/// asked for or on a terminal, `--quiet` only the verdict.
+#[test]
+fn check_text_reads_at_a_glance() {
+    let bundle = "fixtures/variants/hgx-h100-8gpu--acs-redirect/bundle.tar.gz";
+    let run = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut c = gpudoctor();
+        c.args(["check", "--bundle", bundle]).args(extra);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&[], &[]);
+    let lines: Vec<&str> = text.lines().collect();
+    // The first finding shown is a failure; passes come after every fail and warn.
+    let first = lines.iter().position(|l| l.starts_with("FAIL ")).unwrap();
+    let first_pass = lines.iter().position(|l| l.starts_with("PASS ")).unwrap();
+    let last_warn = lines
+        .iter()
+        .rposition(|l| l.starts_with("WARN pcie"))
+        .unwrap();
+    assert!(first < first_pass && last_warn < first_pass, "{text}");
+    assert_eq!(first, 2, "{text}");
+    let tail = &lines[lines.len() - 3..];
+    assert_eq!(
+        tail[0],
+        "FAIL  pcie.acs-redirect on 0000:5d:00.0, 0000:5d:03.0"
+    );
+    assert_eq!(tail[1], "WARN  pcie.link-speed on 0000:c3:00.0");
+    assert!(
+        tail[2].starts_with("Result: FAIL: 273 pass, 1 warn, 2 fail"),
+        "{}",
+        tail[2]
+    );
+    assert!(!text.contains('\x1b'), "no colour in a pipe");
+    for (width, t) in [(100, text.clone()), (80, run(&[], &[("COLUMNS", "80")]))] {
+        for l in t.lines().filter(|l| l.chars().count() > width) {
+            // Only a line that is one unbreakable word after its indent may be longer.
+            let words: Vec<&str> = l.split_whitespace().collect();
+            assert!(
+                words.iter().any(|w| w.chars().count() > width - 10),
+                "line over {width} columns: {l}"
+            );
+        }
+    }
+    let quiet = run(&["--quiet"], &[]);
+    assert_eq!(
+        quiet.lines().collect::<Vec<_>>(),
+        tail,
+        "--quiet is the verdict only"
+    );
+    let colored = run(&["--quiet", "--color", "always"], &[]);
+    assert!(colored.contains("\x1b[1;31mFAIL\x1b[0m"), "{colored}");
+    let never = run(&["--quiet", "--color", "never"], &[("NO_COLOR", "1")]);
+    assert!(!never.contains('\x1b'));
+}

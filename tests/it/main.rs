@@ -78,5 +78,7 @@ pub fn name(p: &Path) -> String {
 pub fn gpudoctor() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("gpudoctor").unwrap();
     c.current_dir(repo());
+    // Output must not depend on the caller's terminal settings.
+    c.env_remove("COLUMNS").env_remove("NO_COLOR");
     c
 }

@@ -26,13 +26,14 @@ fn man_pages_name_only_shipped_pages() {
     for (name, bytes) in &pages {
         let text = String::from_utf8_lossy(bytes).replace("\\-", "-");
         for line in text.lines() {
-            if let Some(page) = line.strip_suffix("(1)") {
-                if page.starts_with("gpudoctor") {
-                    assert!(
-                        names.contains(&format!("{page}.1")),
-                        "{name} names {page}(1), which is not shipped"
-                    );
-                }
+            if let Some(page) = line
+                .strip_suffix("(1)")
+                .filter(|p| p.starts_with("gpudoctor"))
+            {
+                assert!(
+                    names.contains(&format!("{page}.1")),
+                    "{name} names {page}(1), which is not shipped"
+                );
             }
         }
     }
