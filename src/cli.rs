@@ -6,7 +6,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use std::path::PathBuf;
 
 // Older paths of the resolved types (they moved to `config` and `source`).
-pub use crate::config::{CheckOptions, Config};
+pub use crate::config::{CheckOptions, Config, OutputFormat};
 pub use crate::source::SourceSpec;
 
 /// A doctor for GPU + RDMA servers: topology, GPUDirect readiness, bandwidth probes.
@@ -76,6 +76,39 @@ pub enum Command {
     Probe(ProbeCommand),
     /// Record everything gpudoctor reads into one .tar.gz that replays with --bundle.
     Bundle(BundleArgs),
+    /// Write the expected shape of this server model (schema gpudoctor.baseline/1): GPUs and
+    /// NICs by PCI position, path matrix, PCIe links, NVLinks, BAR1, versions, bandwidth
+    /// floors. Compare other nodes with `check --expect FILE`.
+    Baseline(BaselineArgs),
+    /// Summarize many nodes: check reports (`check --json`), probe reports (`probe ... --json`),
+    /// baselines and bundles, or directories of them. Per check the nodes that fail, warn or
+    /// skip; per probe measurement the median and robust-z outliers; per shape field (bundles)
+    /// the nodes that differ from the majority; the nodes to drain. Files of one node share
+    /// the name before the first dot (node17.check.json, node17.h2d.json, node17.tar.gz).
+    /// Exit 1 when a node should be drained.
+    Fleet {
+        /// Reports, bundles or directories.
+        #[arg(required = true, value_name = "REPORT|BUNDLE|DIR")]
+        inputs: Vec<PathBuf>,
+        /// Print one JSON document (schema gpudoctor.fleet/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// What differs between two nodes, or one node before and after a change: check verdicts,
+    /// probe bandwidth, and (two bundles) B's shape against A's by PCI position. Exit 1 when
+    /// they differ.
+    Diff {
+        /// Report or bundle A.
+        a: PathBuf,
+        /// Report or bundle B.
+        b: PathBuf,
+        /// Print one JSON document (schema gpudoctor.diff/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the machine in the formats of other tools: `nccl-topo` for NCCL_TOPO_FILE.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Export(ExportCommand),
     /// Print a shell completion script: `gpudoctor completions bash >
     /// /etc/bash_completion.d/gpudoctor` (zsh: into a directory on $fpath as `_gpudoctor`;
     /// fish: ~/.config/fish/completions/gpudoctor.fish).
@@ -109,9 +142,13 @@ pub struct TopoArgs {
 pub struct CheckArgs {
     #[command(flatten)]
     pub source: SourceArgs,
-    /// Print one JSON document (schema gpudoctor.check/1).
-    #[arg(long)]
+    /// Print one JSON document (schema gpudoctor.check/1); the same as --format json.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json, prometheus (node_exporter textfile collector), junit (CI
+    /// test reports).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
     /// Exit 1 on warnings too.
     #[arg(long)]
     pub strict: bool,
@@ -142,6 +179,36 @@ pub struct CheckArgs {
     /// Do not judge this check (repeatable); it is reported as skip.
     #[arg(long = "skip", value_name = "ID")]
     pub skip: Vec<String>,
+    /// Compare with a baseline written by `gpudoctor baseline` (findings baseline.*).
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// NCCL topology XML (for NCCL_TOPO_FILE): CPUs (NUMA nodes with their CPU masks), the
+    /// PCI bridges down to each GPU and RDMA NIC with link speed and width, NVLinks, nets.
+    /// Gives NCCL the real topology inside VMs and containers that hide it.
+    NcclTopo {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Write to FILE instead of stdout.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct BaselineArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Where to write the baseline (default: stdout).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// 1 = also record bandwidth floors: measured by the level-1 CUDA probes on the live
+    /// machine (replayed sources use their recorded probes/*.json whenever present).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub level: u8,
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,8 +248,11 @@ pub struct ProbeArgs {
     #[command(flatten)]
     pub gate: GateArgs,
     /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -197,8 +267,11 @@ pub struct DmabufExportArgs {
     #[command(flatten)]
     pub gate: GateArgs,
     /// Print one JSON document (schema gpudoctor.probe/1).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
 }
 
 /// For pre-deployment gates: a probe or check that could not be judged fails the gate.
@@ -256,8 +329,11 @@ pub struct WriteBwArgs {
     #[arg(long)]
     pub validate: bool,
     /// Print one JSON document (schema gpudoctor.write-bw/1).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
     #[command(flatten)]
     pub gate: GateArgs,
     /// Two-node mode, passive side: wait for one --peer client and be written into.

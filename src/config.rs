@@ -25,6 +25,30 @@ pub enum TopoOutput {
     Json,
 }
 
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Human table.
+    Table,
+    /// One JSON document.
+    Json,
+    /// Prometheus text exposition (node_exporter textfile collector).
+    Prometheus,
+    /// JUnit XML (check only).
+    Junit,
+}
+
+impl OutputFormat {
+    /// `--json` and `--format` resolved (clap has already refused both together).
+    fn resolve(json: bool, format: Option<OutputFormat>) -> OutputFormat {
+        match (json, format) {
+            (_, Some(f)) => f,
+            (true, None) => OutputFormat::Json,
+            (false, None) => OutputFormat::Table,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
     /// Options for the level-1 probes (defaults of `gpudoctor probe`).
@@ -39,6 +63,9 @@ pub struct CheckOptions {
     pub strict: bool,
     pub level: u8,
     pub overrides: Overrides,
+    /// `--expect FILE`: the baseline to compare with, parsed.
+    pub expect: Option<crate::baseline::Baseline>,
+    pub format: OutputFormat,
     /// Exit 1 when something that should have been judged was not (`--fail-on-skip`).
     pub fail_on_skip: bool,
 }
@@ -56,6 +83,8 @@ impl CheckOptions {
             strict: false,
             level: 0,
             overrides: Overrides::default(),
+            expect: None,
+            format: OutputFormat::Json,
             fail_on_skip: false,
         }
     }
@@ -66,6 +95,7 @@ impl CheckOptions {
 pub struct WriteBwConfig {
     pub request: WriteBwRequest,
     pub json: bool,
+    pub format: OutputFormat,
     /// A skip (no RDMA device, no libibverbs) exits 1 (`--fail-on-skip`).
     pub fail_on_skip: bool,
 }
@@ -84,7 +114,7 @@ pub enum Redaction {
 #[derive(Debug)]
 pub enum Action {
     Topo(TopoOutput),
-    Check(CheckOptions),
+    Check(Box<CheckOptions>),
     List {
         json: bool,
     },
@@ -93,12 +123,31 @@ pub enum Action {
     Probe {
         options: ProbeOptions,
         json: bool,
+        format: OutputFormat,
         /// A skip (no CUDA, no GPU) exits 1.
         fail_on_skip: bool,
     },
     WriteBw(WriteBwConfig),
     Completions(clap_complete::Shell),
     Man(PathBuf),
+    Fleet {
+        inputs: Vec<PathBuf>,
+        json: bool,
+    },
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        json: bool,
+    },
+    /// `export nccl-topo`.
+    ExportNcclTopo {
+        output: Option<PathBuf>,
+    },
+    Baseline {
+        output: Option<PathBuf>,
+        level: u8,
+        probe: ProbeOptions,
+    },
     Bundle {
         output: PathBuf,
         redact: Redaction,
@@ -184,11 +233,17 @@ impl Config {
             Command::Check(c) => {
                 let overrides =
                     Overrides::parse(&c.warn, &c.deny, &c.skip).map_err(anyhow::Error::msg)?;
+                let expect = match &c.expect {
+                    Some(p) => Some(read_baseline(p)?),
+                    None => None,
+                };
+                let format = OutputFormat::resolve(c.json, c.format);
                 (
                     Some(c.source),
-                    Action::Check(CheckOptions {
+                    Action::Check(Box::new(CheckOptions {
                         probe: probe_defaults(ProbeKind::H2d),
-                        json: c.json,
+                        json: format == OutputFormat::Json,
+                        format,
                         all_rows: c.all,
                         quiet: c.quiet,
                         color: match c.color {
@@ -200,7 +255,8 @@ impl Config {
                         level: c.level,
                         overrides,
                         fail_on_skip: c.gate.fail_on_skip,
-                    }),
+                        expect,
+                    })),
                 )
             }
             Command::List { json } => (None, Action::List { json }),
@@ -213,15 +269,19 @@ impl Config {
                     ProbeCommand::H2d(p) => probe_action(ProbeKind::H2d, p, probe_defaults)?,
                     ProbeCommand::D2h(p) => probe_action(ProbeKind::D2h, p, probe_defaults)?,
                     ProbeCommand::P2p(p) => probe_action(ProbeKind::P2p, p, probe_defaults)?,
-                    ProbeCommand::DmabufExport(p) => Action::Probe {
-                        options: ProbeOptions {
-                            gpu: p.gpu,
-                            deadline: Duration::from_secs(p.deadline),
-                            ..probe_defaults(ProbeKind::DmabufExport)
-                        },
-                        json: p.json,
-                        fail_on_skip: p.gate.fail_on_skip,
-                    },
+                    ProbeCommand::DmabufExport(p) => {
+                        let format = probe_format(p.json, p.format)?;
+                        Action::Probe {
+                            options: ProbeOptions {
+                                gpu: p.gpu,
+                                deadline: Duration::from_secs(p.deadline),
+                                ..probe_defaults(ProbeKind::DmabufExport)
+                            },
+                            json: format == OutputFormat::Json,
+                            format,
+                            fail_on_skip: p.gate.fail_on_skip,
+                        }
+                    }
                 },
             ),
             Command::Completions { shell } => (None, Action::Completions(shell)),
@@ -248,6 +308,19 @@ impl Config {
                     },
                 )
             }
+            Command::Fleet { inputs, json } => (None, Action::Fleet { inputs, json }),
+            Command::Diff { a, b, json } => (None, Action::Diff { a, b, json }),
+            Command::Export(crate::cli::ExportCommand::NcclTopo { source, output }) => {
+                (Some(source), Action::ExportNcclTopo { output })
+            }
+            Command::Baseline(b) => (
+                Some(b.source),
+                Action::Baseline {
+                    output: b.output,
+                    level: b.level,
+                    probe: probe_defaults(ProbeKind::H2d),
+                },
+            ),
         };
         let source = source_spec(&top, own.as_ref(), &action)?;
         Ok(Config {
@@ -256,6 +329,13 @@ impl Config {
             width: env.columns.or(env.stdout_width),
         })
     }
+}
+
+/// Read and parse a baseline file (a usage error when it is missing or malformed).
+fn read_baseline(p: &std::path::Path) -> Result<crate::baseline::Baseline> {
+    let text = std::fs::read_to_string(p)
+        .with_context(|| format!("--expect {}: cannot read", p.display()))?;
+    crate::baseline::Baseline::parse(&text).with_context(|| format!("--expect {}", p.display()))
 }
 
 /// `--root`/`--bundle` given before the subcommand or after it (not both); refused for
@@ -274,7 +354,7 @@ fn source_spec(top: &SourceArgs, own: Option<&SourceArgs>, action: &Action) -> R
                 Action::Probe { .. } | Action::WriteBw(_) => {
                     "probes measure the live machine; --root and --bundle replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
                 }
-                _ => "--root and --bundle apply to topo, check and bundle only",
+                _ => "--root and --bundle apply to topo, check, bundle, baseline and export only",
             };
             bail!("{what}");
         }
@@ -300,14 +380,25 @@ fn probe_action(
         ..defaults(kind)
     };
     options.validate().map_err(anyhow::Error::msg)?;
+    let format = probe_format(p.json, p.format)?;
     Ok(Action::Probe {
         options,
-        json: p.json,
+        json: format == OutputFormat::Json,
+        format,
         fail_on_skip: p.gate.fail_on_skip,
     })
 }
 
+fn probe_format(json: bool, format: Option<OutputFormat>) -> Result<OutputFormat> {
+    let f = OutputFormat::resolve(json, format);
+    if f == OutputFormat::Junit {
+        bail!("--format junit is for `check` (probes print table, json or prometheus)");
+    }
+    Ok(f)
+}
+
 fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
+    let format = probe_format(w.json, w.format)?;
     let sizes = if w.all {
         write_bw::all_sizes()
     } else {
@@ -352,7 +443,8 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
             role,
             timeout: Duration::from_secs(w.timeout.max(1)),
         },
-        json: w.json,
+        json: format == OutputFormat::Json,
+        format,
         fail_on_skip: w.gate.fail_on_skip,
     })
 }
@@ -429,7 +521,10 @@ mod tests {
         assert!(err(&["check", "--deny", "pcie.acs-redirekt"]).contains("unknown check id"));
         assert!(err(&["probe", "h2d", "--size", "1000"]).contains("at least 1 MiB"));
         assert!(err(&["--root", "/x", "probe", "h2d"]).contains("probes measure the live"));
-        assert!(err(&["--root", "/x", "list"]).contains("apply to topo, check and bundle"));
+        assert!(
+            err(&["--root", "/x", "list"])
+                .contains("apply to topo, check, bundle, baseline and export")
+        );
         assert!(err(&["--root", "/x", "topo", "--bundle", "b"]).contains("given twice"));
         assert!(
             err(&["check", "--deny", "gpu.bar1", "--skip", "gpu.bar1"]).contains("at most one")

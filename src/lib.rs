@@ -2,11 +2,14 @@
 //!
 //! Data flows one way: args -> config -> source -> inventory -> topology -> report -> render.
 
+pub mod baseline;
 pub mod bundle;
 pub mod checks;
 pub mod cli;
 pub mod config;
 pub mod cuda;
+pub mod export;
+pub mod fleet;
 pub mod inventory;
 pub mod libs;
 pub mod numa;

@@ -110,6 +110,8 @@ pub enum Run {
     Facts(fn(&Ctx, &mut Vec<Finding>)),
     /// Fed by a probe's report (levels 1 and up: `level1`, `level2`).
     Probe,
+    /// A comparison with a node's expected shape (`check --expect`, `crate::baseline`).
+    Baseline,
 }
 
 impl std::fmt::Debug for Run {
@@ -117,6 +119,7 @@ impl std::fmt::Debug for Run {
         f.write_str(match self {
             Run::Facts(_) => "Facts",
             Run::Probe => "Probe",
+            Run::Baseline => "Baseline",
         })
     }
 }
@@ -264,6 +267,22 @@ checks! {
         "GPU memory exports as a dma-buf (GPU half of dma-buf GPUDirect RDMA)";
     ProbeWriteBw = "probe.write-bw", level 2, Fail, Run::Probe,
         "RDMA-write loopback on every active port moves and validates data at line rate";
+    BaselineGpus = "baseline.gpus", level 0, Fail, Run::Baseline,
+        "GPUs at the baseline's PCI positions, of the baseline's model (--expect)";
+    BaselineNics = "baseline.nics", level 0, Fail, Run::Baseline,
+        "NICs at the baseline's PCI positions, model and port link layer/rate (--expect)";
+    BaselinePaths = "baseline.paths", level 0, Fail, Run::Baseline,
+        "GPU-GPU and GPU-NIC path types as in the baseline (--expect)";
+    BaselinePcie = "baseline.pcie", level 0, Fail, Run::Baseline,
+        "PCIe link capability and width as in the baseline (--expect)";
+    BaselineNvlink = "baseline.nvlink", level 0, Fail, Run::Baseline,
+        "Active NVLinks per GPU as in the baseline (--expect)";
+    BaselineBar1 = "baseline.bar1", level 0, Fail, Run::Baseline,
+        "BAR1 size as in the baseline (--expect)";
+    BaselineVersions = "baseline.versions", level 0, Fail, Run::Baseline,
+        "Driver, kernel and NIC firmware versions as in the baseline (--expect)";
+    BaselineBandwidth = "baseline.bandwidth", level 1, Fail, Run::Baseline,
+        "Probe bandwidth at or above the baseline's floors (--expect, --level 1)";
 }
 
 /// The check list for `gpudoctor check --help` and the man page.

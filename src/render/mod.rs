@@ -9,10 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 mod check;
+mod fleet;
 mod probe;
 mod write_bw;
 
 pub use check::{PIPE_WIDTH, TextStyle, check_text};
+pub use fleet::{diff_table, fleet_table};
 pub use probe::table as probe_table;
 pub use write_bw::write_bw_table;
 

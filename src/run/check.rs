@@ -45,15 +45,25 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
         libs: &source.libs,
     };
     let mut findings = checks::run_level0(&ctx);
+    let mut probe_reports = None;
     if opts.level >= 1 {
         let reports = level1_reports(source, &topo, opts)?;
         checks::level1::settle_link_speed(&reports, &mut findings, &topo);
         for r in &reports {
             checks::level1::findings(r, &mut findings);
         }
+        probe_reports = Some(reports);
     }
     if opts.level >= 2 {
         level2(source, &inv, &mut findings);
+    }
+    if let Some(b) = &opts.expect {
+        findings.extend(crate::baseline::compare(
+            b,
+            &inv,
+            &topo,
+            probe_reports.as_deref(),
+        ));
     }
     checks::debug_assert_sound(&findings);
     opts.overrides.apply(&mut findings);
@@ -134,7 +144,7 @@ fn level2(source: &Source, inv: &Inventory, findings: &mut Vec<Finding>) {
 
 /// Level-1 probe reports: measured on a live machine, or read from a recorded tree's
 /// `probes/<name>.json` and re-evaluated (so thresholds and verdicts replay offline).
-fn level1_reports(
+pub(super) fn level1_reports(
     source: &Source,
     topo: &crate::topo::Topology,
     opts: &CheckOptions,

@@ -4,13 +4,16 @@
 //! This module must not parse arguments (`config` did), read recorded documents (`source`
 //! does), format text (`render` does) or end the process (`main` does, from `Outcome`).
 
+mod baseline;
 mod bundle;
 mod check;
+mod export;
+mod fleet;
 mod probe;
 
 pub use check::{check_exit_code, check_report, check_report_from, topo_report, topo_report_from};
 
-use crate::config::{Action, Config, TopoOutput};
+use crate::config::{Action, Config, OutputFormat, TopoOutput};
 use crate::inventory::{Inventory, Scope};
 use crate::render::{self, Style};
 use crate::source::Source;
@@ -113,10 +116,9 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         }
         Action::Check(opts) => match check_report(&cfg.source, opts) {
             Ok(r) => Ok(Outcome::new(
-                if opts.json {
-                    render::json(&r)
-                } else {
-                    render::check_text(
+                match opts.format {
+                    OutputFormat::Json => render::json(&r),
+                    OutputFormat::Table => render::check_text(
                         &r,
                         &render::TextStyle {
                             width: cfg.width,
@@ -124,7 +126,9 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                             quiet: opts.quiet,
                             color: opts.color,
                         },
-                    )
+                    ),
+                    OutputFormat::Prometheus => crate::export::prometheus::check(&r),
+                    OutputFormat::Junit => crate::export::junit::check(&r, opts.strict),
                 },
                 check_exit_code(&r, opts.strict, opts.fail_on_skip),
             )),
@@ -162,9 +166,10 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         }
         Action::Probe {
             options,
-            json,
+            format,
             fail_on_skip,
-        } => probe::cuda(&cfg.source, options, *json, *fail_on_skip, style),
+            ..
+        } => probe::cuda(&cfg.source, options, *format, *fail_on_skip, style),
         Action::WriteBw(w) => probe::write_bw(w),
         Action::Completions(shell) => {
             let mut buf = Vec::new();
@@ -179,6 +184,14 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             redact,
             progress,
         } => bundle::make(&cfg.source, output, *redact, *progress),
+        Action::Baseline {
+            output,
+            level,
+            probe,
+        } => baseline::write(&cfg.source, output.as_deref(), *level, probe),
+        Action::Fleet { inputs, json } => fleet::fleet(inputs, *json),
+        Action::Diff { a, b, json } => fleet::diff(a, b, *json),
+        Action::ExportNcclTopo { output } => export::nccl_topo(&cfg.source, output.as_deref()),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut names = Vec::new();

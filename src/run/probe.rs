@@ -3,7 +3,7 @@
 
 use super::check::topo_report;
 use super::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK, Outcome};
-use crate::config::WriteBwConfig;
+use crate::config::{OutputFormat, WriteBwConfig};
 use crate::probes::live::{self, ProbeOptions};
 use crate::render::{self, Style};
 use crate::source::SourceSpec;
@@ -16,7 +16,7 @@ use anyhow::Result;
 pub(super) fn cuda(
     source: &SourceSpec,
     options: &ProbeOptions,
-    json: bool,
+    format: OutputFormat,
     fail_on_skip: bool,
     style: Style,
 ) -> Result<Outcome> {
@@ -29,10 +29,11 @@ pub(super) fn cuda(
         }
     }
     let run = live::run(options, &topo);
-    let stdout = if json {
-        render::json(&run.report)
-    } else {
-        render::probe_table(&run.report, style)
+    let stdout = match format {
+        OutputFormat::Json => render::json(&run.report),
+        OutputFormat::Prometheus => crate::export::prometheus::probe(&run.report),
+        // (junit is refused for probes in config)
+        OutputFormat::Table | OutputFormat::Junit => render::probe_table(&run.report, style),
     };
     let code = if run.interrupted {
         EXIT_ERROR
@@ -65,10 +66,10 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
         };
         anyhow::bail!("probe write-bw: {why}");
     }
-    let stdout = if w.json {
-        render::json(&report)
-    } else {
-        render::write_bw_table(&report)
+    let stdout = match w.format {
+        OutputFormat::Json => render::json(&report),
+        OutputFormat::Prometheus => crate::export::prometheus::write_bw(&report),
+        OutputFormat::Table | OutputFormat::Junit => render::write_bw_table(&report),
     };
     Ok(Outcome {
         stdout,

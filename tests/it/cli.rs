@@ -149,7 +149,10 @@ fn options_are_offered_only_where_they_work() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("apply to topo, check and bundle"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("apply to topo, check, bundle, baseline and export")
+    );
     // Contradictory overrides are refused, not settled silently.
     let out = gpudoctor()
         .args([

@@ -1,13 +1,18 @@
 //! The one integration-test binary (ripgrep's habit): fixtures, CLI, man page.
 
+mod baseline;
 mod bundle;
 mod checks;
 mod cli;
+mod deploy;
+mod export;
 mod fixtures;
+mod fleet;
 mod hostile;
 mod lstopo;
 mod man;
 mod probes;
+mod slurm;
 mod vm;
 
 use std::path::{Path, PathBuf};
