@@ -56,7 +56,7 @@ pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
             );
         }
         (None, 0) => out.push(
-            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus")
+            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus").not_applicable()
                 .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default())),
         ),
         (None, n) => out.push(
@@ -83,7 +83,7 @@ pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
             Finding::new(id, "host", Status::Skip, format!("NVML facts unknown: {r}")).with(ev("nvml.json", r.clone())),
         ),
         (Some(r), 0) => out.push(
-            Finding::new(id, "host", Status::Skip, format!("no NVIDIA GPUs; NVML not usable: {r}")).with(ev("nvmlInit_v2", r.clone())),
+            Finding::new(id, "host", Status::Skip, format!("no NVIDIA GPUs; NVML not usable: {r}")).not_applicable().with(ev("nvmlInit_v2", r.clone())),
         ),
         (Some(r), _) => out.push(
             Finding::new(id, "host", Status::Fail, format!("NVML unusable: {r}"))
@@ -112,7 +112,7 @@ pub(super) fn version_match(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .with(ev("nvmlSystemGetDriverVersion", u.clone()))
                 .fix("The driver was upgraded without reloading the kernel module: reboot (or stop GPU users and `rmmod nvidia_uvm nvidia_peermem nvidia_modeset nvidia && modprobe nvidia`)"),
         ),
-        _ if sysfs_gpus == 0 => out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs")),
+        _ if sysfs_gpus == 0 => out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable()),
         _ => {
             let why = match (&kmod, &nvml.driver_version) {
                 (None, _) => "kernel module version unknown (/proc/driver/nvidia/version unreadable)".to_string(),
@@ -130,12 +130,10 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
     let (sysfs_gpus, h, nvml) = (sysfs_gpu_count(ctx), &ctx.inv.host, &ctx.inv.nvml);
     let id = CheckId::DriverGpuCount;
     if sysfs_gpus == 0 && nvml.gpus.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no NVIDIA GPUs on the PCI bus",
-        ));
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus")
+                .not_applicable(),
+        );
         return;
     }
     let mut evidence = vec![ev(

@@ -46,7 +46,7 @@ fn each_gpu(
     mut check: impl FnMut(&crate::topo::Gpu, Option<&NvmlGpu>, &mut Vec<Finding>),
 ) {
     if ctx.topo.gpus.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
     for g in &ctx.topo.gpus {
@@ -185,12 +185,15 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
             .map(|l| l.link)
             .collect();
         if total == 0 {
-            out.push(Finding::new(
-                id,
-                s.clone(),
-                Status::Skip,
-                "no NVLinks reported (PCIe GPU or NVLink not supported)",
-            ));
+            out.push(
+                Finding::new(
+                    id,
+                    s.clone(),
+                    Status::Skip,
+                    "no NVLinks reported (PCIe GPU or NVLink not supported)",
+                )
+                .not_applicable(),
+            );
         } else if down.is_empty() {
             out.push(
                 Finding::new(
@@ -217,16 +220,11 @@ pub(super) fn p2p(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuP2p;
     let t = ctx.topo;
     if t.gpus.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
     if t.gpus.len() < 2 {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "fewer than two GPUs",
-        ));
+        out.push(Finding::new(id, "host", Status::Skip, "fewer than two GPUs").not_applicable());
         return;
     }
     if ctx.inv.nvml.p2p.is_empty() {

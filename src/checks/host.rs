@@ -36,12 +36,7 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         .chain(t.nics.iter().map(|n| (n.rdma_device.clone(), n.bdf)))
         .collect();
     if devices.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no GPUs or RDMA NICs",
-        ));
+        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
     let Some(groups) = &h.iommu_groups else {

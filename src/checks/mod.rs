@@ -70,6 +70,32 @@ pub struct Finding {
     /// Set when `--warn/--deny/--skip` changed the status: the status the check gave.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub original_status: Option<Status>,
+    /// On a skip: why nothing was judged. Only `not-root` and `unknown` mean something that
+    /// should have been judged was not (what `--fail-on-skip` fails on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip: Option<SkipKind>,
+}
+
+/// Why a finding is a skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SkipKind {
+    /// Nothing to judge here: no GPUs, no RDMA devices, no port above a GPU on flat virtual
+    /// PCI, a probe that only runs live. Not a gap in what gpudoctor knows.
+    NotApplicable,
+    /// The fact needs root (unprivileged readers see 64 bytes of config space).
+    NotRoot,
+    /// The fact could not be read or was not recorded; the reason is in the message.
+    Unknown,
+    /// `--skip ID`: not judged, as asked.
+    ByRequest,
+}
+
+impl SkipKind {
+    /// Something that should have been judged was not.
+    pub fn unjudged(self) -> bool {
+        matches!(self, SkipKind::NotRoot | SkipKind::Unknown)
+    }
 }
 
 impl Finding {
@@ -87,7 +113,24 @@ impl Finding {
             evidence: Vec::new(),
             remediation: None,
             original_status: None,
+            // Unknown unless the check says otherwise: forgetting to mark a skip as not
+            // applicable fails a gate, never passes one.
+            skip: (status == Status::Skip).then_some(SkipKind::Unknown),
         }
+    }
+    /// A skip because there is nothing to judge here.
+    pub fn not_applicable(mut self) -> Self {
+        if self.status == Status::Skip {
+            self.skip = Some(SkipKind::NotApplicable);
+        }
+        self
+    }
+    /// A skip because the fact needs root.
+    pub fn not_root(mut self) -> Self {
+        if self.status == Status::Skip {
+            self.skip = Some(SkipKind::NotRoot);
+        }
+        self
     }
     pub fn with(mut self, e: Evidence) -> Self {
         self.evidence.push(e);
@@ -410,6 +453,7 @@ impl Overrides {
             let before = f.status;
             if self.skip.contains(&f.id) {
                 f.status = Status::Skip;
+                f.skip = Some(SkipKind::ByRequest);
                 f.message = format!("skipped by --skip {}: {}", f.id, f.message);
             } else if self.warn.contains(&f.id) && f.status == Status::Fail {
                 f.status = Status::Warn;

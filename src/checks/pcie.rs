@@ -67,7 +67,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::PcieAcsRedirect;
     let t = ctx.topo;
     if t.gpus.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
     // bridge -> the device pairs whose traffic crosses it
@@ -138,6 +138,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         if let Some(why) = needs_root(f) {
             out.push(
                 Finding::new(id, subject, Status::Skip, format!("needs root: {why}"))
+                    .not_root()
                     .with(pairs_ev),
             );
             continue;
@@ -201,12 +202,7 @@ fn each_link(
 ) {
     let subjects = link_subjects(ctx);
     if subjects.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no GPUs or RDMA NICs",
-        ));
+        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
     for b in subjects {
@@ -324,7 +320,7 @@ pub(super) fn slot_mismatch(ctx: &Ctx, out: &mut Vec<Finding>) {
     each_link(ctx, id, out, |d, _f, dir, who, subject, parent, out| {
         let l = &d.link;
         match (parent, l.max_gen, l.max_width) {
-            (None, _, _) => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} sits on the root bus (no port above to compare; typical in VMs)"))),
+            (None, _, _) => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} sits on the root bus (no port above to compare; typical in VMs)")).not_applicable()),
             (Some(p), Some(dg), Some(dw)) => match (p.link.max_gen, p.link.max_width) {
                 (Some(pg), Some(pw)) if pg < dg || pw < dw => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, format!("{who} can do Gen{dg} x{dw} but the port above ({}) tops out at Gen{pg} x{pw}", p.bdf))
@@ -369,12 +365,7 @@ fn each_endpoint(
         }
     }
     if subjects.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no GPUs or RDMA NICs",
-        ));
+        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
     for (b, who, is_nic) in subjects {
@@ -427,6 +418,10 @@ pub(super) fn devctl(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
             }
             None => {
+                let root = f
+                    .config
+                    .as_ref()
+                    .is_some_and(|c| c.coverage == Coverage::Header);
                 let why = match &f.config {
                     Some(c) if c.coverage == Coverage::Header => format!(
                         "needs root: only {} bytes of config space readable",
@@ -435,12 +430,8 @@ pub(super) fn devctl(ctx: &Ctx, out: &mut Vec<Finding>) {
                     Some(c) => format!("PCIe capability not found ({})", c.problems.join("; ")),
                     None => f.unread.get("config").cloned().unwrap_or_default(),
                 };
-                out.push(Finding::new(
-                    id,
-                    subject,
-                    Status::Skip,
-                    format!("{who}: {why}"),
-                ));
+                let skip = Finding::new(id, subject, Status::Skip, format!("{who}: {why}"));
+                out.push(if root { skip.not_root() } else { skip });
             }
         }
     });

@@ -13,11 +13,11 @@ fn each_closest(
 ) {
     let t = ctx.topo;
     if t.gpus.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
     if t.nics.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no RDMA NICs"));
+        out.push(Finding::new(id, "host", Status::Skip, "no RDMA NICs").not_applicable());
         return;
     }
     for c in &t.closest_nics {

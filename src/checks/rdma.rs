@@ -29,12 +29,10 @@ fn each_port(
 ) {
     let devices = pci_rdma(ctx);
     if devices.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no RDMA devices on the PCI bus",
-        ));
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
+                .not_applicable(),
+        );
         return;
     }
     for r in devices {
@@ -199,12 +197,10 @@ pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaFwConsistency;
     let pci_rdma = pci_rdma(ctx);
     if pci_rdma.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no RDMA devices on the PCI bus",
-        ));
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
+                .not_applicable(),
+        );
         return;
     }
     let mut by_model: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();

@@ -152,6 +152,14 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
             r.source.describe()
         );
         wrap(&mut out, &head, 0, 2, width);
+        if r.summary.not_root > 0 {
+            let _ = write!(out, "{} ", paint("not root:", Status::Warn, st.color));
+            let line = format!(
+                "{} findings could not be judged (unprivileged readers see 64 bytes of PCI config space); run as root",
+                r.summary.not_root
+            );
+            wrap(&mut out, &line, 10, 2, width);
+        }
         out.push('\n');
         for status in [Status::Fail, Status::Warn] {
             // The first block of a run of same-check, same-fix findings carries the fix.
@@ -262,9 +270,14 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
     }
     let s = &r.summary;
     let verdict = r.status.as_str().to_uppercase();
+    let unjudged = if s.unjudged > 0 {
+        format!("; {} could not be judged", s.unjudged)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "Result: {}: {} pass, {} warn, {} fail, {} skip ({} findings).",
+        "Result: {}: {} pass, {} warn, {} fail, {} skip ({} findings{unjudged}).",
         paint(&verdict, r.status, st.color),
         s.pass,
         s.warn,

@@ -1,7 +1,7 @@
 //! `topo` and `check`: discovery, the topology, level-0 checks, and the probe levels on top.
 
 use super::{EXIT_FAILED_CHECK, EXIT_OK, inventory};
-use crate::checks::{self, Finding, Status};
+use crate::checks::{self, CheckId, Finding, SkipKind, Status};
 use crate::config::CheckOptions;
 use crate::inventory::{Inventory, Scope};
 use crate::probes::{self, ProbeKind, ProbeReport};
@@ -52,6 +52,17 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
         for r in &reports {
             checks::level1::findings(r, &mut findings);
         }
+        // A CUDA probe on a node without GPUs (or p2p with one GPU) has nothing to measure.
+        for f in findings.iter_mut().filter(|f| f.status == Status::Skip) {
+            let few = match f.id {
+                CheckId::ProbeH2d | CheckId::ProbeD2h | CheckId::ProbeDmabufExport => 1,
+                CheckId::ProbeP2p => 2,
+                _ => continue,
+            };
+            if topo.gpus.len() < few {
+                f.skip = Some(SkipKind::NotApplicable);
+            }
+        }
         probe_reports = Some(reports);
     }
     if opts.level >= 2 {
@@ -80,12 +91,15 @@ fn level2(source: &Source, inv: &Inventory, findings: &mut Vec<Finding>) {
     use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
     use checks::level2;
     if !source.is_live() {
-        findings.push(Finding::new(
-            level2::ID,
-            "host",
-            Status::Skip,
-            "RDMA-write probes run on the live machine; a recorded tree does not replay them",
-        ));
+        findings.push(
+            Finding::new(
+                level2::ID,
+                "host",
+                Status::Skip,
+                "RDMA-write probes run on the live machine; a recorded tree does not replay them",
+            )
+            .not_applicable(),
+        );
         return;
     }
     let before = findings.len();
@@ -93,15 +107,19 @@ fn level2(source: &Source, inv: &Inventory, findings: &mut Vec<Finding>) {
         for p in &d.ports {
             let subject = format!("{}/{}", d.name, p.port);
             if !p.state.as_deref().is_some_and(|s| s.ends_with("ACTIVE")) {
-                findings.push(Finding::new(
-                    level2::ID,
-                    subject,
-                    Status::Skip,
-                    format!(
-                        "port not ACTIVE ({}): see rdma.port-state",
-                        p.state.as_deref().unwrap_or("state unknown")
-                    ),
-                ));
+                // rdma.port-state judges the port; there is nothing to measure here.
+                findings.push(
+                    Finding::new(
+                        level2::ID,
+                        subject,
+                        Status::Skip,
+                        format!(
+                            "port not ACTIVE ({}): see rdma.port-state",
+                            p.state.as_deref().unwrap_or("state unknown")
+                        ),
+                    )
+                    .not_applicable(),
+                );
                 continue;
             }
             // Short on purpose: 64 KiB and 1 MiB writes, 500 each, validated (about 0.5 GB
@@ -133,12 +151,15 @@ fn level2(source: &Source, inv: &Inventory, findings: &mut Vec<Finding>) {
         }
     }
     if findings.len() == before {
-        findings.push(Finding::new(
-            level2::ID,
-            "host",
-            Status::Skip,
-            "no RDMA devices: nothing to probe",
-        ));
+        findings.push(
+            Finding::new(
+                level2::ID,
+                "host",
+                Status::Skip,
+                "no RDMA devices: nothing to probe",
+            )
+            .not_applicable(),
+        );
     }
 }
 
@@ -187,13 +208,14 @@ pub(super) fn level1_reports(
     Ok(out)
 }
 
-/// Exit code for a check report: 1 when a check failed (or warned, with --strict; or could
-/// not be judged, with --fail-on-skip).
+/// Exit code for a check report: 1 when a check failed (or warned, with --strict; or, with
+/// --fail-on-skip, something that should have been judged was not, or nothing was judged).
 pub fn check_exit_code(r: &CheckReport, strict: bool, fail_on_skip: bool) -> i32 {
     match r.status {
         Status::Fail => EXIT_FAILED_CHECK,
         Status::Warn if strict => EXIT_FAILED_CHECK,
-        _ if fail_on_skip && r.summary.skip > 0 => EXIT_FAILED_CHECK,
+        Status::Skip if fail_on_skip => EXIT_FAILED_CHECK,
+        _ if fail_on_skip && r.summary.unjudged > 0 => EXIT_FAILED_CHECK,
         _ => EXIT_OK,
     }
 }

@@ -275,3 +275,62 @@ fn check_text_reads_at_a_glance() {
     let never = run(&["--quiet", "--color", "never"], &[("NO_COLOR", "1")]);
     assert!(!never.contains('\x1b'));
 }
+
+/// `check --fail-on-skip` is a gate: a node where something that should have been judged was
+/// not (not root here) exits 1, and says so in the header; a node where every applicable check
+/// was judged exits as it would without the switch; skips of what does not exist do not count.
+#[test]
+fn fail_on_skip_gates_a_node_that_proved_nothing() {
+    let run = |src: &[&str], extra: &[&str]| {
+        let out = gpudoctor()
+            .arg("check")
+            .args(src)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8(out.stdout).unwrap(),
+        )
+    };
+    let nonroot = [
+        "--bundle",
+        "fixtures/variants/pcie-2socket-roce--nonroot/bundle.tar.gz",
+    ];
+    let (code, text) = run(&nonroot, &[]);
+    assert_eq!(code, 0, "warnings only: passes without the gate");
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("not root: 14 findings could not be judged"),
+        "{text}"
+    );
+    assert!(text.contains("14 could not be judged"), "{text}");
+    assert_eq!(run(&nonroot, &["--fail-on-skip"]).0, 1);
+    // Every applicable check judged (the HGX fixture): the gate changes nothing.
+    assert_eq!(
+        run(&["--root", "fixtures/hgx-h100-8gpu"], &["--fail-on-skip"]).0,
+        0
+    );
+    // No RDMA device on a GPU-only node is not a gap; unreadable AER counters are, until
+    // skipped by request.
+    let h200 = ["--root", "fixtures/h200x2-live"];
+    assert_eq!(run(&h200, &["--fail-on-skip"]).0, 1);
+    assert_eq!(run(&h200, &["--fail-on-skip", "--skip", "pcie.aer"]).0, 0);
+    // The JSON says why each skip is one.
+    let (_, json) = run(&h200, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let kind = |id: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()["skip"]
+            .clone()
+    };
+    assert_eq!(kind("rdma.port-state"), "not-applicable");
+    assert_eq!(kind("pcie.aer"), "unknown");
+    assert_eq!(v["summary"]["unjudged"], 2);
+}
