@@ -297,17 +297,21 @@ fn fix_texts_name_the_right_remedy() {
         &["--root".into(), "fixtures/h100x1-live".into()],
         &["--level", "1"],
     );
+    let mut seen = 0;
     for c in v["checks"].as_array().unwrap() {
-        if let (Some(id), Some(fix)) = (c["id"].as_str(), c["remediation"].as_str()) {
-            if let Some(probe) = id
-                .strip_prefix("probe.")
-                .filter(|p| ["h2d", "d2h"].contains(p))
-            {
-                assert!(
-                    fix.contains(&format!("probe {probe} --json")),
-                    "{id}: {fix}"
-                );
-            }
+        let (Some(id), Some(fix)) = (c["id"].as_str(), c["remediation"].as_str()) else {
+            continue;
+        };
+        if let Some(probe) = id
+            .strip_prefix("probe.")
+            .filter(|p| ["h2d", "d2h"].contains(p))
+        {
+            assert!(
+                fix.contains(&format!("probe {probe} --json")),
+                "{id}: {fix}"
+            );
+            seen += 1;
         }
     }
+    assert!(seen > 0, "h100x1-live records a failing d2h probe");
 }
