@@ -7,6 +7,31 @@ use serde::Serialize;
 
 pub const TOPO_SCHEMA: &str = "gpudoctor.topo/1";
 pub const CHECK_SCHEMA: &str = "gpudoctor.check/1";
+pub const CATALOG_SCHEMA: &str = "gpudoctor.catalog/1";
+
+/// `gpudoctor list --json`: every check, in report order.
+#[derive(Debug, Clone, Serialize)]
+pub struct CatalogReport {
+    pub schema: &'static str,
+    pub gpudoctor_version: &'static str,
+    pub checks: &'static [crate::checks::CheckInfo],
+}
+
+impl CatalogReport {
+    pub fn new() -> Self {
+        CatalogReport {
+            schema: CATALOG_SCHEMA,
+            gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            checks: crate::checks::CATALOG,
+        }
+    }
+}
+
+impl Default for CatalogReport {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// Where the facts came from.
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +120,14 @@ pub struct CheckReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
     pub source: SourceInfo,
+    /// The node's name (a redaction token in a redacted bundle); null where not recorded.
+    pub hostname: Option<String>,
+    /// When the facts were read, UTC RFC 3339: now for a live run, the recording's time for a
+    /// bundle or recorded tree (null where the tree does not say).
+    pub time: Option<String>,
+    /// The NVIDIA driver version: the kernel module's (/proc/driver/nvidia/version), else
+    /// NVML's; null without a driver.
+    pub driver_version: Option<String>,
     pub level: u8,
     /// Worst of pass/warn/fail over all checks (skips do not count).
     pub status: crate::checks::Status,
@@ -106,6 +139,13 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
+    /// Name the node and the time its facts were read.
+    pub fn at(mut self, hostname: Option<String>, time: Option<String>) -> Self {
+        self.hostname = hostname;
+        self.time = time;
+        self
+    }
+
     pub fn new(
         source: SourceInfo,
         level: u8,
@@ -131,10 +171,19 @@ impl CheckReport {
             }
         }
         let nvml = NvmlSummary::of(&inv.nvml);
+        let driver_version = inv
+            .host
+            .nvidia_version_line
+            .as_deref()
+            .and_then(|l| crate::checks::parse_nvrm(l).0)
+            .or_else(|| inv.nvml.driver_version.clone());
         CheckReport {
             schema: CHECK_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
             source,
+            hostname: None,
+            time: None,
+            driver_version,
             level,
             status: crate::checks::overall(&checks),
             summary,

@@ -40,6 +40,11 @@ pub struct Source {
     pub nvml: NvmlSnapshot,
     pub libs: LibFacts,
     pub info: SourceInfo,
+    /// The node's name: live from /proc/sys/kernel/hostname (through the reader), recorded
+    /// from the manifest (a redaction token in a redacted bundle).
+    pub hostname: Option<String>,
+    /// When the facts were read (UTC, RFC 3339): now, or the recording's time.
+    pub time: Option<String>,
 }
 
 /// What a recorded tree holds for one probe.
@@ -55,16 +60,30 @@ impl Source {
     /// Open the source: the reader and the NVML/library snapshots that go with it.
     pub fn open(spec: &SourceSpec) -> Result<Source> {
         match spec {
-            SourceSpec::Live => Ok(Source {
-                spec: spec.clone(),
-                sysroot: Arc::new(SysRoot::live()),
-                nvml: NvmlSnapshot::collect_live(),
-                libs: LibFacts::probe_live(),
-                info: SourceInfo::Live,
-            }),
+            SourceSpec::Live => {
+                let sysroot = SysRoot::live();
+                let hostname = sysroot
+                    .read_text("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+                    .filter(|h| !h.is_empty());
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                Ok(Source {
+                    spec: spec.clone(),
+                    sysroot: Arc::new(sysroot),
+                    nvml: NvmlSnapshot::collect_live(),
+                    libs: LibFacts::probe_live(),
+                    info: SourceInfo::Live,
+                    hostname,
+                    time: Some(bundle::rfc3339(now)),
+                })
+            }
             SourceSpec::Root(dir) => {
                 let label = format!("--root {}", dir.display());
-                let (sysroot, nvml, libs) = open_tree(dir, &label)?;
+                let (sysroot, nvml, libs, manifest) = open_tree(dir, &label)?;
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot),
@@ -73,12 +92,14 @@ impl Source {
                     info: SourceInfo::Root {
                         path: dir.display().to_string(),
                     },
+                    hostname: manifest.as_ref().and_then(|m| m.host.clone()),
+                    time: manifest.and_then(|m| m.created),
                 })
             }
             SourceSpec::Bundle(file) => {
                 let label = format!("--bundle {}", file.display());
                 let x = bundle::read::extract(file).with_context(|| label.clone())?;
-                let (sysroot, nvml, libs) = open_tree(x.dir.path(), &label)?;
+                let (sysroot, nvml, libs, manifest) = open_tree(x.dir.path(), &label)?;
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot.holding(x.dir)),
@@ -87,6 +108,8 @@ impl Source {
                     info: SourceInfo::Bundle {
                         path: file.display().to_string(),
                     },
+                    hostname: manifest.as_ref().and_then(|m| m.host.clone()),
+                    time: manifest.and_then(|m| m.created),
                 })
             }
         }
@@ -133,15 +156,19 @@ fn recorded<T>(
 /// A recorded tree (fixture, unpacked bundle): its sys/ and proc/, its nvml.json and
 /// libs.json, and the errors its manifest.json says the recorded machine gave (replayed as
 /// the same errors).
-fn open_tree(dir: &Path, label: &str) -> Result<(SysRoot, NvmlSnapshot, LibFacts)> {
+fn open_tree(
+    dir: &Path,
+    label: &str,
+) -> Result<(SysRoot, NvmlSnapshot, LibFacts, Option<bundle::Manifest>)> {
     let sr = SysRoot::at(dir).with_context(|| label.to_string())?;
     let root = sr.root_dir().to_path_buf();
-    let sr = match recorded(
+    let manifest = recorded(
         &root.join("manifest.json"),
         label,
         |b| Ok(Some(bundle::Manifest::from_json(b)?)),
         || None,
-    )? {
+    )?;
+    let sr = match &manifest {
         Some(m) => sr.with_recorded_errors(m.recorded_errors()),
         None => sr,
     };
@@ -157,5 +184,5 @@ fn open_tree(dir: &Path, label: &str) -> Result<(SysRoot, NvmlSnapshot, LibFacts
         |b| LibFacts::from_json(b).map_err(anyhow::Error::msg),
         || LibFacts::unavailable("not recorded (no libs.json in the tree)"),
     )?;
-    Ok((sr, nvml, libs))
+    Ok((sr, nvml, libs, manifest))
 }

@@ -167,6 +167,10 @@ pub struct Gpu {
     pub memory_total_bytes: Option<u64>,
     pub bar1_total_bytes: Option<u64>,
     pub nvlinks_active: Option<u32>,
+    /// The GPU's PCIe link (as on its entry in `devices`, here so a GPU needs no join).
+    pub link: LinkState,
+    /// The GPU's NUMA placement (as on its entry in `devices`).
+    pub numa: Numa,
     /// Why NVML facts are missing for this GPU, when they are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nvml_missing: Option<String>,
@@ -598,6 +602,8 @@ pub fn build(inv: &Inventory) -> Topology {
                 memory_total_bytes: n.and_then(|n| n.memory_total_bytes),
                 bar1_total_bytes: n.and_then(|n| n.bar1_total_bytes),
                 nvlinks_active: n.map(|n| n.nvlinks.iter().filter(|l| l.active).count() as u32),
+                link: d.link.clone(),
+                numa: d.numa.clone(),
                 nvml_missing: match n {
                     Some(_) => None,
                     None => Some(

@@ -6,6 +6,7 @@
 //! the reason.
 
 mod driver;
+pub use driver::parse_nvrm;
 mod gdr;
 mod gpu;
 mod host;

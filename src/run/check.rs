@@ -78,12 +78,10 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
     }
     checks::debug_assert_sound(&findings);
     opts.overrides.apply(&mut findings);
-    Ok(CheckReport::new(
-        source.info.clone(),
-        opts.level,
-        &inv,
-        findings,
-    ))
+    Ok(
+        CheckReport::new(source.info.clone(), opts.level, &inv, findings)
+            .at(source.hostname.clone(), source.time.clone()),
+    )
 }
 
 /// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device.

@@ -143,7 +143,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         },
         Action::List { json } => Ok(Outcome::new(
             if *json {
-                render::json(&crate::checks::CATALOG)
+                render::json(&crate::report::CatalogReport::new())
             } else {
                 render::catalog_table(style)
             },

@@ -158,6 +158,12 @@ fn catalog_docs_and_man_page_in_step() {
     }
     // The catalog itself is API: snapshot it.
     let list = gpudoctor().args(["list", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(v["schema"], "gpudoctor.catalog/1");
+    assert_eq!(
+        v["checks"].as_array().unwrap().len(),
+        gpudoctor::checks::CATALOG.len()
+    );
     insta::assert_snapshot!("catalog", String::from_utf8(list.stdout).unwrap());
 }
 
@@ -314,4 +320,36 @@ fn fix_texts_name_the_right_remedy() {
         }
     }
     assert!(seen > 0, "h100x1-live records a failing d2h probe");
+}
+
+/// The check report names the node, when its facts were read and the driver at top level; the
+/// topo report's GPUs carry their link and NUMA placement (no join on devices[] needed).
+#[test]
+fn reports_name_node_time_driver_and_gpu_placement() {
+    let (_, v) = check_json(&["--root".into(), "fixtures/h200x2-live".into()], &[]);
+    assert!(
+        v["hostname"].as_str().unwrap().starts_with("host-"),
+        "redacted token: {}",
+        v["hostname"]
+    );
+    assert!(v["time"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(v["driver_version"], "580.159.04");
+    // Without a driver there is no version, and it says null rather than guessing.
+    let (_, v) = check_json(
+        &[
+            "--bundle".into(),
+            "fixtures/variants/vm-flat-4gpu--no-driver/bundle.tar.gz".into(),
+        ],
+        &[],
+    );
+    assert!(v["driver_version"].is_null());
+    let out = gpudoctor()
+        .args(["topo", "--json", "--root", "fixtures/hgx-h100-8gpu"])
+        .output()
+        .unwrap();
+    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for g in t["topology"]["gpus"].as_array().unwrap() {
+        assert_eq!(g["link"]["cur_width"], 16, "{g}");
+        assert!(g["numa"]["node"].is_u64(), "{g}");
+    }
 }
