@@ -27,6 +27,28 @@ pub fn parse_nvrm(line: &str) -> (Option<String>, Option<bool>) {
 
 const VER: &str = "/proc/driver/nvidia/version";
 
+/// GPUs on the PCI bus that a driver-side list lacks, each with the lists that lack it (NVML,
+/// /proc/driver/nvidia/gpus). Lists that could not be read are not consulted.
+pub(super) fn missing_gpus<'a>(ctx: &Ctx<'a>) -> Vec<(&'a crate::topo::Gpu, Vec<&'static str>)> {
+    let nvml = &ctx.inv.nvml;
+    let mut out = Vec::new();
+    for g in &ctx.topo.gpus {
+        let mut lacking = Vec::new();
+        if nvml.unavailable.is_none() && !nvml.gpus.iter().any(|n| n.bdf() == Some(g.bdf)) {
+            lacking.push("NVML");
+        }
+        if let Some(d) = &ctx.inv.host.driver_gpus
+            && !d.contains(&g.bdf)
+        {
+            lacking.push("/proc/driver/nvidia/gpus");
+        }
+        if !lacking.is_empty() {
+            out.push((g, lacking));
+        }
+    }
+    out
+}
+
 /// NVIDIA GPUs on the PCI bus (sysfs), whatever the driver says.
 fn sysfs_gpu_count(ctx: &Ctx) -> usize {
     ctx.topo
@@ -175,8 +197,32 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
             .map(|(n, c)| format!("{n} {c}"))
             .collect::<Vec<_>>()
             .join(", ");
+        // Name the GPUs the driver lost: the topology knows each one's place on the bus.
+        let missing = missing_gpus(ctx);
+        let named: Vec<String> = missing
+            .iter()
+            .map(|(g, lacking)| {
+                format!(
+                    "{} ({}) is on the PCI bus but missing from {}",
+                    g.label,
+                    g.bdf,
+                    lacking.join(" and ")
+                )
+            })
+            .collect();
+        let msg = if named.is_empty() {
+            format!("GPU counts disagree: {desc}")
+        } else {
+            format!("GPU counts disagree: {desc}; {}", named.join("; "))
+        };
+        for (g, lacking) in &missing {
+            evidence.push(ev(
+                format!("{} {}", g.label, g.bdf),
+                format!("in sysfs; not in {}", lacking.join(", ")),
+            ));
+        }
         out.push(
-            Finding::new(id, "host", Status::Fail, format!("GPU counts disagree: {desc}"))
+            Finding::new(id, "host", Status::Fail, msg)
                 .evidence(evidence)
                 .fix("A GPU the bus shows is not usable: check `dmesg` for Xid/RmInitAdapter errors or a GPU fallen off the bus; check /dev permissions and nvidia-persistenced/nvidia-modprobe for missing /dev nodes"),
         );

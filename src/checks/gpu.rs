@@ -208,7 +208,32 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
                 )),
             );
         } else {
-            out.push(Finding::new(id, s.clone(), Status::Fail, format!("NVLink(s) {down:?} down ({} of {total} active)", total - down.len()))
+            // A peer the driver lost (driver.gpu-count) takes its links down with it: say so,
+            // definitely where NVML names the far end, as a lead where it does not.
+            let mut msg = format!(
+                "NVLink(s) {down:?} down ({} of {total} active)",
+                total - down.len()
+            );
+            let lost = super::driver::missing_gpus(ctx);
+            let remotes: Vec<Option<Bdf>> = n
+                .nvlinks
+                .iter()
+                .filter(|l| !l.active)
+                .map(|l| l.remote_bus_id.as_deref().and_then(|r| r.parse().ok()))
+                .collect();
+            for (g, lacking) in &lost {
+                if remotes.contains(&Some(g.bdf)) {
+                    msg.push_str(&format!(
+                        "; the far end {} ({}) is missing from {} (see driver.gpu-count)",
+                        g.label,
+                        g.bdf,
+                        lacking.join(" and ")
+                    ));
+                } else if remotes.iter().any(Option::is_none) {
+                    msg.push_str(&format!("; {} ({}) is missing from {} (see driver.gpu-count): if it is the far end of these links, fix that first", g.label, g.bdf, lacking.join(" and ")));
+                }
+            }
+            out.push(Finding::new(id, s.clone(), Status::Fail, msg)
                 .with(ev("nvmlDeviceGetNvLinkState", format!("{}/{total} active", total - down.len())))
                 .fix("Check `nvidia-smi nvlink -s` and `-e` (error counters); on NVSwitch systems make sure nvidia-fabricmanager is running; persistent down links need a GPU reset or hardware service"));
         }

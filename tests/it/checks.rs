@@ -353,3 +353,30 @@ fn reports_name_node_time_driver_and_gpu_placement() {
         assert!(g["numa"]["node"].is_u64(), "{g}");
     }
 }
+
+/// A GPU the driver lost is named by driver.gpu-count (the topology knows it), and the NVLink
+/// finding of its peer points at it.
+#[test]
+fn a_lost_gpu_is_named_and_its_peer_points_at_it() {
+    let b = "fixtures/variants/vm-flat-4gpu--gpu-missing/bundle.tar.gz".to_string();
+    let (code, v) = check_json(&["--bundle".into(), b], &[]);
+    assert_eq!(code, 1);
+    let find = |id: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id && c["status"] == "fail")
+            .unwrap_or_else(|| panic!("{id} fails"))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let count = find("driver.gpu-count");
+    assert!(
+        count.contains("GPU2 (0000:00:06.0) is on the PCI bus but missing from NVML"),
+        "{count}"
+    );
+    let link = find("gpu.nvlink-down");
+    assert!(link.contains("far end GPU2 (0000:00:06.0)"), "{link}");
+}
