@@ -1,25 +1,45 @@
-//! Command-line arguments (pure clap definitions) and their resolution into a `Config`, the one
-//! place that looks at the environment (terminal, paths).
+//! Command-line arguments: pure clap definitions, nothing else. `config::Config::from_args`
+//! resolves them (and the environment) once; no later stage sees these structs.
 
+use crate::probes::options as probe_defaults;
 use clap::{Args as ClapArgs, Parser, Subcommand};
-use std::io::IsTerminal;
 use std::path::PathBuf;
+
+// Older paths of the resolved types (they moved to `config` and `source`).
+pub use crate::config::{CheckOptions, Config, OutputFormat};
+pub use crate::source::SourceSpec;
 
 /// A doctor for GPU + RDMA servers: topology, GPUDirect readiness, bandwidth probes.
 #[derive(Debug, Parser)]
-#[command(name = "gpudoctor", version, about, long_about = None)]
+#[command(name = "gpudoctor", version, about, long_about = None, disable_help_subcommand = true)]
 pub struct Args {
-    /// Read DIR/sys and DIR/proc (a recorded tree or unpacked bundle) instead of /sys and /proc;
-    /// NVML facts come from DIR/nvml.json.
-    #[arg(long, global = true, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-
-    /// Replay a support bundle (a .tar.gz from `gpudoctor bundle`) instead of this machine.
-    #[arg(long, global = true, value_name = "FILE", conflicts_with = "root")]
-    pub bundle: Option<PathBuf>,
+    /// Accepted before the subcommand too, for the commands that read facts (topo, check,
+    /// bundle): `gpudoctor --root DIR check` is `gpudoctor check --root DIR`.
+    #[command(flatten)]
+    pub source: SourceArgs,
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+/// Where facts come from: offered only by the commands that read them.
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub struct SourceArgs {
+    /// Read DIR/sys and DIR/proc (a recorded tree or unpacked bundle) instead of /sys and /proc;
+    /// NVML facts come from DIR/nvml.json.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+
+    /// Replay a support bundle (a .tar.gz from `gpudoctor bundle`) instead of this machine.
+    #[arg(long, value_name = "FILE", conflicts_with = "root")]
+    pub bundle: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -47,13 +67,56 @@ pub enum Command {
         /// Which snapshot: nvml or libs.
         #[arg(value_parser = ["nvml", "libs"])]
         what: String,
+        #[command(flatten)]
+        source: SourceArgs,
     },
     /// Measure on the hardware: CUDA copies (h2d, d2h, p2p), dma-buf export, RDMA-write
     /// bandwidth (write-bw). Skips cleanly, exit 0, where CUDA or RDMA is absent.
-    #[command(subcommand)]
+    #[command(subcommand, disable_help_subcommand = true)]
     Probe(ProbeCommand),
     /// Record everything gpudoctor reads into one .tar.gz that replays with --bundle.
     Bundle(BundleArgs),
+    /// Write the expected shape of this server model (schema gpudoctor.baseline/1): GPUs and
+    /// NICs by PCI position, path matrix, PCIe links, NVLinks, BAR1, versions, bandwidth
+    /// floors. Compare other nodes with `check --expect FILE`.
+    Baseline(BaselineArgs),
+    /// Summarize many nodes: check reports (`check --json`), probe reports (`probe ... --json`),
+    /// baselines and bundles, or directories of them. Per check the nodes that fail, warn or
+    /// skip; per probe measurement the median and robust-z outliers; per shape field (bundles)
+    /// the nodes that differ from the majority; the nodes to drain. Files of one node share
+    /// the name before the first dot (node17.check.json, node17.h2d.json, node17.tar.gz).
+    /// Exit 1 when a node should be drained.
+    Fleet {
+        /// Reports, bundles or directories.
+        #[arg(required = true, value_name = "REPORT|BUNDLE|DIR")]
+        inputs: Vec<PathBuf>,
+        /// Print one JSON document (schema gpudoctor.fleet/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// What differs between two nodes, or one node before and after a change: check verdicts,
+    /// probe bandwidth, and (two bundles) B's shape against A's by PCI position. Exit 1 when
+    /// they differ.
+    Diff {
+        /// Report or bundle A.
+        a: PathBuf,
+        /// Report or bundle B.
+        b: PathBuf,
+        /// Print one JSON document (schema gpudoctor.diff/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the machine in the formats of other tools: `nccl-topo` for NCCL_TOPO_FILE.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Export(ExportCommand),
+    /// Print a shell completion script: `gpudoctor completions bash >
+    /// /etc/bash_completion.d/gpudoctor` (zsh: into a directory on $fpath as `_gpudoctor`;
+    /// fish: ~/.config/fish/completions/gpudoctor.fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Write the man pages (roff) into a directory.
     #[command(hide = true)]
     Man {
@@ -65,6 +128,8 @@ pub enum Command {
 
 #[derive(Debug, ClapArgs)]
 pub struct TopoArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
     /// Print the GPU/NIC matrix in the layout of `nvidia-smi topo -m`.
     #[arg(long, conflicts_with = "json")]
     pub matrix: bool,
@@ -75,15 +140,31 @@ pub struct TopoArgs {
 
 #[derive(Debug, ClapArgs)]
 pub struct CheckArgs {
-    /// Print one JSON document (schema gpudoctor.check/1).
-    #[arg(long)]
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print one JSON document (schema gpudoctor.check/1); the same as --format json.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json, prometheus (node_exporter textfile collector), junit (CI
+    /// test reports).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
     /// Exit 1 on warnings too.
     #[arg(long)]
     pub strict: bool,
-    /// Show one table row per subject for passing checks too (default: one row per check).
-    #[arg(long)]
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// List every passing subject with its evidence (default: one line per passing check).
+    #[arg(long, visible_alias = "verbose", short = 'v')]
     pub all: bool,
+    /// Print only the verdict: what failed, what warned, and the counts (for Slurm logs and
+    /// provisioning output). Exit codes are unchanged.
+    #[arg(long, short = 'q', conflicts_with_all = ["all", "json"])]
+    pub quiet: bool,
+    /// Colour the status words and the verdict: auto (a terminal, unless NO_COLOR is set),
+    /// always, never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
     /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device); 1 = also
     /// CUDA host<->GPU and GPU<->GPU copies and dma-buf export (replayed from probes/*.json
     /// in a recorded tree); 2 = also a short RDMA-write loopback on every active RDMA port.
@@ -98,6 +179,36 @@ pub struct CheckArgs {
     /// Do not judge this check (repeatable); it is reported as skip.
     #[arg(long = "skip", value_name = "ID")]
     pub skip: Vec<String>,
+    /// Compare with a baseline written by `gpudoctor baseline` (findings baseline.*).
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// NCCL topology XML (for NCCL_TOPO_FILE): CPUs (NUMA nodes with their CPU masks), the
+    /// PCI bridges down to each GPU and RDMA NIC with link speed and width, NVLinks, nets.
+    /// Gives NCCL the real topology inside VMs and containers that hide it.
+    NcclTopo {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Write to FILE instead of stdout.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct BaselineArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Where to write the baseline (default: stdout).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// 1 = also record bandwidth floors: measured by the level-1 CUDA probes on the live
+    /// machine (replayed sources use their recorded probes/*.json whenever present).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub level: u8,
 }
 
 #[derive(Debug, Subcommand)]
@@ -109,7 +220,7 @@ pub enum ProbeCommand {
     /// GPU-to-GPU peer access and copy bandwidth for every pair, against NVLink or PCIe.
     P2p(ProbeArgs),
     /// Export GPU memory as a dma-buf (the GPU half of dma-buf GPUDirect RDMA).
-    DmabufExport(ProbeArgs),
+    DmabufExport(DmabufExportArgs),
     /// RDMA-write bandwidth over RC QPs, like ib_write_bw: loopback on one device (two QPs
     /// connected to each other), or between two hosts with --serve / --peer.
     WriteBw(WriteBwArgs),
@@ -121,22 +232,57 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N")]
     pub gpu: Option<u32>,
     /// Bytes per timed transfer (a multiple of 16, at least 1 MiB).
-    #[arg(long, value_name = "BYTES", default_value_t = crate::probes::live::DEFAULT_SIZE_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = probe_defaults::DEFAULT_SIZE_BYTES)]
     pub size: u64,
     /// Timed transfers per measurement.
-    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_ITERS,
+    #[arg(long, value_name = "N", default_value_t = probe_defaults::DEFAULT_ITERS,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub iters: u32,
     /// Untimed transfers before the timed ones.
-    #[arg(long, value_name = "N", default_value_t = crate::probes::live::DEFAULT_WARMUP)]
+    #[arg(long, value_name = "N", default_value_t = probe_defaults::DEFAULT_WARMUP)]
     pub warmup: u32,
     /// Give up after this many seconds: a copy or kernel still running then is a failure.
-    #[arg(long, value_name = "SECONDS", default_value_t = crate::probes::live::DEFAULT_DEADLINE_S,
+    #[arg(long, value_name = "SECONDS", default_value_t = probe_defaults::DEFAULT_DEADLINE_S,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline: u64,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct DmabufExportArgs {
+    /// Only this GPU (GPU<N> in PCI order, as `topo` labels it).
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<u32>,
+    /// Give up after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = probe_defaults::DEFAULT_DEADLINE_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub deadline: u64,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Print one JSON document (schema gpudoctor.probe/1).
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
+}
+
+/// For pre-deployment gates: a probe or check that could not be judged fails the gate.
+#[derive(Debug, Clone, Copy, Default, ClapArgs)]
+pub struct GateArgs {
+    /// Exit 1 when something that should have been judged was not. For `check`: a check that
+    /// could not be judged (not root, no driver on a node with NVIDIA GPUs on its PCI bus, an
+    /// unreadable fact), not one with nothing to judge here (no RDMA device on a GPU-only
+    /// node). For a probe: any skip (no CUDA, no GPU, no RDMA device).
+    #[arg(long)]
+    pub fail_on_skip: bool,
 }
 
 #[derive(Debug, Clone, ClapArgs)]
@@ -183,8 +329,13 @@ pub struct WriteBwArgs {
     #[arg(long)]
     pub validate: bool,
     /// Print one JSON document (schema gpudoctor.write-bw/1).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: table, json or prometheus (node_exporter textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<OutputFormat>,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Two-node mode, passive side: wait for one --peer client and be written into.
     #[arg(long, conflicts_with = "peer")]
     pub serve: bool,
@@ -210,194 +361,21 @@ pub struct WriteBwArgs {
 
 #[derive(Debug, ClapArgs)]
 pub struct BundleArgs {
+    /// Record a recorded tree or re-pack a bundle instead of this machine.
+    #[command(flatten)]
+    pub source: SourceArgs,
     /// The bundle to write (e.g. NODE.tar.gz).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// Keep serial numbers, GPU UUIDs, GUIDs, MAC addresses and the hostname as they are.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "redact_key_file")]
     pub no_redact: bool,
-}
-
-/// Where facts come from.
-#[derive(Debug, Clone)]
-pub enum SourceSpec {
-    Live,
-    Root(PathBuf),
-    /// A support bundle file.
-    Bundle(PathBuf),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopoOutput {
-    Tree,
-    Matrix,
-    Json,
-}
-
-#[derive(Debug)]
-pub struct CheckOptions {
-    /// Options for the level-1 probes (defaults of `gpudoctor probe`).
-    pub probe: crate::probes::live::ProbeOptions,
-    pub json: bool,
-    pub all_rows: bool,
-    pub strict: bool,
-    pub level: u8,
-    pub overrides: crate::checks::Overrides,
-}
-
-impl CheckOptions {
-    /// A plain level-0 check with no overrides (what a bundle stores, what tests run).
-    pub fn level0() -> Self {
-        CheckOptions {
-            probe: probe_defaults(),
-            json: true,
-            all_rows: false,
-            strict: false,
-            level: 0,
-            overrides: crate::checks::Overrides::default(),
-        }
-    }
-}
-
-#[derive(Debug)]
-pub enum Action {
-    Topo(TopoOutput),
-    Check(CheckOptions),
-    List {
-        json: bool,
-    },
-    Explain(String),
-    Snapshot(String),
-    Probe {
-        options: crate::probes::live::ProbeOptions,
-        json: bool,
-    },
-    /// Token from --token or GPUDOCTOR_TOKEN resolved into the args.
-    WriteBw(WriteBwArgs),
-    Man(PathBuf),
-    Bundle {
-        output: PathBuf,
-        redact: bool,
-        /// Draw progress on stderr (stderr is a terminal).
-        progress: bool,
-    },
-}
-
-#[derive(Debug)]
-pub struct Config {
-    pub source: SourceSpec,
-    pub action: Action,
-    /// Terminal width for human tables; None when stdout is not a terminal (stable output).
-    pub width: Option<u16>,
-}
-
-impl Config {
-    pub fn from_args(args: Args) -> Self {
-        let source = match (args.root, args.bundle) {
-            (Some(p), _) => SourceSpec::Root(p),
-            (None, Some(f)) => SourceSpec::Bundle(f),
-            (None, None) => SourceSpec::Live,
-        };
-        let action = match args.command {
-            Command::Topo(t) => Action::Topo(if t.json {
-                TopoOutput::Json
-            } else if t.matrix {
-                TopoOutput::Matrix
-            } else {
-                TopoOutput::Tree
-            }),
-            Command::Check(c) => Action::Check(CheckOptions {
-                probe: probe_defaults(),
-                json: c.json,
-                all_rows: c.all,
-                strict: c.strict,
-                level: c.level,
-                overrides: crate::checks::Overrides {
-                    warn: c.warn,
-                    deny: c.deny,
-                    skip: c.skip,
-                },
-            }),
-            Command::List { json } => Action::List { json },
-            Command::Explain { id } => Action::Explain(id),
-            Command::Snapshot { what } => Action::Snapshot(what),
-            Command::Probe(cmd) => cmd.into_action(),
-            Command::Man { dir } => Action::Man(dir),
-            Command::Bundle(b) => Action::Bundle {
-                output: b.output,
-                redact: !b.no_redact,
-                progress: std::io::stderr().is_terminal(),
-            },
-        };
-        let width = if std::io::stdout().is_terminal() {
-            comfy_table::Table::new().width()
-        } else {
-            None
-        };
-        Config {
-            source,
-            action,
-            width,
-        }
-    }
-}
-
-impl ProbeCommand {
-    fn into_action(self) -> Action {
-        use crate::probes::ProbeKind as K;
-        let (kind, p) = match self {
-            ProbeCommand::WriteBw(mut w) => {
-                if w.token.is_none() {
-                    w.token = std::env::var("GPUDOCTOR_TOKEN")
-                        .ok()
-                        .filter(|t| !t.is_empty());
-                }
-                return Action::WriteBw(w);
-            }
-            ProbeCommand::H2d(p) => (K::H2d, p),
-            ProbeCommand::D2h(p) => (K::D2h, p),
-            ProbeCommand::P2p(p) => (K::P2p, p),
-            ProbeCommand::DmabufExport(p) => (K::DmabufExport, p),
-        };
-        Action::Probe {
-            options: crate::probes::live::ProbeOptions {
-                kind,
-                gpu: p.gpu,
-                size_bytes: p.size,
-                iters: p.iters,
-                warmup: p.warmup,
-                deadline: std::time::Duration::from_secs(p.deadline),
-                ..probe_defaults()
-            },
-            json: p.json,
-        }
-    }
-}
-
-/// Where a CUDA toolkit (and so NVRTC) may be installed.
-fn cuda_homes() -> Vec<PathBuf> {
-    ["CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(std::env::var_os)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .collect()
-}
-
-/// Probe options `check --level 1` uses: `gpudoctor probe`'s defaults.
-pub fn probe_defaults() -> crate::probes::live::ProbeOptions {
-    use crate::probes::live;
-    live::ProbeOptions {
-        kind: crate::probes::ProbeKind::H2d,
-        gpu: None,
-        size_bytes: live::DEFAULT_SIZE_BYTES,
-        iters: live::DEFAULT_ITERS,
-        warmup: live::DEFAULT_WARMUP,
-        deadline: std::time::Duration::from_secs(live::DEFAULT_DEADLINE_S),
-        cuda_homes: cuda_homes(),
-        progress: std::io::stderr().is_terminal(),
-        policy: crate::probes::Policy::default(),
-    }
+    /// Redact with this site key instead of a fresh random one, so one site's bundles redact
+    /// the same value to the same token and can be compared GPU by GPU. The file holds 32
+    /// hex digits (128 bits), e.g. made once with `od -An -tx1 -N16 /dev/urandom | tr -d ' \n'`;
+    /// keep it secret: anyone with the key can test guesses against the tokens.
+    #[arg(long, value_name = "FILE")]
+    pub redact_key_file: Option<PathBuf>,
 }
 
 /// The clap command, for man page generation.
@@ -405,21 +383,28 @@ pub fn command() -> clap::Command {
     <Args as clap::CommandFactory>::command()
 }
 
-/// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>.1` per visible subcommand.
+/// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>[-<subsub>].1` per visible
+/// subcommand at every depth, so every page a SUBCOMMANDS section names is shipped.
 pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
-    let cmd = command();
     let mut pages = Vec::new();
+    man_page_tree(command(), "gpudoctor", &mut pages)?;
+    Ok(pages)
+}
+
+fn man_page_tree(
+    cmd: clap::Command,
+    name: &str,
+    pages: &mut Vec<(String, Vec<u8>)>,
+) -> Result<(), std::io::Error> {
+    // clap names are &'static str without its `string` feature: a few bytes per page, once.
+    let cmd = cmd.name(clap::builder::Str::from(
+        name.to_string().leak() as &'static str
+    ));
     let mut buf = Vec::new();
     clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
-    pages.push(("gpudoctor.1".to_string(), buf));
+    pages.push((format!("{name}.1"), buf));
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("gpudoctor-{}", sub.get_name());
-        let sub = sub
-            .clone()
-            .name(clap::builder::Str::from(name.clone().leak() as &'static str));
-        let mut buf = Vec::new();
-        clap_mangen::Man::new(sub).render(&mut buf)?;
-        pages.push((format!("{name}.1"), buf));
+        man_page_tree(sub.clone(), &format!("{name}-{}", sub.get_name()), pages)?;
     }
-    Ok(pages)
+    Ok(())
 }

@@ -2,10 +2,14 @@
 //!
 //! Data flows one way: args -> config -> source -> inventory -> topology -> report -> render.
 
+pub mod baseline;
 pub mod bundle;
 pub mod checks;
 pub mod cli;
+pub mod config;
 pub mod cuda;
+pub mod export;
+pub mod fleet;
 pub mod inventory;
 pub mod libs;
 pub mod numa;
@@ -16,6 +20,7 @@ pub mod rdma;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod source;
 pub mod sysroot;
 pub mod topo;
 pub mod verbs;

@@ -1,5 +1,9 @@
+//! The only place that ends the process: parse, resolve, run, print, exit with the outcome's
+//! code (0 healthy, 1 the machine failed a check, 2 gpudoctor could not run).
+
 use clap::Parser;
-use gpudoctor::cli::{Args, Config};
+use gpudoctor::cli::Args;
+use gpudoctor::config::Config;
 use gpudoctor::run::{self, EXIT_ERROR};
 use std::io::Write;
 
@@ -13,8 +17,12 @@ fn main() {
             std::process::exit(code);
         }
     };
-    let cfg = Config::from_args(args);
-    let code = match run::run(&cfg) {
+    let outcome = Config::from_args(args).and_then(|cfg| run::run(&cfg));
+    let code = match outcome {
+        Ok(out) if out.hung => {
+            // CUDA work is stuck on a thread that cannot be joined: leave without exit handlers.
+            gpudoctor::probes::live::exit_now(&out.stdout, out.code)
+        }
         Ok(out) => {
             let mut so = std::io::stdout().lock();
             // A closed pipe (`| head`) is not an error worth a message.

@@ -83,6 +83,11 @@ pub struct Summary {
     pub warn: usize,
     pub fail: usize,
     pub skip: usize,
+    /// Skips of something that should have been judged (not root, or a fact unknown): what
+    /// `--fail-on-skip` fails on.
+    pub unjudged: usize,
+    /// Of those, the ones that need root.
+    pub not_root: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -114,7 +119,15 @@ impl CheckReport {
                 Status::Pass => summary.pass += 1,
                 Status::Warn => summary.warn += 1,
                 Status::Fail => summary.fail += 1,
-                Status::Skip => summary.skip += 1,
+                Status::Skip => {
+                    summary.skip += 1;
+                    if f.skip.is_some_and(|k| k.unjudged()) {
+                        summary.unjudged += 1;
+                    }
+                    if f.skip == Some(crate::checks::SkipKind::NotRoot) {
+                        summary.not_root += 1;
+                    }
+                }
             }
         }
         let nvml = NvmlSummary::of(&inv.nvml);

@@ -6,7 +6,9 @@
 //! the same value gives the same token everywhere in one bundle (the port GUID inside a GID
 //! matches the node GUID token, the MAC inside a RoCE GID matches the netdev's address token).
 //! The key is random per bundle and never written, so tokens cannot be reversed by trying the
-//! small space of MACs of a known vendor.
+//! small space of MACs of a known vendor. A site may instead give its own key
+//! (`--redact-key-file`), so its bundles redact one value to one token and compare GPU by
+//! GPU; the manifest then names a fingerprint of that key, never the key.
 //!
 //! Not redacted: IPv4/IPv6 network prefixes inside RoCE GIDs (the interface part is), PCI
 //! addresses, driver and firmware versions. This module must not read files: it transforms bytes
@@ -56,11 +58,60 @@ pub struct RedactionRecord {
 pub struct Redactor {
     enabled: bool,
     key: (u64, u64),
+    /// Set when the key is a site's own (`--redact-key-file`): its fingerprint.
+    site_key: Option<String>,
     /// (class, normalized original) -> token.
     seen: BTreeMap<(Class, String), String>,
     /// Literal strings replaced wherever they appear (hostname, serials).
     literals: Vec<(String, String)>,
     files: Vec<String>,
+}
+
+/// A site's redaction key: 128 bits, written as 32 hex digits in a file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SiteKey((u64, u64));
+
+impl std::fmt::Debug for SiteKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key itself.
+        write!(f, "SiteKey({})", self.fingerprint())
+    }
+}
+
+impl SiteKey {
+    /// Parse a key file's text: 32 hex digits (whitespace, a trailing newline and `:`/`-`
+    /// separators allowed), nothing else.
+    pub fn parse(text: &str) -> Result<SiteKey, String> {
+        let hex: String = text
+            .chars()
+            .filter(|c| !c.is_whitespace() && *c != ':' && *c != '-')
+            .collect();
+        if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(format!(
+                "a redaction key is 32 hex digits (128 bits); this file holds {} characters{}",
+                hex.len(),
+                if hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    ""
+                } else {
+                    " that are not all hex digits"
+                }
+            ));
+        }
+        let a = u64::from_str_radix(&hex[..16], 16).map_err(|e| e.to_string())?;
+        let b = u64::from_str_radix(&hex[16..], 16).map_err(|e| e.to_string())?;
+        if a == 0 && b == 0 {
+            return Err("a redaction key of all zeros is not a secret".into());
+        }
+        Ok(SiteKey((a, b)))
+    }
+
+    /// 8 hex digits that name the key in a manifest (a keyed hash of a fixed string: it
+    /// tells two keys apart and reveals nothing usable about the key).
+    pub fn fingerprint(&self) -> String {
+        let mut h = SipHasher24::new_with_keys(self.0.0, self.0.1);
+        h.write(b"gpudoctor redaction key fingerprint");
+        format!("{:08x}", h.finish() >> 32)
+    }
 }
 
 impl Redactor {
@@ -72,11 +123,20 @@ impl Redactor {
         Self::with_key(enabled, (a, b))
     }
 
+    /// A site's own key (`--redact-key-file`): the same value redacts to the same token in
+    /// every bundle made with it.
+    pub fn with_site_key(key: SiteKey) -> Self {
+        let mut r = Self::with_key(true, key.0);
+        r.site_key = Some(key.fingerprint());
+        r
+    }
+
     /// A fixed key, for tests.
     pub fn with_key(enabled: bool, key: (u64, u64)) -> Self {
         Redactor {
             enabled,
             key,
+            site_key: None,
             seen: BTreeMap::new(),
             literals: Vec::new(),
             files: Vec::new(),
@@ -428,7 +488,11 @@ impl Redactor {
         files.dedup();
         RedactionRecord {
             enabled: self.enabled,
-            method: if self.enabled {
+            method: if let (true, Some(fp)) = (self.enabled, &self.site_key) {
+                format!(
+                    "SipHash-2-4 keyed with the site key of fingerprint {fp} (--redact-key-file); the same value gives the same token in every bundle made with that key; values keep their format (MAC, GUID, GID, UUID)"
+                )
+            } else if self.enabled {
                 "SipHash-2-4 keyed with a random per-bundle key that is not kept; values keep their format (MAC, GUID, GID, UUID)".into()
             } else {
                 "none (--no-redact)".into()
@@ -585,5 +649,41 @@ mod tests {
         assert_eq!(c[..0x104], b[..0x104]);
         assert_eq!(c[0x10c..], b[0x10c..]);
         assert!(r.record().files.len() == 1);
+    }
+
+    #[test]
+    fn site_keys_parse_strictly_and_redact_alike_across_bundles() {
+        let k = SiteKey::parse("00112233445566778899aabbccddeeff\n").unwrap();
+        assert_eq!(
+            k,
+            SiteKey::parse("00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF").unwrap()
+        );
+        assert!(
+            SiteKey::parse("0011")
+                .unwrap_err()
+                .contains("32 hex digits")
+        );
+        assert!(
+            SiteKey::parse(&"zz".repeat(16))
+                .unwrap_err()
+                .contains("not all hex")
+        );
+        assert!(
+            SiteKey::parse(&"0".repeat(32))
+                .unwrap_err()
+                .contains("all zeros")
+        );
+        // Two bundles with the site key: the same token; with random keys: different ones.
+        let mac = "b8:3f:d2:00:11:22";
+        let one = Redactor::with_site_key(k).text(mac);
+        let two = Redactor::with_site_key(k).text(mac);
+        assert_eq!(one, two);
+        assert_ne!(one, mac);
+        assert_ne!(Redactor::new(true).text(mac), Redactor::new(true).text(mac));
+        // The manifest names the fingerprint, never the key.
+        let rec = Redactor::with_site_key(k).record();
+        assert!(rec.method.contains(&k.fingerprint()));
+        assert!(!rec.method.to_lowercase().contains("00112233"));
+        assert!(!format!("{k:?}").contains("00112233"));
     }
 }

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 pub struct Options {
     pub redact: bool,
+    /// A site's own key (`--redact-key-file`) instead of a fresh random one.
+    pub redact_key: Option<crate::bundle::redact::SiteKey>,
     /// Draw a progress line on stderr (only when stderr is a terminal).
     pub progress: bool,
     /// "live" or "recorded tree".
@@ -94,7 +96,10 @@ pub fn write_bundle(
     }
     let uncovered = cap.uncovered(sr, discovery.touched, discovery.listed);
 
-    let mut red = Redactor::new(opts.redact);
+    let mut red = match (opts.redact, opts.redact_key) {
+        (true, Some(key)) => Redactor::with_site_key(key),
+        (redact, _) => Redactor::new(redact),
+    };
     // Read for redaction only; the hostname file itself is not captured.
     let host_name = sr.read_text("/proc/sys/kernel/hostname").ok();
     let host = match &host_name {

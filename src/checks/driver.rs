@@ -1,6 +1,6 @@
 //! driver.*: is the NVIDIA driver there, does NVML answer, do the versions and GPU counts agree.
 
-use super::{Ctx, Finding, Status, ev};
+use super::{CheckId, Ctx, Finding, Status, ev};
 use crate::topo::DeviceKind;
 
 /// Parse `/proc/driver/nvidia/version`'s first line:
@@ -25,19 +25,20 @@ pub fn parse_nvrm(line: &str) -> (Option<String>, Option<bool>) {
     (version, open)
 }
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let sysfs_gpus = ctx
-        .topo
+const VER: &str = "/proc/driver/nvidia/version";
+
+/// NVIDIA GPUs on the PCI bus (sysfs), whatever the driver says.
+fn sysfs_gpu_count(ctx: &Ctx) -> usize {
+    ctx.topo
         .devices
         .iter()
         .filter(|d| d.kind == DeviceKind::Gpu)
-        .count();
-    let h = &ctx.inv.host;
-    let nvml = &ctx.inv.nvml;
-    const VER: &str = "/proc/driver/nvidia/version";
+        .count()
+}
 
-    // driver.nvidia-loaded
-    let id = "driver.nvidia-loaded";
+pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let (sysfs_gpus, h) = (sysfs_gpu_count(ctx), &ctx.inv.host);
+    let id = CheckId::DriverNvidiaLoaded;
     match (&h.nvidia_version_line, sysfs_gpus) {
         (Some(line), _) => {
             let (v, open) = parse_nvrm(line);
@@ -55,7 +56,7 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             );
         }
         (None, 0) => out.push(
-            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus")
+            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus").not_applicable()
                 .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default())),
         ),
         (None, n) => out.push(
@@ -64,9 +65,11 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .fix("Install the NVIDIA data-center driver and load it (`modprobe nvidia`); check `dmesg | grep -i nvrm` for why it failed to load"),
         ),
     }
+}
 
-    // driver.nvml
-    let id = "driver.nvml";
+pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let (sysfs_gpus, nvml) = (sysfs_gpu_count(ctx), &ctx.inv.nvml);
+    let id = CheckId::DriverNvml;
     match (&nvml.unavailable, sysfs_gpus) {
         (None, _) => out.push(
             Finding::new(id, "host", Status::Pass, format!(
@@ -80,7 +83,7 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             Finding::new(id, "host", Status::Skip, format!("NVML facts unknown: {r}")).with(ev("nvml.json", r.clone())),
         ),
         (Some(r), 0) => out.push(
-            Finding::new(id, "host", Status::Skip, format!("no NVIDIA GPUs; NVML not usable: {r}")).with(ev("nvmlInit_v2", r.clone())),
+            Finding::new(id, "host", Status::Skip, format!("no NVIDIA GPUs; NVML not usable: {r}")).not_applicable().with(ev("nvmlInit_v2", r.clone())),
         ),
         (Some(r), _) => out.push(
             Finding::new(id, "host", Status::Fail, format!("NVML unusable: {r}"))
@@ -88,9 +91,11 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .fix("Install the NVIDIA driver's user-space libraries matching the kernel module (libnvidia-ml.so.1); after a driver upgrade, reboot or reload the module"),
         ),
     }
+}
 
-    // driver.version-match
-    let id = "driver.version-match";
+pub(super) fn version_match(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let (sysfs_gpus, h, nvml) = (sysfs_gpu_count(ctx), &ctx.inv.host, &ctx.inv.nvml);
+    let id = CheckId::DriverVersionMatch;
     let kmod = h
         .nvidia_version_line
         .as_deref()
@@ -107,7 +112,7 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .with(ev("nvmlSystemGetDriverVersion", u.clone()))
                 .fix("The driver was upgraded without reloading the kernel module: reboot (or stop GPU users and `rmmod nvidia_uvm nvidia_peermem nvidia_modeset nvidia && modprobe nvidia`)"),
         ),
-        _ if sysfs_gpus == 0 => out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs")),
+        _ if sysfs_gpus == 0 => out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable()),
         _ => {
             let why = match (&kmod, &nvml.driver_version) {
                 (None, _) => "kernel module version unknown (/proc/driver/nvidia/version unreadable)".to_string(),
@@ -119,16 +124,16 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             out.push(Finding::new(id, "host", Status::Skip, why));
         }
     }
+}
 
-    // driver.gpu-count
-    let id = "driver.gpu-count";
+pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let (sysfs_gpus, h, nvml) = (sysfs_gpu_count(ctx), &ctx.inv.host, &ctx.inv.nvml);
+    let id = CheckId::DriverGpuCount;
     if sysfs_gpus == 0 && nvml.gpus.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no NVIDIA GPUs on the PCI bus",
-        ));
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus")
+                .not_applicable(),
+        );
         return;
     }
     let mut evidence = vec![ev(

@@ -1,7 +1,7 @@
 //! gdr.*: which memory path GPUDirect RDMA can use: nvidia-peermem, dma-buf, or none.
 
 use super::driver::parse_nvrm;
-use super::{Ctx, Evidence, Finding, Status, ev};
+use super::{CheckId, Ctx, Evidence, Finding, SkipKind, Status, ev};
 
 /// `Linux version 6.18.44-fc ...` -> (6, 18).
 pub fn kernel_major_minor(proc_version: &str) -> Option<(u32, u32)> {
@@ -12,7 +12,7 @@ pub fn kernel_major_minor(proc_version: &str) -> Option<(u32, u32)> {
 
 /// Where NCCL looks for nvidia-peermem (src/transport/net_ib.cc: memory_peers version files),
 /// plus the module itself (a built-in module has /sys/module/X but no /proc/modules line).
-fn peermem(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
+fn peermem_facts(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
     let h = &ctx.inv.host;
     let mut e = Vec::new();
     for (p, v) in &h.memory_peers {
@@ -63,7 +63,7 @@ fn peermem(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
 /// dma-buf needs: the open kernel module, Linux >= 5.12 (ib_umem_dmabuf), and an rdma-core
 /// that exports ibv_reg_dmabuf_mr (rdma-core >= 34). CUDA's DMA_BUF_SUPPORTED attribute is
 /// confirmed by the level-1 dmabuf-export probe.
-fn dmabuf(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
+fn dmabuf_facts(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
     let h = &ctx.inv.host;
     let mut e = Vec::new();
     let mut missing = Vec::new();
@@ -124,23 +124,43 @@ fn dmabuf(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
     (possible, missing, e)
 }
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let t = ctx.topo;
-    let no_gdr = if t.gpus.is_empty() {
-        Some("no NVIDIA GPUs")
+/// Why GPUDirect RDMA cannot be judged here, if it cannot: nothing to judge (no GPUs, no
+/// NICs), or the driver it needs is missing (which driver.nvidia-loaded fails).
+fn not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
+    if ctx.topo.gpus.is_empty() {
+        Some(("no NVIDIA GPUs", SkipKind::NotApplicable))
     } else if ctx.inv.host.nvidia_version_line.is_none() {
-        Some("NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist")
-    } else if t.nics.is_empty() {
-        Some("no RDMA NICs: GPUDirect RDMA not applicable")
+        Some((
+            "NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist",
+            SkipKind::Unknown,
+        ))
+    } else if ctx.topo.nics.is_empty() {
+        Some((
+            "no RDMA NICs: GPUDirect RDMA not applicable",
+            SkipKind::NotApplicable,
+        ))
     } else {
         None
-    };
-    let (pm, pm_ev) = peermem(ctx);
-    let (db, db_missing, db_ev) = dmabuf(ctx);
+    }
+}
 
-    let id = "gdr.peermem";
+/// The skip for `not_applicable`'s reason.
+fn cannot_judge(id: CheckId, (why, kind): (&str, SkipKind)) -> Finding {
+    let f = Finding::new(id, "host", Status::Skip, why);
+    if kind == SkipKind::NotApplicable {
+        f.not_applicable()
+    } else {
+        f
+    }
+}
+
+pub(super) fn peermem(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let no_gdr = not_applicable(ctx);
+    let (pm, pm_ev) = peermem_facts(ctx);
+    let (db, _, _) = dmabuf_facts(ctx);
+    let id = CheckId::GdrPeermem;
     let f = match (no_gdr, pm) {
-        (Some(why), _) => Finding::new(id, "host", Status::Skip, why),
+        (Some(why), _) => cannot_judge(id, why),
         (None, Some(true)) => Finding::new(id, "host", Status::Pass, "nvidia-peermem is loaded"),
         (None, Some(false)) if db == Some(true) => Finding::new(id, "host", Status::Warn, "nvidia-peermem is not loaded; GPUDirect RDMA must use dma-buf (only applications that register GPU memory with ibv_reg_dmabuf_mr, e.g. NCCL >= 2.13 with NCCL_DMABUF_ENABLE, get GPUDirect)")
             .fix("`modprobe nvidia-peermem` (and add it to /etc/modules-load.d) if applications need the peermem path"),
@@ -149,10 +169,15 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         (None, None) => Finding::new(id, "host", Status::Skip, "module lists unreadable: nvidia-peermem state unknown"),
     };
     out.push(f.evidence(pm_ev));
+}
 
-    let id = "gdr.dmabuf";
+pub(super) fn dmabuf(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let no_gdr = not_applicable(ctx);
+    let (pm, _) = peermem_facts(ctx);
+    let (db, db_missing, db_ev) = dmabuf_facts(ctx);
+    let id = CheckId::GdrDmabuf;
     let f = match (no_gdr, db) {
-        (Some(why), _) => Finding::new(id, "host", Status::Skip, why),
+        (Some(why), _) => cannot_judge(id, why),
         (None, Some(true)) => Finding::new(id, "host", Status::Pass, "dma-buf GPUDirect RDMA possible (open module, kernel >= 5.12, ibv_reg_dmabuf_mr); the level-1 probe confirms CUDA's DMA_BUF_SUPPORTED"),
         (None, Some(false)) if pm == Some(true) => Finding::new(id, "host", Status::Pass, format!("dma-buf not possible (needs {}); nvidia-peermem covers GPUDirect RDMA", db_missing.join(", "))),
         (None, Some(false)) => Finding::new(id, "host", Status::Warn, format!("dma-buf GPUDirect RDMA not possible: needs {}", db_missing.join(", ")))
@@ -160,10 +185,17 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         (None, None) => Finding::new(id, "host", Status::Skip, "dma-buf support unknown (a required fact could not be read)"),
     };
     out.push(f.evidence(db_ev));
+}
 
-    let id = "gdr.path";
+/// gdr.path: which memory path each GPU's GPUDirect RDMA to its closest NIC can take.
+pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let t = ctx.topo;
+    let no_gdr = not_applicable(ctx);
+    let (pm, _) = peermem_facts(ctx);
+    let (db, _, _) = dmabuf_facts(ctx);
+    let id = CheckId::GdrPath;
     if let Some(why) = no_gdr {
-        out.push(Finding::new(id, "host", Status::Skip, why));
+        out.push(cannot_judge(id, why));
         return;
     }
     let path = match (pm, db) {

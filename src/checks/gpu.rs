@@ -1,7 +1,7 @@
 //! gpu.*: BAR1, persistence, ECC, row remapping, P2P status, NVLinks, from the NVML snapshot
 //! (sysfs `resource` is the BAR1 fallback).
 
-use super::{Ctx, Finding, Status, ev};
+use super::{CheckId, Ctx, Finding, Status, ev};
 use crate::nvml::NvmlGpu;
 use crate::pci::Bdf;
 
@@ -37,31 +37,61 @@ fn nvml_missing(ctx: &Ctx) -> String {
         .unwrap_or_else(|| "GPU not listed by NVML".into())
 }
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let t = ctx.topo;
-    let ids = [
-        "gpu.bar1",
-        "gpu.persistence",
-        "gpu.ecc",
-        "gpu.row-remap",
-        "gpu.nvlink-down",
-    ];
-    if t.gpus.is_empty() {
-        for id in ids.iter().chain(["gpu.p2p"].iter()) {
-            out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
-        }
+/// Every GPU with its NVML record (None when NVML does not list it), or one skip on `host`
+/// when there are no NVIDIA GPUs.
+fn each_gpu(
+    ctx: &Ctx,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+    mut check: impl FnMut(&crate::topo::Gpu, Option<&NvmlGpu>, &mut Vec<Finding>),
+) {
+    if ctx.topo.gpus.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
-    for g in &t.gpus {
-        let n = nvml_for(ctx, g.bdf);
+    for g in &ctx.topo.gpus {
+        check(g, nvml_for(ctx, g.bdf), out);
+    }
+}
+
+/// Like `each_gpu`, for checks that need NVML's record: a GPU without one is a skip with the
+/// reason NVML gave.
+fn each_nvml_gpu(
+    ctx: &Ctx,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+    mut check: impl FnMut(String, &NvmlGpu, &dyn Fn(&str) -> String, &mut Vec<Finding>),
+) {
+    each_gpu(ctx, id, out, |g, n, out| {
+        let s = g.label.clone();
+        let Some(n) = n else {
+            out.push(Finding::new(
+                id,
+                s,
+                Status::Skip,
+                format!("NVML facts unknown: {}", nvml_missing(ctx)),
+            ));
+            return;
+        };
+        let unread = |k: &str| {
+            n.unread
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| nvml_missing(ctx))
+        };
+        check(s, n, &unread, out);
+    });
+}
+
+/// gpu.bar1: NVML's BAR1 size, or the second populated memory BAR in sysfs `resource`.
+pub(super) fn bar1(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::GpuBar1;
+    each_gpu(ctx, id, out, |g, n, out| {
         let s = g.label.clone();
         let unread = |k: &str| {
             n.and_then(|n| n.unread.get(k).cloned())
                 .unwrap_or_else(|| nvml_missing(ctx))
         };
-
-        // BAR1
-        let id = "gpu.bar1";
         let mem = n.and_then(|n| n.memory_total_bytes);
         let (bar1, src) = match n.and_then(|n| n.bar1_total_bytes) {
             Some(b) => (Some(b), "nvmlDeviceGetBAR1MemoryInfo".to_string()),
@@ -97,20 +127,12 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             (Some(b), None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("BAR1 {} but GPU memory size unknown ({})", gib(b), unread("memory_total_bytes"))).with(ev(src, gib(b)))),
             (None, _) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("BAR1 size unknown: {}", unread("bar1_total_bytes")))),
         }
+    });
+}
 
-        let Some(n) = n else {
-            for id in &ids[1..] {
-                out.push(Finding::new(
-                    id,
-                    s.clone(),
-                    Status::Skip,
-                    format!("NVML facts unknown: {}", nvml_missing(ctx)),
-                ));
-            }
-            continue;
-        };
-
-        let id = "gpu.persistence";
+pub(super) fn persistence(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::GpuPersistence;
+    each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
         match n.persistence_mode {
             Some(true) => out.push(Finding::new(id, s.clone(), Status::Pass, "persistence mode on").with(ev("nvmlDeviceGetPersistenceMode", "enabled"))),
             Some(false) => out.push(Finding::new(id, s.clone(), Status::Warn, "persistence mode off: the driver tears the GPU down between jobs (slow start-up, lost state)")
@@ -118,8 +140,12 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .fix("Run nvidia-persistenced (`systemctl enable --now nvidia-persistenced`) or `nvidia-smi -pm 1`")),
             None => out.push(Finding::new(id, s.clone(), Status::Skip, format!("persistence mode unknown: {}", unread("persistence_mode")))),
         }
+    });
+}
 
-        let id = "gpu.ecc";
+pub(super) fn ecc(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::GpuEcc;
+    each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
         match (n.ecc_enabled, n.ecc_volatile_uncorrected) {
             (_, Some(u)) if u > 0 => out.push(Finding::new(id, s.clone(), Status::Fail, format!("{u} volatile uncorrectable ECC errors since the last driver load"))
                 .with(ev("nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)", u.to_string()))
@@ -132,8 +158,12 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             (Some(true), None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("ECC on; error counters unknown: {}", unread("ecc_volatile_uncorrected")))),
             (None, _) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("ECC mode unknown: {}", unread("ecc_enabled")))),
         }
+    });
+}
 
-        let id = "gpu.row-remap";
+pub(super) fn row_remap(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::GpuRowRemap;
+    each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
         match (n.remapped_rows_pending, n.retired_pending) {
             (Some(true), _) | (_, Some(true)) => out.push(Finding::new(id, s.clone(), Status::Fail, "memory repairs pending (row remap or page retirement): they apply only after a GPU reset")
                 .with(ev("nvmlDeviceGetRemappedRows pending / nvmlDeviceGetRetiredPagesPendingStatus", format!("{:?} / {:?}", n.remapped_rows_pending, n.retired_pending)))
@@ -141,8 +171,12 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             (Some(false), _) | (None, Some(false)) => out.push(Finding::new(id, s.clone(), Status::Pass, "no pending row remaps or page retirements")),
             (None, None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("row remap state unknown: {}", unread("remapped_rows_pending")))),
         }
+    });
+}
 
-        let id = "gpu.nvlink-down";
+pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::GpuNvlinkDown;
+    each_nvml_gpu(ctx, id, out, |s, n, _unread, out| {
         let total = n.nvlinks.len();
         let down: Vec<u32> = n
             .nvlinks
@@ -151,12 +185,15 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             .map(|l| l.link)
             .collect();
         if total == 0 {
-            out.push(Finding::new(
-                id,
-                s.clone(),
-                Status::Skip,
-                "no NVLinks reported (PCIe GPU or NVLink not supported)",
-            ));
+            out.push(
+                Finding::new(
+                    id,
+                    s.clone(),
+                    Status::Skip,
+                    "no NVLinks reported (PCIe GPU or NVLink not supported)",
+                )
+                .not_applicable(),
+            );
         } else if down.is_empty() {
             out.push(
                 Finding::new(
@@ -175,17 +212,19 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .with(ev("nvmlDeviceGetNvLinkState", format!("{}/{total} active", total - down.len())))
                 .fix("Check `nvidia-smi nvlink -s` and `-e` (error counters); on NVSwitch systems make sure nvidia-fabricmanager is running; persistent down links need a GPU reset or hardware service"));
         }
-    }
+    });
+}
 
-    // P2P between GPU pairs.
-    let id = "gpu.p2p";
+/// gpu.p2p: NVML's P2P read/write status for every GPU pair.
+pub(super) fn p2p(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::GpuP2p;
+    let t = ctx.topo;
+    if t.gpus.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
+        return;
+    }
     if t.gpus.len() < 2 {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "fewer than two GPUs",
-        ));
+        out.push(Finding::new(id, "host", Status::Skip, "fewer than two GPUs").not_applicable());
         return;
     }
     if ctx.inv.nvml.p2p.is_empty() {

@@ -1,10 +1,10 @@
 //! iommu.mode: translated DMA on GPUs/NICs breaks or slows GPUDirect RDMA peer mappings.
 
-use super::{Ctx, Finding, Status, ev};
+use super::{CheckId, Ctx, Finding, Status, ev};
 use std::collections::BTreeSet;
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let id = "iommu.mode";
+pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::IommuMode;
     let h = &ctx.inv.host;
     let t = ctx.topo;
     let cmd = h.cmdline.clone().unwrap_or_default();
@@ -36,12 +36,7 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
         .chain(t.nics.iter().map(|n| (n.rdma_device.clone(), n.bdf)))
         .collect();
     if devices.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "no GPUs or RDMA NICs",
-        ));
+        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
     let Some(groups) = &h.iommu_groups else {

@@ -4,7 +4,7 @@
 //! Pure: takes probe reports (measured live, or recorded in a tree's `probes/`) and turns
 //! them into findings. Unknown (no samples, no expected rate) is a skip with the reason.
 
-use super::{Finding, Status, ev};
+use super::{CheckId, Finding, Status, ev};
 use crate::probes::{self, ProbeKind, ProbeReport};
 
 fn status(s: probes::Status) -> Status {
@@ -16,16 +16,22 @@ fn status(s: probes::Status) -> Status {
     }
 }
 
-pub fn id_of(kind: ProbeKind) -> &'static str {
+pub fn id_of(kind: ProbeKind) -> CheckId {
     match kind {
-        ProbeKind::H2d => "probe.h2d",
-        ProbeKind::D2h => "probe.d2h",
-        ProbeKind::P2p => "probe.p2p",
-        ProbeKind::DmabufExport => "probe.dmabuf-export",
+        ProbeKind::H2d => CheckId::ProbeH2d,
+        ProbeKind::D2h => CheckId::ProbeD2h,
+        ProbeKind::P2p => CheckId::ProbeP2p,
+        ProbeKind::DmabufExport => CheckId::ProbeDmabufExport,
     }
 }
 
-const FIX_COPY: &str = "Check the GPU's PCIe link under load (pcie.link-speed/width), NUMA placement of the pinned buffer (numa.*), and other traffic on the host; `gpudoctor probe h2d --json` keeps every sample";
+/// The fix for a host<->GPU copy below its threshold, pointing at the probe that measured it.
+fn fix_copy(kind: ProbeKind) -> String {
+    format!(
+        "Check the GPU's PCIe link under load (pcie.link-speed/width), NUMA placement of the pinned buffer (numa.*), and other traffic on the host; `gpudoctor probe {} --json` keeps every sample",
+        kind.as_str()
+    )
+}
 const FIX_P2P: &str = "Check nvidia-smi nvlink -s/-e for link errors, fabric manager on NVSwitch systems, and ACS/IOMMU on PCIe paths (pcie.acs-redirect, iommu.mode)";
 
 /// Findings for one probe report.
@@ -74,9 +80,9 @@ pub fn findings(r: &ProbeReport, out: &mut Vec<Finding>) {
         }
         if matches!(f.status, Status::Warn | Status::Fail) {
             f = f.fix(if r.probe == ProbeKind::P2p {
-                FIX_P2P
+                FIX_P2P.to_string()
             } else {
-                FIX_COPY
+                fix_copy(r.probe)
             });
         }
         out.push(f);
@@ -124,7 +130,7 @@ pub fn settle_link_speed(
 ) {
     for f in findings
         .iter_mut()
-        .filter(|f| f.id == "pcie.link-speed" && f.status == Status::Warn)
+        .filter(|f| f.id == CheckId::PcieLinkSpeed && f.status == Status::Warn)
     {
         let Some(g) = topo.gpus.iter().find(|g| g.bdf.to_string() == f.subject) else {
             continue;

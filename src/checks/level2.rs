@@ -1,10 +1,10 @@
 //! Level 2: a short RDMA-write loopback (`probe write-bw`) on every active RDMA port, as
 //! `probe.write-bw` findings. Pure: turns write-bw reports into findings.
 
-use super::{Finding, Status, ev};
+use super::{CheckId, Finding, Status, ev};
 use crate::rdma::write_bw::{Status as WStatus, Verdict, WriteBwReport};
 
-pub const ID: &str = "probe.write-bw";
+pub const ID: CheckId = CheckId::ProbeWriteBw;
 
 pub fn findings(subject: &str, r: &WriteBwReport, out: &mut Vec<Finding>) {
     let rows: Vec<_> = r

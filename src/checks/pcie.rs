@@ -1,11 +1,11 @@
 //! pcie.*: ACS redirect on the bridges GPUDirect traffic crosses, link training, device
 //! control, AER counters.
 
-use super::{Ctx, Finding, Status, ev};
+use super::{CheckId, Ctx, Finding, Status, ev};
 use crate::inventory::PciFunction;
 use crate::pci::Bdf;
 use crate::pci::config::{Acs, Coverage};
-use crate::topo::{BridgeRole, DeviceKind};
+use crate::topo::{BridgeRole, Device, DeviceKind};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Bridges a peer-to-peer transfer between `a` and `b` crosses (where ACS is enforced).
@@ -63,11 +63,11 @@ fn acs_bits(ctl: u16) -> String {
     v.join(", ")
 }
 
-fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let id = "pcie.acs-redirect";
+pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::PcieAcsRedirect;
     let t = ctx.topo;
     if t.gpus.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
     // bridge -> the device pairs whose traffic crosses it
@@ -102,6 +102,31 @@ fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(Finding::new(id, "host", Status::Pass, "no PCIe bridges between GPUs and their NICs or between GPUs (flat PCI): nothing can redirect peer traffic"));
         return;
     }
+    // Every redirecting bridge, for the one boot parameter that must name them all: the kernel
+    // keeps only the last `disable_acs_redir=` it is given (drivers/pci/pci.c, pci_setup) and
+    // takes a semicolon-separated device list (Documentation/admin-guide/kernel-parameters.txt).
+    let redirecting: Vec<String> = users
+        .keys()
+        .filter(|b| {
+            ctx.inv.pci.get(b).is_some_and(|f| {
+                needs_root(f).is_none()
+                    && f.config
+                        .as_ref()
+                        .and_then(|c| c.acs)
+                        .is_some_and(|a| a.redirect_bits() != 0)
+            })
+        })
+        .map(Bdf::to_string)
+        .collect();
+    let boot_param = format!("pci=disable_acs_redir={}", redirecting.join(";"));
+    let all_of_them = if redirecting.len() > 1 {
+        format!(
+            " (one parameter for all {} bridges flagged here: the kernel keeps only the last disable_acs_redir= it is given)",
+            redirecting.len()
+        )
+    } else {
+        String::new()
+    };
     for (b, pairs) in users {
         let Some(f) = ctx.inv.pci.get(&b) else {
             continue;
@@ -113,6 +138,7 @@ fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
         if let Some(why) = needs_root(f) {
             out.push(
                 Finding::new(id, subject, Status::Skip, format!("needs root: {why}"))
+                    .not_root()
                     .with(pairs_ev),
             );
             continue;
@@ -133,7 +159,7 @@ fn acs(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .with(ev(format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6), format!("0x{:04x}", a.control)))
                 .with(pairs_ev)
                 .fix(format!(
-                    "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `pci=disable_acs_redir={subject}` (kernel >= 4.19), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
+                    "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `{boot_param}`{all_of_them} (kernel >= 4.19), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
                 )),
             ),
             Some(a) => out.push(
@@ -165,17 +191,18 @@ fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
     set.into_iter().collect()
 }
 
-fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
+/// Every link subject with what the link checks need: the device, its function, its sysfs
+/// dir, who it is ("GPU3", "mlx5_0", "switch upstream port"), its link and the port above.
+#[allow(clippy::type_complexity)]
+fn each_link(
+    ctx: &Ctx,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+    mut check: impl FnMut(&Device, &PciFunction, &str, &str, String, Option<&Device>, &mut Vec<Finding>),
+) {
     let subjects = link_subjects(ctx);
     if subjects.is_empty() {
-        for id in ["pcie.link-width", "pcie.link-speed", "pcie.slot-mismatch"] {
-            out.push(Finding::new(
-                id,
-                "host",
-                Status::Skip,
-                "no GPUs or RDMA NICs",
-            ));
-        }
+        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
     for b in subjects {
@@ -183,7 +210,6 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
             continue;
         };
         let f = &ctx.inv.pci[&b];
-        let dir = &f.sysfs_path;
         let who = match d.kind {
             DeviceKind::Gpu => ctx
                 .topo
@@ -202,15 +228,19 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .collect::<Vec<_>>()
                 .join("/"),
         };
-        let subject = b.to_string();
-        let l = &d.link;
         let parent = d
             .upstream
             .last()
             .and_then(|p| ctx.topo.devices.iter().find(|x| x.bdf == *p));
+        check(d, f, &f.sysfs_path, &who, b.to_string(), parent, out);
+    }
+}
 
-        // width
-        let id = "pcie.link-width";
+/// pcie.link-width: trained at the device's full width.
+pub(super) fn link_width(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::PcieLinkWidth;
+    each_link(ctx, id, out, |d, f, dir, who, subject, _parent, out| {
+        let l = &d.link;
         match (l.cur_width, l.max_width) {
             (Some(c), Some(m)) if c < m => out.push(
                 Finding::new(id, subject.clone(), Status::Fail, format!("{who} link trained x{c}, capable of x{m}: bandwidth cut to {}%", u32::from(c) * 100 / u32::from(m)))
@@ -227,9 +257,14 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
                 f.unread.get("current_link_width").or(f.unread.get("max_link_width")).cloned().unwrap_or_default()
             ))),
         }
+    });
+}
 
-        // speed, against the best both ends support
-        let id = "pcie.link-speed";
+/// pcie.link-speed: trained at the best speed both ends support.
+pub(super) fn link_speed(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::PcieLinkSpeed;
+    each_link(ctx, id, out, |d, f, dir, who, subject, parent, out| {
+        let l = &d.link;
         let port_max = parent.and_then(|p| p.link.max_gen);
         match (l.cur_gen, l.max_gen) {
             (Some(c), Some(m)) => {
@@ -276,11 +311,16 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
                 ),
             )),
         }
+    });
+}
 
-        // slot mismatch: device capability above what the port above can do
-        let id = "pcie.slot-mismatch";
+/// pcie.slot-mismatch: the port above can carry what the device can do.
+pub(super) fn slot_mismatch(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::PcieSlotMismatch;
+    each_link(ctx, id, out, |d, _f, dir, who, subject, parent, out| {
+        let l = &d.link;
         match (parent, l.max_gen, l.max_width) {
-            (None, _, _) => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} sits on the root bus (no port above to compare; typical in VMs)"))),
+            (None, _, _) => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} sits on the root bus (no port above to compare; typical in VMs)")).not_applicable()),
             (Some(p), Some(dg), Some(dw)) => match (p.link.max_gen, p.link.max_width) {
                 (Some(pg), Some(pw)) if pg < dg || pw < dw => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, format!("{who} can do Gen{dg} x{dw} but the port above ({}) tops out at Gen{pg} x{pw}", p.bdf))
@@ -295,10 +335,17 @@ fn link(ctx: &Ctx, out: &mut Vec<Finding>) {
             },
             _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} link capability unknown"))),
         }
-    }
+    });
 }
 
-fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
+/// GPUs and NIC functions (a dual-port NIC's function once), each with who it is and whether
+/// it is a NIC; or one skip on `host` when there are none.
+fn each_endpoint(
+    ctx: &Ctx,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+    mut check: impl FnMut(Bdf, &PciFunction, String, bool, &mut Vec<Finding>),
+) {
     let t = ctx.topo;
     let mut subjects: Vec<(Bdf, String, bool)> = t
         .gpus
@@ -318,24 +365,19 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
     }
     if subjects.is_empty() {
-        out.push(Finding::new(
-            "pcie.devctl",
-            "host",
-            Status::Skip,
-            "no GPUs or RDMA NICs",
-        ));
-        out.push(Finding::new(
-            "pcie.aer",
-            "host",
-            Status::Skip,
-            "no GPUs or RDMA NICs",
-        ));
+        out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
     for (b, who, is_nic) in subjects {
-        let f = &ctx.inv.pci[&b];
+        check(b, &ctx.inv.pci[&b], who, is_nic, out);
+    }
+}
+
+/// pcie.devctl: MaxReadReq and relaxed ordering in Device Control.
+pub(super) fn devctl(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::PcieDevctl;
+    each_endpoint(ctx, id, out, |b, f, who, is_nic, out| {
         let subject = b.to_string();
-        let id = "pcie.devctl";
         match f.config.as_ref().and_then(|c| c.pcie.clone()) {
             Some(p) => {
                 let src = ev(
@@ -354,7 +396,7 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                 if is_nic && !p.relaxed_ordering {
                     out.push(Finding::new(id, subject, Status::Warn, format!("{who}: relaxed ordering disabled in Device Control: RDMA writes into GPU memory lose bandwidth on hosts that need it (AMD EPYC, Grace, some Intel)"))
                         .with(src)
-                        .fix("Enable relaxed ordering: ConnectX `mlxconfig -d <dev> set PCI_WR_ORDERING=1` (per-mkey relaxed ordering) and make sure the BIOS does not force it off; `setpci -s BDF CAP_EXP+8.w` shows bit 4"));
+                        .fix("Relaxed ordering is off in the NIC's Device Control register (bit 4), so no write it makes can be relaxed, whatever the firmware asks: the BIOS or the kernel's quirk list for this root complex turned it off. Check the BIOS PCIe relaxed-ordering setting; `setpci -s BDF CAP_EXP+8.w` shows the register. On ConnectX, `mlxconfig -d <dev> query PCI_WR_ORDERING` shows the firmware policy: per_mkey(0), the default, relaxes the writes of memory regions registered with IBV_ACCESS_RELAXED_ORDERING (NCCL asks for it); force_relax(1) relaxes every write"));
                 } else if is_nic && p.max_read_request_bytes < 512 {
                     out.push(Finding::new(id, subject, Status::Warn, format!("{who}: MaxReadReq {} B: small read requests limit RDMA read/send bandwidth", p.max_read_request_bytes))
                         .with(src)
@@ -376,6 +418,10 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
             }
             None => {
+                let root = f
+                    .config
+                    .as_ref()
+                    .is_some_and(|c| c.coverage == Coverage::Header);
                 let why = match &f.config {
                     Some(c) if c.coverage == Coverage::Header => format!(
                         "needs root: only {} bytes of config space readable",
@@ -384,15 +430,17 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                     Some(c) => format!("PCIe capability not found ({})", c.problems.join("; ")),
                     None => f.unread.get("config").cloned().unwrap_or_default(),
                 };
-                out.push(Finding::new(
-                    id,
-                    subject,
-                    Status::Skip,
-                    format!("{who}: {why}"),
-                ));
+                let skip = Finding::new(id, subject, Status::Skip, format!("{who}: {why}"));
+                out.push(if root { skip.not_root() } else { skip });
             }
         }
-        let id = "pcie.aer";
+    });
+}
+
+/// pcie.aer: no errors in the AER counters.
+pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::PcieAer;
+    each_endpoint(ctx, id, out, |b, f, who, _is_nic, out| {
         let subject = b.to_string();
         match ctx.inv.extras.get(&b) {
             Some(x) if !x.aer.is_empty() => {
@@ -431,11 +479,5 @@ fn devctl_and_aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                 ),
             )),
         }
-    }
-}
-
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    acs(ctx, out);
-    link(ctx, out);
-    devctl_and_aer(ctx, out);
+    });
 }

@@ -1,19 +1,23 @@
 //! numa.gpu-nic and topo.gpu-nic-pairing: is each GPU's closest NIC close enough for
 //! GPUDirect RDMA (NCCL's default NCCL_NET_GDR_LEVEL accepts PIX/PXB).
 
-use super::{Ctx, Finding, Status, ev};
-use crate::topo::PathType;
+use super::{CheckId, Ctx, Finding, Status, ev};
+use crate::topo::{Closest, Device, Gpu, Nic, PathType};
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
+/// Each GPU with its closest NIC(s), or one skip on `host` when there are no GPUs or no NICs.
+fn each_closest(
+    ctx: &Ctx,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+    mut check: impl FnMut(&Closest, &Gpu, Option<&Device>, &[&Nic], &str, &mut Vec<Finding>),
+) {
     let t = ctx.topo;
-    for id in ["numa.gpu-nic", "topo.gpu-nic-pairing"] {
-        if t.gpus.is_empty() {
-            out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs"));
-        } else if t.nics.is_empty() {
-            out.push(Finding::new(id, "host", Status::Skip, "no RDMA NICs"));
-        }
+    if t.gpus.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
+        return;
     }
-    if t.gpus.is_empty() || t.nics.is_empty() {
+    if t.nics.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no RDMA NICs").not_applicable());
         return;
     }
     for c in &t.closest_nics {
@@ -21,15 +25,20 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
             continue;
         };
         let gd = t.devices.iter().find(|d| d.bdf == g.bdf);
-        let nics: Vec<_> = t
+        let nics: Vec<&Nic> = t
             .nics
             .iter()
             .filter(|n| c.nics.contains(&n.label))
             .collect();
-        let names = c.rdma_devices.join(", ");
+        check(c, g, gd, &nics, &c.rdma_devices.join(", "), out);
+    }
+}
 
-        // NUMA
-        let id = "numa.gpu-nic";
+/// numa.gpu-nic: the GPU and its closest NIC(s) on one NUMA node.
+pub(super) fn numa_gpu_nic(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::NumaGpuNic;
+    let t = ctx.topo;
+    each_closest(ctx, id, out, |c, g, gd, nics, names, out| {
         let gnode = gd.and_then(|d| d.numa.node);
         let nnodes: Vec<Option<u32>> = nics
             .iter()
@@ -69,10 +78,14 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .evidence(evs)
                 .fix("Move the NIC (or GPU) into a slot of the same socket, or use a NIC on the GPU's socket (NCCL_IB_HCA); check BIOS NUMA settings"));
         }
+    });
+}
 
-        // Pairing
-        let id = "topo.gpu-nic-pairing";
-        let Some(p) = c.path else { continue };
+/// topo.gpu-nic-pairing: the GPU's closest NIC at PIX/PXB (NCCL's default GDR level).
+pub(super) fn gpu_nic_pairing(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::TopoGpuNicPairing;
+    each_closest(ctx, id, out, |c, _g, _gd, _nics, names, out| {
+        let Some(p) = c.path else { return };
         let inferred = if c.certain {
             ""
         } else {
@@ -97,5 +110,5 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .fix("Install a NIC on the GPU's socket, ideally under the same PCIe switch; check that the NIC is not disabled in the BIOS"),
             ),
         }
-    }
+    });
 }

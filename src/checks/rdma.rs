@@ -1,6 +1,7 @@
 //! rdma.*: port state, RoCE v2 GIDs, MTU, firmware consistency, from sysfs.
 
-use super::{Ctx, Finding, Status, ev};
+use super::{CheckId, Ctx, Finding, Status, ev};
+use crate::inventory::{RdmaDevice, RdmaPort};
 use std::collections::BTreeMap;
 
 /// Largest RoCE MTU a netdev MTU allows: the IB MTU plus RoCE v2 headers (GRH/UDP/IP 40-ish,
@@ -13,70 +14,78 @@ pub fn roce_mtu(netdev_mtu: u32) -> u32 {
         .unwrap_or(0)
 }
 
-pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
-    let inv = ctx.inv;
-    let pci_rdma: Vec<_> = inv.rdma.iter().filter(|r| r.bdf.is_some()).collect();
-    if pci_rdma.is_empty() {
-        for id in [
-            "rdma.port-state",
-            "rdma.roce-gid",
-            "rdma.mtu",
-            "rdma.fw-consistency",
-        ] {
-            out.push(Finding::new(
-                id,
-                "host",
-                Status::Skip,
-                "no RDMA devices on the PCI bus",
-            ));
-        }
+/// RDMA devices with a PCI function (rxe/siw on a netdev are not NICs to judge).
+fn pci_rdma<'a>(ctx: &Ctx<'a>) -> Vec<&'a RdmaDevice> {
+    ctx.inv.rdma.iter().filter(|r| r.bdf.is_some()).collect()
+}
+
+/// Every port of every PCI RDMA device as (device, port, "dev/port", its sysfs dir, link
+/// layer), or one skip on `host` when there is none.
+fn each_port(
+    ctx: &Ctx,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+    mut check: impl FnMut(&RdmaDevice, &RdmaPort, String, String, String, &mut Vec<Finding>),
+) {
+    let devices = pci_rdma(ctx);
+    if devices.is_empty() {
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
+                .not_applicable(),
+        );
         return;
     }
-    for r in &pci_rdma {
-        let dir = format!("/sys/class/infiniband/{}", r.name);
-        if r.ports.is_empty() {
-            out.push(Finding::new(
-                "rdma.port-state",
-                r.name.clone(),
-                Status::Skip,
-                format!(
-                    "no ports readable: {}",
-                    r.unread.get("ports").cloned().unwrap_or_default()
-                ),
-            ));
-        }
+    for r in devices {
         for p in &r.ports {
             let subject = format!("{}/{}", r.name, p.port);
-            let pdir = format!("{dir}/ports/{}", p.port);
+            let pdir = format!("/sys/class/infiniband/{}/ports/{}", r.name, p.port);
             let ll = p.link_layer.clone().unwrap_or_else(|| "?".into());
-            let id = "rdma.port-state";
-            let active = p.state.as_deref().map(|s| s.ends_with("ACTIVE"));
-            let up = p.phys_state.as_deref().map(|s| s.ends_with("LinkUp"));
-            let evs = vec![
-                ev(
-                    format!("{pdir}/state"),
-                    p.state
-                        .clone()
-                        .unwrap_or_else(|| p.unread.get("state").cloned().unwrap_or_default()),
-                ),
-                ev(
-                    format!("{pdir}/phys_state"),
-                    p.phys_state
-                        .clone()
-                        .unwrap_or_else(|| p.unread.get("phys_state").cloned().unwrap_or_default()),
-                ),
-                ev(
-                    format!("{pdir}/rate"),
-                    p.rate.clone().unwrap_or_else(|| "?".into()),
-                ),
-                ev(format!("{pdir}/link_layer"), ll.clone()),
-            ];
-            let ib_no_lid = ll == "InfiniBand"
-                && p.lid
-                    .as_deref()
-                    .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok() == Some(0))
-                    .unwrap_or(false);
-            match (active, up) {
+            check(r, p, subject, pdir, ll, out);
+        }
+    }
+}
+
+pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaPortState;
+    for r in pci_rdma(ctx).iter().filter(|r| r.ports.is_empty()) {
+        out.push(Finding::new(
+            id,
+            r.name.clone(),
+            Status::Skip,
+            format!(
+                "no ports readable: {}",
+                r.unread.get("ports").cloned().unwrap_or_default()
+            ),
+        ));
+    }
+    each_port(ctx, id, out, |_r, p, subject, pdir, ll, out| {
+        let active = p.state.as_deref().map(|s| s.ends_with("ACTIVE"));
+        let up = p.phys_state.as_deref().map(|s| s.ends_with("LinkUp"));
+        let evs = vec![
+            ev(
+                format!("{pdir}/state"),
+                p.state
+                    .clone()
+                    .unwrap_or_else(|| p.unread.get("state").cloned().unwrap_or_default()),
+            ),
+            ev(
+                format!("{pdir}/phys_state"),
+                p.phys_state
+                    .clone()
+                    .unwrap_or_else(|| p.unread.get("phys_state").cloned().unwrap_or_default()),
+            ),
+            ev(
+                format!("{pdir}/rate"),
+                p.rate.clone().unwrap_or_else(|| "?".into()),
+            ),
+            ev(format!("{pdir}/link_layer"), ll.clone()),
+        ];
+        let ib_no_lid = ll == "InfiniBand"
+            && p.lid
+                .as_deref()
+                .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok() == Some(0))
+                .unwrap_or(false);
+        match (active, up) {
                 (Some(true), Some(true)) if ib_no_lid => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, "InfiniBand port ACTIVE but LID 0: no subnet manager has configured it")
                         .evidence(evs)
@@ -101,62 +110,76 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 ),
                 _ => out.push(Finding::new(id, subject.clone(), Status::Skip, "port state unreadable").evidence(evs)),
             }
+    });
+}
 
-            if ll != "Ethernet" {
-                continue;
-            }
-            let id = "rdma.roce-gid";
-            let v2: Vec<_> = p
-                .gids
+/// rdma.roce-gid: a RoCE (Ethernet) port has a RoCE v2 GID.
+pub(super) fn roce_gid(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaRoceGid;
+    each_port(ctx, id, out, |_r, p, subject, pdir, ll, out| {
+        if ll != "Ethernet" {
+            return;
+        }
+        let v2: Vec<_> = p
+            .gids
+            .iter()
+            .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
+            .collect();
+        let types_known = p.gids.iter().any(|g| g.gid_type.is_some());
+        if !v2.is_empty() {
+            let ipv4 = v2
                 .iter()
-                .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
-                .collect();
-            let types_known = p.gids.iter().any(|g| g.gid_type.is_some());
-            if !v2.is_empty() {
-                let ipv4 = v2
-                    .iter()
-                    .find(|g| g.gid.starts_with("0000:0000:0000:0000:0000:ffff:"));
-                out.push(
-                    Finding::new(
-                        id,
-                        subject.clone(),
-                        Status::Pass,
-                        format!(
-                            "{} RoCE v2 GID(s){}",
-                            v2.len(),
-                            ipv4.map(|g| format!("; IPv4-mapped at index {}", g.index))
-                                .unwrap_or_else(|| {
-                                    "; no IPv4-mapped GID (routable RoCE needs an IP on the netdev)"
-                                        .into()
-                                })
-                        ),
-                    )
-                    .with(ev(
-                        format!("{pdir}/gid_attrs/types/{}", v2[0].index),
-                        "RoCE v2",
-                    )),
-                );
-            } else if types_known || p.gids.is_empty() {
-                out.push(Finding::new(id, subject.clone(), Status::Fail, "no RoCE v2 GID on this RoCE port: NCCL and most RDMA apps need RoCE v2 for routable traffic")
-                    .with(ev(format!("{pdir}/gid_attrs/types/*"), if p.gids.is_empty() { "no populated GIDs".to_string() } else { p.gids.iter().map(|g| format!("{}={}", g.index, g.gid_type.clone().unwrap_or_default())).collect::<Vec<_>>().join(", ") }))
-                    .fix("Assign an IP address to the port's netdev (GIDs are derived from its addresses) and make sure RoCE v2 is enabled (`cma_roce_mode -d <dev> -p 1 -m 2`; on ConnectX check `mlxconfig ... ROCE_CONTROL`)"));
-            } else {
-                out.push(Finding::new(
+                .find(|g| g.gid.starts_with("0000:0000:0000:0000:0000:ffff:"));
+            out.push(
+                Finding::new(
                     id,
                     subject.clone(),
-                    Status::Skip,
-                    "GID types not exposed by this kernel (no gid_attrs)",
-                ));
-            }
+                    Status::Pass,
+                    format!(
+                        "{} RoCE v2 GID(s){}",
+                        v2.len(),
+                        ipv4.map(|g| format!("; IPv4-mapped at index {}", g.index))
+                            .unwrap_or_else(|| {
+                                "; no IPv4-mapped GID (routable RoCE needs an IP on the netdev)"
+                                    .into()
+                            })
+                    ),
+                )
+                .with(ev(
+                    format!("{pdir}/gid_attrs/types/{}", v2[0].index),
+                    "RoCE v2",
+                )),
+            );
+        } else if types_known || p.gids.is_empty() {
+            out.push(Finding::new(id, subject.clone(), Status::Fail, "no RoCE v2 GID on this RoCE port: NCCL and most RDMA apps need RoCE v2 for routable traffic")
+                    .with(ev(format!("{pdir}/gid_attrs/types/*"), if p.gids.is_empty() { "no populated GIDs".to_string() } else { p.gids.iter().map(|g| format!("{}={}", g.index, g.gid_type.clone().unwrap_or_default())).collect::<Vec<_>>().join(", ") }))
+                    .fix("Assign an IP address to the port's netdev (GIDs are derived from its addresses) and make sure RoCE v2 is enabled (`cma_roce_mode -d <dev> -p 1 -m 2`; on ConnectX check `mlxconfig ... ROCE_CONTROL`)"));
+        } else {
+            out.push(Finding::new(
+                id,
+                subject.clone(),
+                Status::Skip,
+                "GID types not exposed by this kernel (no gid_attrs)",
+            ));
+        }
+    });
+}
 
-            let id = "rdma.mtu";
-            let ndev = p.gids.iter().find_map(|g| g.ndev.clone()).or_else(|| {
-                inv.netdevs
-                    .iter()
-                    .find(|n| n.bdf == r.bdf)
-                    .map(|n| n.name.clone())
-            });
-            match ndev.as_ref().and_then(|n| inv.netdevs.iter().find(|x| &x.name == n)) {
+/// rdma.mtu: the RoCE port's netdev MTU allows a 4096-byte RoCE MTU.
+pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaMtu;
+    let inv = ctx.inv;
+    each_port(ctx, id, out, |r, p, subject, _pdir, ll, out| {
+        if ll != "Ethernet" {
+            return;
+        }
+        let ndev = p.gids.iter().find_map(|g| g.ndev.clone()).or_else(|| {
+            inv.netdevs
+                .iter()
+                .find(|n| n.bdf == r.bdf)
+                .map(|n| n.name.clone())
+        });
+        match ndev.as_ref().and_then(|n| inv.netdevs.iter().find(|x| &x.name == n)) {
                 Some(nd) => match nd.mtu {
                     Some(m) if roce_mtu(m) >= 4096 => out.push(Finding::new(id, subject.clone(), Status::Pass, format!("{} MTU {m} allows RoCE MTU 4096", nd.name)).with(ev(format!("/sys/class/net/{}/mtu", nd.name), m.to_string()))),
                     Some(m) => out.push(Finding::new(id, subject.clone(), Status::Warn, format!("{} MTU {m} limits RoCE MTU to {}: more packets per message, lower large-message bandwidth", nd.name, roce_mtu(m)))
@@ -166,11 +189,20 @@ pub(super) fn run(ctx: &Ctx, out: &mut Vec<Finding>) {
                 },
                 None => out.push(Finding::new(id, subject.clone(), Status::Skip, "no netdev found for this RoCE port")),
             }
-        }
-    }
+    });
+}
 
-    // Firmware consistency per model.
-    let id = "rdma.fw-consistency";
+/// rdma.fw-consistency: one firmware version per NIC model.
+pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaFwConsistency;
+    let pci_rdma = pci_rdma(ctx);
+    if pci_rdma.is_empty() {
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
+                .not_applicable(),
+        );
+        return;
+    }
     let mut by_model: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for r in &pci_rdma {
         let (Some(model), Some(fw)) = (r.hca_type.clone().or(r.board_id.clone()), r.fw_ver.clone())

@@ -7,13 +7,12 @@
 //! process (`exit_now`); the driver frees the device and pinned memory when it goes.
 
 use super::{
-    CudaInfo, DmabufResult, Expected, LinkUnderLoad, Measurement, Method, PeerInfo, Policy,
-    ProbeGpu, ProbeKind, ProbeReport, Status,
+    CudaInfo, DmabufResult, Expected, LinkUnderLoad, Measurement, Method, PeerInfo, ProbeGpu,
+    ProbeKind, ProbeReport, Status,
 };
 use crate::cuda::{self, Context, CudaError, DeviceBuffer, Event, Module, PinnedBuffer, Stream};
 use crate::topo::Topology;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,27 +22,7 @@ use std::time::{Duration, Instant};
 pub const COPY_KERNEL_SRC: &str = include_str!("../../kernels/copy.cu");
 const COPY_KERNEL_NAME: &str = "gpudoctor_copy_u4";
 
-#[derive(Debug, Clone)]
-pub struct ProbeOptions {
-    pub kind: ProbeKind,
-    /// Only this GPU (its label number, PCI order: GPU0, GPU1...).
-    pub gpu: Option<u32>,
-    pub size_bytes: u64,
-    pub iters: u32,
-    pub warmup: u32,
-    /// For the whole probe run.
-    pub deadline: Duration,
-    /// CUDA_HOME / CUDA_PATH, where NVRTC may live.
-    pub cuda_homes: Vec<PathBuf>,
-    /// Show progress on stderr (a terminal).
-    pub progress: bool,
-    pub policy: Policy,
-}
-
-pub const DEFAULT_SIZE_BYTES: u64 = 256 << 20;
-pub const DEFAULT_ITERS: u32 = 20;
-pub const DEFAULT_WARMUP: u32 = 3;
-pub const DEFAULT_DEADLINE_S: u64 = 300;
+pub use super::options::ProbeOptions;
 
 /// What a probe run produced.
 pub struct ProbeRun {

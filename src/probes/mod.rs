@@ -6,7 +6,7 @@
 //! (10^9 bytes/s), as perftest and nvbandwidth print it.
 
 pub mod live;
-pub mod render;
+pub mod options;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

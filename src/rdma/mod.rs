@@ -6,7 +6,6 @@
 pub mod engine;
 pub mod oob;
 pub mod path;
-pub mod render;
 pub mod write_bw;
 
 use crate::sysroot::SysRoot;

@@ -102,12 +102,235 @@ fn probe_rejects_bad_sizes_and_replay_roots() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size 1000"));
+    // Probes do not offer --root/--bundle; before the subcommand they are refused clearly.
     let out = gpudoctor()
         .args(["probe", "h2d", "--root", "fixtures/h200x2-vm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--root'"));
+    let out = gpudoctor()
+        .args(["--root", "fixtures/h200x2-vm", "probe", "h2d"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("live machine"));
     let out = gpudoctor().args(["probe", "nvme"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `list`, `explain` and the probes do not offer --root/--bundle (they would ignore them);
+/// `probe dmabuf-export` does not offer the copy options it does not use.
+#[test]
+fn options_are_offered_only_where_they_work() {
+    for argv in [
+        &["list", "--root", "fixtures/h200x2-vm"][..],
+        &["explain", "gpu.bar1", "--bundle", "x.tar.gz"],
+        &[
+            "probe",
+            "write-bw",
+            "-d",
+            "mlx5_0",
+            "--root",
+            "fixtures/h200x2-vm",
+        ],
+        &["probe", "dmabuf-export", "--size", "1048576"],
+        &["probe", "dmabuf-export", "--iters", "3"],
+    ] {
+        let out = gpudoctor().args(argv).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{argv:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("unexpected argument"),
+            "{argv:?}"
+        );
+    }
+    let out = gpudoctor()
+        .args(["--root", "fixtures/h200x2-vm", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("apply to topo, check, bundle, baseline and export")
+    );
+    // Contradictory overrides are refused, not settled silently.
+    let out = gpudoctor()
+        .args([
+            "check",
+            "--root",
+            "fixtures/h200x2-vm",
+            "--deny",
+            "gpu.bar1",
+            "--skip",
+            "gpu.bar1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--deny gpu.bar1 and --skip gpu.bar1"));
+}
+
+/// A gate must not pass a node that proves nothing: a probe that could not run exits 1 with
+/// --fail-on-skip (0 without).
+#[test]
+fn fail_on_skip_fails_a_probe_that_proved_nothing() {
+    for argv in [
+        &["probe", "h2d", "--fail-on-skip"][..],
+        &["probe", "write-bw", "-d", "mlx5_0", "--fail-on-skip"],
+    ] {
+        let out = gpudoctor()
+            .env("LD_LIBRARY_PATH", "/nonexistent")
+            .args(argv)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if stdout.contains("skip") {
+            assert_eq!(out.status.code(), Some(1), "{argv:?}: {stdout}");
+            let without: Vec<&str> = argv
+                .iter()
+                .copied()
+                .filter(|a| *a != "--fail-on-skip")
+                .collect();
+            let out = gpudoctor().args(&without).output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{without:?}");
+        }
+    }
+}
+
+#[test]
+fn completions_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "complete -F _gpudoctor"),
+        ("zsh", "#compdef gpudoctor"),
+        ("fish", "complete -c gpudoctor"),
+    ] {
+        let out = gpudoctor().args(["completions", shell]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(marker), "{shell}");
+        assert!(
+            text.contains("write-bw") && text.contains("fail-on-skip"),
+            "{shell}"
+        );
+    }
+}
+
+/// The check report for a person: failures first, the verdict named last, at most 100 columns
+/// in a pipe (COLUMNS narrows it) except for words that cannot be broken, colour only when
+/// asked for or on a terminal, `--quiet` only the verdict.
+#[test]
+fn check_text_reads_at_a_glance() {
+    let bundle = "fixtures/variants/hgx-h100-8gpu--acs-redirect/bundle.tar.gz";
+    let run = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut c = gpudoctor();
+        c.args(["check", "--bundle", bundle]).args(extra);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&[], &[]);
+    let lines: Vec<&str> = text.lines().collect();
+    // The first finding shown is a failure; passes come after every fail and warn.
+    let first = lines.iter().position(|l| l.starts_with("FAIL ")).unwrap();
+    let first_pass = lines.iter().position(|l| l.starts_with("PASS ")).unwrap();
+    let last_warn = lines
+        .iter()
+        .rposition(|l| l.starts_with("WARN pcie"))
+        .unwrap();
+    assert!(first < first_pass && last_warn < first_pass, "{text}");
+    assert_eq!(first, 2, "{text}");
+    let tail = &lines[lines.len() - 3..];
+    assert_eq!(
+        tail[0],
+        "FAIL  pcie.acs-redirect on 0000:5d:00.0, 0000:5d:03.0"
+    );
+    assert_eq!(tail[1], "WARN  pcie.link-speed on 0000:c3:00.0");
+    assert!(
+        tail[2].starts_with("Result: FAIL: 273 pass, 1 warn, 2 fail"),
+        "{}",
+        tail[2]
+    );
+    assert!(!text.contains('\x1b'), "no colour in a pipe");
+    for (width, t) in [(100, text.clone()), (80, run(&[], &[("COLUMNS", "80")]))] {
+        for l in t.lines().filter(|l| l.chars().count() > width) {
+            // Only a line that is one unbreakable word after its indent may be longer.
+            let words: Vec<&str> = l.split_whitespace().collect();
+            assert!(
+                words.iter().any(|w| w.chars().count() > width - 10),
+                "line over {width} columns: {l}"
+            );
+        }
+    }
+    let quiet = run(&["--quiet"], &[]);
+    assert_eq!(
+        quiet.lines().collect::<Vec<_>>(),
+        tail,
+        "--quiet is the verdict only"
+    );
+    let colored = run(&["--quiet", "--color", "always"], &[]);
+    assert!(colored.contains("\x1b[1;31mFAIL\x1b[0m"), "{colored}");
+    let never = run(&["--quiet", "--color", "never"], &[("NO_COLOR", "1")]);
+    assert!(!never.contains('\x1b'));
+}
+
+/// `check --fail-on-skip` is a gate: a node where something that should have been judged was
+/// not (not root here) exits 1, and says so in the header; a node where every applicable check
+/// was judged exits as it would without the switch; skips of what does not exist do not count.
+#[test]
+fn fail_on_skip_gates_a_node_that_proved_nothing() {
+    let run = |src: &[&str], extra: &[&str]| {
+        let out = gpudoctor()
+            .arg("check")
+            .args(src)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8(out.stdout).unwrap(),
+        )
+    };
+    let nonroot = [
+        "--bundle",
+        "fixtures/variants/pcie-2socket-roce--nonroot/bundle.tar.gz",
+    ];
+    let (code, text) = run(&nonroot, &[]);
+    assert_eq!(code, 0, "warnings only: passes without the gate");
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("not root: 14 findings could not be judged"),
+        "{text}"
+    );
+    assert!(text.contains("14 could not be judged"), "{text}");
+    assert_eq!(run(&nonroot, &["--fail-on-skip"]).0, 1);
+    // Every applicable check judged (the HGX fixture): the gate changes nothing.
+    assert_eq!(
+        run(&["--root", "fixtures/hgx-h100-8gpu"], &["--fail-on-skip"]).0,
+        0
+    );
+    // No RDMA device on a GPU-only node is not a gap; unreadable AER counters are, until
+    // skipped by request.
+    let h200 = ["--root", "fixtures/h200x2-live"];
+    assert_eq!(run(&h200, &["--fail-on-skip"]).0, 1);
+    assert_eq!(run(&h200, &["--fail-on-skip", "--skip", "pcie.aer"]).0, 0);
+    // The JSON says why each skip is one.
+    let (_, json) = run(&h200, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let kind = |id: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()["skip"]
+            .clone()
+    };
+    assert_eq!(kind("rdma.port-state"), "not-applicable");
+    assert_eq!(kind("pcie.aer"), "unknown");
+    assert_eq!(v["summary"]["unjudged"], 2);
 }

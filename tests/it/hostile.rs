@@ -2,7 +2,7 @@
 //! unknowns and notes (or a clean error), never a panic.
 
 use crate::repo;
-use gpudoctor::cli::{CheckOptions, SourceSpec};
+use gpudoctor::config::{CheckOptions, SourceSpec};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -176,7 +176,11 @@ fn uppercase_bdf_and_odd_attributes() {
     let opts = CheckOptions::level0();
     let c =
         gpudoctor::run::check_report(&SourceSpec::Root(tmp.path().to_path_buf()), &opts).unwrap();
-    for f in c.checks.iter().filter(|f| f.id.starts_with("pcie.link")) {
+    for f in c
+        .checks
+        .iter()
+        .filter(|f| f.id.as_str().starts_with("pcie.link"))
+    {
         assert_eq!(f.status, gpudoctor::checks::Status::Skip, "{f:?}");
     }
 }

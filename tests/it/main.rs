@@ -1,13 +1,18 @@
 //! The one integration-test binary (ripgrep's habit): fixtures, CLI, man page.
 
+mod baseline;
 mod bundle;
 mod checks;
 mod cli;
+mod deploy;
+mod export;
 mod fixtures;
+mod fleet;
 mod hostile;
 mod lstopo;
 mod man;
 mod probes;
+mod slurm;
 mod vm;
 
 use std::path::{Path, PathBuf};
@@ -73,5 +78,7 @@ pub fn name(p: &Path) -> String {
 pub fn gpudoctor() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("gpudoctor").unwrap();
     c.current_dir(repo());
+    // Output must not depend on the caller's terminal settings.
+    c.env_remove("COLUMNS").env_remove("NO_COLOR");
     c
 }

@@ -16,3 +16,32 @@ fn man_pages_are_current() {
         );
     }
 }
+
+/// Every page a SUBCOMMANDS section names (`gpudoctor-probe-h2d(1)`) is shipped, and man/
+/// holds no page the binary no longer generates.
+#[test]
+fn man_pages_name_only_shipped_pages() {
+    let pages = gpudoctor::cli::man_pages().unwrap();
+    let names: Vec<String> = pages.iter().map(|(n, _)| n.clone()).collect();
+    for (name, bytes) in &pages {
+        let text = String::from_utf8_lossy(bytes).replace("\\-", "-");
+        for line in text.lines() {
+            if let Some(page) = line
+                .strip_suffix("(1)")
+                .filter(|p| p.starts_with("gpudoctor"))
+            {
+                assert!(
+                    names.contains(&format!("{page}.1")),
+                    "{name} names {page}(1), which is not shipped"
+                );
+            }
+        }
+    }
+    for e in std::fs::read_dir(repo().join("man")).unwrap() {
+        let n = e.unwrap().file_name().to_string_lossy().to_string();
+        assert!(
+            names.contains(&n),
+            "man/{n} is not generated any more: remove it"
+        );
+    }
+}

@@ -8,6 +8,16 @@ use comfy_table::{ContentArrangement, Table, presets};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+mod check;
+mod fleet;
+mod probe;
+mod write_bw;
+
+pub use check::{PIPE_WIDTH, TextStyle, check_text};
+pub use fleet::{diff_table, fleet_table};
+pub use probe::table as probe_table;
+pub use write_bw::write_bw_table;
+
 /// How to lay out human tables.
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
@@ -401,99 +411,6 @@ pub fn json<T: serde::Serialize>(v: &T) -> String {
     }
 }
 
-/// Width for check tables when stdout is not a terminal: wrapped at a fixed width so the
-/// output is the same everywhere.
-const FIXED_CHECK_WIDTH: u16 = 160;
-
-/// `gpudoctor check`: one row per finding, then a summary line.
-pub fn check_table(r: &crate::report::CheckReport, style: Style) -> String {
-    use crate::checks::Status;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "gpudoctor check (level {}): {}",
-        r.level,
-        r.source.describe()
-    );
-    let mut t = new_table(Style {
-        width: Some(style.width.unwrap_or(FIXED_CHECK_WIDTH)),
-        all_rows: style.all_rows,
-    });
-    t.set_header(vec![
-        "Check",
-        "Subject",
-        "Status",
-        "Result and evidence",
-        "Fix",
-    ]);
-    // Passes collapse to one row per check unless asked for all rows; problems always show.
-    let mut shown_pass: BTreeMap<&str, usize> = BTreeMap::new();
-    for f in &r.checks {
-        if f.status == Status::Pass && !style.all_rows {
-            *shown_pass.entry(f.id).or_default() += 1;
-        }
-    }
-    let mut done_pass: BTreeSet<&str> = BTreeSet::new();
-    for f in &r.checks {
-        if f.status == Status::Pass && !style.all_rows {
-            let n = shown_pass[f.id];
-            if n > 1 {
-                if done_pass.insert(f.id) {
-                    let subjects: Vec<&str> = r
-                        .checks
-                        .iter()
-                        .filter(|x| x.id == f.id && x.status == Status::Pass)
-                        .map(|x| x.subject.as_str())
-                        .collect();
-                    let title = crate::checks::info(f.id).map(|c| c.title).unwrap_or("");
-                    t.add_row(vec![
-                        f.id.to_string(),
-                        format!("{n} subjects"),
-                        "PASS".to_string(),
-                        format!("{title}\n- on {} (--all shows each)", subjects.join(", ")),
-                        String::new(),
-                    ]);
-                }
-                continue;
-            }
-        }
-        let mut body = f.message.clone();
-        for e in &f.evidence {
-            let _ = write!(body, "\n- {}: {}", e.source, e.value);
-        }
-        let status = match f.original_status {
-            Some(o) => format!("{} (was {})", f.status.as_str().to_uppercase(), o.as_str()),
-            None => f.status.as_str().to_uppercase(),
-        };
-        t.add_row(vec![
-            f.id.to_string(),
-            f.subject.clone(),
-            status,
-            body,
-            f.remediation.clone().unwrap_or_default(),
-        ]);
-    }
-    let _ = writeln!(out, "{t}");
-    let s = &r.summary;
-    let _ = writeln!(
-        out,
-        "Result: {}: {} pass, {} warn, {} fail, {} skip ({} checks).",
-        r.status.as_str().to_uppercase(),
-        s.pass,
-        s.warn,
-        s.fail,
-        s.skip,
-        r.checks.len()
-    );
-    if r.checks.iter().any(|f| f.status == Status::Skip) {
-        let _ = writeln!(
-            out,
-            "Skipped checks could not be judged (unknown facts); `gpudoctor explain ID` says what each needs."
-        );
-    }
-    out
-}
-
 pub fn catalog_table(style: Style) -> String {
     let mut t = new_table(style);
     t.set_header(vec!["Check", "Level", "Severity", "What it checks"]);
@@ -518,6 +435,53 @@ pub fn explain(c: &crate::checks::CheckInfo) -> String {
     );
     if !s.ends_with('\n') {
         s.push('\n');
+    }
+    s
+}
+
+/// What `gpudoctor bundle` prints once the bundle is written.
+pub fn bundle_summary(
+    output: &std::path::Path,
+    w: &crate::bundle::write::Written,
+    elapsed: std::time::Duration,
+) -> String {
+    let m = &w.manifest;
+    let mut s = format!(
+        "wrote {}: {} KiB, {} files, {} links, {} directories ({} KiB uncompressed) in {} ms\n",
+        output.display(),
+        w.archive_bytes.div_ceil(1024),
+        m.contents.files,
+        m.contents.links,
+        m.contents.dirs,
+        m.contents.file_bytes.div_ceil(1024),
+        elapsed.as_millis()
+    );
+    if m.redaction.enabled {
+        let classes: Vec<String> = m
+            .redaction
+            .distinct_values
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "redacted: {} (in {} files; --no-redact keeps them)",
+            if classes.is_empty() {
+                "nothing found".to_string()
+            } else {
+                classes.join(", ")
+            },
+            m.redaction.files.len()
+        );
+    } else {
+        s.push_str("not redacted (--no-redact): serials, UUIDs, GUIDs, MACs and the hostname are in the bundle\n");
+    }
+    if !m.unreadable.is_empty() {
+        let _ = writeln!(
+            s,
+            "{} path(s) could not be read (listed in manifest.json, replayed as the same errors)",
+            m.unreadable.len()
+        );
     }
     s
 }

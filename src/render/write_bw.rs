@@ -1,6 +1,6 @@
 //! Text for the RDMA probes' reports: &Report -> String, nothing else.
 
-use super::write_bw::WriteBwReport;
+use crate::rdma::write_bw::WriteBwReport;
 /// write-bw in perftest's layout (`#bytes #iterations BW peak BW average MsgRate`), with the
 /// units said once (decimal MB/s; perftest's own "MB" is 2^20 bytes) and a Gb/s column.
 pub fn write_bw_table(r: &WriteBwReport) -> String {

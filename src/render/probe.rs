@@ -1,8 +1,8 @@
-//! Probe reports as text: pure functions of a `ProbeReport` (JSON goes through
-//! `render::json`). Lives beside the probe model so the topology renderers stay untouched.
+//! Level-1 probe reports as text: pure functions of a `ProbeReport` (JSON goes through
+//! `render::json`).
 
-use super::{ProbeKind, ProbeReport, Status};
-use crate::render::{Style, new_table};
+use super::{Style, new_table};
+use crate::probes::{ProbeKind, ProbeReport, Status};
 use std::fmt::Write;
 
 fn opt_gbps(v: Option<f64>) -> String {
@@ -159,7 +159,10 @@ fn p2p_matrix(r: &ProbeReport) -> String {
     let mut labels: Vec<&str> = r.gpus.iter().map(|g| g.label.as_str()).collect();
     labels.dedup();
     let mut out = String::new();
-    for method in [super::Method::CopyEngine, super::Method::SmKernel] {
+    for method in [
+        crate::probes::Method::CopyEngine,
+        crate::probes::Method::SmKernel,
+    ] {
         let any = r.measurements.iter().any(|m| m.method == method);
         if !any {
             continue;

@@ -1,0 +1,561 @@
+//! Arguments resolved once: clap's raw structs (`cli`) stop here. `Config::from_args` is the
+//! one place that looks at the environment (terminal, CUDA_HOME, GPUDOCTOR_TOKEN) and the one
+//! place that validates arguments that can be judged without the machine (probe sizes,
+//! write-bw plans, check ids, which commands take --root/--bundle), so every later stage
+//! works on values that are already right.
+//!
+//! This module must not read sysfs, open libraries or print.
+
+use crate::bundle::redact::SiteKey;
+use crate::checks::Overrides;
+use crate::cli::{Args, ColorChoice, Command, ProbeArgs, ProbeCommand, SourceArgs, WriteBwArgs};
+use crate::probes::ProbeKind;
+use crate::probes::options::ProbeOptions;
+use crate::rdma::{Role, WriteBwRequest, write_bw};
+pub use crate::source::SourceSpec;
+use anyhow::{Context, Result, bail};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopoOutput {
+    Tree,
+    Matrix,
+    Json,
+}
+
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Human table.
+    Table,
+    /// One JSON document.
+    Json,
+    /// Prometheus text exposition (node_exporter textfile collector).
+    Prometheus,
+    /// JUnit XML (check only).
+    Junit,
+}
+
+impl OutputFormat {
+    /// `--json` and `--format` resolved (clap has already refused both together).
+    fn resolve(json: bool, format: Option<OutputFormat>) -> OutputFormat {
+        match (json, format) {
+            (_, Some(f)) => f,
+            (true, None) => OutputFormat::Json,
+            (false, None) => OutputFormat::Table,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Options for the level-1 probes (defaults of `gpudoctor probe`).
+    pub probe: ProbeOptions,
+    pub json: bool,
+    /// Every passing subject with its evidence (`--all`).
+    pub all_rows: bool,
+    /// Only the verdict lines (`--quiet`).
+    pub quiet: bool,
+    /// ANSI colour in the text report.
+    pub color: bool,
+    pub strict: bool,
+    pub level: u8,
+    pub overrides: Overrides,
+    /// `--expect FILE`: the baseline to compare with, parsed.
+    pub expect: Option<crate::baseline::Baseline>,
+    pub format: OutputFormat,
+    /// Exit 1 when something that should have been judged was not (`--fail-on-skip`).
+    pub fail_on_skip: bool,
+}
+
+impl CheckOptions {
+    /// A plain level-0 check with no overrides and no environment (what a bundle stores, what
+    /// tests run).
+    pub fn level0() -> Self {
+        CheckOptions {
+            probe: ProbeOptions::defaults(ProbeKind::H2d),
+            json: true,
+            all_rows: false,
+            quiet: false,
+            color: false,
+            strict: false,
+            level: 0,
+            overrides: Overrides::default(),
+            expect: None,
+            format: OutputFormat::Json,
+            fail_on_skip: false,
+        }
+    }
+}
+
+/// `probe write-bw`, resolved: the request the engine runs and how to print it.
+#[derive(Debug, Clone)]
+pub struct WriteBwConfig {
+    pub request: WriteBwRequest,
+    pub json: bool,
+    pub format: OutputFormat,
+    /// A skip (no RDMA device, no libibverbs) exits 1 (`--fail-on-skip`).
+    pub fail_on_skip: bool,
+}
+
+/// How a bundle redacts identifiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redaction {
+    /// `--no-redact`.
+    Off,
+    /// A fresh random key per bundle (the default).
+    RandomKey,
+    /// A site's own key (`--redact-key-file`).
+    SiteKey(SiteKey),
+}
+
+#[derive(Debug)]
+pub enum Action {
+    Topo(TopoOutput),
+    Check(Box<CheckOptions>),
+    List {
+        json: bool,
+    },
+    Explain(String),
+    Snapshot(String),
+    Probe {
+        options: ProbeOptions,
+        json: bool,
+        format: OutputFormat,
+        /// A skip (no CUDA, no GPU) exits 1.
+        fail_on_skip: bool,
+    },
+    WriteBw(WriteBwConfig),
+    Completions(clap_complete::Shell),
+    Man(PathBuf),
+    Fleet {
+        inputs: Vec<PathBuf>,
+        json: bool,
+    },
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        json: bool,
+    },
+    /// `export nccl-topo`.
+    ExportNcclTopo {
+        output: Option<PathBuf>,
+    },
+    Baseline {
+        output: Option<PathBuf>,
+        level: u8,
+        probe: ProbeOptions,
+    },
+    Bundle {
+        output: PathBuf,
+        redact: Redaction,
+        /// Draw progress on stderr (stderr is a terminal).
+        progress: bool,
+    },
+}
+
+/// The environment `from_args` consults, gathered in one value so tests can give their own.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// stdout is a terminal: its width for human tables.
+    pub stdout_width: Option<u16>,
+    /// COLUMNS, when set to a number: the width a person asked for, terminal or not.
+    pub columns: Option<u16>,
+    /// NO_COLOR is set to something (https://no-color.org).
+    pub no_color: bool,
+    pub stderr_is_terminal: bool,
+    /// CUDA_HOME / CUDA_PATH, where NVRTC may live.
+    pub cuda_homes: Vec<PathBuf>,
+    /// GPUDOCTOR_TOKEN.
+    pub token: Option<String>,
+}
+
+impl Env {
+    pub fn current() -> Env {
+        let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        Env {
+            stdout_width: if std::io::stdout().is_terminal() {
+                comfy_table::Table::new().width()
+            } else {
+                None
+            },
+            columns: std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.trim().parse::<u16>().ok())
+                .filter(|c| *c >= 20),
+            no_color: nonempty("NO_COLOR").is_some(),
+            stderr_is_terminal: std::io::stderr().is_terminal(),
+            cuda_homes: ["CUDA_HOME", "CUDA_PATH"]
+                .iter()
+                .filter_map(|k| nonempty(k))
+                .map(PathBuf::from)
+                .collect(),
+            token: nonempty("GPUDOCTOR_TOKEN").and_then(|t| t.into_string().ok()),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub source: SourceSpec,
+    pub action: Action,
+    /// Width for human output: COLUMNS, else the terminal's; None in a pipe (stable output).
+    pub width: Option<u16>,
+}
+
+impl Config {
+    /// Resolve parsed arguments against the process environment.
+    pub fn from_args(args: Args) -> Result<Config> {
+        Config::resolve(args, &Env::current())
+    }
+
+    /// Resolve parsed arguments against `env`. Errors here are usage errors (exit 2).
+    pub fn resolve(args: Args, env: &Env) -> Result<Config> {
+        let top = args.source;
+        let probe_defaults = |kind| ProbeOptions {
+            cuda_homes: env.cuda_homes.clone(),
+            progress: env.stderr_is_terminal,
+            ..ProbeOptions::defaults(kind)
+        };
+        let (own, action) = match args.command {
+            Command::Topo(t) => (
+                Some(t.source),
+                Action::Topo(if t.json {
+                    TopoOutput::Json
+                } else if t.matrix {
+                    TopoOutput::Matrix
+                } else {
+                    TopoOutput::Tree
+                }),
+            ),
+            Command::Check(c) => {
+                let overrides =
+                    Overrides::parse(&c.warn, &c.deny, &c.skip).map_err(anyhow::Error::msg)?;
+                let expect = match &c.expect {
+                    Some(p) => Some(read_baseline(p)?),
+                    None => None,
+                };
+                let format = OutputFormat::resolve(c.json, c.format);
+                (
+                    Some(c.source),
+                    Action::Check(Box::new(CheckOptions {
+                        probe: probe_defaults(ProbeKind::H2d),
+                        json: format == OutputFormat::Json,
+                        format,
+                        all_rows: c.all,
+                        quiet: c.quiet,
+                        color: match c.color {
+                            ColorChoice::Always => true,
+                            ColorChoice::Never => false,
+                            ColorChoice::Auto => env.stdout_width.is_some() && !env.no_color,
+                        },
+                        strict: c.strict,
+                        level: c.level,
+                        overrides,
+                        fail_on_skip: c.gate.fail_on_skip,
+                        expect,
+                    })),
+                )
+            }
+            Command::List { json } => (None, Action::List { json }),
+            Command::Explain { id } => (None, Action::Explain(id)),
+            Command::Snapshot { what, source } => (Some(source), Action::Snapshot(what)),
+            Command::Probe(cmd) => (
+                None,
+                match cmd {
+                    ProbeCommand::WriteBw(w) => Action::WriteBw(write_bw_config(w, env)?),
+                    ProbeCommand::H2d(p) => probe_action(ProbeKind::H2d, p, probe_defaults)?,
+                    ProbeCommand::D2h(p) => probe_action(ProbeKind::D2h, p, probe_defaults)?,
+                    ProbeCommand::P2p(p) => probe_action(ProbeKind::P2p, p, probe_defaults)?,
+                    ProbeCommand::DmabufExport(p) => {
+                        let format = probe_format(p.json, p.format)?;
+                        Action::Probe {
+                            options: ProbeOptions {
+                                gpu: p.gpu,
+                                deadline: Duration::from_secs(p.deadline),
+                                ..probe_defaults(ProbeKind::DmabufExport)
+                            },
+                            json: format == OutputFormat::Json,
+                            format,
+                            fail_on_skip: p.gate.fail_on_skip,
+                        }
+                    }
+                },
+            ),
+            Command::Completions { shell } => (None, Action::Completions(shell)),
+            Command::Man { dir } => (None, Action::Man(dir)),
+            Command::Bundle(b) => {
+                let redact = match (b.no_redact, &b.redact_key_file) {
+                    (true, _) => Redaction::Off,
+                    (false, None) => Redaction::RandomKey,
+                    (false, Some(f)) => {
+                        let text = std::fs::read_to_string(f).with_context(|| {
+                            format!("--redact-key-file {}: cannot read the key", f.display())
+                        })?;
+                        Redaction::SiteKey(SiteKey::parse(&text).map_err(|e| {
+                            anyhow::anyhow!("--redact-key-file {}: {e}", f.display())
+                        })?)
+                    }
+                };
+                (
+                    Some(b.source),
+                    Action::Bundle {
+                        output: b.output,
+                        redact,
+                        progress: env.stderr_is_terminal,
+                    },
+                )
+            }
+            Command::Fleet { inputs, json } => (None, Action::Fleet { inputs, json }),
+            Command::Diff { a, b, json } => (None, Action::Diff { a, b, json }),
+            Command::Export(crate::cli::ExportCommand::NcclTopo { source, output }) => {
+                (Some(source), Action::ExportNcclTopo { output })
+            }
+            Command::Baseline(b) => (
+                Some(b.source),
+                Action::Baseline {
+                    output: b.output,
+                    level: b.level,
+                    probe: probe_defaults(ProbeKind::H2d),
+                },
+            ),
+        };
+        let source = source_spec(&top, own.as_ref(), &action)?;
+        Ok(Config {
+            source,
+            action,
+            width: env.columns.or(env.stdout_width),
+        })
+    }
+}
+
+/// Read and parse a baseline file (a usage error when it is missing or malformed).
+fn read_baseline(p: &std::path::Path) -> Result<crate::baseline::Baseline> {
+    let text = std::fs::read_to_string(p)
+        .with_context(|| format!("--expect {}: cannot read", p.display()))?;
+    crate::baseline::Baseline::parse(&text).with_context(|| format!("--expect {}", p.display()))
+}
+
+/// `--root`/`--bundle` given before the subcommand or after it (not both); refused for
+/// commands that do not read facts.
+fn source_spec(top: &SourceArgs, own: Option<&SourceArgs>, action: &Action) -> Result<SourceSpec> {
+    let given = |s: &SourceArgs| s.root.is_some() || s.bundle.is_some();
+    let chosen = match own {
+        Some(own) if given(own) && given(top) => {
+            bail!("--root/--bundle given twice (before and after the subcommand): give it once")
+        }
+        Some(own) if given(own) => own,
+        _ if !given(top) => return Ok(SourceSpec::Live),
+        Some(_) => top,
+        None => {
+            let what = match action {
+                Action::Probe { .. } | Action::WriteBw(_) => {
+                    "probes measure the live machine; --root and --bundle replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
+                }
+                _ => "--root and --bundle apply to topo, check, bundle, baseline and export only",
+            };
+            bail!("{what}");
+        }
+    };
+    Ok(match (&chosen.root, &chosen.bundle) {
+        (Some(p), _) => SourceSpec::Root(p.clone()),
+        (None, Some(f)) => SourceSpec::Bundle(f.clone()),
+        (None, None) => SourceSpec::Live,
+    })
+}
+
+fn probe_action(
+    kind: ProbeKind,
+    p: ProbeArgs,
+    defaults: impl Fn(ProbeKind) -> ProbeOptions,
+) -> Result<Action> {
+    let options = ProbeOptions {
+        gpu: p.gpu,
+        size_bytes: p.size,
+        iters: p.iters,
+        warmup: p.warmup,
+        deadline: Duration::from_secs(p.deadline),
+        ..defaults(kind)
+    };
+    options.validate().map_err(anyhow::Error::msg)?;
+    let format = probe_format(p.json, p.format)?;
+    Ok(Action::Probe {
+        options,
+        json: format == OutputFormat::Json,
+        format,
+        fail_on_skip: p.gate.fail_on_skip,
+    })
+}
+
+fn probe_format(json: bool, format: Option<OutputFormat>) -> Result<OutputFormat> {
+    let f = OutputFormat::resolve(json, format);
+    if f == OutputFormat::Junit {
+        bail!("--format junit is for `check` (probes print table, json or prometheus)");
+    }
+    Ok(f)
+}
+
+fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
+    let format = probe_format(w.json, w.format)?;
+    let sizes = if w.all {
+        write_bw::all_sizes()
+    } else {
+        w.sizes.unwrap_or_else(|| write_bw::DEFAULT_SIZES.to_vec())
+    };
+    let plan = write_bw::Plan::new(
+        sizes,
+        w.iters,
+        w.tx_depth,
+        w.cq_mod,
+        w.post_list,
+        w.qps,
+        w.validate,
+    )
+    .context("probe write-bw")?;
+    let token = || {
+        w.token
+            .clone()
+            .or_else(|| env.token.clone())
+            .filter(|t| !t.is_empty())
+            .context("two-node mode needs a shared --token (or GPUDOCTOR_TOKEN) on both sides")
+    };
+    let role = if w.serve {
+        Role::Serve {
+            listen: w.listen.clone(),
+            token: token()?,
+        }
+    } else if let Some(peer) = &w.peer {
+        Role::Client {
+            peer: peer.clone(),
+            token: token()?,
+        }
+    } else {
+        Role::Loopback
+    };
+    Ok(WriteBwConfig {
+        request: WriteBwRequest {
+            device: w.device,
+            port: w.port,
+            gid_index: w.gid_index,
+            plan,
+            role,
+            timeout: Duration::from_secs(w.timeout.max(1)),
+        },
+        json: format == OutputFormat::Json,
+        format,
+        fail_on_skip: w.gate.fail_on_skip,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn resolve(argv: &[&str], env: &Env) -> Result<Config> {
+        let mut full = vec!["gpudoctor"];
+        full.extend_from_slice(argv);
+        Config::resolve(Args::try_parse_from(full).expect("parses"), env)
+    }
+
+    fn err(argv: &[&str]) -> String {
+        format!("{:#}", resolve(argv, &Env::default()).unwrap_err())
+    }
+
+    #[test]
+    fn the_environment_is_read_only_through_env() {
+        let env = Env {
+            stdout_width: Some(99),
+            columns: None,
+            no_color: false,
+            stderr_is_terminal: true,
+            cuda_homes: vec![PathBuf::from("/opt/cuda")],
+            token: Some("s3cret".into()),
+        };
+        let c = resolve(&["check", "--level", "1"], &env).unwrap();
+        assert_eq!(c.width, Some(99));
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert_eq!(o.probe.cuda_homes, vec![PathBuf::from("/opt/cuda")]);
+        assert!(o.probe.progress);
+        assert!(o.color, "a terminal gets colour");
+        let c = resolve(&["check", "--color", "never"], &env).unwrap();
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert!(!o.color);
+        let no_color = Env {
+            no_color: true,
+            columns: Some(80),
+            ..env.clone()
+        };
+        let c = resolve(&["check"], &no_color).unwrap();
+        assert_eq!(c.width, Some(80), "COLUMNS wins over the terminal's width");
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert!(!o.color, "NO_COLOR");
+        let c = resolve(&["check", "--color", "always"], &Env::default()).unwrap();
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert!(o.color, "--color always, even in a pipe");
+        let c = resolve(&["probe", "write-bw", "-d", "mlx5_0", "--peer", "h"], &env).unwrap();
+        let Action::WriteBw(w) = c.action else {
+            panic!("write-bw")
+        };
+        assert_eq!(
+            w.request.role,
+            Role::Client {
+                peer: "h".into(),
+                token: "s3cret".into()
+            }
+        );
+    }
+
+    #[test]
+    fn usage_errors_are_found_before_anything_runs() {
+        assert!(err(&["check", "--deny", "pcie.acs-redirekt"]).contains("unknown check id"));
+        assert!(err(&["probe", "h2d", "--size", "1000"]).contains("at least 1 MiB"));
+        assert!(err(&["--root", "/x", "probe", "h2d"]).contains("probes measure the live"));
+        assert!(
+            err(&["--root", "/x", "list"])
+                .contains("apply to topo, check, bundle, baseline and export")
+        );
+        assert!(err(&["--root", "/x", "topo", "--bundle", "b"]).contains("given twice"));
+        assert!(
+            err(&["check", "--deny", "gpu.bar1", "--skip", "gpu.bar1"]).contains("at most one")
+        );
+        assert!(
+            err(&["bundle", "-o", "x", "--redact-key-file", "/nonexistent"])
+                .contains("cannot read the key")
+        );
+        assert!(err(&["probe", "write-bw", "-d", "x", "--peer", "h"]).contains("--token"));
+        assert!(err(&["probe", "write-bw", "-d", "x", "--sizes", "0"]).contains("write-bw"));
+    }
+
+    #[test]
+    fn sources() {
+        let env = Env::default();
+        assert_eq!(resolve(&["topo"], &env).unwrap().source, SourceSpec::Live);
+        assert_eq!(
+            resolve(&["--bundle", "b.tgz", "topo"], &env)
+                .unwrap()
+                .source,
+            SourceSpec::Bundle("b.tgz".into())
+        );
+        assert_eq!(
+            resolve(&["topo", "--root", "/t"], &env).unwrap().source,
+            SourceSpec::Root("/t".into())
+        );
+        assert_eq!(
+            resolve(&["--root", "/t", "bundle", "-o", "x"], &env)
+                .unwrap()
+                .source,
+            SourceSpec::Root("/t".into())
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! A check report as JUnit XML, for CI systems that read test reports (GitLab, Jenkins,
+//! GitHub test reporters): one testsuite, one testcase per finding (classname = check id,
+//! name = subject). fail is a <failure>, skip a <skipped>; warn passes with the message in
+//! <system-out>, unless --strict, where it is a <failure> as it is for the exit code.
+//!
+//! Pure: `&CheckReport -> String`, deterministic (no timestamps, no hostnames).
+
+use crate::checks::Status;
+use crate::report::CheckReport;
+use std::fmt::Write;
+
+/// XML text and attribute escaping.
+pub fn xml_escape(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '&' => s.push_str("&amp;"),
+            '<' => s.push_str("&lt;"),
+            '>' => s.push_str("&gt;"),
+            '"' => s.push_str("&quot;"),
+            '\'' => s.push_str("&apos;"),
+            // Characters XML 1.0 cannot carry at all.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => {
+                let _ = write!(s, "\\x{:02x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+pub fn check(r: &CheckReport, strict: bool) -> String {
+    let failing = |s: Status| s == Status::Fail || (strict && s == Status::Warn);
+    let failures = r.checks.iter().filter(|f| failing(f.status)).count();
+    let skipped = r.checks.iter().filter(|f| f.status == Status::Skip).count();
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"gpudoctor\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">",
+        r.checks.len()
+    );
+    let _ = writeln!(
+        out,
+        "  <testsuite name=\"gpudoctor check ({})\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">",
+        xml_escape(&r.source.describe()),
+        r.checks.len()
+    );
+    for f in &r.checks {
+        let _ = write!(
+            out,
+            "    <testcase classname=\"{}\" name=\"{}\"",
+            xml_escape(f.id.as_str()),
+            xml_escape(&f.subject)
+        );
+        let evidence: String = f
+            .evidence
+            .iter()
+            .map(|e| format!("{}: {}\n", e.source, e.value))
+            .collect();
+        let fix = f
+            .remediation
+            .as_deref()
+            .map(|x| format!("fix: {x}\n"))
+            .unwrap_or_default();
+        if failing(f.status) {
+            let _ = writeln!(
+                out,
+                ">\n      <failure type=\"{}\" message=\"{}\">{}</failure>\n    </testcase>",
+                f.status.as_str(),
+                xml_escape(&f.message),
+                xml_escape(&format!("{evidence}{fix}"))
+            );
+        } else if f.status == Status::Skip {
+            let _ = writeln!(
+                out,
+                ">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                xml_escape(&f.message)
+            );
+        } else if f.status == Status::Warn {
+            let _ = writeln!(
+                out,
+                ">\n      <system-out>warn: {}\n{}</system-out>\n    </testcase>",
+                xml_escape(&f.message),
+                xml_escape(&format!("{evidence}{fix}"))
+            );
+        } else {
+            out.push_str("/>\n");
+        }
+    }
+    out.push_str("  </testsuite>\n</testsuites>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        assert_eq!(xml_escape("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
+        assert_eq!(xml_escape("\u{1}"), "\\x01");
+    }
+}

@@ -1,0 +1,10 @@
+//! Reports in the formats of the tools next to gpudoctor: Prometheus text exposition
+//! (node_exporter's textfile collector), JUnit XML (CI test reports), NCCL's topology XML
+//! (NCCL_TOPO_FILE).
+//!
+//! Pure renderers like `render`: they take finished reports or the topology and return text;
+//! they must not read files or judge anything.
+
+pub mod junit;
+pub mod nccl;
+pub mod prometheus;

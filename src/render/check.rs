@@ -1,0 +1,289 @@
+//! `gpudoctor check` as text for a person: what failed first, then warnings, then what could
+//! not be judged, then one compact block of passes; the verdict named in the last lines.
+//! Laid out as indented blocks (cargo's diagnostics, not a box table) wrapped to the width
+//! given: the terminal's, or 100 columns in a pipe, so logs and snapshots read the same.
+
+use crate::checks::{CheckId, Finding, Status};
+use crate::report::CheckReport;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Width when stdout is not a terminal: reads well in a log viewer and a 100-column terminal.
+pub const PIPE_WIDTH: usize = 100;
+
+/// How a check report is printed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextStyle {
+    /// Wrap at this many columns (None: PIPE_WIDTH).
+    pub width: Option<u16>,
+    /// Passes subject by subject with their evidence (`--all`/`--verbose`).
+    pub all: bool,
+    /// Only the verdict lines (`--quiet`).
+    pub quiet: bool,
+    /// ANSI colour on status words and the verdict.
+    pub color: bool,
+}
+
+fn paint(s: &str, status: Status, color: bool) -> String {
+    if !color {
+        return s.to_string();
+    }
+    let code = match status {
+        Status::Fail => "1;31",
+        Status::Warn => "1;33",
+        Status::Skip => "36",
+        Status::Pass => "32",
+    };
+    format!("\x1b[{code}m{s}\x1b[0m")
+}
+
+fn word(status: Status) -> &'static str {
+    match status {
+        Status::Fail => "FAIL",
+        Status::Warn => "WARN",
+        Status::Skip => "SKIP",
+        Status::Pass => "PASS",
+    }
+}
+
+/// Greedy word wrap: the first line after `first` (already `first_len` columns long), every
+/// further line indented by `indent` spaces. A word longer than the width (a sysfs path) is
+/// never broken: it stands on its own line.
+fn wrap(out: &mut String, text: &str, first_len: usize, indent: usize, width: usize) {
+    let mut col = first_len;
+    let mut at_line_start = true;
+    for (i, para) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            col = indent;
+            at_line_start = true;
+        }
+        for w in para.split_whitespace() {
+            let need = w.chars().count() + usize::from(!at_line_start);
+            if !at_line_start && col + need > width {
+                out.push('\n');
+                out.push_str(&" ".repeat(indent));
+                col = indent;
+                at_line_start = true;
+            }
+            if !at_line_start {
+                out.push(' ');
+                col += 1;
+            }
+            out.push_str(w);
+            col += w.chars().count();
+            at_line_start = false;
+        }
+    }
+    out.push('\n');
+}
+
+/// "on A, B, C" with at most `max` names, then "and N more".
+fn subjects_text(subjects: &[&str], max: usize) -> String {
+    if subjects.len() <= max {
+        subjects.join(", ")
+    } else {
+        format!(
+            "{} and {} more",
+            subjects[..max].join(", "),
+            subjects.len() - max
+        )
+    }
+}
+
+fn was(f: &Finding) -> String {
+    match f.original_status {
+        Some(o) => format!(" (was {}, by --warn/--deny/--skip)", o.as_str()),
+        None => String::new(),
+    }
+}
+
+/// One finding with everything that proves it and the fix. A fix word for word the same as
+/// the one `prev` (an earlier block of the same check) printed is not repeated.
+fn finding_block(
+    out: &mut String,
+    f: &Finding,
+    prev: Option<&Finding>,
+    st: &TextStyle,
+    width: usize,
+) {
+    let _ = write!(out, "{}", paint(word(f.status), f.status, st.color));
+    let lead = format!(" {}  ", f.id);
+    out.push_str(&lead);
+    wrap(
+        out,
+        &format!("{}{}", f.subject, was(f)),
+        4 + lead.len(),
+        6,
+        width,
+    );
+    out.push_str("  ");
+    wrap(out, &f.message, 2, 2, width);
+    for e in &f.evidence {
+        out.push_str("  - ");
+        wrap(out, &format!("{}: {}", e.source, e.value), 4, 6, width);
+    }
+    if let Some(fix) = &f.remediation {
+        match prev {
+            Some(p) if p.id == f.id && p.remediation.as_ref() == Some(fix) => {
+                let _ = writeln!(out, "  fix: as for {} above", p.subject);
+            }
+            _ => {
+                out.push_str("  fix: ");
+                wrap(out, fix, 7, 7, width);
+            }
+        }
+    }
+}
+
+/// Is this skip one a person asked for (`--skip ID`)?
+fn skipped_by_request(f: &Finding) -> bool {
+    f.status == Status::Skip && f.original_status.is_some()
+}
+
+pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
+    let width = st.width.map(usize::from).unwrap_or(PIPE_WIDTH).max(40);
+    let mut out = String::new();
+    if !st.quiet {
+        let head = format!(
+            "gpudoctor check (level {}): {}",
+            r.level,
+            r.source.describe()
+        );
+        wrap(&mut out, &head, 0, 2, width);
+        if r.summary.not_root > 0 {
+            let _ = write!(out, "{} ", paint("not root:", Status::Warn, st.color));
+            let line = format!(
+                "{} findings could not be judged (unprivileged readers see 64 bytes of PCI config space); run as root",
+                r.summary.not_root
+            );
+            wrap(&mut out, &line, 10, 2, width);
+        }
+        out.push('\n');
+        for status in [Status::Fail, Status::Warn] {
+            // The first block of a run of same-check, same-fix findings carries the fix.
+            let mut anchor: Option<&Finding> = None;
+            for f in r.checks.iter().filter(|f| f.status == status) {
+                finding_block(&mut out, f, anchor, st, width);
+                out.push('\n');
+                let same = anchor.is_some_and(|a| a.id == f.id && a.remediation == f.remediation);
+                if !same {
+                    anchor = Some(f);
+                }
+            }
+        }
+        // Skips: one block per (check, reason), the subjects named together.
+        let mut skips: BTreeMap<(CheckId, &str), Vec<&Finding>> = BTreeMap::new();
+        let mut requested: BTreeMap<CheckId, usize> = BTreeMap::new();
+        for f in &r.checks {
+            if skipped_by_request(f) {
+                *requested.entry(f.id).or_default() += 1;
+            } else if f.status == Status::Skip {
+                skips.entry((f.id, f.message.as_str())).or_default().push(f);
+            }
+        }
+        // One wrapped entry per (check, reason); evidence only with --all.
+        for group in skips.values() {
+            let f = group[0];
+            let subjects: Vec<&str> = group.iter().map(|f| f.subject.as_str()).collect();
+            let _ = write!(out, "{}", paint("SKIP", Status::Skip, st.color));
+            let lead = format!(" {}  ", f.id);
+            out.push_str(&lead);
+            let text = format!("{}: {}", subjects_text(&subjects, 8), f.message);
+            wrap(&mut out, &text, 4 + lead.len(), 6, width);
+            if st.all {
+                for f in group {
+                    for e in &f.evidence {
+                        out.push_str("  - ");
+                        wrap(&mut out, &format!("{}: {}", e.source, e.value), 4, 6, width);
+                    }
+                }
+            }
+        }
+        if !skips.is_empty() {
+            out.push('\n');
+        }
+        if !requested.is_empty() {
+            let list: Vec<String> = requested
+                .iter()
+                .map(|(id, n)| format!("{id} ({n})"))
+                .collect();
+            out.push_str("not judged, as asked (--skip): ");
+            wrap(&mut out, &list.join(", "), 31, 2, width);
+            out.push('\n');
+        }
+        // Passes: one line per check id, or every subject with evidence.
+        let mut passes: BTreeMap<CheckId, Vec<&Finding>> = BTreeMap::new();
+        for f in r.checks.iter().filter(|f| f.status == Status::Pass) {
+            passes.entry(f.id).or_default().push(f);
+        }
+        if !passes.is_empty() {
+            if st.all {
+                for group in passes.values() {
+                    for f in group {
+                        finding_block(&mut out, f, None, st, width);
+                    }
+                }
+                out.push('\n');
+            } else {
+                let idw = passes.keys().map(|id| id.as_str().len()).max().unwrap_or(0);
+                for group in passes.values() {
+                    let f = group[0];
+                    let subjects: Vec<&str> = group.iter().map(|f| f.subject.as_str()).collect();
+                    let what = if subjects.len() == 1 {
+                        subjects[0].to_string()
+                    } else {
+                        format!(
+                            "{} subjects: {}",
+                            subjects.len(),
+                            subjects_text(&subjects, 4)
+                        )
+                    };
+                    let _ = write!(out, "{}", paint("PASS", Status::Pass, st.color));
+                    let lead = format!(" {:<idw$}  ", f.id.as_str());
+                    out.push_str(&lead);
+                    wrap(&mut out, &what, 4 + lead.len(), 7 + idw, width);
+                }
+                out.push_str("(--all shows each passing subject with its evidence)\n\n");
+            }
+        }
+    }
+    // The verdict, last: what failed, what warned, then the counts.
+    for status in [Status::Fail, Status::Warn] {
+        let mut by_id: BTreeMap<CheckId, Vec<&str>> = BTreeMap::new();
+        for f in r.checks.iter().filter(|f| f.status == status) {
+            by_id.entry(f.id).or_default().push(&f.subject);
+        }
+        for (id, subjects) in &by_id {
+            let _ = write!(out, "{}", paint(word(status), status, st.color));
+            let lead = format!("  {id} on ");
+            out.push_str(&lead);
+            wrap(
+                &mut out,
+                &subjects_text(subjects, 6),
+                4 + lead.len(),
+                6,
+                width,
+            );
+        }
+    }
+    let s = &r.summary;
+    let verdict = r.status.as_str().to_uppercase();
+    let unjudged = if s.unjudged > 0 {
+        format!("; {} could not be judged", s.unjudged)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "Result: {}: {} pass, {} warn, {} fail, {} skip ({} findings{unjudged}).",
+        paint(&verdict, r.status, st.color),
+        s.pass,
+        s.warn,
+        s.fail,
+        s.skip,
+        r.checks.len()
+    );
+    out
+}

@@ -1,0 +1,52 @@
+//! `baseline`: record this node's shape as a gpudoctor.baseline/1 document.
+
+use super::{EXIT_OK, Outcome, inventory};
+use crate::config::CheckOptions;
+use crate::inventory::Scope;
+use crate::probes::options::ProbeOptions;
+use crate::source::Source;
+use crate::source::SourceSpec;
+use anyhow::{Context, Result};
+use std::path::Path;
+
+pub fn write(
+    spec: &SourceSpec,
+    output: Option<&Path>,
+    level: u8,
+    probe: &ProbeOptions,
+) -> Result<Outcome> {
+    let source = Source::open(spec)?;
+    let inv = inventory(&source, Scope::Checks)?;
+    let topo = crate::topo::build(&inv);
+    // Replayed sources carry their probe samples (when recorded); the live machine measures
+    // only when asked (--level 1), since that moves data through every GPU.
+    let probes = if !source.is_live() || level >= 1 {
+        let opts = CheckOptions {
+            probe: probe.clone(),
+            level: 1,
+            ..CheckOptions::level0()
+        };
+        super::check::level1_reports(&source, &topo, &opts)?
+    } else {
+        Vec::new()
+    };
+    let b = crate::baseline::capture(&inv, &topo, &probes, &source.info.describe());
+    let text = crate::render::json(&b);
+    match output {
+        None => Ok(Outcome::new(text, EXIT_OK)),
+        Some(p) => {
+            std::fs::write(p, &text).with_context(|| format!("writing {}", p.display()))?;
+            Ok(Outcome::new(
+                format!(
+                    "wrote {} ({} GPUs, {} NICs, {} paths, {} bandwidth floors)\n",
+                    p.display(),
+                    b.gpus.as_ref().map_or(0, Vec::len),
+                    b.nics.as_ref().map_or(0, Vec::len),
+                    b.paths.as_ref().map_or(0, Vec::len),
+                    b.bandwidth.as_ref().map_or(0, Vec::len)
+                ),
+                EXIT_OK,
+            ))
+        }
+    }
+}

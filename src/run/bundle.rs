@@ -1,0 +1,127 @@
+//! `gpudoctor bundle`: discovery, capture, write, then replay the bundle just written and warn
+//! where it reads differently from what was seen live.
+
+use super::check::{check_report_from, topo_report_from};
+use super::{DISCOVERY_DEADLINE, EXIT_OK, Outcome, with_deadline};
+use crate::bundle;
+use crate::config::{CheckOptions, Redaction};
+use crate::source::{Source, SourceSpec};
+use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The reports a bundle stores (and its self-replay compares): topo and a level-0 check.
+fn stored_reports(source: &Source) -> Result<BTreeMap<String, serde_json::Value>> {
+    let mut reports = BTreeMap::new();
+    let topo = topo_report_from(source)?;
+    reports.insert(
+        "topo".to_string(),
+        serde_json::to_value(&topo).context("serializing the topo report")?,
+    );
+    let check = check_report_from(source, &CheckOptions::level0())?;
+    reports.insert(
+        "check".to_string(),
+        serde_json::to_value(&check).context("serializing the check report")?,
+    );
+    Ok(reports)
+}
+
+pub(super) fn make(
+    spec: &SourceSpec,
+    output: &Path,
+    redaction: Redaction,
+    progress: bool,
+) -> Result<Outcome> {
+    let t0 = std::time::Instant::now();
+    let source = Source::open(spec)?;
+    let reports = stored_reports(&source)?;
+    let sr = &source.sysroot;
+    // What discovery read, before the capture reads more through the same reader.
+    let touched = sr.touched();
+    let listed = sr.listed();
+    let opts = bundle::write::Options {
+        redact: redaction != Redaction::Off,
+        redact_key: match redaction {
+            Redaction::SiteKey(k) => Some(k),
+            Redaction::Off | Redaction::RandomKey => None,
+        },
+        progress,
+        source: if sr.is_live() {
+            "live"
+        } else {
+            "recorded tree"
+        }
+        .to_string(),
+        notes: Vec::new(),
+    };
+    let mut extra = BTreeMap::new();
+    extra.insert(
+        "libs.json".to_string(),
+        serde_json::to_value(&source.libs).context("serializing libs.json")?,
+    );
+    // The capture reads more than discovery did (full config space, GID tables...): the same
+    // deadline guards it against a device that stops answering.
+    let (reader, nvml, out) = (
+        source.sysroot.clone(),
+        source.nvml.clone(),
+        output.to_path_buf(),
+    );
+    let watched = source.sysroot.clone();
+    let written = with_deadline(
+        DISCOVERY_DEADLINE,
+        move || {
+            let discovery = bundle::write::Discovery {
+                touched: &touched,
+                listed: &listed,
+            };
+            bundle::write::write_bundle(&reader, &nvml, extra, reports, discovery, &out, &opts)
+        },
+        move || watched.last_path(),
+    );
+    let w = match written {
+        Ok(r) => r.with_context(|| format!("writing {}", output.display()))?,
+        Err(e) => {
+            // Leave no partial bundle behind.
+            let _ = std::fs::remove_file(output);
+            return Err(e);
+        }
+    };
+    let elapsed = t0.elapsed();
+    let mut warnings = Vec::new();
+    if !w.manifest.uncovered.is_empty() {
+        let msg = format!(
+            "discovery read {} path(s) the capture list does not cover (add a pattern to CAPTURE in src/bundle/capture.rs): {}",
+            w.manifest.uncovered.len(),
+            w.manifest.uncovered.join(", ")
+        );
+        if cfg!(debug_assertions) {
+            let _ = std::fs::remove_file(output);
+            anyhow::bail!("{msg}");
+        }
+        warnings.push(msg);
+    }
+    // Replay what was just written; only where the data came from may differ.
+    let again = SourceSpec::Bundle(output.to_path_buf());
+    match Source::open(&again).and_then(|s| stored_reports(&s)) {
+        Ok(replayed) => {
+            for (command, stored) in &w.reports {
+                let mut stored = stored.clone();
+                let mut again = replayed.get(command).cloned().unwrap_or_default();
+                if let Some(diff) = bundle::first_difference(&mut stored, &mut again) {
+                    warnings.push(format!(
+                        "the bundle's {command} report replays differently from the live run at {diff}: please report this"
+                    ));
+                }
+            }
+        }
+        Err(e) => warnings.push(format!("the bundle just written does not replay: {e:#}")),
+    }
+    // Warnings go to stderr as they are found in other commands too; the summary is stdout.
+    for w in &warnings {
+        eprintln!("gpudoctor: warning: {}", w.replace('\n', " "));
+    }
+    Ok(Outcome::new(
+        crate::render::bundle_summary(output, &w, elapsed),
+        EXIT_OK,
+    ))
+}

@@ -1,0 +1,221 @@
+//! `topo` and `check`: discovery, the topology, level-0 checks, and the probe levels on top.
+
+use super::{EXIT_FAILED_CHECK, EXIT_OK, inventory};
+use crate::checks::{self, CheckId, Finding, SkipKind, Status};
+use crate::config::CheckOptions;
+use crate::inventory::{Inventory, Scope};
+use crate::probes::{self, ProbeKind, ProbeReport};
+use crate::report::{CheckReport, TopoReport};
+use crate::source::{RecordedProbe, Source, SourceSpec};
+use anyhow::Result;
+
+/// A level-1 probe's CUDA work hung: the run cannot go on, and the process must end without
+/// joining the worker (`Outcome::hung`).
+#[derive(Debug)]
+pub struct Hung(pub String);
+
+impl std::fmt::Display for Hung {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Hung {}
+
+pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
+    topo_report_from(&Source::open(spec)?)
+}
+
+pub fn topo_report_from(source: &Source) -> Result<TopoReport> {
+    let inv = inventory(source, Scope::Topology)?;
+    let topo = crate::topo::build(&inv);
+    Ok(TopoReport::new(source.info.clone(), &inv, topo))
+}
+
+pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport> {
+    check_report_from(&Source::open(spec)?, opts)
+}
+
+pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport> {
+    let inv = inventory(source, Scope::Checks)?;
+    let topo = crate::topo::build(&inv);
+    let ctx = checks::Ctx {
+        inv: &inv,
+        topo: &topo,
+        libs: &source.libs,
+    };
+    let mut findings = checks::run_level0(&ctx);
+    let mut probe_reports = None;
+    if opts.level >= 1 {
+        let reports = level1_reports(source, &topo, opts)?;
+        checks::level1::settle_link_speed(&reports, &mut findings, &topo);
+        for r in &reports {
+            checks::level1::findings(r, &mut findings);
+        }
+        // A CUDA probe on a node without GPUs (or p2p with one GPU) has nothing to measure.
+        for f in findings.iter_mut().filter(|f| f.status == Status::Skip) {
+            let few = match f.id {
+                CheckId::ProbeH2d | CheckId::ProbeD2h | CheckId::ProbeDmabufExport => 1,
+                CheckId::ProbeP2p => 2,
+                _ => continue,
+            };
+            if topo.gpus.len() < few {
+                f.skip = Some(SkipKind::NotApplicable);
+            }
+        }
+        probe_reports = Some(reports);
+    }
+    if opts.level >= 2 {
+        level2(source, &inv, &mut findings);
+    }
+    if let Some(b) = &opts.expect {
+        findings.extend(crate::baseline::compare(
+            b,
+            &inv,
+            &topo,
+            probe_reports.as_deref(),
+        ));
+    }
+    checks::debug_assert_sound(&findings);
+    opts.overrides.apply(&mut findings);
+    Ok(CheckReport::new(
+        source.info.clone(),
+        opts.level,
+        &inv,
+        findings,
+    ))
+}
+
+/// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device.
+fn level2(source: &Source, inv: &Inventory, findings: &mut Vec<Finding>) {
+    use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
+    use checks::level2;
+    if !source.is_live() {
+        findings.push(
+            Finding::new(
+                level2::ID,
+                "host",
+                Status::Skip,
+                "RDMA-write probes run on the live machine; a recorded tree does not replay them",
+            )
+            .not_applicable(),
+        );
+        return;
+    }
+    let before = findings.len();
+    for d in &inv.rdma {
+        for p in &d.ports {
+            let subject = format!("{}/{}", d.name, p.port);
+            if !p.state.as_deref().is_some_and(|s| s.ends_with("ACTIVE")) {
+                // rdma.port-state judges the port; there is nothing to measure here.
+                findings.push(
+                    Finding::new(
+                        level2::ID,
+                        subject,
+                        Status::Skip,
+                        format!(
+                            "port not ACTIVE ({}): see rdma.port-state",
+                            p.state.as_deref().unwrap_or("state unknown")
+                        ),
+                    )
+                    .not_applicable(),
+                );
+                continue;
+            }
+            // Short on purpose: 64 KiB and 1 MiB writes, 500 each, validated (about 0.5 GB
+            // per port: milliseconds at line rate). A software device (rxe, no PCI function)
+            // moves ~50 MB/s under emulation and has no line rate to judge: 32 each.
+            let iters = if d.bdf.is_some() { 500 } else { 32 };
+            let plan = match Plan::new(vec![65536, 1 << 20], iters, 128, 16, None, 1, true) {
+                Ok(p) => p,
+                Err(e) => {
+                    findings.push(Finding::new(
+                        level2::ID,
+                        subject,
+                        Status::Skip,
+                        e.to_string(),
+                    ));
+                    continue;
+                }
+            };
+            let req = WriteBwRequest {
+                device: d.name.clone(),
+                port: u8::try_from(p.port).unwrap_or(1),
+                gid_index: None,
+                plan,
+                role: Role::Loopback,
+                timeout: std::time::Duration::from_secs(30),
+            };
+            let (report, _) = rdma::write_bw(&source.sysroot, &req);
+            level2::findings(&subject, &report, findings);
+        }
+    }
+    if findings.len() == before {
+        findings.push(
+            Finding::new(
+                level2::ID,
+                "host",
+                Status::Skip,
+                "no RDMA devices: nothing to probe",
+            )
+            .not_applicable(),
+        );
+    }
+}
+
+/// Level-1 probe reports: measured on a live machine, or read from a recorded tree's
+/// `probes/<name>.json` and re-evaluated (so thresholds and verdicts replay offline).
+pub(super) fn level1_reports(
+    source: &Source,
+    topo: &crate::topo::Topology,
+    opts: &CheckOptions,
+) -> Result<Vec<ProbeReport>> {
+    if source.is_live() {
+        let runs = probes::live::run_level1(&opts.probe, topo);
+        if let Some(r) = runs.iter().find(|r| r.hung) {
+            return Err(Hung(format!(
+                "level-1 probe {} hung: {}",
+                checks::level1::id_of(r.report.probe),
+                r.report.error.clone().unwrap_or_default()
+            ))
+            .into());
+        }
+        if runs.iter().any(|r| r.interrupted) {
+            anyhow::bail!("interrupted (Ctrl-C); device and pinned memory freed");
+        }
+        return Ok(runs.into_iter().map(|r| r.report).collect());
+    }
+    let mut out = Vec::new();
+    for kind in [
+        ProbeKind::H2d,
+        ProbeKind::D2h,
+        ProbeKind::P2p,
+        ProbeKind::DmabufExport,
+    ] {
+        out.push(match source.recorded_probe(kind)? {
+            RecordedProbe::Report(mut r) => {
+                r.evaluate();
+                *r
+            }
+            RecordedProbe::Absent { file } => {
+                let mut r = ProbeReport::new(kind, opts.probe.policy.clone());
+                r.skipped = Some(format!("not recorded (no {file} in the tree)"));
+                r.status = probes::Status::Skip;
+                r
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// Exit code for a check report: 1 when a check failed (or warned, with --strict; or, with
+/// --fail-on-skip, something that should have been judged was not, or nothing was judged).
+pub fn check_exit_code(r: &CheckReport, strict: bool, fail_on_skip: bool) -> i32 {
+    match r.status {
+        Status::Fail => EXIT_FAILED_CHECK,
+        Status::Warn if strict => EXIT_FAILED_CHECK,
+        Status::Skip if fail_on_skip => EXIT_FAILED_CHECK,
+        _ if fail_on_skip && r.summary.unjudged > 0 => EXIT_FAILED_CHECK,
+        _ => EXIT_OK,
+    }
+}

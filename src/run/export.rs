@@ -1,0 +1,29 @@
+//! `export nccl-topo`: the topology in the format of another tool.
+
+use super::{EXIT_OK, Outcome, inventory};
+use crate::inventory::Scope;
+use crate::source::{Source, SourceSpec};
+use anyhow::{Context, Result};
+use std::path::Path;
+
+pub fn nccl_topo(spec: &SourceSpec, output: Option<&Path>) -> Result<Outcome> {
+    let source = Source::open(spec)?;
+    let inv = inventory(&source, Scope::Checks)?;
+    let topo = crate::topo::build(&inv);
+    let text = crate::export::nccl::topo_xml(&inv, &topo);
+    match output {
+        None => Ok(Outcome::new(text, EXIT_OK)),
+        Some(p) => {
+            std::fs::write(p, &text).with_context(|| format!("writing {}", p.display()))?;
+            Ok(Outcome::new(
+                format!(
+                    "wrote {} ({} GPUs, {} NICs)\n",
+                    p.display(),
+                    topo.gpus.len(),
+                    topo.nics.len()
+                ),
+                EXIT_OK,
+            ))
+        }
+    }
+}

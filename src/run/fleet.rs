@@ -1,0 +1,275 @@
+//! `fleet` and `diff`: read reports, probe reports, baselines and bundles into `NodeData`, then
+//! summarize (`crate::fleet`).
+
+use super::{EXIT_FAILED_CHECK, EXIT_OK, Outcome};
+use crate::config::CheckOptions;
+use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
+use crate::probes::{ProbeKind, ProbeReport};
+use crate::source::{RecordedProbe, Source, SourceSpec};
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The node a file belongs to: its name up to the first dot (`node17.check.json`,
+/// `node17.h2d.json` and `node17.tar.gz` are all node17).
+fn node_name(p: &Path) -> String {
+    let f = p
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    f.split('.').next().unwrap_or(&f).to_string()
+}
+
+fn is_bundle(p: &Path) -> bool {
+    let s = p.to_string_lossy();
+    s.ends_with(".tar.gz") || s.ends_with(".tgz")
+}
+
+/// Files under the inputs: files as given, directories walked (gpudoctor JSON and bundles).
+fn expand(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
+    let mut out = Vec::new();
+    for i in inputs {
+        let meta = std::fs::metadata(i).with_context(|| format!("{}", i.display()))?;
+        if meta.is_dir() {
+            let mut stack = vec![i.clone()];
+            while let Some(d) = stack.pop() {
+                let mut entries: Vec<PathBuf> = std::fs::read_dir(&d)
+                    .with_context(|| format!("reading {}", d.display()))?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .collect();
+                entries.sort();
+                for p in entries {
+                    if p.is_dir() {
+                        stack.push(p);
+                    } else if is_bundle(&p) || p.extension().is_some_and(|e| e == "json") {
+                        out.push((p, true));
+                    }
+                }
+            }
+        } else {
+            out.push((i.clone(), false));
+        }
+    }
+    Ok(out)
+}
+
+fn bandwidth_of(r: &ProbeReport, into: &mut BTreeMap<String, f64>) {
+    for m in &r.measurements {
+        if let Some(s) = &m.evaluation.stats {
+            into.insert(
+                format!(
+                    "{} {}->{} {}",
+                    m.probe.as_str(),
+                    m.src,
+                    m.dst,
+                    m.method.as_str()
+                ),
+                s.median_gbps,
+            );
+        }
+    }
+}
+
+/// One file's contribution. `from_dir`: JSON that is not a gpudoctor document is skipped
+/// (a directory may hold other files); given by name it is an error.
+fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
+    let mut n = NodeData {
+        name: node_name(p),
+        sources: vec![p.display().to_string()],
+        ..Default::default()
+    };
+    if is_bundle(p) {
+        let source = Source::open(&SourceSpec::Bundle(p.to_path_buf()))?;
+        let opts = CheckOptions {
+            level: 1,
+            ..CheckOptions::level0()
+        };
+        let r = super::check::check_report_from(&source, &opts)?;
+        n.status = Some(r.status.as_str().to_string());
+        n.findings = r
+            .checks
+            .iter()
+            .map(|f| FindingIn {
+                id: f.id.to_string(),
+                subject: f.subject.clone(),
+                status: f.status.as_str().to_string(),
+                message: f.message.clone(),
+            })
+            .collect();
+        let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
+        let topo = crate::topo::build(&inv);
+        let mut probes = Vec::new();
+        for kind in [ProbeKind::H2d, ProbeKind::D2h, ProbeKind::P2p] {
+            if let RecordedProbe::Report(r) = source.recorded_probe(kind)? {
+                bandwidth_of(&r, &mut n.bandwidth_gbps);
+                probes.push(*r);
+            }
+        }
+        n.shape = Some(crate::baseline::capture(&inv, &topo, &probes, &n.name));
+        return Ok(Some(n));
+    }
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", p.display()))?;
+    let schema = v.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+    match schema {
+        "gpudoctor.check/1" => {
+            let r: CheckReportIn = serde_json::from_value(v)
+                .with_context(|| format!("{}: malformed check report", p.display()))?;
+            n.status = Some(r.status);
+            n.findings = r.checks;
+        }
+        "gpudoctor.probe/1" => {
+            let r: ProbeReport = serde_json::from_value(v)
+                .with_context(|| format!("{}: malformed probe report", p.display()))?;
+            bandwidth_of(&r, &mut n.bandwidth_gbps);
+        }
+        crate::baseline::BASELINE_SCHEMA => {
+            n.shape = Some(
+                crate::baseline::Baseline::parse(&text)
+                    .with_context(|| format!("{}", p.display()))?,
+            );
+        }
+        _ if from_dir => return Ok(None),
+        other => bail!(
+            "{}: not a gpudoctor check report, probe report, baseline or bundle (schema {:?})",
+            p.display(),
+            other
+        ),
+    }
+    Ok(Some(n))
+}
+
+/// Read every input in parallel (reports are independent; parsing dominates), then merge the
+/// files of one node.
+pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
+    let files = expand(inputs)?;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(files.len().max(1));
+    let chunk = files.len().div_ceil(threads).max(1);
+    let parts: Vec<Result<Vec<NodeData>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|c| {
+                s.spawn(move || -> Result<Vec<NodeData>> {
+                    let mut v = Vec::new();
+                    for (p, from_dir) in c {
+                        if let Some(n) = read_one(p, *from_dir)? {
+                            v.push(n);
+                        }
+                    }
+                    Ok(v)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a reader thread panicked (bug)")))
+            })
+            .collect()
+    });
+    let mut by_name: BTreeMap<String, NodeData> = BTreeMap::new();
+    for part in parts {
+        for n in part? {
+            match by_name.get_mut(&n.name) {
+                None => {
+                    by_name.insert(n.name.clone(), n);
+                }
+                Some(m) => {
+                    m.sources.extend(n.sources);
+                    if n.status.is_some() {
+                        if m.status.is_some() {
+                            bail!(
+                                "two check reports for node {} ({}): one report per node",
+                                m.name,
+                                m.sources.join(", ")
+                            );
+                        }
+                        m.status = n.status;
+                        m.findings = n.findings;
+                    }
+                    if n.shape.is_some() {
+                        m.shape = n.shape;
+                    }
+                    m.bandwidth_gbps.extend(n.bandwidth_gbps);
+                }
+            }
+        }
+    }
+    if by_name.is_empty() {
+        bail!("no gpudoctor reports or bundles found in the inputs");
+    }
+    Ok(by_name.into_values().collect())
+}
+
+pub fn fleet(inputs: &[PathBuf], json: bool) -> Result<Outcome> {
+    let nodes = load(inputs)?;
+    let r = fleet::summarize(&nodes);
+    let code = if r.drain.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED_CHECK
+    };
+    Ok(Outcome::new(
+        if json {
+            crate::render::json(&r)
+        } else {
+            crate::render::fleet_table(&r)
+        },
+        code,
+    ))
+}
+
+pub fn diff(a: &Path, b: &Path, json: bool) -> Result<Outcome> {
+    let one = |p: &Path| -> Result<NodeData> {
+        read_one(p, false)?.with_context(|| format!("{}: nothing to compare", p.display()))
+    };
+    let (na, nb) = (one(a)?, one(b)?);
+    // Two bundles: B judged against A's shape, by PCI position.
+    let shape = match (&na.shape, is_bundle(b)) {
+        (Some(s), true) => {
+            let source = Source::open(&SourceSpec::Bundle(b.to_path_buf()))?;
+            let opts = CheckOptions {
+                expect: Some(s.clone()),
+                ..CheckOptions::level0()
+            };
+            let r = super::check::check_report_from(&source, &opts)?;
+            Some(
+                r.checks
+                    .iter()
+                    .filter(|f| {
+                        f.id.as_str().starts_with("baseline.")
+                            && matches!(
+                                f.status,
+                                crate::checks::Status::Fail | crate::checks::Status::Warn
+                            )
+                    })
+                    .map(|f| FindingIn {
+                        id: f.id.to_string(),
+                        subject: f.subject.clone(),
+                        status: f.status.as_str().to_string(),
+                        message: f.message.clone(),
+                    })
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    let mut d = fleet::diff(&na, &nb, shape);
+    d.a = a.display().to_string();
+    d.b = b.display().to_string();
+    let same =
+        d.checks.is_empty() && d.bandwidth.is_empty() && d.shape.as_ref().is_none_or(Vec::is_empty);
+    Ok(Outcome::new(
+        if json {
+            crate::render::json(&d)
+        } else {
+            crate::render::diff_table(&d)
+        },
+        if same { EXIT_OK } else { EXIT_FAILED_CHECK },
+    ))
+}

@@ -1,0 +1,209 @@
+//! The edge: turns a resolved `Config` into a report, its text and an exit code. With `main`,
+//! the only place that uses anyhow.
+//!
+//! This module must not parse arguments (`config` did), read recorded documents (`source`
+//! does), format text (`render` does) or end the process (`main` does, from `Outcome`).
+
+mod baseline;
+mod bundle;
+mod check;
+mod export;
+mod fleet;
+mod probe;
+
+pub use check::{check_exit_code, check_report, check_report_from, topo_report, topo_report_from};
+
+use crate::config::{Action, Config, OutputFormat, TopoOutput};
+use crate::inventory::{Inventory, Scope};
+use crate::render::{self, Style};
+use crate::source::Source;
+use crate::sysroot::ReadError;
+use anyhow::{Context, Result};
+
+/// Exit codes (ripgrep's convention).
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILED_CHECK: i32 = 1;
+pub const EXIT_ERROR: i32 = 2;
+
+/// What a command produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub stdout: String,
+    pub code: i32,
+    /// CUDA work is stuck on a worker thread that cannot be joined: `main` must leave without
+    /// running exit handlers (they could wait on the hung context); the driver frees the
+    /// device and pinned memory when the process goes.
+    pub hung: bool,
+}
+
+impl Outcome {
+    fn new(stdout: String, code: i32) -> Outcome {
+        Outcome {
+            stdout,
+            code,
+            hung: false,
+        }
+    }
+}
+
+/// How long discovery may take before gpudoctor gives up on a device or file system that does
+/// not answer (a hung PCI device can block a read of its config space indefinitely). Real
+/// machines take well under a second; a recorded tree is faster still.
+pub const DISCOVERY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Discovery of `source` under the deadline.
+fn inventory(source: &Source, scope: Scope) -> Result<Inventory> {
+    let sr = source.sysroot.clone();
+    let nvml = source.nvml.clone();
+    let watched = source.sysroot.clone();
+    let r = with_deadline(
+        DISCOVERY_DEADLINE,
+        move || Inventory::collect_scoped(&sr, nvml, scope),
+        move || watched.last_path(),
+    )?;
+    r.map_err(|e| match e {
+        crate::inventory::InventoryError::NoPciBus(ReadError::NotFound(p)) => {
+            anyhow::anyhow!("{p} does not exist: not a sysfs tree (no PCI bus)")
+        }
+        other => anyhow::anyhow!(other),
+    })
+}
+
+/// Run `work` on its own thread and wait at most `deadline`. A read that never returns cannot
+/// be cancelled, so on timeout the worker is abandoned (the process exits with code 2 right
+/// after reporting) and the error names what it was reading (`stuck_on`).
+pub fn with_deadline<T: Send + 'static>(
+    deadline: std::time::Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+    stuck_on: impl FnOnce() -> String,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("gpudoctor-discovery".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .context("starting the discovery thread")?;
+    match rx.recv_timeout(deadline) {
+        Ok(v) => Ok(v),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => anyhow::bail!(
+            "reading {} did not finish within {} s: a device or file system is not answering (hung PCI device?)",
+            stuck_on(),
+            deadline.as_secs_f64()
+        ),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            anyhow::bail!("discovery stopped unexpectedly (bug: the worker thread panicked)")
+        }
+    }
+}
+
+pub fn run(cfg: &Config) -> Result<Outcome> {
+    let style = Style {
+        width: cfg.width,
+        all_rows: matches!(&cfg.action, Action::Check(o) if o.all_rows),
+    };
+    match &cfg.action {
+        Action::Topo(out) => {
+            let r = topo_report(&cfg.source)?;
+            Ok(Outcome::new(
+                match out {
+                    TopoOutput::Tree => render::topo_tree(&r, style),
+                    TopoOutput::Matrix => render::topo_matrix(&r),
+                    TopoOutput::Json => render::json(&r),
+                },
+                EXIT_OK,
+            ))
+        }
+        Action::Check(opts) => match check_report(&cfg.source, opts) {
+            Ok(r) => Ok(Outcome::new(
+                match opts.format {
+                    OutputFormat::Json => render::json(&r),
+                    OutputFormat::Table => render::check_text(
+                        &r,
+                        &render::TextStyle {
+                            width: cfg.width,
+                            all: opts.all_rows,
+                            quiet: opts.quiet,
+                            color: opts.color,
+                        },
+                    ),
+                    OutputFormat::Prometheus => crate::export::prometheus::check(&r),
+                    OutputFormat::Junit => crate::export::junit::check(&r, opts.strict),
+                },
+                check_exit_code(&r, opts.strict, opts.fail_on_skip),
+            )),
+            Err(e) => match e.downcast::<check::Hung>() {
+                Ok(h) => Ok(Outcome {
+                    stdout: format!("gpudoctor: {h}\n"),
+                    code: EXIT_FAILED_CHECK,
+                    hung: true,
+                }),
+                Err(e) => Err(e),
+            },
+        },
+        Action::List { json } => Ok(Outcome::new(
+            if *json {
+                render::json(&crate::checks::CATALOG)
+            } else {
+                render::catalog_table(style)
+            },
+            EXIT_OK,
+        )),
+        Action::Explain(id) => match crate::checks::info(id) {
+            Some(c) => Ok(Outcome::new(render::explain(c), EXIT_OK)),
+            None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
+        },
+        Action::Snapshot(what) => {
+            let o = Source::open(&cfg.source)?;
+            Ok(Outcome::new(
+                if what == "nvml" {
+                    render::json(&o.nvml)
+                } else {
+                    render::json(&o.libs)
+                },
+                EXIT_OK,
+            ))
+        }
+        Action::Probe {
+            options,
+            format,
+            fail_on_skip,
+            ..
+        } => probe::cuda(&cfg.source, options, *format, *fail_on_skip, style),
+        Action::WriteBw(w) => probe::write_bw(w),
+        Action::Completions(shell) => {
+            let mut buf = Vec::new();
+            clap_complete::generate(*shell, &mut crate::cli::command(), "gpudoctor", &mut buf);
+            Ok(Outcome::new(
+                String::from_utf8(buf).context("completion script is not UTF-8")?,
+                EXIT_OK,
+            ))
+        }
+        Action::Bundle {
+            output,
+            redact,
+            progress,
+        } => bundle::make(&cfg.source, output, *redact, *progress),
+        Action::Baseline {
+            output,
+            level,
+            probe,
+        } => baseline::write(&cfg.source, output.as_deref(), *level, probe),
+        Action::Fleet { inputs, json } => fleet::fleet(inputs, *json),
+        Action::Diff { a, b, json } => fleet::diff(a, b, *json),
+        Action::ExportNcclTopo { output } => export::nccl_topo(&cfg.source, output.as_deref()),
+        Action::Man(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let mut names = Vec::new();
+            for (name, bytes) in crate::cli::man_pages().context("rendering man pages")? {
+                let p = dir.join(&name);
+                std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
+                names.push(p.display().to_string());
+            }
+            Ok(Outcome::new(
+                format!("wrote {}\n", names.join(", ")),
+                EXIT_OK,
+            ))
+        }
+    }
+}

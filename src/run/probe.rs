@@ -1,0 +1,83 @@
+//! `gpudoctor probe ...`: the CUDA probes and write-bw on the live machine (the config has
+//! already refused --root/--bundle and judged the arguments).
+
+use super::check::topo_report;
+use super::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK, Outcome};
+use crate::config::{OutputFormat, WriteBwConfig};
+use crate::probes::live::{self, ProbeOptions};
+use crate::render::{self, Style};
+use crate::source::SourceSpec;
+use crate::sysroot::SysRoot;
+use anyhow::Result;
+
+/// `gpudoctor probe h2d|d2h|p2p|dmabuf-export`: exit 0 on pass or skip (no CUDA is not a
+/// failure of the machine; with --fail-on-skip it is 1), 1 when a measurement failed or a copy hung, 2 when gpudoctor could
+/// not finish (Ctrl-C).
+pub(super) fn cuda(
+    source: &SourceSpec,
+    options: &ProbeOptions,
+    format: OutputFormat,
+    fail_on_skip: bool,
+    style: Style,
+) -> Result<Outcome> {
+    let topo = topo_report(source)?.topology;
+    if let Some(n) = options.gpu {
+        let want = format!("GPU{n}");
+        if !topo.gpus.is_empty() && !topo.gpus.iter().any(|g| g.label == want) {
+            let have: Vec<&str> = topo.gpus.iter().map(|g| g.label.as_str()).collect();
+            anyhow::bail!("--gpu {n}: no {want} here (GPUs: {})", have.join(", "));
+        }
+    }
+    let run = live::run(options, &topo);
+    let stdout = match format {
+        OutputFormat::Json => render::json(&run.report),
+        OutputFormat::Prometheus => crate::export::prometheus::probe(&run.report),
+        // (junit is refused for probes in config)
+        OutputFormat::Table | OutputFormat::Junit => render::probe_table(&run.report, style),
+    };
+    let code = if run.interrupted {
+        EXIT_ERROR
+    } else if run.report.status == crate::probes::Status::Fail
+        || (fail_on_skip && run.report.status == crate::probes::Status::Skip)
+    {
+        EXIT_FAILED_CHECK
+    } else {
+        EXIT_OK
+    };
+    Ok(Outcome {
+        stdout,
+        code,
+        hung: run.hung,
+    })
+}
+
+/// `probe write-bw`: exit 0 when it ran and passed, or could not run here at all (no
+/// libibverbs, no RDMA device or kernel support: a skip, as for the CUDA probes; 1 with
+/// --fail-on-skip); 1 when the
+/// machine failed it (port down, completion error, peer unreachable); 2 for bad arguments.
+pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
+    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::{self, write_bw::Status};
+    let (report, class) = rdma::write_bw(&SysRoot::live(), &w.request);
+    if class == Some(ErrorClass::Usage) {
+        let why = match &report.status {
+            Status::Error { reason } => reason.clone(),
+            other => format!("{other:?}"),
+        };
+        anyhow::bail!("probe write-bw: {why}");
+    }
+    let stdout = match w.format {
+        OutputFormat::Json => render::json(&report),
+        OutputFormat::Prometheus => crate::export::prometheus::write_bw(&report),
+        OutputFormat::Table | OutputFormat::Junit => render::write_bw_table(&report),
+    };
+    Ok(Outcome {
+        stdout,
+        code: match class {
+            None => EXIT_OK,
+            Some(ErrorClass::Skip) if !w.fail_on_skip => EXIT_OK,
+            Some(_) => EXIT_FAILED_CHECK,
+        },
+        hung: false,
+    })
+}

@@ -1,0 +1,161 @@
+//! Where facts come from: the live machine, a recorded tree (`--root`), or a support bundle
+//! (`--bundle`). Opening a source gives the re-rootable reader for its `sys/` and `proc/`,
+//! and the documents recorded beside them (manifest.json, nvml.json, libs.json,
+//! probes/<name>.json), each parsed here and nowhere else.
+//!
+//! This module must not judge anything and must not read kernel files itself: sysfs and procfs
+//! go through `SysRoot`; only the recorded documents of a tree are read here.
+
+use crate::bundle;
+use crate::libs::LibFacts;
+use crate::nvml::NvmlSnapshot;
+use crate::probes::{ProbeKind, ProbeReport};
+use crate::report::SourceInfo;
+use crate::sysroot::SysRoot;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where facts come from, as the user asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    Live,
+    /// A recorded tree (fixture, unpacked bundle).
+    Root(PathBuf),
+    /// A support bundle file.
+    Bundle(PathBuf),
+}
+
+impl SourceSpec {
+    pub fn is_live(&self) -> bool {
+        matches!(self, SourceSpec::Live)
+    }
+}
+
+/// An opened source: the reader and the snapshots that go with it.
+pub struct Source {
+    pub spec: SourceSpec,
+    /// Shared with the discovery worker thread.
+    pub sysroot: Arc<SysRoot>,
+    pub nvml: NvmlSnapshot,
+    pub libs: LibFacts,
+    pub info: SourceInfo,
+}
+
+/// What a recorded tree holds for one probe.
+#[derive(Debug)]
+pub enum RecordedProbe {
+    /// `probes/<name>.json`, parsed (not yet re-evaluated).
+    Report(Box<ProbeReport>),
+    /// No such file: the probe was not recorded.
+    Absent { file: String },
+}
+
+impl Source {
+    /// Open the source: the reader and the NVML/library snapshots that go with it.
+    pub fn open(spec: &SourceSpec) -> Result<Source> {
+        match spec {
+            SourceSpec::Live => Ok(Source {
+                spec: spec.clone(),
+                sysroot: Arc::new(SysRoot::live()),
+                nvml: NvmlSnapshot::collect_live(),
+                libs: LibFacts::probe_live(),
+                info: SourceInfo::Live,
+            }),
+            SourceSpec::Root(dir) => {
+                let label = format!("--root {}", dir.display());
+                let (sysroot, nvml, libs) = open_tree(dir, &label)?;
+                Ok(Source {
+                    spec: spec.clone(),
+                    sysroot: Arc::new(sysroot),
+                    nvml,
+                    libs,
+                    info: SourceInfo::Root {
+                        path: dir.display().to_string(),
+                    },
+                })
+            }
+            SourceSpec::Bundle(file) => {
+                let label = format!("--bundle {}", file.display());
+                let x = bundle::read::extract(file).with_context(|| label.clone())?;
+                let (sysroot, nvml, libs) = open_tree(x.dir.path(), &label)?;
+                Ok(Source {
+                    spec: spec.clone(),
+                    sysroot: Arc::new(sysroot.holding(x.dir)),
+                    nvml,
+                    libs,
+                    info: SourceInfo::Bundle {
+                        path: file.display().to_string(),
+                    },
+                })
+            }
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.spec.is_live()
+    }
+
+    /// A probe's recorded samples (`probes/<name>.json` of a recorded tree). Meaningless for
+    /// the live machine, which measures instead: callers ask only of recorded sources.
+    pub fn recorded_probe(&self, kind: ProbeKind) -> Result<RecordedProbe> {
+        let name = kind.as_str();
+        let file = format!("probes/{name}.json");
+        let path = self
+            .sysroot
+            .root_dir()
+            .join("probes")
+            .join(format!("{name}.json"));
+        recorded(
+            &path,
+            &format!("{}: not a probe report", path.display()),
+            |b| Ok(RecordedProbe::Report(Box::new(serde_json::from_slice(b)?))),
+            || RecordedProbe::Absent { file },
+        )
+    }
+}
+
+/// Read one recorded document; absent means "not recorded", anything else unreadable or
+/// malformed is an error naming the file.
+fn recorded<T>(
+    path: &Path,
+    label: &str,
+    parse: impl FnOnce(&[u8]) -> Result<T>,
+    absent: impl FnOnce() -> T,
+) -> Result<T> {
+    match std::fs::read(path) {
+        Ok(bytes) => parse(&bytes).with_context(|| label.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(absent()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// A recorded tree (fixture, unpacked bundle): its sys/ and proc/, its nvml.json and
+/// libs.json, and the errors its manifest.json says the recorded machine gave (replayed as
+/// the same errors).
+fn open_tree(dir: &Path, label: &str) -> Result<(SysRoot, NvmlSnapshot, LibFacts)> {
+    let sr = SysRoot::at(dir).with_context(|| label.to_string())?;
+    let root = sr.root_dir().to_path_buf();
+    let sr = match recorded(
+        &root.join("manifest.json"),
+        label,
+        |b| Ok(Some(bundle::Manifest::from_json(b)?)),
+        || None,
+    )? {
+        Some(m) => sr.with_recorded_errors(m.recorded_errors()),
+        None => sr,
+    };
+    let nvml = recorded(
+        &root.join("nvml.json"),
+        label,
+        |b| Ok(NvmlSnapshot::from_json(b)?),
+        || NvmlSnapshot::unavailable("not recorded (no nvml.json in the tree)", "recorded"),
+    )?;
+    let libs = recorded(
+        &root.join("libs.json"),
+        label,
+        |b| LibFacts::from_json(b).map_err(anyhow::Error::msg),
+        || LibFacts::unavailable("not recorded (no libs.json in the tree)"),
+    )?;
+    Ok((sr, nvml, libs))
+}
