@@ -54,7 +54,10 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         );
         return;
     };
-    if groups.is_empty() {
+    if groups.is_empty()
+        && h.iommu_group_of.is_empty()
+        && !h.unread.keys().any(|k| k.starts_with("iommu_group."))
+    {
         out.push(
             Finding::new(
                 id,
@@ -68,6 +71,7 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     }
     let mut translated = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
     let mut evs = vec![cmd_ev];
     for (who, b) in &devices {
         match h
@@ -84,10 +88,35 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
                     translated.push(format!("{who} (group {g}: {ty})"));
                 }
             }
-            None => evs.push(ev(format!("IOMMU group of {who}"), "none")),
+            None => match h.iommu_group_of.get(b) {
+                // In a group whose type could not be read: unknown, never "none".
+                Some(g) => {
+                    let why = h
+                        .unread
+                        .get(&format!("iommu_group.{g}.type"))
+                        .cloned()
+                        .unwrap_or_else(|| "type not read".into());
+                    evs.push(ev(
+                        format!("/sys/kernel/iommu_groups/{g}/type ({who})"),
+                        format!("unread: {why}"),
+                    ));
+                    unknown.push(format!("{who} (group {g}: {why})"));
+                }
+                None => evs.push(ev(format!("IOMMU group of {who}"), "none")),
+            },
         }
     }
-    if translated.is_empty() {
+    if translated.is_empty() && !unknown.is_empty() {
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!("IOMMU domain type unreadable for {}", unknown.join(", ")),
+            )
+            .evidence(evs),
+        );
+    } else if translated.is_empty() {
         out.push(
             Finding::new(
                 id,

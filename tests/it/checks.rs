@@ -380,3 +380,39 @@ fn a_lost_gpu_is_named_and_its_peer_points_at_it() {
     let link = find("gpu.nvlink-down");
     assert!(link.contains("far end GPU2 (0000:00:06.0)"), "{link}");
 }
+
+/// An IOMMU group whose `type` cannot be read is unknown, not "none": iommu.mode must not
+/// pass (it passed before the fix, recording the group as absent).
+#[test]
+fn iommu_type_unreadable_is_not_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = repo().join("fixtures/hgx-h100-8gpu");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(tmp.path().join("t"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let groups = tmp.path().join("t/sys/kernel/iommu_groups");
+    for g in std::fs::read_dir(&groups).unwrap() {
+        let _ = std::fs::remove_file(g.unwrap().path().join("type"));
+    }
+    let root = tmp.path().join("t").display().to_string();
+    let (_, v) = check_json(&["--root".into(), root], &[]);
+    let f = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "iommu.mode")
+        .expect("iommu.mode finding");
+    assert_eq!(f["status"], "skip", "{f}");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unreadable")
+            || f.to_string().contains("unreadable"),
+        "{f}"
+    );
+}
