@@ -60,6 +60,9 @@ pub struct NvmlGpu {
     pub ecc_volatile_uncorrected: Option<u64>,
     pub retired_pending: Option<bool>,
     pub remapped_rows_pending: Option<bool>,
+    /// The NUMA node of the GPU's own memory (nvmlDeviceGetNumaNodeId: coherent systems such as
+    /// Grace Hopper); absent on PCIe/SXM GPUs of x86 hosts, where NVML does not support it.
+    pub numa_node_id: Option<u32>,
     pub unread: BTreeMap<String, String>,
 }
 
@@ -220,6 +223,7 @@ mod live {
             g.pcie.width_current = put(&mut u, "pcie.width_current", dev.current_pcie_link_width());
             g.pcie.width_max = put(&mut u, "pcie.width_max", dev.max_pcie_link_width());
             g.persistence_mode = put(&mut u, "persistence_mode", dev.is_in_persistent_mode());
+            g.numa_node_id = put(&mut u, "numa_node_id", dev.numa_node_id());
             g.ecc_enabled =
                 put(&mut u, "ecc_enabled", dev.is_ecc_enabled()).map(|e| e.currently_enabled);
             g.ecc_volatile_uncorrected = put(

@@ -171,6 +171,9 @@ pub struct Gpu {
     pub link: LinkState,
     /// The GPU's NUMA placement (as on its entry in `devices`).
     pub numa: Numa,
+    /// The NUMA node of the GPU's own memory (NVML; coherent systems only), as nvidia-smi's
+    /// `GPU NUMA ID` column.
+    pub numa_node_id: Option<u32>,
     /// Why NVML facts are missing for this GPU, when they are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nvml_missing: Option<String>,
@@ -604,6 +607,7 @@ pub fn build(inv: &Inventory) -> Topology {
                 nvlinks_active: n.map(|n| n.nvlinks.iter().filter(|l| l.active).count() as u32),
                 link: d.link.clone(),
                 numa: d.numa.clone(),
+                numa_node_id: n.and_then(|n| n.numa_node_id),
                 nvml_missing: match n {
                     Some(_) => None,
                     None => Some(

@@ -373,7 +373,7 @@ pub fn topo_matrix(r: &TopoReport) -> String {
         out.push_str(l);
         out.push('\t');
     }
-    out.push_str("CPU Affinity\tNUMA Affinity\n");
+    out.push_str("CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
     for (i, l) in m.labels.iter().enumerate() {
         out.push_str(l);
         for c in &m.cells[i] {
@@ -384,7 +384,21 @@ pub fn topo_matrix(r: &TopoReport) -> String {
                 out.push_str(c);
             }
         }
-        let _ = writeln!(out, "\t{}\t{}", m.cpu_affinity[i], m.numa_affinity[i]);
+        // nvidia-smi's GPU NUMA ID: the NUMA node of the GPU's own memory, N/A where NVML has
+        // none (every PCIe/SXM GPU of an x86 host); its rows carry an empty field before it.
+        match t.gpus.iter().find(|g| &g.label == l) {
+            Some(g) => {
+                let id = g.numa_node_id.map_or_else(|| "N/A".to_string(), |n| n.to_string());
+                let _ = writeln!(
+                    out,
+                    "\t{}\t{}\t\t{id}",
+                    m.cpu_affinity[i], m.numa_affinity[i]
+                );
+            }
+            None => {
+                let _ = writeln!(out, "\t{}\t{}", m.cpu_affinity[i], m.numa_affinity[i]);
+            }
+        }
     }
     out.push_str(
         "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n",

@@ -63,6 +63,16 @@ fn matrix_matches_recorded_nvidia_smi() {
                 .collect()
         };
         let (e, o) = (rows(&expected), rows(&ours));
+        // The header and GPU rows match nvidia-smi's tab layout exactly (empty field before
+        // GPU NUMA ID included), not just cell for cell.
+        let tabs = |s: &str| -> Vec<String> {
+            s.lines()
+                .take_while(|l| !l.is_empty())
+                .filter(|l| l.starts_with('\t') || l.starts_with("GPU"))
+                .map(|l| l.trim_end().replace(" X ", "X"))
+                .collect()
+        };
+        assert_eq!(tabs(&expected), tabs(&ours), "{root}: layout");
         assert_eq!(e.len(), o.len(), "{root}: row count\n{ours}");
         for (er, or) in e.iter().zip(o.iter()) {
             let cells = er.len().min(o[0].len()).min(1 + e.len());
@@ -71,9 +81,10 @@ fn matrix_matches_recorded_nvidia_smi() {
                 or[..cells],
                 "{root}\nexpected {er:?}\nours {or:?}"
             );
-            // CPU and NUMA affinity columns follow the cells.
+            // CPU and NUMA affinity and GPU NUMA ID columns follow the cells.
             assert_eq!(er[cells], or[cells], "{root}: CPU affinity");
             assert_eq!(er[cells + 1], or[cells + 1], "{root}: NUMA affinity");
+            assert_eq!(er.get(cells + 2), or.get(cells + 2), "{root}: GPU NUMA ID");
         }
         compared += 1;
     }
