@@ -241,7 +241,11 @@ impl Config {
                 (
                     Some(c.source),
                     Action::Check(Box::new(CheckOptions {
-                        probe: probe_defaults(ProbeKind::H2d),
+                        // Progress is for a person at a terminal: silent for machine output.
+                        probe: ProbeOptions {
+                            progress: env.stderr_is_terminal && format == OutputFormat::Table,
+                            ..probe_defaults(ProbeKind::H2d)
+                        },
                         json: format == OutputFormat::Json,
                         format,
                         all_rows: c.all,
@@ -381,6 +385,11 @@ fn probe_action(
     };
     options.validate().map_err(anyhow::Error::msg)?;
     let format = probe_format(p.json, p.format)?;
+    // Progress is for a person at a terminal: silent for machine output.
+    let options = ProbeOptions {
+        progress: options.progress && format == OutputFormat::Table,
+        ..options
+    };
     Ok(Action::Probe {
         options,
         json: format == OutputFormat::Json,
@@ -498,6 +507,17 @@ mod tests {
             panic!("check")
         };
         assert!(!o.color, "NO_COLOR");
+        // Progress lines are for a person: never with machine output, even on a terminal.
+        let c = resolve(&["check", "--level", "1", "--json"], &env).unwrap();
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert!(!o.probe.progress);
+        let c = resolve(&["probe", "h2d", "--json"], &env).unwrap();
+        let Action::Probe { options, .. } = c.action else {
+            panic!("probe")
+        };
+        assert!(!options.progress);
         let c = resolve(&["check", "--color", "always"], &Env::default()).unwrap();
         let Action::Check(o) = c.action else {
             panic!("check")
