@@ -12,6 +12,10 @@
 use crate::sysroot::{FileKind, ReadError, SysRoot};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Read by discovery but deliberately not captured: the hostname (a bundle records its
+/// redaction token in manifest.json's `host` instead, and replay names the node from there).
+pub const NOT_CAPTURED: &[&str] = &["/proc/sys/kernel/hostname"];
+
 /// What a bundle records, one pattern a line. Components: a literal name; `*` (every entry,
 /// the directory's whole listing is kept); a glob such as `node*`; `{a,b,c}` (alternatives,
 /// each may hold `*`); `**` as the last component (the whole subtree). Symlinks on the way are
@@ -448,10 +452,15 @@ impl Capture {
         false
     }
 
+    /// Paths discovery read that are deliberately not captured (see `NOT_CAPTURED`) are not
+    /// reported.
     pub fn uncovered(&self, sr: &SysRoot, touched: &[String], listed: &[String]) -> Vec<String> {
         let listed_set: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
         let mut out = Vec::new();
-        for t in touched {
+        for t in touched
+            .iter()
+            .filter(|t| !NOT_CAPTURED.contains(&t.as_str()))
+        {
             let ok = if listed_set.contains(t.as_str()) {
                 let at = sr.canonical(t).unwrap_or_else(|_| sr.location(t));
                 self.listed.contains(&at) || self.absent_ancestor_wanted(sr, &at)

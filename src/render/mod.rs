@@ -388,7 +388,9 @@ pub fn topo_matrix(r: &TopoReport) -> String {
         // none (every PCIe/SXM GPU of an x86 host); its rows carry an empty field before it.
         match t.gpus.iter().find(|g| &g.label == l) {
             Some(g) => {
-                let id = g.numa_node_id.map_or_else(|| "N/A".to_string(), |n| n.to_string());
+                let id = g
+                    .numa_node_id
+                    .map_or_else(|| "N/A".to_string(), |n| n.to_string());
                 let _ = writeln!(
                     out,
                     "\t{}\t{}\t\t{id}",

@@ -712,3 +712,41 @@ fn recorded_differs(
         _ => Some(format!("{at}: {recorded} vs {replayed}")),
     }
 }
+
+/// A bundle of this very machine (whatever it has) is written without warnings and replays:
+/// discovery reads nothing the capture list misses (a debug build refuses to write otherwise),
+/// and the replay names the node by its redaction token.
+#[test]
+fn live_bundle_of_this_machine_is_quiet_and_replays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("live.tar.gz");
+    let made = gpudoctor()
+        .args(["bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        made.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    assert!(
+        made.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let r = gpudoctor()
+        .args(["check", "--json", "--bundle"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert!(
+        v["hostname"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("host-")),
+        "{}",
+        v["hostname"]
+    );
+}
