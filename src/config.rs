@@ -451,6 +451,7 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
             plan,
             role,
             timeout: Duration::from_secs(w.timeout.max(1)),
+            progress: env.stderr_is_terminal && format == OutputFormat::Table,
         },
         json: format == OutputFormat::Json,
         format,

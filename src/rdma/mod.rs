@@ -38,6 +38,34 @@ pub struct WriteBwRequest {
     pub role: Role,
     /// Deadline for each step: TCP connect/accept/answer, and the wait for any completion.
     pub timeout: Duration,
+    /// Draw a progress line on stderr (a person at a terminal; never with machine output).
+    pub progress: bool,
+}
+
+/// The progress line for message size `i` of `n` (overwritten in place; cleared at the end).
+fn show_progress(req: &WriteBwRequest, i: usize, size: u64) {
+    if req.progress {
+        use std::io::Write;
+        let mut e = std::io::stderr().lock();
+        let _ = write!(
+            e,
+            "\r\x1b[2Kwrite-bw {}/{}: {size} B messages ({}/{})",
+            req.device,
+            req.port,
+            i + 1,
+            req.plan.sizes.len()
+        );
+        let _ = e.flush();
+    }
+}
+
+fn clear_progress(req: &WriteBwRequest) {
+    if req.progress {
+        use std::io::Write;
+        let mut e = std::io::stderr().lock();
+        let _ = write!(e, "\r\x1b[2K");
+        let _ = e.flush();
+    }
 }
 
 /// Run the probe. The report always comes back (with a skipped/error status where it stopped);
@@ -54,6 +82,7 @@ pub fn write_bw(sr: &SysRoot, req: &WriteBwRequest) -> (WriteBwReport, Option<Er
         Role::Serve { listen, token } => serve(sr, req, listen, token, &mut report),
         Role::Client { peer, token } => client(sr, req, peer, token, &mut report),
     };
+    clear_progress(req);
     match res {
         Ok(()) => {
             if let Some(t) = &report.threshold {
@@ -150,7 +179,8 @@ fn loopback(
     ));
     report.local = Some(a.facts.clone());
     let b_ep = b.endpoint();
-    for &size in &req.plan.sizes {
+    for (i, &size) in req.plan.sizes.iter().enumerate() {
+        show_progress(req, i, size);
         let seed = seed_for(size);
         if req.plan.validate {
             engine::fill_pattern(&mut a.buffer_mut()[..size as usize], size, seed);
@@ -205,7 +235,8 @@ fn client(
     ));
     report.local = Some(side.facts.clone());
     report.remote = Some(remote_facts);
-    for &size in &req.plan.sizes {
+    for (i, &size) in req.plan.sizes.iter().enumerate() {
+        show_progress(req, i, size);
         let seed = seed_for(size);
         if req.plan.validate {
             engine::fill_pattern(&mut side.buffer_mut()[..size as usize], size, seed);

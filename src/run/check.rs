@@ -66,7 +66,7 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
         probe_reports = Some(reports);
     }
     if opts.level >= 2 {
-        level2(source, &inv, &mut findings);
+        level2(source, &inv, opts.probe.progress, &mut findings);
     }
     if let Some(b) = &opts.expect {
         findings.extend(crate::baseline::compare(
@@ -85,7 +85,7 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
 }
 
 /// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device.
-fn level2(source: &Source, inv: &Inventory, findings: &mut Vec<Finding>) {
+fn level2(source: &Source, inv: &Inventory, opts_progress: bool, findings: &mut Vec<Finding>) {
     use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
     use checks::level2;
     if !source.is_live() {
@@ -143,6 +143,7 @@ fn level2(source: &Source, inv: &Inventory, findings: &mut Vec<Finding>) {
                 plan,
                 role: Role::Loopback,
                 timeout: std::time::Duration::from_secs(30),
+                progress: opts_progress,
             };
             let (report, _) = rdma::write_bw(&source.sysroot, &req);
             level2::findings(&subject, &report, findings);
