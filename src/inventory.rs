@@ -5,6 +5,7 @@
 //! `checks`). A value that could not be read is None with its reason in `unread`; nothing gets
 //! a default.
 
+use crate::facts::{self, GidType, LinkLayer, PhysState, PortState};
 use crate::numa;
 use crate::nvml::NvmlSnapshot;
 use crate::pci::config::ConfigSpace;
@@ -63,10 +64,15 @@ pub struct RdmaDevice {
 #[derive(Debug, Clone, Serialize)]
 pub struct RdmaPort {
     pub port: u32,
+    /// The raw texts, as evidence; the `_kind` fields beside them are parsed once, here.
     pub state: Option<String>,
     pub phys_state: Option<String>,
     pub rate: Option<String>,
     pub link_layer: Option<String>,
+    pub state_kind: Option<PortState>,
+    pub phys_state_kind: Option<PhysState>,
+    pub link_layer_kind: Option<LinkLayer>,
+    pub rate_gbps: Option<f64>,
     pub lid: Option<String>,
     pub gids: Vec<Gid>,
     pub unread: Unread,
@@ -78,6 +84,7 @@ pub struct Gid {
     pub gid: String,
     /// "IB/RoCE v1" or "RoCE v2"; None where the kernel has no gid_attrs.
     pub gid_type: Option<String>,
+    pub gid_type_kind: Option<GidType>,
     pub ndev: Option<String>,
 }
 
@@ -503,7 +510,8 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
     let mut gids = Vec::new();
     // GIDs matter for RoCE (GID type and netdev pick the address family); an InfiniBand port's
     // GIDs are its GUID-derived addresses and nothing checks them, so skip the 100s of reads.
-    let listing = if link_layer.as_deref() == Some("InfiniBand") {
+    let link_layer_kind = link_layer.as_deref().map(LinkLayer::parse);
+    let listing = if link_layer_kind == Some(LinkLayer::InfiniBand) {
         Ok(Vec::new())
     } else {
         sr.list_names(&format!("{dir}/gids"))
@@ -524,6 +532,7 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
                 gids.push(Gid {
                     index: i,
                     gid: g,
+                    gid_type_kind: gid_type.as_deref().map(GidType::parse),
                     gid_type,
                     ndev,
                 });
@@ -533,6 +542,10 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
     }
     RdmaPort {
         port,
+        state_kind: state.as_deref().map(PortState::parse),
+        phys_state_kind: phys_state.as_deref().map(PhysState::parse),
+        link_layer_kind,
+        rate_gbps: rate.as_deref().and_then(facts::rate_gbps),
         state,
         phys_state,
         rate,

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod cuda;
 pub mod export;
+pub mod facts;
 pub mod fleet;
 pub mod inventory;
 pub mod libs;

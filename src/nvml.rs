@@ -81,8 +81,8 @@ pub struct NvmlLink {
     pub link: u32,
     pub active: bool,
     pub remote_bus_id: Option<String>,
-    /// "gpu", "switch", "ibmnpu", "unknown".
-    pub remote_device_type: Option<String>,
+    /// What is at the far end ("gpu", "switch", "ibmnpu", "unknown" in nvml.json).
+    pub remote_device_type: Option<crate::facts::NvLinkRemote>,
 }
 
 impl NvmlGpu {
@@ -327,7 +327,8 @@ mod live {
         dev: &nvml_wrapper::Device,
         link: u32,
         u: &mut BTreeMap<String, String>,
-    ) -> Option<String> {
+    ) -> Option<crate::facts::NvLinkRemote> {
+        use crate::facts::NvLinkRemote;
         let sym = match nvml.lib().nvmlDeviceGetNvLinkRemoteDeviceType.as_ref() {
             Ok(s) => s,
             Err(e) => {
@@ -348,15 +349,12 @@ mod live {
             );
             return None;
         }
-        Some(
-            match t {
-                0 => "gpu",
-                1 => "ibmnpu",
-                2 => "switch",
-                _ => "unknown",
-            }
-            .to_string(),
-        )
+        Some(match t {
+            0 => NvLinkRemote::Gpu,
+            1 => NvLinkRemote::Ibmnpu,
+            2 => NvLinkRemote::Switch,
+            _ => NvLinkRemote::Unknown,
+        })
     }
 
     /// nvmlDeviceGetRemappedRows (not wrapped by nvml-wrapper 0.13): pending remaps need a

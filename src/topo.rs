@@ -5,6 +5,7 @@
 //! (PIX < PXB < PHB < NODE < SYS, NCCL's src/graph ordering). Where NUMA placement is unknown
 //! the classification says so (`certain: false` plus a note) instead of guessing.
 
+use crate::facts::{NvLinkRemote, PortState};
 use crate::inventory::{Inventory, PciFunction};
 use crate::numa;
 use crate::nvml::NvmlGpu;
@@ -192,9 +193,13 @@ pub struct Nic {
 #[derive(Debug, Clone, Serialize)]
 pub struct NicPort {
     pub port: u32,
+    /// As sysfs prints it ("4: ACTIVE"); `state_kind` is the parsed value.
     pub state: Option<String>,
+    pub state_kind: Option<PortState>,
     pub link_layer: Option<String>,
     pub rate: Option<String>,
+    /// `rate` in Gb/s, where the text says.
+    pub rate_gbps: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -485,7 +490,7 @@ fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
         g.nvlinks
             .iter()
             .filter(|l| l.active)
-            .filter(|l| l.remote_device_type.as_deref() != Some("switch"))
+            .filter(|l| l.remote_device_type != Some(NvLinkRemote::Switch))
             .filter(|l| {
                 other.is_some()
                     && l.remote_bus_id
@@ -498,7 +503,7 @@ fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
     let to_switch = |g: &NvmlGpu| {
         g.nvlinks
             .iter()
-            .filter(|l| l.active && l.remote_device_type.as_deref() == Some("switch"))
+            .filter(|l| l.active && l.remote_device_type == Some(NvLinkRemote::Switch))
             .count() as u32
     };
     let d = direct(a, b_id).max(direct(b, a_id));
@@ -662,8 +667,10 @@ pub fn build(inv: &Inventory) -> Topology {
                         .map(|p| NicPort {
                             port: p.port,
                             state: p.state.clone(),
+                            state_kind: p.state_kind,
                             link_layer: p.link_layer.clone(),
                             rate: p.rate.clone(),
+                            rate_gbps: p.rate_gbps,
                         })
                         .collect(),
                 });

@@ -1,6 +1,7 @@
 //! rdma.*: port state, RoCE v2 GIDs, MTU, firmware consistency, from sysfs.
 
 use super::{CheckId, Ctx, Finding, Status, ev};
+use crate::facts::{GidType, LinkLayer, PhysState, PortState};
 use crate::inventory::{RdmaDevice, RdmaPort};
 use std::collections::BTreeMap;
 
@@ -59,8 +60,11 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
         ));
     }
     each_port(ctx, id, out, |_r, p, subject, pdir, ll, out| {
-        let active = p.state.as_deref().map(|s| s.ends_with("ACTIVE"));
-        let up = p.phys_state.as_deref().map(|s| s.ends_with("LinkUp"));
+        // Text the kernel did not mean (Other) is not ACTIVE/LinkUp: the port fails, with the
+        // raw text as evidence.
+        let active = p.state_kind.map(|k| k == PortState::Active);
+        let up = p.phys_state_kind.map(|k| k == PhysState::LinkUp);
+        let ib = p.link_layer_kind == Some(LinkLayer::InfiniBand);
         let evs = vec![
             ev(
                 format!("{pdir}/state"),
@@ -80,7 +84,7 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
             ),
             ev(format!("{pdir}/link_layer"), ll.clone()),
         ];
-        let ib_no_lid = ll == "InfiniBand"
+        let ib_no_lid = ib
             && p.lid
                 .as_deref()
                 .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok() == Some(0))
@@ -102,7 +106,7 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
                         p.phys_state.as_deref().unwrap_or("?")
                     ))
                     .evidence(evs)
-                    .fix(if ll == "InfiniBand" {
+                    .fix(if ib {
                         "Check the cable and switch port (`ibstat`, `iblinkinfo`); INIT means no subnet manager has brought the port up (start opensm or check the fabric SM); Polling/Disabled means no physical link"
                     } else {
                         "Check the cable, the switch port and the netdev (`ip link set <dev> up`); `ethtool <dev>` shows link and speed"
@@ -116,14 +120,14 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
 /// rdma.roce-gid: a RoCE (Ethernet) port has a RoCE v2 GID.
 pub(super) fn roce_gid(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaRoceGid;
-    each_port(ctx, id, out, |_r, p, subject, pdir, ll, out| {
-        if ll != "Ethernet" {
+    each_port(ctx, id, out, |_r, p, subject, pdir, _ll, out| {
+        if p.link_layer_kind != Some(LinkLayer::Ethernet) {
             return;
         }
         let v2: Vec<_> = p
             .gids
             .iter()
-            .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
+            .filter(|g| g.gid_type_kind == Some(GidType::RoceV2))
             .collect();
         let types_known = p.gids.iter().any(|g| g.gid_type.is_some());
         if !v2.is_empty() {
@@ -169,8 +173,8 @@ pub(super) fn roce_gid(ctx: &Ctx, out: &mut Vec<Finding>) {
 pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaMtu;
     let inv = ctx.inv;
-    each_port(ctx, id, out, |r, p, subject, _pdir, ll, out| {
-        if ll != "Ethernet" {
+    each_port(ctx, id, out, |r, p, subject, _pdir, _ll, out| {
+        if p.link_layer_kind != Some(LinkLayer::Ethernet) {
             return;
         }
         let ndev = p.gids.iter().find_map(|g| g.ndev.clone()).or_else(|| {

@@ -18,6 +18,7 @@
 //!
 //! Pure: inventory + topology in, text out.
 
+use crate::facts::NvLinkRemote;
 use crate::inventory::Inventory;
 use crate::pci::Bdf;
 use crate::topo::Topology;
@@ -163,9 +164,9 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
                     continue;
                 };
                 let target = remote.to_ascii_lowercase();
-                let tclass = match l.remote_device_type.as_deref() {
-                    Some("switch") => Some(NVSWITCH_CLASS.to_string()),
-                    Some("gpu") => remote
+                let tclass = match l.remote_device_type {
+                    Some(NvLinkRemote::Switch) => Some(NVSWITCH_CLASS.to_string()),
+                    Some(NvLinkRemote::Gpu) => remote
                         .parse::<Bdf>()
                         .ok()
                         .and_then(|b| inv.pci.get(&b))

@@ -83,10 +83,7 @@ pub fn choose_addressing(
         return Ok(Addressing::Lid { lid });
     }
     let rank = |g: &crate::inventory::Gid| {
-        let v2 = g
-            .gid_type
-            .as_deref()
-            .is_some_and(|t| t.eq_ignore_ascii_case("RoCE v2"));
+        let v2 = g.gid_type_kind == Some(crate::facts::GidType::RoceV2);
         let family = if ipv4_mapped(&g.gid) {
             0
         } else if !link_local(&g.gid) {
@@ -168,6 +165,10 @@ mod tests {
             phys_state: None,
             rate: None,
             link_layer: Some("Ethernet".into()),
+            state_kind: Some(crate::facts::PortState::Active),
+            phys_state_kind: None,
+            link_layer_kind: Some(crate::facts::LinkLayer::Ethernet),
+            rate_gbps: None,
             lid: None,
             gids: gids
                 .iter()
@@ -175,6 +176,7 @@ mod tests {
                     index: *i,
                     gid: g.to_string(),
                     gid_type: Some(t.to_string()),
+                    gid_type_kind: Some(crate::facts::GidType::parse(t)),
                     ndev: None,
                 })
                 .collect(),

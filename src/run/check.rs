@@ -104,7 +104,7 @@ fn level2(source: &Source, inv: &Inventory, opts_progress: bool, findings: &mut 
     for d in &inv.rdma {
         for p in &d.ports {
             let subject = format!("{}/{}", d.name, p.port);
-            if !p.state.as_deref().is_some_and(|s| s.ends_with("ACTIVE")) {
+            if p.state_kind != Some(crate::facts::PortState::Active) {
                 // rdma.port-state judges the port; there is nothing to measure here.
                 findings.push(
                     Finding::new(
