@@ -334,3 +334,28 @@ fn fail_on_skip_gates_a_node_that_proved_nothing() {
     assert_eq!(kind("pcie.aer"), "unknown");
     assert_eq!(v["summary"]["unjudged"], 2);
 }
+
+/// `--skip ID` is one line, not a block of evidence per subject, and is not counted as
+/// "could not be judged"; the result line counts findings.
+#[test]
+fn skipped_by_request_is_one_line_and_not_unjudged() {
+    let out = gpudoctor()
+        .args([
+            "check",
+            "--root",
+            "fixtures/hgx-h100-8gpu",
+            "--skip",
+            "gpu.ecc",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.matches("gpu.ecc").count(), 1, "{text}");
+    assert!(
+        text.contains("not judged, as asked (--skip): gpu.ecc (8)"),
+        "{text}"
+    );
+    let last = text.lines().last().unwrap();
+    assert!(last.ends_with("(276 findings)."), "{last}");
+    assert!(!text.contains("could not be judged"), "{text}");
+}
