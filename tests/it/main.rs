@@ -1,5 +1,6 @@
 //! The one integration-test binary (ripgrep's habit): fixtures, CLI, man page.
 
+mod audit;
 mod baseline;
 mod bundle;
 mod checks;
