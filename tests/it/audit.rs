@@ -82,9 +82,8 @@ fn judged_from(seen: &Seen, path: &str) -> bool {
         return true;
     }
     let Some(bdf) = path
-        .split('/')
-        .filter(|seg| seg.parse::<gpudoctor::pci::Bdf>().is_ok())
-        .last()
+        .rsplit('/')
+        .find(|seg| seg.parse::<gpudoctor::pci::Bdf>().is_ok())
     else {
         return false;
     };
