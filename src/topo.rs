@@ -819,3 +819,287 @@ pub fn build(inv: &Inventory) -> Topology {
         notes,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Path classification on small hand-built topologies (no sysfs): each path type, the
+    //! NUMA -1 inference, NVLinks, and closest-NIC ties.
+    use super::*;
+    use crate::inventory::{Link, NumaNode, PciFunction, RdmaDevice};
+    use crate::nvml::{NvmlGpu, NvmlLink, NvmlSnapshot};
+
+    const BRIDGE: u32 = 0x060400;
+    const GPU: u32 = 0x030200;
+    const NIC: u32 = 0x020000;
+
+    fn b(s: &str) -> Bdf {
+        s.parse().unwrap()
+    }
+
+    /// A function under `rc`, below the bridges `up` (root port first).
+    fn f(bdf: &str, rc: &str, up: &[&str], class: u32, numa: Option<u32>) -> PciFunction {
+        PciFunction {
+            bdf: b(bdf),
+            sysfs_path: format!("/sys/devices/{rc}/{bdf}"),
+            root_complex: rc.to_string(),
+            upstream: up.iter().map(|u| b(u)).collect(),
+            class: Some(class),
+            vendor: Some(match class {
+                GPU => 0x10de,
+                NIC => 0x15b3,
+                _ => 0x1000,
+            }),
+            device: Some(1),
+            driver: None,
+            numa_node: numa,
+            local_cpulist: numa.map(|n| if n == 0 { "0-7".into() } else { "8-15".into() }),
+            link: Link::default(),
+            config: None,
+            unread: Default::default(),
+        }
+    }
+
+    fn nic(name: &str, bdf: &str) -> RdmaDevice {
+        RdmaDevice {
+            name: name.into(),
+            bdf: Some(b(bdf)),
+            node_type: None,
+            hca_type: None,
+            fw_ver: None,
+            node_guid: None,
+            board_id: None,
+            parent_netdev: None,
+            ports: Vec::new(),
+            unread: Default::default(),
+        }
+    }
+
+    fn inventory(pci: Vec<PciFunction>, rdma: Vec<RdmaDevice>, nvml: NvmlSnapshot) -> Inventory {
+        Inventory {
+            pci: pci.into_iter().map(|f| (f.bdf, f)).collect(),
+            rdma,
+            netdevs: Vec::new(),
+            numa_nodes: vec![
+                NumaNode {
+                    id: 0,
+                    cpulist: Some("0-7".into()),
+                    distances: None,
+                    unread: Default::default(),
+                },
+                NumaNode {
+                    id: 1,
+                    cpulist: Some("8-15".into()),
+                    distances: None,
+                    unread: Default::default(),
+                },
+            ],
+            nvml,
+            host: Default::default(),
+            extras: Default::default(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn cell(t: &Topology, a: &str, b: &str) -> String {
+        let m = &t.matrix;
+        let i = m.labels.iter().position(|l| l == a).unwrap();
+        let j = m.labels.iter().position(|l| l == b).unwrap();
+        m.cells[i][j].clone()
+    }
+
+    /// One socket-0 switch tree with a nested switch, a bare root port, a second host bridge
+    /// on node 0 and one on node 1:
+    ///
+    /// pci0000:00 ─ 00:01.0 ─ 01:00.0 (switch) ─┬ 02:00.0 ─ 03:00.0 GPU0
+    ///                                          ├ 02:01.0 ─ 04:00.0 mlx5_0
+    ///                                          └ 02:02.0 ─ 05:00.0 (switch) ─ 06:00.0 ─ 07:00.0 GPU1
+    ///            ─ 00:02.0 ─ 08:00.0 GPU2
+    /// pci0000:40 ─ 40:01.0 ─ 41:00.0 mlx5_1          (node 0)
+    /// pci0000:80 ─ 80:01.0 ─ 81:00.0 GPU3            (node 1)
+    fn two_socket() -> Inventory {
+        let s0 = ["0000:00:01.0", "0000:01:00.0"];
+        let pci = vec![
+            f("0000:00:01.0", "pci0000:00", &[], BRIDGE, Some(0)),
+            f("0000:01:00.0", "pci0000:00", &s0[..1], BRIDGE, Some(0)),
+            f("0000:02:00.0", "pci0000:00", &s0, BRIDGE, Some(0)),
+            f("0000:02:01.0", "pci0000:00", &s0, BRIDGE, Some(0)),
+            f("0000:02:02.0", "pci0000:00", &s0, BRIDGE, Some(0)),
+            f(
+                "0000:03:00.0",
+                "pci0000:00",
+                &[s0[0], s0[1], "0000:02:00.0"],
+                GPU,
+                Some(0),
+            ),
+            f(
+                "0000:04:00.0",
+                "pci0000:00",
+                &[s0[0], s0[1], "0000:02:01.0"],
+                NIC,
+                Some(0),
+            ),
+            f(
+                "0000:05:00.0",
+                "pci0000:00",
+                &[s0[0], s0[1], "0000:02:02.0"],
+                BRIDGE,
+                Some(0),
+            ),
+            f(
+                "0000:06:00.0",
+                "pci0000:00",
+                &[s0[0], s0[1], "0000:02:02.0", "0000:05:00.0"],
+                BRIDGE,
+                Some(0),
+            ),
+            f(
+                "0000:07:00.0",
+                "pci0000:00",
+                &[s0[0], s0[1], "0000:02:02.0", "0000:05:00.0", "0000:06:00.0"],
+                GPU,
+                Some(0),
+            ),
+            f("0000:00:02.0", "pci0000:00", &[], BRIDGE, Some(0)),
+            f(
+                "0000:08:00.0",
+                "pci0000:00",
+                &["0000:00:02.0"],
+                GPU,
+                Some(0),
+            ),
+            f("0000:40:01.0", "pci0000:40", &[], BRIDGE, Some(0)),
+            f(
+                "0000:41:00.0",
+                "pci0000:40",
+                &["0000:40:01.0"],
+                NIC,
+                Some(0),
+            ),
+            f("0000:80:01.0", "pci0000:80", &[], BRIDGE, Some(1)),
+            f(
+                "0000:81:00.0",
+                "pci0000:80",
+                &["0000:80:01.0"],
+                GPU,
+                Some(1),
+            ),
+        ];
+        inventory(
+            pci,
+            vec![nic("mlx5_0", "0000:04:00.0"), nic("mlx5_1", "0000:41:00.0")],
+            NvmlSnapshot::default(),
+        )
+    }
+
+    #[test]
+    fn every_pcie_path_type() {
+        let t = build(&two_socket());
+        let labels: Vec<&str> = t.matrix.labels.iter().map(String::as_str).collect();
+        assert_eq!(labels, ["GPU0", "GPU1", "GPU2", "GPU3", "NIC0", "NIC1"]);
+        assert_eq!(cell(&t, "GPU0", "GPU0"), "X");
+        // Two downstream ports of one switch count once.
+        assert_eq!(cell(&t, "GPU0", "NIC0"), "PIX");
+        // Through two switches, below one root port.
+        assert_eq!(cell(&t, "GPU1", "NIC0"), "PXB");
+        // Different root ports of one host bridge.
+        assert_eq!(cell(&t, "GPU2", "NIC0"), "PHB");
+        // Host bridges of one NUMA node.
+        assert_eq!(cell(&t, "GPU0", "NIC1"), "NODE");
+        // Across sockets.
+        assert_eq!(cell(&t, "GPU3", "NIC0"), "SYS");
+        assert_eq!(cell(&t, "GPU3", "GPU0"), "SYS");
+        // The matrix is symmetric.
+        for a in &labels {
+            for b in &labels {
+                assert_eq!(cell(&t, a, b), cell(&t, b, a), "{a}/{b}");
+            }
+        }
+        assert!(
+            t.notes.iter().all(|n| !n.contains("inferred")),
+            "{:?}",
+            t.notes
+        );
+    }
+
+    #[test]
+    fn closest_nic_is_the_best_path_and_ties_are_kept() {
+        let t = build(&two_socket());
+        let closest = |g: &str| t.closest_nics.iter().find(|c| c.gpu == g).unwrap();
+        assert_eq!(closest("GPU0").rdma_devices, ["mlx5_0"]);
+        assert_eq!(closest("GPU0").path, Some(PathType::PIX));
+        // GPU3 is across the socket from both NICs: both are equally (badly) close.
+        assert_eq!(closest("GPU3").rdma_devices, ["mlx5_0", "mlx5_1"]);
+        assert_eq!(closest("GPU3").path, Some(PathType::SYS));
+        // GPU2: PHB to mlx5_0 beats NODE to mlx5_1.
+        assert_eq!(closest("GPU2").rdma_devices, ["mlx5_0"]);
+        assert_eq!(closest("GPU2").path, Some(PathType::PHB));
+    }
+
+    #[test]
+    fn numa_minus_one_is_inferred_from_cpus_and_marked_uncertain() {
+        // Two host bridges, no numa_node anywhere (a VM): same CPUs -> NODE, else SYS, both
+        // uncertain.
+        let mut a = f("0000:10:00.0", "pci0000:10", &[], GPU, None);
+        let mut n = f("0000:20:00.0", "pci0000:20", &[], NIC, None);
+        let mut g2 = f("0000:30:00.0", "pci0000:30", &[], GPU, None);
+        a.local_cpulist = Some("0-7".into());
+        n.local_cpulist = Some("0-7".into());
+        g2.local_cpulist = Some("8-15".into());
+        let t = build(&inventory(
+            vec![a, n, g2],
+            vec![nic("mlx5_0", "0000:20:00.0")],
+            NvmlSnapshot::default(),
+        ));
+        assert_eq!(cell(&t, "GPU0", "NIC0"), "NODE");
+        assert_eq!(cell(&t, "GPU1", "NIC0"), "SYS");
+        let m = &t.matrix;
+        assert!(!m.paths[0][2].certain && !m.paths[1][2].certain);
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.contains("inferred from CPU affinity"))
+        );
+        // With no CPU list at all there is nothing to infer from: SYS, uncertain, never NODE.
+        let mut a = f("0000:10:00.0", "pci0000:10", &[], GPU, None);
+        let mut n = f("0000:20:00.0", "pci0000:20", &[], NIC, None);
+        a.local_cpulist = None;
+        n.local_cpulist = None;
+        let t = build(&inventory(
+            vec![a, n],
+            vec![nic("mlx5_0", "0000:20:00.0")],
+            NvmlSnapshot::default(),
+        ));
+        assert_eq!(cell(&t, "GPU0", "NIC0"), "SYS");
+        assert!(!t.matrix.paths[0][1].certain);
+    }
+
+    #[test]
+    fn nvlinks_give_nv_cells_and_never_a_closest_nic() {
+        let link = |i: u32, to: &str| NvmlLink {
+            link: i,
+            active: true,
+            remote_bus_id: Some(to.into()),
+            remote_device_type: Some(crate::facts::NvLinkRemote::Gpu),
+        };
+        let gpu = |bus: &str, to: &str| NvmlGpu {
+            bus_id: bus.into(),
+            nvlinks: (0..4).map(|i| link(i, to)).collect(),
+            ..Default::default()
+        };
+        let nvml = NvmlSnapshot {
+            source: "test".into(),
+            gpus: vec![
+                gpu("00000000:03:00.0", "00000000:81:00.0"),
+                gpu("00000000:81:00.0", "00000000:03:00.0"),
+            ],
+            ..Default::default()
+        };
+        let mut inv = two_socket();
+        inv.nvml = nvml;
+        let t = build(&inv);
+        assert_eq!(cell(&t, "GPU0", "GPU3"), "NV4");
+        // GPUDirect RDMA does not ride NVLink: GPU3's closest NIC is still by PCIe.
+        let c = t.closest_nics.iter().find(|c| c.gpu == "GPU3").unwrap();
+        assert_eq!(c.path, Some(PathType::SYS));
+    }
+}
