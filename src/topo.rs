@@ -510,18 +510,13 @@ fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
     d + to_switch(a).min(to_switch(b))
 }
 
-pub fn build(inv: &Inventory) -> Topology {
-    let mut notes: Vec<String> = Vec::new();
-    let roles = bridge_roles(inv);
-    let cpus = NodeCpus::new(inv);
-    let numa: BTreeMap<Bdf, Numa> = inv
-        .pci
-        .iter()
-        .map(|(b, f)| (*b, cpus.affinity(f)))
-        .collect();
-
-    let devices: Vec<Device> = inv
-        .pci
+/// Stage 1: every PCI function as a device, with its role, NUMA placement and link.
+fn devices(
+    inv: &Inventory,
+    roles: &BTreeMap<Bdf, (BridgeRole, RoleSource)>,
+    numa: &BTreeMap<Bdf, Numa>,
+) -> Vec<Device> {
+    inv.pci
         .values()
         .map(|f| {
             let kind = classify_kind(f);
@@ -551,14 +546,16 @@ pub fn build(inv: &Inventory) -> Topology {
                 unknown: f.unread.clone(),
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Root complexes.
+/// Stage 2: root complexes, with the NUMA affinity of the devices below them when it agrees.
+fn root_complexes(devices: &[Device]) -> Vec<RootComplex> {
     let mut rc_map: BTreeMap<String, Vec<&Device>> = BTreeMap::new();
-    for d in &devices {
+    for d in devices {
         rc_map.entry(d.root_complex.clone()).or_default().push(d);
     }
-    let root_complexes = rc_map
+    rc_map
         .iter()
         .map(|(id, devs)| {
             let sets: BTreeSet<Vec<u32>> = devs
@@ -576,9 +573,11 @@ pub fn build(inv: &Inventory) -> Topology {
                 functions: devs.len(),
             }
         })
-        .collect();
+        .collect()
+}
 
-    // GPUs in PCI bus order, joined with NVML on the numeric BDF.
+/// Stage 3: GPUs in PCI bus order, joined with NVML on the numeric BDF.
+fn gpus(inv: &Inventory, devices: &[Device], notes: &mut Vec<String>) -> Vec<Gpu> {
     let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
         .nvml
         .gpus
@@ -640,7 +639,12 @@ pub fn build(inv: &Inventory) -> Topology {
         }
     }
 
-    // NICs: RDMA devices with a PCI function, natural name order.
+    gpus
+}
+
+/// Stage 4: NICs (RDMA devices with a PCI function, natural name order) and software RDMA
+/// devices.
+fn nics(inv: &Inventory, notes: &mut Vec<String>) -> (Vec<Nic>, Vec<SoftRdma>) {
     let mut nics = Vec::new();
     let mut software_rdma = Vec::new();
     for r in &inv.rdma {
@@ -688,13 +692,60 @@ pub fn build(inv: &Inventory) -> Topology {
         }
     }
 
+    (nics, software_rdma)
+}
+
+/// Stage 6: each GPU's closest NIC(s), by PCIe path (GPUDirect RDMA never goes over NVLink);
+/// ties are all kept.
+fn closest_nics(gpus: &[Gpu], nics: &[Nic], paths: &[Vec<Path>]) -> Vec<Closest> {
+    gpus.iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            let row = &paths[gi];
+            let best = (0..nics.len()).map(|ni| row[gpus.len() + ni].pcie).min();
+            let chosen: Vec<usize> = (0..nics.len())
+                .filter(|ni| Some(row[gpus.len() + ni].pcie) == best)
+                .collect();
+            Closest {
+                gpu: g.label.clone(),
+                path: best,
+                certain: chosen.iter().all(|ni| row[gpus.len() + ni].certain),
+                nics: chosen.iter().map(|ni| nics[*ni].label.clone()).collect(),
+                rdma_devices: chosen
+                    .iter()
+                    .map(|ni| nics[*ni].rdma_device.clone())
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+pub fn build(inv: &Inventory) -> Topology {
+    let mut notes: Vec<String> = Vec::new();
+    let roles = bridge_roles(inv);
+    let cpus = NodeCpus::new(inv);
+    let numa: BTreeMap<Bdf, Numa> = inv
+        .pci
+        .iter()
+        .map(|(b, f)| (*b, cpus.affinity(f)))
+        .collect();
+    let devices = devices(inv, &roles, &numa);
+    let root_complexes = root_complexes(&devices);
+    let gpus = gpus(inv, &devices, &mut notes);
+    let (nics, software_rdma) = nics(inv, &mut notes);
+    let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
+        .nvml
+        .gpus
+        .iter()
+        .filter_map(|g| Some((g.bdf()?, g)))
+        .collect();
     let graph = PciGraph {
         inv,
         roles,
         numa: &numa,
     };
 
-    // Matrix.
+    // Stage 5: the matrix.
     let mut labels: Vec<String> = gpus.iter().map(|g| g.label.clone()).collect();
     labels.extend(nics.iter().map(|n| n.label.clone()));
     let ends: Vec<(Bdf, Option<&NvmlGpu>, Option<&str>)> = gpus
@@ -765,28 +816,7 @@ pub fn build(inv: &Inventory) -> Topology {
     let (cpu_affinity, numa_affinity): (Vec<String>, Vec<String>) =
         ends.iter().map(|(b, _, _)| affinity_of(b)).unzip();
 
-    // Closest NICs per GPU, by PCIe path (GPUDirect RDMA never goes over NVLink).
-    let closest_nics = gpus
-        .iter()
-        .enumerate()
-        .map(|(gi, g)| {
-            let row = &paths[gi];
-            let best = (0..nics.len()).map(|ni| row[gpus.len() + ni].pcie).min();
-            let chosen: Vec<usize> = (0..nics.len())
-                .filter(|ni| Some(row[gpus.len() + ni].pcie) == best)
-                .collect();
-            Closest {
-                gpu: g.label.clone(),
-                path: best,
-                certain: chosen.iter().all(|ni| row[gpus.len() + ni].certain),
-                nics: chosen.iter().map(|ni| nics[*ni].label.clone()).collect(),
-                rdma_devices: chosen
-                    .iter()
-                    .map(|ni| nics[*ni].rdma_device.clone())
-                    .collect(),
-            }
-        })
-        .collect();
+    let closest_nics = closest_nics(&gpus, &nics, &paths);
 
     notes.sort();
     notes.dedup();
