@@ -22,11 +22,35 @@ pub struct NvmlSnapshot {
     pub cuda_driver_version: Option<i32>,
     /// Set when NVML could not be used at all (library missing, driver not loaded...).
     pub unavailable: Option<String>,
+    /// What kind of failure `unavailable` is, so checks can judge on it (absent in nvml.json
+    /// files recorded before kinds were kept: unknown).
+    pub unavailable_kind: Option<NvmlErrorKind>,
     /// Facts that could not be read, with the reason.
     pub unread: BTreeMap<String, String>,
+    /// The kind of each failure in `unread`, by the same key.
+    pub unread_kind: BTreeMap<String, NvmlErrorKind>,
     pub gpus: Vec<NvmlGpu>,
     /// nvmlDeviceGetP2PStatus for every ordered GPU pair (read and write capability).
     pub p2p: Vec<NvmlP2p>,
+}
+
+/// NVML's error, as a kind checks can branch on (nvml-wrapper's typed errors, kept beside the
+/// prose in the snapshot rather than flattened into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NvmlErrorKind {
+    /// libnvidia-ml could not be loaded: no driver installed.
+    LibraryNotFound,
+    DriverNotLoaded,
+    NoPermission,
+    /// Library and kernel module versions differ (upgrade without reboot).
+    LibRmVersionMismatch,
+    /// The GPU has fallen off the bus.
+    GpuLost,
+    NotSupported,
+    SymbolMissing,
+    #[serde(other)]
+    Other,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +84,9 @@ pub struct NvmlGpu {
     pub ecc_volatile_uncorrected: Option<u64>,
     pub retired_pending: Option<bool>,
     pub remapped_rows_pending: Option<bool>,
+    /// The kind of each failure in `unread`, by the same key, where NVML said (files recorded
+    /// before kinds were kept have none: unknown).
+    pub unread_kind: BTreeMap<String, NvmlErrorKind>,
     /// The NUMA node of the GPU's own memory (nvmlDeviceGetNumaNodeId: coherent systems such as
     /// Grace Hopper); absent on PCIe/SXM GPUs of x86 hosts, where NVML does not support it.
     pub numa_node_id: Option<u32>,
@@ -154,8 +181,23 @@ mod live {
         }
     }
 
+    /// The kind of an NVML error, for checks to judge on.
+    pub(super) fn kind(e: &NvmlError) -> NvmlErrorKind {
+        match e {
+            NvmlError::LibloadingError(_) => NvmlErrorKind::LibraryNotFound,
+            NvmlError::DriverNotLoaded => NvmlErrorKind::DriverNotLoaded,
+            NvmlError::NoPermission => NvmlErrorKind::NoPermission,
+            NvmlError::LibRmVersionMismatch => NvmlErrorKind::LibRmVersionMismatch,
+            NvmlError::GpuLost => NvmlErrorKind::GpuLost,
+            NvmlError::NotSupported => NvmlErrorKind::NotSupported,
+            NvmlError::FailedToLoadSymbol(_) => NvmlErrorKind::SymbolMissing,
+            _ => NvmlErrorKind::Other,
+        }
+    }
+
     fn put<T>(
         unread: &mut BTreeMap<String, String>,
+        kinds: &mut BTreeMap<String, NvmlErrorKind>,
         key: &str,
         r: Result<T, NvmlError>,
     ) -> Option<T> {
@@ -163,6 +205,7 @@ mod live {
             Ok(v) => Some(v),
             Err(e) => {
                 unread.insert(key.to_string(), explain(&e));
+                kinds.insert(key.to_string(), kind(&e));
                 None
             }
         }
@@ -171,7 +214,12 @@ mod live {
     pub(super) fn collect() -> NvmlSnapshot {
         let nvml = match Nvml::init() {
             Ok(n) => n,
-            Err(e) => return NvmlSnapshot::unavailable(explain(&e), "live"),
+            Err(e) => {
+                return NvmlSnapshot {
+                    unavailable_kind: Some(kind(&e)),
+                    ..NvmlSnapshot::unavailable(explain(&e), "live")
+                };
+            }
         };
         let mut snap = NvmlSnapshot {
             schema: SCHEMA.to_string(),
@@ -179,10 +227,22 @@ mod live {
             ..Default::default()
         };
         let mut unread = BTreeMap::new();
-        snap.driver_version = put(&mut unread, "driver_version", nvml.sys_driver_version());
-        snap.nvml_version = put(&mut unread, "nvml_version", nvml.sys_nvml_version());
+        let mut unread_kind = BTreeMap::new();
+        snap.driver_version = put(
+            &mut unread,
+            &mut unread_kind,
+            "driver_version",
+            nvml.sys_driver_version(),
+        );
+        snap.nvml_version = put(
+            &mut unread,
+            &mut unread_kind,
+            "nvml_version",
+            nvml.sys_nvml_version(),
+        );
         snap.cuda_driver_version = put(
             &mut unread,
+            &mut unread_kind,
             "cuda_driver_version",
             nvml.sys_cuda_driver_version(),
         );
@@ -190,6 +250,7 @@ mod live {
             Ok(c) => c,
             Err(e) => {
                 unread.insert("device_count".into(), explain(&e));
+                unread_kind.insert("device_count".into(), kind(&e));
                 0
             }
         };
@@ -199,39 +260,63 @@ mod live {
                 ..Default::default()
             };
             let mut u = BTreeMap::new();
+            let mut k = BTreeMap::new();
             let dev = match nvml.device_by_index(i) {
                 Ok(d) => d,
                 Err(e) => {
                     u.insert("device".into(), explain(&e));
+                    k.insert("device".into(), kind(&e));
                     g.unread = u;
+                    g.unread_kind = k;
                     snap.gpus.push(g);
                     continue;
                 }
             };
-            if let Some(pci) = put(&mut u, "bus_id", dev.pci_info()) {
+            if let Some(pci) = put(&mut u, &mut k, "bus_id", dev.pci_info()) {
                 g.bus_id = pci.bus_id;
             }
-            g.uuid = put(&mut u, "uuid", dev.uuid());
-            g.name = put(&mut u, "name", dev.name());
-            g.serial = put(&mut u, "serial", dev.serial());
+            g.uuid = put(&mut u, &mut k, "uuid", dev.uuid());
+            g.name = put(&mut u, &mut k, "name", dev.name());
+            g.serial = put(&mut u, &mut k, "serial", dev.serial());
             g.memory_total_bytes =
-                put(&mut u, "memory_total_bytes", dev.memory_info()).map(|m| m.total);
+                put(&mut u, &mut k, "memory_total_bytes", dev.memory_info()).map(|m| m.total);
             g.bar1_total_bytes =
-                put(&mut u, "bar1_total_bytes", dev.bar1_memory_info()).map(|m| m.total);
-            g.pcie.gen_current = put(&mut u, "pcie.gen_current", dev.current_pcie_link_gen());
-            g.pcie.gen_max = put(&mut u, "pcie.gen_max", dev.max_pcie_link_gen());
-            g.pcie.width_current = put(&mut u, "pcie.width_current", dev.current_pcie_link_width());
-            g.pcie.width_max = put(&mut u, "pcie.width_max", dev.max_pcie_link_width());
-            g.persistence_mode = put(&mut u, "persistence_mode", dev.is_in_persistent_mode());
-            g.numa_node_id = put(&mut u, "numa_node_id", dev.numa_node_id());
-            g.ecc_enabled =
-                put(&mut u, "ecc_enabled", dev.is_ecc_enabled()).map(|e| e.currently_enabled);
+                put(&mut u, &mut k, "bar1_total_bytes", dev.bar1_memory_info()).map(|m| m.total);
+            g.pcie.gen_current = put(
+                &mut u,
+                &mut k,
+                "pcie.gen_current",
+                dev.current_pcie_link_gen(),
+            );
+            g.pcie.gen_max = put(&mut u, &mut k, "pcie.gen_max", dev.max_pcie_link_gen());
+            g.pcie.width_current = put(
+                &mut u,
+                &mut k,
+                "pcie.width_current",
+                dev.current_pcie_link_width(),
+            );
+            g.pcie.width_max = put(&mut u, &mut k, "pcie.width_max", dev.max_pcie_link_width());
+            g.persistence_mode = put(
+                &mut u,
+                &mut k,
+                "persistence_mode",
+                dev.is_in_persistent_mode(),
+            );
+            g.numa_node_id = put(&mut u, &mut k, "numa_node_id", dev.numa_node_id());
+            g.ecc_enabled = put(&mut u, &mut k, "ecc_enabled", dev.is_ecc_enabled())
+                .map(|e| e.currently_enabled);
             g.ecc_volatile_uncorrected = put(
                 &mut u,
+                &mut k,
                 "ecc_volatile_uncorrected",
                 dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
             );
-            g.retired_pending = put(&mut u, "retired_pending", dev.are_pages_pending_retired());
+            g.retired_pending = put(
+                &mut u,
+                &mut k,
+                "retired_pending",
+                dev.are_pages_pending_retired(),
+            );
             g.remapped_rows_pending = remapped_pending(&nvml, &dev, &mut u);
             // NVML_NVLINK_MAX_LINKS is 18 on Hopper; ask each link and stop at the first
             // InvalidArg (no such link).
@@ -242,6 +327,7 @@ mod live {
                         let remote_bus_id = if active {
                             put(
                                 &mut u,
+                                &mut k,
                                 &format!("nvlink.{link}.remote_bus_id"),
                                 l.remote_pci_info(),
                             )
@@ -264,15 +350,18 @@ mod live {
                     Err(NvmlError::InvalidArg) | Err(NvmlError::NotSupported) => break,
                     Err(e) => {
                         u.insert(format!("nvlink.{link}"), explain(&e));
+                        k.insert(format!("nvlink.{link}"), kind(&e));
                         break;
                     }
                 }
             }
             g.unread = u;
+            g.unread_kind = k;
             snap.gpus.push(g);
         }
         collect_p2p(&nvml, count, &mut snap);
         snap.unread = unread;
+        snap.unread_kind = unread_kind;
         snap
     }
 
@@ -396,6 +485,32 @@ mod live {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nvml_errors_keep_their_kind() {
+        use NvmlErrorKind as K;
+        use nvml_wrapper::error::NvmlError;
+        for (e, k) in [
+            (NvmlError::GpuLost, K::GpuLost),
+            (NvmlError::NoPermission, K::NoPermission),
+            (NvmlError::NotSupported, K::NotSupported),
+            (NvmlError::DriverNotLoaded, K::DriverNotLoaded),
+            (NvmlError::LibRmVersionMismatch, K::LibRmVersionMismatch),
+            (NvmlError::Unknown, K::Other),
+        ] {
+            assert_eq!(super::live::kind(&e), k, "{e:?}");
+            assert!(!super::live::explain(&e).is_empty());
+        }
+        // Recorded kinds round-trip; a kind this build does not know reads as Other, and an
+        // nvml.json written before kinds were kept reads with none.
+        let k: NvmlErrorKind = serde_json::from_str("\"gpu-lost\"").unwrap();
+        assert_eq!(k, K::GpuLost);
+        let k: NvmlErrorKind = serde_json::from_str("\"cosmic-ray\"").unwrap();
+        assert_eq!(k, K::Other);
+        let old = br#"{"schema":"gpudoctor.nvml/1","source":"live","gpus":[{"bus_id":"00000000:06:00.0","unread":{"ecc_enabled":"x"}}]}"#;
+        let s = NvmlSnapshot::from_json(old).unwrap();
+        assert!(s.gpus[0].unread_kind.is_empty() && s.unavailable_kind.is_none());
+    }
+
     use super::*;
 
     #[test]

@@ -1,6 +1,7 @@
 //! driver.*: is the NVIDIA driver there, does NVML answer, do the versions and GPU counts agree.
 
 use super::{CheckId, Ctx, Finding, Status, ev};
+use crate::nvml::NvmlErrorKind;
 use crate::topo::DeviceKind;
 
 /// Parse `/proc/driver/nvidia/version`'s first line:
@@ -94,24 +95,67 @@ pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::DriverNvml;
     match (&nvml.unavailable, sysfs_gpus) {
         (None, _) => out.push(
-            Finding::new(id, "host", Status::Pass, format!(
-                "NVML answers ({} GPU(s), driver {})",
-                nvml.gpus.len(),
-                nvml.driver_version.as_deref().unwrap_or("?")
-            ))
-            .with(ev("nvmlInit_v2 / nvmlSystemGetDriverVersion", nvml.driver_version.clone().unwrap_or_else(|| "?".into()))),
+            Finding::new(
+                id,
+                "host",
+                Status::Pass,
+                format!(
+                    "NVML answers ({} GPU(s), driver {})",
+                    nvml.gpus.len(),
+                    nvml.driver_version.as_deref().unwrap_or("?")
+                ),
+            )
+            .with(ev(
+                "nvmlInit_v2 / nvmlSystemGetDriverVersion",
+                nvml.driver_version.clone().unwrap_or_else(|| "?".into()),
+            )),
         ),
         (Some(r), _) if nvml.source != "live" && !nvml.source.is_empty() => out.push(
-            Finding::new(id, "host", Status::Skip, format!("NVML facts unknown: {r}")).with(ev("nvml.json", r.clone())),
+            Finding::new(id, "host", Status::Skip, format!("NVML facts unknown: {r}"))
+                .with(ev("nvml.json", r.clone())),
         ),
         (Some(r), 0) => out.push(
-            Finding::new(id, "host", Status::Skip, format!("no NVIDIA GPUs; NVML not usable: {r}")).not_applicable().with(ev("nvmlInit_v2", r.clone())),
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!("no NVIDIA GPUs; NVML not usable: {r}"),
+            )
+            .not_applicable()
+            .with(ev("nvmlInit_v2", r.clone())),
         ),
-        (Some(r), _) => out.push(
-            Finding::new(id, "host", Status::Fail, format!("NVML unusable: {r}"))
-                .with(ev("nvmlInit_v2", r.clone()))
-                .fix("Install the NVIDIA driver's user-space libraries matching the kernel module (libnvidia-ml.so.1); after a driver upgrade, reboot or reload the module"),
+        // Judged on NVML's error kind where it was recorded.
+        (Some(r), _) if nvml.unavailable_kind == Some(NvmlErrorKind::NoPermission) => out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!("NVML refused this user: {r}"),
+            )
+            .not_root()
+            .with(ev("nvmlInit_v2", r.clone())),
         ),
+        (Some(r), _) => {
+            let (msg, fix) = match nvml.unavailable_kind {
+                Some(NvmlErrorKind::LibRmVersionMismatch) => (
+                    format!("NVML unusable: {r} (see driver.version-match)"),
+                    "Reboot, or stop every GPU user and reload the NVIDIA kernel modules, so the kernel module matches the library (the driver was upgraded without reloading it)",
+                ),
+                Some(NvmlErrorKind::DriverNotLoaded) => (
+                    format!("NVML unusable: {r} (see driver.nvidia-loaded)"),
+                    "Load the NVIDIA kernel module (`modprobe nvidia`); `dmesg | grep -i nvrm` says why it did not load",
+                ),
+                _ => (
+                    format!("NVML unusable: {r}"),
+                    "Install the NVIDIA driver's user-space libraries matching the kernel module (libnvidia-ml.so.1); after a driver upgrade, reboot or reload the module",
+                ),
+            };
+            out.push(
+                Finding::new(id, "host", Status::Fail, msg)
+                    .with(ev("nvmlInit_v2", r.clone()))
+                    .fix(fix),
+            )
+        }
     }
 }
 

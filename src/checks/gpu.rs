@@ -1,8 +1,8 @@
 //! gpu.*: BAR1, persistence, ECC, row remapping, P2P status, NVLinks, from the NVML snapshot
 //! (sysfs `resource` is the BAR1 fallback).
 
-use super::{CheckId, Ctx, Finding, Status, ev};
-use crate::nvml::NvmlGpu;
+use super::{CheckId, Ctx, Finding, SkipKind, Status, ev};
+use crate::nvml::{NvmlErrorKind, NvmlGpu};
 use crate::pci::Bdf;
 
 /// BAR1 from `resource`: the second populated memory BAR. Its line index differs by
@@ -55,7 +55,9 @@ fn each_gpu(
 }
 
 /// Like `each_gpu`, for checks that need NVML's record: a GPU without one is a skip with the
-/// reason NVML gave.
+/// reason NVML gave. Judged on NVML's error kinds: a GPU NVML reports lost fails every such
+/// check; a fact refused for lack of permission is a `not-root` skip, one the GPU does not
+/// support a `not-applicable` skip.
 fn each_nvml_gpu(
     ctx: &Ctx,
     id: CheckId,
@@ -73,13 +75,41 @@ fn each_nvml_gpu(
             ));
             return;
         };
+        if let Some((k, why)) = n
+            .unread_kind
+            .iter()
+            .find(|(_, kind)| **kind == NvmlErrorKind::GpuLost)
+            .map(|(k, _)| (k, n.unread.get(k).cloned().unwrap_or_default()))
+        {
+            out.push(
+                Finding::new(id, s, Status::Fail, format!("{}: NVML reports the GPU lost ({why})", g.label))
+                    .with(ev(format!("NVML {k}"), why))
+                    .fix("The GPU has fallen off the bus: drain the node, check `dmesg` for Xid 79 and PCIe errors, then reset the GPU or reboot; if it recurs, service the GPU, its riser and power"),
+            );
+            return;
+        }
+        let asked = std::cell::RefCell::new(Vec::new());
         let unread = |k: &str| {
+            asked.borrow_mut().push(n.unread_kind.get(k).copied());
             n.unread
                 .get(k)
                 .cloned()
                 .unwrap_or_else(|| nvml_missing(ctx))
         };
+        let from = out.len();
         check(s, n, &unread, out);
+        let kinds = asked.into_inner();
+        for f in out[from..].iter_mut().filter(|f| f.status == Status::Skip) {
+            if kinds.contains(&Some(NvmlErrorKind::NoPermission)) {
+                f.skip = Some(SkipKind::NotRoot);
+            } else if !kinds.is_empty()
+                && kinds
+                    .iter()
+                    .all(|k| *k == Some(NvmlErrorKind::NotSupported))
+            {
+                f.skip = Some(SkipKind::NotApplicable);
+            }
+        }
     });
 }
 

@@ -416,3 +416,50 @@ fn iommu_type_unreadable_is_not_pass() {
         "{f}"
     );
 }
+
+/// Checks judge on NVML's error kind: a GPU NVML reports lost fails its gpu.* checks with the
+/// fix for a GPU off the bus; a fact refused for permission is a not-root skip.
+#[test]
+fn nvml_error_kinds_are_judged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("t");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(repo().join("fixtures/h200x2-live"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let path = tree.join("nvml.json");
+    let mut n: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let g0 = &mut n["gpus"][0];
+    g0["ecc_enabled"] = serde_json::Value::Null;
+    g0["unread"]["ecc_enabled"] = "GPU has fallen off the bus (GpuLost)".into();
+    g0["unread_kind"]["ecc_enabled"] = "gpu-lost".into();
+    let g1 = &mut n["gpus"][1];
+    g1["persistence_mode"] = serde_json::Value::Null;
+    g1["unread"]["persistence_mode"] = "no permission to query NVML".into();
+    g1["unread_kind"]["persistence_mode"] = "no-permission".into();
+    std::fs::write(&path, serde_json::to_vec(&n).unwrap()).unwrap();
+    let (code, v) = check_json(&["--root".into(), tree.display().to_string()], &[]);
+    assert_eq!(code, 1);
+    let find = |id: &str, subject: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id && c["subject"] == subject)
+            .unwrap()
+            .clone()
+    };
+    let lost = find("gpu.ecc", "GPU0");
+    assert_eq!(lost["status"], "fail", "{lost}");
+    assert!(
+        lost["remediation"].as_str().unwrap().contains("Xid 79"),
+        "{lost}"
+    );
+    assert_eq!(find("gpu.persistence", "GPU0")["status"], "fail");
+    let denied = find("gpu.persistence", "GPU1");
+    assert_eq!(denied["status"], "skip");
+    assert_eq!(denied["skip"], "not-root", "{denied}");
+}
