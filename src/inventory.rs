@@ -707,14 +707,20 @@ pub fn read_host(sr: &SysRoot) -> Host {
         "/sys/kernel/mm/memory_peers/nv_mem/version",
         "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
     ] {
-        if let Ok(v) = sr.read_text(p) {
-            h.memory_peers.insert(p.to_string(), v);
+        match sr.read_text(p) {
+            Ok(v) => {
+                h.memory_peers.insert(p.to_string(), v);
+            }
+            // Absent means nothing registered there (nvidia-peermem not loaded).
+            Err(ReadError::NotFound(_)) => {}
+            Err(e) => note_err(&mut u, &format!("memory_peers {p}"), &e),
         }
     }
     match sr.list_names("/sys/kernel/iommu_groups") {
         Ok(groups) => {
             let mut m = BTreeMap::new();
             for g in groups {
+                // The kernel names groups by number only; anything else is not a group.
                 let Ok(n) = g.parse::<u32>() else { continue };
                 let dir = format!("/sys/kernel/iommu_groups/{g}");
                 match sr.read_text(&format!("{dir}/type")) {
@@ -725,12 +731,25 @@ pub fn read_host(sr: &SysRoot) -> Host {
                         note_err(&mut u, &format!("iommu_group.{g}.type"), &e);
                     }
                 }
-                if let Ok(devs) = sr.list_names(&format!("{dir}/devices")) {
-                    for d in devs {
-                        if let Ok(b) = d.parse::<Bdf>() {
-                            h.iommu_group_of.insert(b, n);
+                match sr.list_names(&format!("{dir}/devices")) {
+                    Ok(devs) => {
+                        for d in devs {
+                            match d.parse::<Bdf>() {
+                                Ok(b) => {
+                                    h.iommu_group_of.insert(b, n);
+                                }
+                                Err(_) => {
+                                    u.insert(
+                                        format!("iommu_group.{g}.devices"),
+                                        format!("entry '{d}' is not a PCI address"),
+                                    );
+                                }
+                            }
                         }
                     }
+                    // A group whose members cannot be listed leaves every device's group
+                    // unknown (iommu.mode then cannot say "no group").
+                    Err(e) => note_err(&mut u, &format!("iommu_group.{g}.devices"), &e),
                 }
             }
             h.iommu_groups = Some(m);
@@ -742,7 +761,22 @@ pub fn read_host(sr: &SysRoot) -> Host {
         Err(e) => note_err(&mut u, "iommu_groups", &e),
     }
     h.driver_gpus = match sr.list_names("/proc/driver/nvidia/gpus") {
-        Ok(v) => Some(v.iter().filter_map(|n| n.parse().ok()).collect()),
+        Ok(v) => {
+            let mut bdfs = Vec::new();
+            for n in &v {
+                match n.parse() {
+                    Ok(b) => bdfs.push(b),
+                    // Kept out of the count, but said: the driver listed something unexpected.
+                    Err(_) => {
+                        u.insert(
+                            "driver_gpus".into(),
+                            format!("/proc/driver/nvidia/gpus/{n} is not a PCI address"),
+                        );
+                    }
+                }
+            }
+            Some(bdfs)
+        }
         Err(e) => {
             note_err(&mut u, "driver_gpus", &e);
             None

@@ -102,7 +102,25 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
                     ));
                     unknown.push(format!("{who} (group {g}: {why})"));
                 }
-                None => evs.push(ev(format!("IOMMU group of {who}"), "none")),
+                // In no group we know of: "none" only if every group's members were listed.
+                None => {
+                    let unlisted: Vec<&str> = h
+                        .unread
+                        .keys()
+                        .filter(|k| k.starts_with("iommu_group.") && k.ends_with(".devices"))
+                        .map(String::as_str)
+                        .collect();
+                    if unlisted.is_empty() {
+                        evs.push(ev(format!("IOMMU group of {who}"), "none"));
+                    } else {
+                        let why = format!("members of {} could not be listed", unlisted.join(", "));
+                        evs.push(ev(
+                            format!("IOMMU group of {who}"),
+                            format!("unknown: {why}"),
+                        ));
+                        unknown.push(format!("{who} (group unknown: {why})"));
+                    }
+                }
             },
         }
     }

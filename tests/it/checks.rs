@@ -463,3 +463,30 @@ fn nvml_error_kinds_are_judged() {
     assert_eq!(denied["status"], "skip");
     assert_eq!(denied["skip"], "not-root", "{denied}");
 }
+
+/// An IOMMU group whose members cannot be listed leaves the GPUs' groups unknown: iommu.mode
+/// must not pass saying "no group" (it did, before the inventory noted the failed listing).
+#[test]
+fn iommu_group_members_unlisted_is_not_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("t");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(repo().join("fixtures/hgx-h100-8gpu"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Group 6 holds GPU0 (0000:1b:00.0).
+    std::fs::remove_dir_all(tree.join("sys/kernel/iommu_groups/6/devices")).unwrap();
+    let (_, v) = check_json(&["--root".into(), tree.display().to_string()], &[]);
+    let f = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "iommu.mode")
+        .unwrap()
+        .clone();
+    assert_eq!(f["status"], "skip", "{f}");
+    assert!(f.to_string().contains("could not be listed"), "{f}");
+}
