@@ -767,7 +767,7 @@ fn compare_gpus(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
             .collect::<Vec<_>>(),
         out,
     );
-    let topo_gpu = |bdf| node.topo.gpus.iter().find(|g| g.bdf == bdf);
+    let topo_gpu = |bdf| node.topo.gpu_at(bdf);
     let (mut nv_judged, mut bar_judged, mut pcie_judged) = (false, false, false);
     for (want, bdf, label) in matched {
         let Some(g) = topo_gpu(bdf) else { continue };

@@ -250,6 +250,28 @@ pub struct Topology {
 }
 
 /// Human name from the PCI ID database, falling back to the numeric ids.
+impl Topology {
+    /// A GPU by its label (`GPU3`).
+    pub fn gpu(&self, label: &str) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.label == label)
+    }
+
+    /// The GPU at a PCI address.
+    pub fn gpu_at(&self, bdf: Bdf) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.bdf == bdf)
+    }
+
+    /// A NIC by its label (`NIC0`).
+    pub fn nic(&self, label: &str) -> Option<&Nic> {
+        self.nics.iter().find(|n| n.label == label)
+    }
+
+    /// The PCI function at an address, as a device of the tree.
+    pub fn device(&self, bdf: Bdf) -> Option<&Device> {
+        self.devices.iter().find(|d| d.bdf == bdf)
+    }
+}
+
 pub fn pci_name(vendor: Option<u16>, device: Option<u16>) -> String {
     match (vendor, device) {
         (Some(v), Some(d)) => {

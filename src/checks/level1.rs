@@ -132,7 +132,7 @@ pub fn settle_link_speed(
         .iter_mut()
         .filter(|f| f.id == CheckId::PcieLinkSpeed && f.status == Status::Warn)
     {
-        let Some(g) = topo.gpus.iter().find(|g| g.bdf.to_string() == f.subject) else {
+        let Some(g) = f.subject.parse().ok().and_then(|b| topo.gpu_at(b)) else {
             continue;
         };
         let Some(l) = reports

@@ -73,11 +73,11 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
     // bridge -> the device pairs whose traffic crosses it
     let mut users: BTreeMap<Bdf, Vec<String>> = BTreeMap::new();
     for c in &t.closest_nics {
-        let Some(g) = t.gpus.iter().find(|g| g.label == c.gpu) else {
+        let Some(g) = t.gpu(&c.gpu) else {
             continue;
         };
         for nic_label in &c.nics {
-            let Some(n) = t.nics.iter().find(|n| &n.label == nic_label) else {
+            let Some(n) = t.nic(nic_label) else {
                 continue;
             };
             for b in bridges_between(ctx, g.bdf, n.bdf) {
@@ -180,7 +180,7 @@ fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
         if d.kind == DeviceKind::Gpu || is_nic {
             set.insert(d.bdf);
             for u in &d.upstream {
-                if let Some(ud) = ctx.topo.devices.iter().find(|x| x.bdf == *u)
+                if let Some(ud) = ctx.topo.device(*u)
                     && ud.role == Some(BridgeRole::SwitchUpstream)
                 {
                     set.insert(*u);
@@ -206,7 +206,7 @@ fn each_link(
         return;
     }
     for b in subjects {
-        let Some(d) = ctx.topo.devices.iter().find(|x| x.bdf == b) else {
+        let Some(d) = ctx.topo.device(b) else {
             continue;
         };
         let f = &ctx.inv.pci[&b];
@@ -228,10 +228,7 @@ fn each_link(
                 .collect::<Vec<_>>()
                 .join("/"),
         };
-        let parent = d
-            .upstream
-            .last()
-            .and_then(|p| ctx.topo.devices.iter().find(|x| x.bdf == *p));
+        let parent = d.upstream.last().and_then(|p| ctx.topo.device(*p));
         check(d, f, &f.sysfs_path, &who, b.to_string(), parent, out);
     }
 }

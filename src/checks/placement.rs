@@ -21,10 +21,10 @@ fn each_closest(
         return;
     }
     for c in &t.closest_nics {
-        let Some(g) = t.gpus.iter().find(|g| g.label == c.gpu) else {
+        let Some(g) = t.gpu(&c.gpu) else {
             continue;
         };
-        let gd = t.devices.iter().find(|d| d.bdf == g.bdf);
+        let gd = t.device(g.bdf);
         let nics: Vec<&Nic> = t
             .nics
             .iter()

@@ -82,7 +82,7 @@ struct Plan {
 fn plan(topo: &Topology) -> Plan {
     let mut gpus = Vec::new();
     for g in &topo.gpus {
-        let dev = topo.devices.iter().find(|d| d.bdf == g.bdf);
+        let dev = topo.device(g.bdf);
         let link_max = match dev {
             Some(d) => match (d.link.max_gen, d.link.max_width) {
                 (Some(gn), Some(w)) => Ok((

@@ -376,9 +376,10 @@ pub fn topo_matrix(r: &TopoReport) -> String {
     out.push_str("CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
     for (i, l) in m.labels.iter().enumerate() {
         out.push_str(l);
-        for c in &m.cells[i] {
+        for (c, path) in m.cells[i].iter().zip(&m.paths[i]) {
             out.push('\t');
-            if c == "X" {
+            // nvidia-smi pads the diagonal.
+            if path.kind == crate::topo::PathType::X {
                 out.push_str(" X ");
             } else {
                 out.push_str(c);
@@ -386,7 +387,7 @@ pub fn topo_matrix(r: &TopoReport) -> String {
         }
         // nvidia-smi's GPU NUMA ID: the NUMA node of the GPU's own memory, N/A where NVML has
         // none (every PCIe/SXM GPU of an x86 host); its rows carry an empty field before it.
-        match t.gpus.iter().find(|g| &g.label == l) {
+        match t.gpu(l) {
             Some(g) => {
                 let id = g
                     .numa_node_id
