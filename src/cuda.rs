@@ -103,7 +103,7 @@ pub enum NvrtcSource {
 }
 
 /// Directories a CUDA toolkit puts libnvrtc in. `cuda_homes` come from CUDA_HOME/CUDA_PATH
-/// (read by `cli::Config`, the one place that looks at the environment).
+/// (read by `config::Config`, the one place that looks at the environment).
 pub fn nvrtc_search_dirs(cuda_homes: &[PathBuf]) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = cuda_homes.to_vec();
     roots.push(PathBuf::from("/usr/local/cuda"));
