@@ -527,8 +527,19 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
                 if g.chars().all(|c| c == '0' || c == ':') {
                     continue;
                 }
-                let gid_type = sr.read_text(&format!("{dir}/gid_attrs/types/{i}")).ok();
-                let ndev = sr.read_text(&format!("{dir}/gid_attrs/ndevs/{i}")).ok();
+                // Absent on kernels without gid_attrs (None); any other failure is noted, so
+                // an unreadable type is never mistaken for a kernel that has none.
+                let mut attr =
+                    |what: &str| match sr.read_text(&format!("{dir}/gid_attrs/{what}/{i}")) {
+                        Ok(v) => Some(v),
+                        Err(ReadError::NotFound(_)) => None,
+                        Err(e) => {
+                            note_err(&mut u, &format!("gid_attrs.{what}.{i}"), &e);
+                            None
+                        }
+                    };
+                let gid_type = attr("types");
+                let ndev = attr("ndevs");
                 gids.push(Gid {
                     index: i,
                     gid: g,
@@ -569,6 +580,7 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
     };
     let mut out = Vec::new();
     for name in names {
+        // The node directory also holds `possible`, `online`, `has_cpu`...: only nodeN are nodes.
         let Some(id) = name
             .strip_prefix("node")
             .and_then(|n| n.parse::<u32>().ok())
