@@ -287,9 +287,30 @@ pub struct GateArgs {
 
 #[derive(Debug, Clone, ClapArgs)]
 pub struct WriteBwArgs {
-    /// RDMA device (as in /sys/class/infiniband), e.g. mlx5_0.
-    #[arg(long, short = 'd', value_name = "DEV")]
-    pub device: String,
+    /// RDMA device (as in /sys/class/infiniband), e.g. mlx5_0. With --gpu: default each GPU's
+    /// closest ACTIVE port in the topology.
+    #[arg(long, short = 'd', value_name = "DEV", required_unless_present = "gpu")]
+    pub device: Option<String>,
+    /// Level 3 (GPUDirect RDMA): buffers in this GPU's memory (GPU<N> in PCI order, as `topo`
+    /// labels it), or `auto`: every GPU in turn, each against its closest ACTIVE RDMA port.
+    #[arg(long, value_name = "N|auto", value_parser = parse_gpu_arg)]
+    pub gpu: Option<GpuArg>,
+    /// How GPU memory is registered: auto (as NCCL: dma-buf where it works, else
+    /// nvidia-peermem), dmabuf (ibv_reg_dmabuf_mr) or peermem (ibv_reg_mr on the GPU pointer).
+    /// Without --gpu: host memory, with the NIC's half of that decision reported [default with
+    /// --gpu: auto].
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub gdr: Option<crate::rdma::gdr::GdrMode>,
+    /// Loopback with --gpu: which buffer is GPU memory: the one the NIC reads (source), the one
+    /// it writes (target), or both. Two-node mode: this host's buffer (the client's is the
+    /// source, the server's the target).
+    #[arg(long, value_enum, value_name = "SIDE", requires = "gpu")]
+    pub gpu_side: Option<crate::rdma::gdr::GpuSide>,
+    /// Level 3: run everything (allocate, register, measure, release) this many times in one
+    /// process; GPU memory free before the first run and after the last must agree.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub repeat: u32,
     /// Port number.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
     pub port: u8,
@@ -357,6 +378,22 @@ pub struct WriteBwArgs {
     /// for any completion.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub timeout: u64,
+}
+
+/// `--gpu N|auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuArg {
+    Index(u32),
+    Auto,
+}
+
+fn parse_gpu_arg(s: &str) -> Result<GpuArg, String> {
+    if s == "auto" {
+        return Ok(GpuArg::Auto);
+    }
+    s.parse::<u32>()
+        .map(GpuArg::Index)
+        .map_err(|_| format!("'{s}' is not a GPU number or 'auto'"))
 }
 
 #[derive(Debug, ClapArgs)]

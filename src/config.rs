@@ -94,6 +94,8 @@ impl CheckOptions {
 #[derive(Debug, Clone)]
 pub struct WriteBwConfig {
     pub request: WriteBwRequest,
+    /// Level 3 (`--gpu`/`--gdr`): GPU memory, the registration path, the NIC per GPU.
+    pub gdr: Option<crate::rdma::level3::GdrRequest>,
     pub json: bool,
     pub format: OutputFormat,
     /// A skip (no RDMA device, no libibverbs) exits 1 (`--fail-on-skip`).
@@ -406,12 +408,53 @@ fn probe_format(json: bool, format: Option<OutputFormat>) -> Result<OutputFormat
     Ok(f)
 }
 
+/// Level 3's options: present with --gpu or --gdr; the others need one of them.
+fn level3_request(
+    w: &WriteBwArgs,
+    role: &Role,
+    format: OutputFormat,
+) -> Result<Option<crate::rdma::level3::GdrRequest>> {
+    use crate::cli::GpuArg;
+    use crate::rdma::gdr::{GdrMode, GpuSide};
+    use crate::rdma::level3::{GdrRequest, GpuSelect};
+    if w.gpu.is_none() && w.gdr.is_none() {
+        if w.repeat != 1 {
+            bail!("--repeat applies to level-3 runs (--gpu or --gdr)");
+        }
+        return Ok(None);
+    }
+    if w.gpu_side.is_some() && *role != Role::Loopback {
+        bail!(
+            "--gpu-side is for loopback; in two-node mode --gpu places this host's buffer (the client's is the source, the server's the target)"
+        );
+    }
+    if w.gpu == Some(GpuArg::Auto) && format == OutputFormat::Prometheus {
+        bail!("--format prometheus prints one run: use --gpu N, not --gpu auto");
+    }
+    if w.gpu == Some(GpuArg::Auto) && *role != Role::Loopback {
+        bail!("--gpu auto runs loopbacks; two-node mode takes one GPU (--gpu N)");
+    }
+    Ok(Some(GdrRequest {
+        gpu: match w.gpu {
+            None => GpuSelect::Host,
+            Some(GpuArg::Index(n)) => GpuSelect::One(n),
+            Some(GpuArg::Auto) => GpuSelect::Auto,
+        },
+        mode: w.gdr.unwrap_or(GdrMode::Auto),
+        gpu_side: w.gpu_side.unwrap_or(GpuSide::Both),
+        repeat: w.repeat,
+        device_given: w.device.is_some(),
+    }))
+}
+
 fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
     let format = probe_format(w.json, w.format)?;
     let sizes = if w.all {
         write_bw::all_sizes()
     } else {
-        w.sizes.unwrap_or_else(|| write_bw::DEFAULT_SIZES.to_vec())
+        w.sizes
+            .clone()
+            .unwrap_or_else(|| write_bw::DEFAULT_SIZES.to_vec())
     };
     let plan = write_bw::Plan::new(
         sizes,
@@ -443,9 +486,12 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
     } else {
         Role::Loopback
     };
+    let gdr = level3_request(&w, &role, format)?;
     Ok(WriteBwConfig {
+        gdr,
         request: WriteBwRequest {
-            device: w.device,
+            // With --gpu and no -d, level 3 picks each GPU's port.
+            device: w.device.unwrap_or_default(),
             port: w.port,
             gid_index: w.gid_index,
             plan,

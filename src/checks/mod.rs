@@ -8,6 +8,7 @@
 mod driver;
 pub use driver::parse_nvrm;
 mod gdr;
+pub use gdr::kernel_major_minor;
 mod gpu;
 mod host;
 pub mod level1;

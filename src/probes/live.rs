@@ -125,13 +125,13 @@ extern "C" fn on_sigint(_: libc::c_int) {
     }
 }
 
-fn install_sigint() {
+pub(crate) fn install_sigint() {
     let handler: extern "C" fn(libc::c_int) = on_sigint;
     // SAFETY: installs an async-signal-safe handler that only touches an atomic.
     unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
 }
 
-fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 

@@ -2,13 +2,12 @@
 //! post/poll loop for one message size. It measures and reports facts; it must not judge them
 //! (that is `write_bw::evaluate`) nor print anything.
 
+use super::memory::{Memory, MemoryError, Region};
 use super::path::{self, Addressing, GidError};
 use super::write_bw::{Plan, PortFacts, Timeline};
 use crate::inventory;
 use crate::sysroot::SysRoot;
-use crate::verbs::{
-    self, AlignedBuf, Context, Cq, LocalPath, Mr, Pd, Qp, RemoteQp, Verbs, VerbsError, sys,
-};
+use crate::verbs::{self, Context, Cq, LocalPath, Pd, Qp, RemoteQp, Verbs, VerbsError, sys};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,8 +63,23 @@ pub enum ProbeError {
         iterations: u64,
         timeout: Duration,
     },
-    #[error("cannot allocate a {0} B buffer")]
-    NoMemory(u64),
+    /// The buffer could not be allocated or registered (host or GPU memory).
+    #[error("{device}: {source}")]
+    Memory {
+        device: String,
+        #[source]
+        source: MemoryError,
+    },
+    /// A CUDA copy into or out of a GPU buffer failed (validation).
+    #[error("{device}: {source}")]
+    Cuda {
+        device: String,
+        #[source]
+        source: crate::cuda::CudaError,
+    },
+    /// Ctrl-C: stopped between polls; every region was deregistered and freed on the way out.
+    #[error("interrupted (Ctrl-C)")]
+    Interrupted,
     #[error("{bytes} B writes do not fit the registered buffers ({len} B)")]
     TooLarge { bytes: u64, len: u64 },
     /// Two-node mode: TCP to the peer.
@@ -82,6 +96,8 @@ pub enum ErrorClass {
     Machine,
     /// The request was wrong: no such device/port/GID index (exit 2).
     Usage,
+    /// Ctrl-C (exit 2).
+    Interrupted,
 }
 
 impl ProbeError {
@@ -101,6 +117,7 @@ impl ProbeError {
                 source: GidError::BadIndex { .. },
                 ..
             } => ErrorClass::Usage,
+            ProbeError::Interrupted => ErrorClass::Interrupted,
             _ => ErrorClass::Machine,
         }
     }
@@ -114,9 +131,10 @@ pub struct Side {
     sgid_index: Option<u8>,
     mtu: u32,
     port: u8,
-    // Field order is drop order: QPs before the MR, CQ and PD they use, the context last.
+    // Field order is drop order: QPs before the region, CQ and PD they use (the region
+    // deregisters before it frees its memory), the context last.
     qps: Vec<Qp>,
-    mr: Mr,
+    region: Region,
     cq: Cq,
     _pd: Pd,
     _ctx: Context,
@@ -152,7 +170,8 @@ pub fn load() -> Result<Arc<Verbs>, ProbeError> {
 }
 
 /// Open `device`/`port`, check the port, choose the addressing, and create `qps` QPs and a
-/// buffer of `buf_len` bytes.
+/// buffer of `buf_len` bytes in `memory`.
+#[allow(clippy::too_many_arguments)]
 pub fn open_side(
     verbs: &Arc<Verbs>,
     sr: &SysRoot,
@@ -161,6 +180,7 @@ pub fn open_side(
     gid_index: Option<u32>,
     plan: &Plan,
     buf_len: u64,
+    memory: &Memory,
 ) -> Result<Side, ProbeError> {
     let ctx = verbs.open(device).map_err(|e| match e {
         VerbsError::NoDevice { .. } => ProbeError::BadDevice(e),
@@ -268,13 +288,10 @@ pub fn open_side(
                 .map_err(verbs_err(device))?,
         );
     }
-    let buf = usize::try_from(buf_len.max(1))
-        .ok()
-        .and_then(AlignedBuf::zeroed)
-        .ok_or(ProbeError::NoMemory(buf_len))?;
-    let mr = pd
-        .reg_mr(buf, verbs::ACCESS_RDMA_TARGET)
-        .map_err(verbs_err(device))?;
+    let region = Region::new(&pd, memory, buf_len).map_err(|source| ProbeError::Memory {
+        device: device.into(),
+        source,
+    })?;
     Ok(Side {
         facts,
         lid: pattr.lid,
@@ -283,7 +300,7 @@ pub fn open_side(
         mtu: pattr.active_mtu,
         port,
         qps,
-        mr,
+        region,
         cq,
         _pd: pd,
         _ctx: ctx,
@@ -298,9 +315,9 @@ impl Side {
             lid: self.lid,
             gid: self.gid.as_ref().map(verbs::format_gid),
             mtu: self.mtu,
-            addr: self.mr.addr(),
-            rkey: self.mr.rkey(),
-            len: self.mr.len() as u64,
+            addr: self.region.addr(),
+            rkey: self.region.rkey(),
+            len: self.region.len() as u64,
         }
     }
 
@@ -347,11 +364,34 @@ impl Side {
         Ok(())
     }
 
-    pub fn buffer(&self) -> &[u8] {
-        self.mr.bytes()
+    /// What this side's buffer is (host or GPU memory, how registered).
+    pub fn memory(&self) -> &super::memory::MemoryFacts {
+        self.region.facts()
     }
-    pub fn buffer_mut(&mut self) -> &mut [u8] {
-        self.mr.bytes_mut()
+
+    fn cuda_err(&self) -> impl Fn(crate::cuda::CudaError) -> ProbeError + '_ {
+        move |source| ProbeError::Cuda {
+            device: self.facts.device.clone(),
+            source,
+        }
+    }
+
+    /// Write the validation pattern for `size` into this side's buffer.
+    pub fn fill(&mut self, size: u64, seed: u64) -> Result<(), ProbeError> {
+        let r = self.region.fill(size, seed);
+        r.map_err(self.cuda_err())
+    }
+
+    /// Zero the first `n` bytes of this side's buffer (before the peer writes into it).
+    pub fn zero(&mut self, n: u64) -> Result<(), ProbeError> {
+        let r = self.region.zero(n);
+        r.map_err(self.cuda_err())
+    }
+
+    /// First offset of the first `size` bytes that does not hold the pattern.
+    pub fn check(&mut self, size: u64, seed: u64) -> Result<Option<u64>, ProbeError> {
+        let r = self.region.check(size, seed);
+        r.map_err(self.cuda_err())
     }
 
     /// Write `size` bytes from this side's buffer to the peer's, `plan.iterations` times spread
@@ -372,7 +412,7 @@ impl Side {
         let tx_depth = u64::from(plan.tx_depth);
         let cq_mod = u64::from(plan.cq_moderation);
         let post_list = plan.post_list_for(size) as usize;
-        let fit = (self.mr.len() as u64).min(peer.len);
+        let fit = (self.region.len() as u64).min(peer.len);
         let len = u32::try_from(size).map_err(|_| ProbeError::TooLarge {
             bytes: size,
             len: fit,
@@ -390,9 +430,9 @@ impl Side {
         let mut sges: Vec<Vec<sys::ibv_sge>> = vec![
             vec![
                 sys::ibv_sge {
-                    addr: self.mr.addr(),
+                    addr: self.region.addr(),
                     length: len,
-                    lkey: self.mr.lkey(),
+                    lkey: self.region.lkey(),
                 };
                 post_list
             ];
@@ -438,7 +478,7 @@ impl Side {
                             };
                         }
                     }
-                    // SAFETY: a null-terminated chain of k WRs whose SGEs point into self.mr,
+                    // SAFETY: a null-terminated chain of k WRs whose SGEs point into self.region,
                     // which stays registered until this function returns (after all complete,
                     // or with an error after which the QP is in the error state).
                     unsafe { self.qps[q].post_send(chain) }.map_err(verbs_err(device))?;
@@ -450,6 +490,9 @@ impl Side {
                 idle += 1;
                 if idle >= 4096 {
                     idle = 0;
+                    if crate::probes::live::interrupted() {
+                        return Err(ProbeError::Interrupted);
+                    }
                     if last_progress.elapsed() > stall {
                         return Err(ProbeError::NoCompletion {
                             device: device.into(),

@@ -4,12 +4,16 @@
 //! nothing here prints.
 
 pub mod engine;
+pub mod gdr;
+pub mod level3;
+pub mod memory;
 pub mod oob;
 pub mod path;
 pub mod write_bw;
 
 use crate::sysroot::SysRoot;
 use engine::{ErrorClass, ProbeError, Side};
+use memory::Memory;
 use oob::{Channel, Msg, OobError};
 use std::time::Duration;
 use write_bw::{Mode, Plan, Status, WriteBwReport};
@@ -68,9 +72,38 @@ fn clear_progress(req: &WriteBwRequest) {
     }
 }
 
-/// Run the probe. The report always comes back (with a skipped/error status where it stopped);
-/// the class says what the stop means for the exit code.
+/// Where each side's buffer lives: the source is written from (loopback's first QP side, the
+/// `--peer` client), the target written into (loopback's second side, the `--serve` side).
+/// Level 2 is host memory on both; level 3 puts one or both in GPU memory.
+#[derive(Clone)]
+pub struct Sides {
+    pub source: Memory,
+    pub target: Memory,
+}
+
+impl Sides {
+    pub fn host() -> Sides {
+        Sides {
+            source: Memory::Host,
+            target: Memory::Host,
+        }
+    }
+}
+
+/// Run the probe (level 2: host memory on both sides). The report always comes back (with a
+/// skipped/error status where it stopped); the class says what the stop means for the exit code.
 pub fn write_bw(sr: &SysRoot, req: &WriteBwRequest) -> (WriteBwReport, Option<ErrorClass>) {
+    let (report, res) = measure(sr, req, &Sides::host());
+    conclude(report, &res)
+}
+
+/// Run the probe with buffers in `mem`: the measurements, and the error that stopped it (not
+/// yet folded into the report's status: `conclude` does that, after the caller had a look).
+pub fn measure(
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+    mem: &Sides,
+) -> (WriteBwReport, Result<(), ProbeError>) {
     let mode = match req.role {
         Role::Loopback => Mode::Loopback,
         Role::Serve { .. } => Mode::Server,
@@ -78,11 +111,20 @@ pub fn write_bw(sr: &SysRoot, req: &WriteBwRequest) -> (WriteBwReport, Option<Er
     };
     let mut report = WriteBwReport::new(mode, req.plan.clone());
     let res = match &req.role {
-        Role::Loopback => loopback(sr, req, &mut report),
-        Role::Serve { listen, token } => serve(sr, req, listen, token, &mut report),
-        Role::Client { peer, token } => client(sr, req, peer, token, &mut report),
+        Role::Loopback => loopback(sr, req, mem, &mut report),
+        Role::Serve { listen, token } => serve(sr, req, mem, listen, token, &mut report),
+        Role::Client { peer, token } => client(sr, req, mem, peer, token, &mut report),
     };
     clear_progress(req);
+    (report, res)
+}
+
+/// Judge the measurements against the report's threshold and set its status; the class says
+/// what a stop means for the exit code.
+pub fn conclude(
+    mut report: WriteBwReport,
+    res: &Result<(), ProbeError>,
+) -> (WriteBwReport, Option<ErrorClass>) {
     match res {
         Ok(()) => {
             if let Some(t) = &report.threshold {
@@ -146,11 +188,12 @@ fn measure_one(
     ))
 }
 
-/// This request's side: its device, port and GID choice, buffers sized for the plan.
+/// This request's side: its device, port and GID choice, buffers sized for the plan in `memory`.
 fn open_side(
     verbs: &std::sync::Arc<crate::verbs::Verbs>,
     sr: &SysRoot,
     req: &WriteBwRequest,
+    memory: &Memory,
 ) -> Result<engine::Side, ProbeError> {
     engine::open_side(
         verbs,
@@ -160,17 +203,30 @@ fn open_side(
         req.gid_index,
         &req.plan,
         req.plan.max_size(),
+        memory,
     )
+}
+
+fn stop_if_interrupted() -> Result<(), ProbeError> {
+    if crate::probes::live::interrupted() {
+        return Err(ProbeError::Interrupted);
+    }
+    Ok(())
 }
 
 fn loopback(
     sr: &SysRoot,
     req: &WriteBwRequest,
+    mem: &Sides,
     report: &mut WriteBwReport,
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
-    let mut a = open_side(&verbs, sr, req)?;
-    let mut b = open_side(&verbs, sr, req)?;
+    let mut a = open_side(&verbs, sr, req, &mem.source)?;
+    let mut b = open_side(&verbs, sr, req, &mem.target)?;
+    report.memory = Some(write_bw::MemorySides {
+        source: Some(a.memory().clone()),
+        target: Some(b.memory().clone()),
+    });
     a.connect(&b.endpoint())?;
     b.connect(&a.endpoint())?;
     report.threshold = Some(write_bw::threshold(
@@ -180,15 +236,16 @@ fn loopback(
     report.local = Some(a.facts.clone());
     let b_ep = b.endpoint();
     for (i, &size) in req.plan.sizes.iter().enumerate() {
+        stop_if_interrupted()?;
         show_progress(req, i, size);
         let seed = seed_for(size);
         if req.plan.validate {
-            engine::fill_pattern(&mut a.buffer_mut()[..size as usize], size, seed);
-            b.buffer_mut()[..size as usize].fill(0);
+            a.fill(size, seed)?;
+            b.zero(size)?;
         }
         let mut r = measure_one(&a, &b_ep, req, size)?;
         if req.plan.validate {
-            r.validated = Some(engine::check_pattern(b.buffer(), size, seed).is_none());
+            r.validated = Some(b.check(size, seed)?.is_none());
         }
         report.results.push(r);
     }
@@ -198,13 +255,18 @@ fn loopback(
 fn client(
     sr: &SysRoot,
     req: &WriteBwRequest,
+    mem: &Sides,
     peer: &str,
     token: &str,
     report: &mut WriteBwReport,
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
     let max = req.plan.max_size();
-    let mut side = open_side(&verbs, sr, req)?;
+    let mut side = open_side(&verbs, sr, req, &mem.source)?;
+    report.memory = Some(write_bw::MemorySides {
+        source: Some(side.memory().clone()),
+        target: None,
+    });
     let perr = peer_err(peer);
     let mut chan = Channel::connect(peer, req.timeout).map_err(&perr)?;
     chan.send(&Msg::Hello {
@@ -236,10 +298,11 @@ fn client(
     report.local = Some(side.facts.clone());
     report.remote = Some(remote_facts);
     for (i, &size) in req.plan.sizes.iter().enumerate() {
+        stop_if_interrupted()?;
         show_progress(req, i, size);
         let seed = seed_for(size);
         if req.plan.validate {
-            engine::fill_pattern(&mut side.buffer_mut()[..size as usize], size, seed);
+            side.fill(size, seed)?;
         }
         let iterations = u64::from(req.plan.iterations / req.plan.qps * req.plan.qps);
         chan.send(&Msg::Prepare { size, iterations })
@@ -289,6 +352,7 @@ fn expect(
 fn serve(
     sr: &SysRoot,
     req: &WriteBwRequest,
+    mem: &Sides,
     listen: &str,
     token: &str,
     report: &mut WriteBwReport,
@@ -303,6 +367,7 @@ fn serve(
         req.gid_index,
         &req.plan,
         1,
+        &Memory::Host,
     )?;
     report.local = Some(probe.facts.clone());
     drop(probe);
@@ -355,7 +420,12 @@ fn serve(
         req.gid_index,
         &plan,
         max_size,
+        &mem.target,
     )?;
+    report.memory = Some(write_bw::MemorySides {
+        source: None,
+        target: Some(side.memory().clone()),
+    });
     side.connect(&client_ep)?;
     chan.send(&Msg::Welcome {
         endpoint: side.endpoint(),
@@ -366,16 +436,16 @@ fn serve(
     let mut wait = req.timeout;
     let (mut sizes, mut checked, mut bad) = (0u32, 0u32, Vec::new());
     loop {
+        stop_if_interrupted()?;
         match chan.recv("the client's next step", wait).map_err(&perr)? {
             Msg::Prepare { size, iterations } => {
-                let n = (size as usize).min(side.buffer().len());
-                side.buffer_mut()[..n].fill(0);
+                side.zero(size)?;
                 chan.send(&Msg::Prepared).map_err(&perr)?;
                 sizes += 1;
                 wait = size_deadline(req.timeout, size, iterations);
             }
             Msg::Check { size, seed } => {
-                let first_mismatch = engine::check_pattern(side.buffer(), size, seed);
+                let first_mismatch = side.check(size, seed)?;
                 if let Some(off) = first_mismatch {
                     bad.push(format!("{size} B (first difference at offset {off})"));
                 }

@@ -313,6 +313,21 @@ pub struct WriteBwReport {
     /// Plain statements about the run (e.g. what a server served).
     pub notes: Vec<String>,
     pub status: Status,
+    /// Where the buffers were (host or GPU memory, how registered); absent in reports made
+    /// before level 3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemorySides>,
+    /// Level 3 (`--gpu`/`--gdr`): the GPU, its NIC and path, the registration choice, GPU
+    /// memory before and after, and the cause of a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gdr: Option<super::gdr::GdrFacts>,
+}
+
+/// Each side's buffer, as set up (None: not on this host, in two-node mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemorySides {
+    pub source: Option<super::memory::MemoryFacts>,
+    pub target: Option<super::memory::MemoryFacts>,
 }
 
 pub const UNITS: &str = "bandwidth in decimal MB/s (10^6 bytes/s) and Gb/s (10^9 bits/s); message rate in Mpps (10^6 messages/s)";
@@ -331,6 +346,8 @@ impl WriteBwReport {
             results: Vec::new(),
             notes: Vec::new(),
             status: Status::Ok,
+            memory: None,
+            gdr: None,
         }
     }
 

@@ -33,6 +33,9 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
     if let Some(f) = &r.remote {
         let _ = writeln!(o, " Peer device {} port {}", f.device, f.port);
     }
+    if let Some(g) = &r.gdr {
+        gdr_header(g, r.memory.as_ref(), &mut o);
+    }
     let p = &r.plan;
     let _ = writeln!(
         o,
@@ -95,6 +98,13 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
     for n in &r.notes {
         let _ = writeln!(o, " {n}");
     }
+    if let Some(c) = r.gdr.as_ref().and_then(|g| g.cause.as_ref()) {
+        let _ = writeln!(o, " Cause: {}", c.summary);
+        for e in &c.evidence {
+            let _ = writeln!(o, "   - {}: {}", e.source, e.value);
+        }
+        let _ = writeln!(o, "   Fix: {}", c.remediation);
+    }
     let _ = match &r.status {
         Status::Ok => writeln!(o, " write-bw: ok"),
         Status::Failed { reason } => writeln!(o, " write-bw: FAILED: {reason}"),
@@ -102,4 +112,97 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         Status::Error { reason } => writeln!(o, " write-bw: ERROR: {reason}"),
     };
     o
+}
+
+fn memory_text(m: &crate::rdma::memory::MemoryFacts) -> String {
+    let what = match (&m.gpu, &m.bdf) {
+        (Some(g), Some(b)) => format!("{g} {b} via {}", m.registration),
+        _ => "host memory (ibv_reg_mr)".to_string(),
+    };
+    let align = if m.address_alignment_bytes >= 1 << 20 {
+        format!("{} MiB", m.address_alignment_bytes >> 20)
+    } else {
+        format!("{} KiB", m.address_alignment_bytes >> 10)
+    };
+    format!(
+        "{what} ({} B at {}, {align}-aligned{})",
+        m.bytes,
+        m.address,
+        match m.sync_memops {
+            Some(true) => ", SYNC_MEMOPS 1",
+            Some(false) => ", SYNC_MEMOPS 0",
+            None => "",
+        }
+    )
+}
+
+/// Level 3's lines above the table: GPU, NIC and path, memory, registration, expectation.
+fn gdr_header(
+    g: &crate::rdma::gdr::GdrFacts,
+    mem: Option<&crate::rdma::write_bw::MemorySides>,
+    o: &mut String,
+) {
+    use std::fmt::Write as _;
+    match &g.gpu {
+        Some(gpu) => {
+            let _ = writeln!(
+                o,
+                " GPU: {} {} ({}), GPU memory on side: {}",
+                gpu.label, gpu.bdf, gpu.name, g.gpu_side
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                " GPU: none: host memory through the level-3 path (--gdr without --gpu)"
+            );
+        }
+    }
+    if !g.nic.device.is_empty() {
+        let _ = writeln!(
+            o,
+            " NIC: {} port {} ({})",
+            g.nic.device, g.nic.port, g.nic.why
+        );
+    }
+    if let Some(m) = mem {
+        if let Some(s) = &m.source {
+            let _ = writeln!(o, " Memory, source: {}", memory_text(s));
+        }
+        if let Some(t) = &m.target {
+            let _ = writeln!(o, " Memory, target: {}", memory_text(t));
+        }
+    }
+    if let Some(d) = &g.registration {
+        let _ = writeln!(
+            o,
+            " Registration ({:?} requested): {}",
+            d.requested, d.summary
+        );
+    }
+    if let Some(e) = &g.dmabuf_export {
+        let _ = writeln!(
+            o,
+            " dma-buf export (cuMemGetHandleForAddressRange): {}",
+            match e {
+                Ok(()) => "ok".to_string(),
+                Err(why) => why.clone(),
+            }
+        );
+    }
+    let _ = writeln!(o, " Expectation: {}", g.expectation.text);
+    if let Some(m) = &g.gpu_memory {
+        let _ = writeln!(
+            o,
+            " GPU memory (cuMemGetInfo): free {} B before, {} B after {} run(s): {}",
+            m.free_before_bytes,
+            m.free_after_bytes,
+            m.runs,
+            if m.leaked() {
+                format!("{} MiB NOT given back", m.left_behind_bytes >> 20)
+            } else {
+                "nothing left behind".to_string()
+            }
+        );
+    }
 }

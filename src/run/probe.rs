@@ -58,6 +58,9 @@ pub(super) fn cuda(
 pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     use crate::rdma::engine::ErrorClass;
     use crate::rdma::{self, write_bw::Status};
+    if let Some(g) = &w.gdr {
+        return gdr_write_bw(w, g);
+    }
     let (report, class) = rdma::write_bw(&SysRoot::live(), &w.request);
     if class == Some(ErrorClass::Usage) {
         let why = match &report.status {
@@ -78,6 +81,76 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
             Some(ErrorClass::Skip) if !w.fail_on_skip => EXIT_OK,
             Some(_) => EXIT_FAILED_CHECK,
         },
+        hung: false,
+    })
+}
+
+/// `probe write-bw --gpu/--gdr` (level 3): one report per GPU (`--gpu auto`: a JSON array),
+/// exit as for level 2 with the worst run deciding; Ctrl-C is exit 2.
+fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Result<Outcome> {
+    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::level3::{self, GpuSelect, Machine};
+    use crate::rdma::write_bw::Status;
+    let source = crate::source::Source::open(&SourceSpec::Live)?;
+    let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
+    let topo = crate::topo::build(&inv);
+    if let GpuSelect::One(n) = g.gpu
+        && topo.gpu(&format!("GPU{n}")).is_none()
+    {
+        let have: Vec<&str> = topo.gpus.iter().map(|g| g.label.as_str()).collect();
+        anyhow::bail!(
+            "--gpu {n}: no GPU{n} here (GPUs: {})",
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            }
+        );
+    }
+    let level0 = crate::checks::run_level0(&crate::checks::Ctx {
+        inv: &inv,
+        topo: &topo,
+        libs: &source.libs,
+    });
+    let m = Machine {
+        sr: &source.sysroot,
+        inv: &inv,
+        topo: &topo,
+        level0: &level0,
+    };
+    let runs = level3::run(&m, &w.request, g);
+    if let Some(r) = runs.iter().find(|r| r.class == Some(ErrorClass::Usage)) {
+        let why = match &r.report.status {
+            Status::Error { reason } => reason.clone(),
+            other => format!("{other:?}"),
+        };
+        anyhow::bail!("probe write-bw: {why}");
+    }
+    let reports: Vec<&crate::rdma::write_bw::WriteBwReport> =
+        runs.iter().map(|r| &r.report).collect();
+    let stdout = match w.format {
+        OutputFormat::Json if g.gpu == GpuSelect::Auto => render::json(&reports),
+        OutputFormat::Json => render::json(reports[0]),
+        OutputFormat::Prometheus => crate::export::prometheus::write_bw(reports[0]),
+        OutputFormat::Table | OutputFormat::Junit => reports
+            .iter()
+            .map(|r| render::write_bw_table(r))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    let classes: Vec<Option<ErrorClass>> = runs.iter().map(|r| r.class).collect();
+    let code = if classes.contains(&Some(ErrorClass::Interrupted)) {
+        EXIT_ERROR
+    } else if classes.contains(&Some(ErrorClass::Machine))
+        || (w.fail_on_skip && classes.contains(&Some(ErrorClass::Skip)))
+    {
+        EXIT_FAILED_CHECK
+    } else {
+        EXIT_OK
+    };
+    Ok(Outcome {
+        stdout,
+        code,
         hung: false,
     })
 }

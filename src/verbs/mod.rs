@@ -494,6 +494,141 @@ impl Pd {
     }
 }
 
+/// What NCCL's dma-buf probe learnt about a provider: `ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0)`
+/// (NCCL src/transport/net_ib.cc, `ncclIbDmaBufSupport`; src/transport/net_ib/gdr.cc in later
+/// releases) fails with EOPNOTSUPP or EPROTONOSUPPORT where the provider or kernel lacks dma-buf
+/// MRs, and with EBADF (the fd) where it would try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DmabufProbe {
+    /// libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34).
+    NoSymbol,
+    /// The call failed with this errno.
+    Errno(i32),
+    /// The call succeeded on fd -1 (never seen; the region was deregistered at once).
+    Registered,
+}
+
+impl Pd {
+    pub fn context(&self) -> &Context {
+        &self.0.ctx
+    }
+
+    /// Register `len` bytes at `addr`, which the caller owns (host memory, or a GPU pointer
+    /// that nvidia-peermem resolves). The region does not own the memory.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must stay allocated until the returned region is dropped.
+    pub unsafe fn reg_mr_at(
+        &self,
+        addr: u64,
+        len: usize,
+        access: u32,
+    ) -> Result<RawMr, VerbsError> {
+        // SAFETY: the caller vouches for the range; ibv_reg_mr is the exported IBVERBS_1.1
+        // function (as in `reg_mr`).
+        let mr = unsafe {
+            self.0.ctx.lib().ibv_reg_mr(
+                self.0.pd.as_ptr(),
+                addr as *mut c_void,
+                len,
+                access as c_int,
+            )
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| VerbsError::errno("ibv_reg_mr"))?;
+        Ok(RawMr {
+            pd: self.clone(),
+            mr,
+            addr,
+            len,
+        })
+    }
+
+    /// Register `len` bytes at `offset` of the dma-buf `fd`, addressed by the peer as `iova`.
+    /// The kernel holds its own reference to the dma-buf: `fd` may be closed afterwards.
+    pub fn reg_dmabuf_mr(
+        &self,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        fd: i32,
+        access: u32,
+    ) -> Result<RawMr, VerbsError> {
+        require!(self.0.ctx.lib(), ibv_reg_dmabuf_mr);
+        // SAFETY: a live PD; the kernel validates fd, offset and length against the dma-buf.
+        let mr = unsafe {
+            self.0.ctx.lib().ibv_reg_dmabuf_mr(
+                self.0.pd.as_ptr(),
+                offset,
+                len,
+                iova,
+                fd,
+                access as c_int,
+            )
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| VerbsError::errno("ibv_reg_dmabuf_mr"))?;
+        Ok(RawMr {
+            pd: self.clone(),
+            mr,
+            addr: iova,
+            len,
+        })
+    }
+
+    /// NCCL's dma-buf support probe on this PD's device (see `DmabufProbe`).
+    pub fn probe_dmabuf(&self) -> DmabufProbe {
+        if !self.0.ctx.verbs().has_reg_dmabuf_mr() {
+            return DmabufProbe::NoSymbol;
+        }
+        match self.reg_dmabuf_mr(0, 0, 0, -1, 0) {
+            Ok(mr) => {
+                drop(mr);
+                DmabufProbe::Registered
+            }
+            Err(e) => DmabufProbe::Errno(e.raw_os_error().unwrap_or(0)),
+        }
+    }
+}
+
+/// A registered region over memory it does not own (see `Pd::reg_mr_at`,
+/// `Pd::reg_dmabuf_mr`): deregistered on drop, which its owner must order before freeing the
+/// memory.
+pub struct RawMr {
+    pd: Pd,
+    mr: NonNull<sys::ibv_mr>,
+    addr: u64,
+    len: usize,
+}
+
+impl RawMr {
+    /// The address work requests and the peer use for this region.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: the MR is registered for as long as self lives.
+        unsafe { (*self.mr.as_ptr()).lkey }
+    }
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { (*self.mr.as_ptr()).rkey }
+    }
+}
+
+impl Drop for RawMr {
+    fn drop(&mut self) {
+        // SAFETY: registered by this PD, deregistered once.
+        unsafe {
+            self.pd.0.ctx.lib().ibv_dereg_mr(self.mr.as_ptr());
+        }
+    }
+}
+
 /// A page-aligned, zeroed buffer for registration.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -516,6 +651,18 @@ impl AlignedBuf {
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// The buffer's address (for `Pd::reg_mr_at`; the buffer must outlive the region).
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: len bytes allocated and initialised (zeroed) in `zeroed`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above; &mut self makes this the only CPU view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 

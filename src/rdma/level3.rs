@@ -1,0 +1,711 @@
+//! Level 3: write-bw with a side's buffer in GPU memory (GPUDirect RDMA). The same engine as
+//! level 2 (`super::measure`) with a different memory provider (`super::memory`); this module
+//! gathers the facts the decisions in `super::gdr` need (CUDA, the NIC's answer to NCCL's
+//! dma-buf probe, the topology), runs each GPU against its closest ACTIVE port, and checks that
+//! the GPU gets all its memory back (cuMemGetInfo before and after).
+//!
+//! It must not print, and must not decide anything `gdr` decides.
+
+use super::engine::{self, ErrorClass, ProbeError};
+use super::gdr::{
+    self, CauseContext, Decision, Failure, GdrFacts, GdrMode, GpuFacts, GpuMemoryCheck,
+    GpuRegFacts, GpuSide, NicChoice, RegistrationFacts,
+};
+use super::memory::{GpuTarget, Memory, MemoryError};
+use super::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
+use super::{Role, Sides, WriteBwRequest};
+use crate::checks::Finding;
+use crate::cuda;
+use crate::inventory::Inventory;
+use crate::sysroot::SysRoot;
+use crate::topo::{PathType, Topology};
+use crate::verbs::DmabufProbe;
+use std::rc::Rc;
+
+/// Which GPUs (`--gpu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuSelect {
+    /// `--gdr` without `--gpu`: host memory through the level-3 path (the NIC half of the
+    /// registration decision is made and reported).
+    Host,
+    /// `--gpu N`: GPU<N> in PCI order, as `topo` labels it.
+    One(u32),
+    /// `--gpu auto`: every GPU, one after another, each against its closest ACTIVE port.
+    Auto,
+}
+
+/// Level 3's part of a write-bw request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GdrRequest {
+    pub gpu: GpuSelect,
+    pub mode: GdrMode,
+    pub gpu_side: GpuSide,
+    /// Runs in one process (allocation, registration, measurement, release), for a leak check.
+    pub repeat: u32,
+    /// `-d` given: this device for every GPU, instead of each GPU's closest ACTIVE port.
+    pub device_given: bool,
+}
+
+/// What level 3 reads about the machine, gathered once by the caller.
+pub struct Machine<'a> {
+    pub sr: &'a SysRoot,
+    pub inv: &'a Inventory,
+    pub topo: &'a Topology,
+    /// Level-0 findings of the same inventory: the evidence `gdr::cause` cites.
+    pub level0: &'a [Finding],
+}
+
+/// One GPU's (or the host's) run.
+pub struct Run {
+    pub subject: String,
+    pub report: WriteBwReport,
+    pub class: Option<ErrorClass>,
+}
+
+/// The GPUs `sel` names, by label, in PCI order. An unknown `--gpu N` is the caller's usage
+/// error (checked against the topology before this runs).
+pub fn gpu_labels(topo: &Topology, sel: GpuSelect) -> Vec<String> {
+    match sel {
+        GpuSelect::Host => Vec::new(),
+        GpuSelect::One(n) => vec![format!("GPU{n}")],
+        GpuSelect::Auto => topo.gpus.iter().map(|g| g.label.clone()).collect(),
+    }
+}
+
+/// Run level 3 for every GPU `g` selects (or once on host memory). Ctrl-C stops the loop.
+pub fn run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Vec<Run> {
+    crate::probes::live::install_sigint();
+    if g.gpu == GpuSelect::Host {
+        return vec![host_run(m, base, g)];
+    }
+    let labels = gpu_labels(m.topo, g.gpu);
+    if labels.is_empty() {
+        let mut report = WriteBwReport::new(mode_of(&base.role), base.plan.clone());
+        report.status = Status::Skipped {
+            reason: "no NVIDIA GPUs: nothing for GPUDirect RDMA to reach".into(),
+        };
+        return vec![Run {
+            subject: "host".into(),
+            report,
+            class: Some(ErrorClass::Skip),
+        }];
+    }
+    let mut out = Vec::new();
+    for label in labels {
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gpu_run(m, base, g, &label)));
+        let run = match r {
+            Ok(run) => run,
+            Err(p) => {
+                let mut report = WriteBwReport::new(mode_of(&base.role), base.plan.clone());
+                report.status = Status::Error {
+                    reason: format!(
+                        "CUDA or verbs code panicked: {}",
+                        p.downcast_ref::<String>()
+                            .map(String::as_str)
+                            .or_else(|| p.downcast_ref::<&str>().copied())
+                            .unwrap_or("(no message)")
+                    ),
+                };
+                Run {
+                    subject: label.clone(),
+                    report,
+                    class: Some(ErrorClass::Machine),
+                }
+            }
+        };
+        let stop = run.class == Some(ErrorClass::Interrupted);
+        out.push(run);
+        if stop {
+            break;
+        }
+    }
+    out
+}
+
+fn mode_of(role: &Role) -> Mode {
+    match role {
+        Role::Loopback => Mode::Loopback,
+        Role::Serve { .. } => Mode::Server,
+        Role::Client { .. } => Mode::Client,
+    }
+}
+
+/// nvidia-peermem as NCCL finds it (src/transport/net_ib.cc `ncclIbGdrSupport`: the
+/// memory_peers version files, or /sys/module/nvidia_peermem).
+pub fn peermem_loaded(inv: &Inventory) -> Option<bool> {
+    let h = &inv.host;
+    if !h.memory_peers.is_empty() {
+        return Some(true);
+    }
+    h.sys_modules.as_ref().map(|m| {
+        m.iter()
+            .any(|n| n == "nvidia_peermem" || n == "nv_peer_mem")
+    })
+}
+
+/// "mlx5_0 (mlx5_core)", "rxe0 (soft-RoCE on rxenet0)": the provider behind an RDMA device.
+fn provider_name(m: &Machine, device: &str) -> String {
+    match m.inv.rdma.iter().find(|d| d.name == device) {
+        Some(d) => match (&d.bdf, &d.parent_netdev) {
+            (Some(b), _) => match m.topo.device(*b).and_then(|x| x.driver.clone()) {
+                Some(drv) => format!("{device} ({drv})"),
+                None => device.to_string(),
+            },
+            (None, Some(n)) => format!("{device} (soft-RoCE on {n})"),
+            (None, None) => format!("{device} (software device)"),
+        },
+        None => device.to_string(),
+    }
+}
+
+/// The PCIe path between a GPU and an RDMA device, from the topology matrix.
+fn path_between(topo: &Topology, gpu: &str, device: &str) -> Option<(PathType, bool)> {
+    let nic = topo.nics.iter().find(|n| n.rdma_device == device)?;
+    let m = &topo.matrix;
+    let gi = m.labels.iter().position(|l| l == gpu)?;
+    let ni = m.labels.iter().position(|l| *l == nic.label)?;
+    let p = m.paths.get(gi)?.get(ni)?;
+    Some((p.pcie, p.certain))
+}
+
+/// NCCL's dma-buf probe on `device` (its own context and PD, closed again).
+fn probe_provider(device: &str) -> Result<DmabufProbe, ProbeError> {
+    let verbs = engine::load()?;
+    let ctx = verbs.open(device).map_err(|e| match e {
+        crate::verbs::VerbsError::NoDevice { .. } => ProbeError::BadDevice(e),
+        other => ProbeError::Verbs {
+            device: device.into(),
+            source: other,
+        },
+    })?;
+    let pd = ctx.alloc_pd().map_err(|source| ProbeError::Verbs {
+        device: device.into(),
+        source,
+    })?;
+    Ok(pd.probe_dmabuf())
+}
+
+fn kernel(inv: &Inventory) -> Option<(u32, u32)> {
+    inv.host
+        .kernel_version
+        .as_deref()
+        .and_then(crate::checks::kernel_major_minor)
+}
+
+/// `--gdr` on host memory: the NIC half of the decision, then level 2's measurement.
+fn host_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Run {
+    let device = base.device.clone();
+    let nic = NicChoice {
+        device: device.clone(),
+        port: base.port,
+        path: None,
+        path_certain: false,
+        why: "-d".into(),
+    };
+    let mut facts = GdrFacts {
+        gpu: None,
+        gpu_side: "none (host memory)".into(),
+        expectation: gdr::expectation(None),
+        nic,
+        registration: None,
+        gpu_memory: None,
+        dmabuf_export: None,
+        cause: None,
+    };
+    let probe = match probe_provider(&device) {
+        Ok(p) => p,
+        Err(e) => return stopped(base, facts, "host", e),
+    };
+    let decision = gdr::choose_registration(
+        g.mode,
+        &RegistrationFacts {
+            provider: provider_name(m, &device),
+            provider_probe: probe,
+            kernel: kernel(m.inv),
+            gpu: None,
+        },
+    );
+    facts.registration = Some(decision.clone());
+    if decision.used.is_none() {
+        return refused(m, base, facts, &decision, "host", None);
+    }
+    let (report, res) = super::measure(m.sr, base, &Sides::host());
+    finish(m, report, res, facts, None, "host".into())
+}
+
+/// A run that stopped before measuring.
+fn stopped(base: &WriteBwRequest, facts: GdrFacts, subject: &str, e: ProbeError) -> Run {
+    let report = WriteBwReport {
+        gdr: Some(facts),
+        ..WriteBwReport::new(mode_of(&base.role), base.plan.clone())
+    };
+    let (report, class) = super::conclude(report, &Err(e));
+    Run {
+        subject: subject.into(),
+        report,
+        class,
+    }
+}
+
+fn skipped(base: &WriteBwRequest, facts: GdrFacts, subject: &str, reason: String) -> Run {
+    let mut report = WriteBwReport::new(mode_of(&base.role), base.plan.clone());
+    report.gdr = Some(facts);
+    report.status = Status::Skipped { reason };
+    Run {
+        subject: subject.into(),
+        report,
+        class: Some(ErrorClass::Skip),
+    }
+}
+
+fn refused(
+    m: &Machine,
+    base: &WriteBwRequest,
+    mut facts: GdrFacts,
+    decision: &Decision,
+    subject: &str,
+    gpu: Option<(&str, &str)>,
+) -> Run {
+    let failure = Failure::Refused {
+        requested: decision.requested,
+        reason: decision.summary.clone(),
+    };
+    let provider = provider_name(m, &facts.nic.device);
+    facts.cause = Some(gdr::cause(
+        &failure,
+        &CauseContext {
+            level0: m.level0,
+            gpu,
+            provider: &provider,
+            path: facts.nic.path,
+            bar1: None,
+        },
+    ));
+    let mut report = WriteBwReport::new(mode_of(&base.role), base.plan.clone());
+    report.status = Status::Error {
+        reason: decision.summary.clone(),
+    };
+    report.gdr = Some(facts);
+    Run {
+        subject: subject.into(),
+        report,
+        class: Some(ErrorClass::Machine),
+    }
+}
+
+/// What stopped a run, as `gdr::cause` sees it.
+fn failure_of(res: &Result<(), ProbeError>, report: &WriteBwReport) -> Option<Failure> {
+    match res {
+        Err(ProbeError::Memory { source, .. }) => match source {
+            MemoryError::Register { .. } => {
+                source
+                    .register_errno()
+                    .map(|(registration, errno)| Failure::Register {
+                        registration,
+                        errno,
+                    })
+            }
+            _ => None,
+        },
+        Err(ProbeError::Completion { source, .. }) => Some(Failure::Completion {
+            status: source.to_string(),
+        }),
+        Err(ProbeError::NoCompletion { .. }) => Some(Failure::Stall),
+        Err(_) => None,
+        Ok(()) => {
+            if report.results.iter().any(|r| r.validated == Some(false)) {
+                Some(Failure::DataMismatch)
+            } else if report.results.iter().any(|r| r.verdict == Verdict::Fail) {
+                Some(Failure::BelowThreshold)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// BAR1 use of a GPU from NVML, at the moment a registration ran out of room.
+fn bar1_in_use(bdf: &crate::pci::Bdf) -> Result<(u64, u64), String> {
+    let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+    let d = nvml
+        .device_by_pci_bus_id(bdf.nvml())
+        .map_err(|e| format!("NVML device {}: {e}", bdf.nvml()))?;
+    let b = d
+        .bar1_memory_info()
+        .map_err(|e| format!("nvmlDeviceGetBAR1MemoryInfo: {e}"))?;
+    Ok((b.used, b.total))
+}
+
+/// Judge the measurement: the path's expectation replaces the line-rate threshold beyond PXB;
+/// a failure gets its cause.
+fn finish(
+    m: &Machine,
+    mut report: WriteBwReport,
+    res: Result<(), ProbeError>,
+    mut facts: GdrFacts,
+    gpu: Option<(&str, &crate::pci::Bdf)>,
+    subject: String,
+) -> Run {
+    if !facts.expectation.judged && matches!(report.threshold, Some(Threshold::LineRate { .. })) {
+        report.threshold = Some(Threshold::NotApplicable {
+            reason: facts.expectation.text.clone(),
+        });
+    }
+    let (mut report, class) = super::conclude(report, &res);
+    if let Some(f) = failure_of(&res, &report) {
+        let provider = provider_name(m, &facts.nic.device);
+        let bdf_s = gpu.map(|(_, b)| b.to_string());
+        let bar1 = match (&f, gpu) {
+            (
+                Failure::Register {
+                    registration: Some(_),
+                    errno,
+                },
+                Some((_, b)),
+            ) if *errno == libc::ENOMEM || *errno == libc::ENOSPC => Some(bar1_in_use(b)),
+            _ => None,
+        };
+        facts.cause = Some(gdr::cause(
+            &f,
+            &CauseContext {
+                level0: m.level0,
+                gpu: gpu.map(|(l, _)| l).zip(bdf_s.as_deref()),
+                provider: &provider,
+                path: facts.nic.path,
+                bar1,
+            },
+        ));
+    }
+    report.gdr = Some(facts);
+    Run {
+        subject,
+        report,
+        class,
+    }
+}
+
+/// The GPU half on its own: allocate like a run would, read the attribute back, export a
+/// dma-buf, free. Errors are the GPU half's failures.
+fn gpu_half(
+    gpu: &GpuTarget,
+    bytes: u64,
+    export: bool,
+) -> Result<(u64, bool, Option<Result<(), String>>), String> {
+    let n = usize::try_from(bytes.max(1)).map_err(|e| e.to_string())?;
+    let buf = cuda::RdmaBuffer::new(&gpu.ctx, n).map_err(|e| e.to_string())?;
+    let sync = buf.sync_memops().map_err(|e| e.to_string())?;
+    let exported = export.then(|| buf.export_dmabuf().map(drop).map_err(|e| e.to_string()));
+    Ok((buf.ptr, sync, exported))
+}
+
+fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> Run {
+    let subject = label.to_string();
+    let Some(tg) = m.topo.gpu(label) else {
+        let mut report = WriteBwReport::new(mode_of(&base.role), base.plan.clone());
+        report.status = Status::Error {
+            reason: format!("{label} is not in the topology"),
+        };
+        return Run {
+            subject,
+            report,
+            class: Some(ErrorClass::Usage),
+        };
+    };
+    let bdf = tg.bdf;
+    // The NIC: -d, or the GPU's closest ACTIVE port.
+    let nic = if g.device_given {
+        let (path, certain) = match path_between(m.topo, label, &base.device) {
+            Some((p, c)) => (Some(p), c),
+            None => (None, false),
+        };
+        Ok(NicChoice {
+            device: base.device.clone(),
+            port: base.port,
+            path,
+            path_certain: certain,
+            why: format!(
+                "-d {}{}",
+                base.device,
+                path.map(|p| format!(" (path {} from {label})", p.as_str()))
+                    .unwrap_or_default()
+            ),
+        })
+    } else {
+        gdr::closest_active_port(m.topo, label)
+    };
+    let side = match (&base.role, g.gpu_side) {
+        (Role::Loopback, s) => s,
+        (Role::Client { .. }, _) => GpuSide::Source,
+        (Role::Serve { .. }, _) => GpuSide::Target,
+    };
+    let facts = GdrFacts {
+        gpu: Some(GpuFacts {
+            label: label.into(),
+            bdf: bdf.to_string(),
+            name: tg.name.clone(),
+        }),
+        gpu_side: format!("{side:?}").to_lowercase(),
+        nic: nic.clone().unwrap_or_else(|why| NicChoice {
+            device: String::new(),
+            port: 0,
+            path: None,
+            path_certain: false,
+            why,
+        }),
+        expectation: gdr::expectation(nic.as_ref().ok().and_then(|n| n.path)),
+        registration: None,
+        gpu_memory: None,
+        dmabuf_export: None,
+        cause: None,
+    };
+    // CUDA: the GPU by PCI address, its primary context, memory before.
+    if let Err(e) = cuda::driver_presence() {
+        return skipped(base, facts, label, e.to_string());
+    }
+    let devices = match cuda::init().and_then(|_| cuda::devices()) {
+        Ok(d) => d,
+        Err(e) => return skipped(base, facts, label, e.to_string()),
+    };
+    let Some(dev) = devices
+        .iter()
+        .find(|d| d.bdf.parse::<crate::pci::Bdf>().ok() == Some(bdf))
+    else {
+        let seen: Vec<&str> = devices.iter().map(|d| d.bdf.as_str()).collect();
+        return skipped(
+            base,
+            facts,
+            label,
+            format!(
+                "CUDA does not list {label} ({bdf}); it lists {}",
+                if seen.is_empty() {
+                    "no device".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            ),
+        );
+    };
+    let ctx = match cuda::Context::retain(dev.handle) {
+        Ok(c) => c,
+        Err(e) => {
+            let mut r = skipped(base, facts, label, String::new());
+            r.report.status = Status::Error {
+                reason: format!("{label}: {e}"),
+            };
+            r.class = Some(ErrorClass::Machine);
+            return r;
+        }
+    };
+    let target = GpuTarget {
+        label: label.into(),
+        bdf: bdf.to_string(),
+        ctx: Rc::clone(&ctx),
+    };
+    let before = match cuda::mem_info(&ctx) {
+        Ok(b) => b,
+        Err(e) => {
+            let mut r = skipped(base, facts, label, String::new());
+            r.report.status = Status::Error {
+                reason: format!("{label}: {e}"),
+            };
+            r.class = Some(ErrorClass::Machine);
+            return r;
+        }
+    };
+    let mut last = None;
+    let runs = g.repeat.max(1);
+    let mut done = 0;
+    for _ in 0..runs {
+        if crate::probes::live::interrupted() {
+            last = Some(stopped(base, facts.clone(), label, ProbeError::Interrupted));
+            break;
+        }
+        done += 1;
+        let run = one_gpu_run(m, base, g, &target, dev, side, &nic, facts.clone());
+        let stop = run.class.is_some_and(|c| c != ErrorClass::Skip);
+        last = Some(run);
+        if stop {
+            break;
+        }
+    }
+    let mut run = last.unwrap_or_else(|| skipped(base, facts.clone(), label, "no run".into()));
+    // Every region and buffer of the runs is gone; the context is still retained.
+    let check = cuda::mem_info(&ctx).map(|after| GpuMemoryCheck::new(before, after, done));
+    drop(target);
+    drop(ctx);
+    let f = run.report.gdr.get_or_insert(facts);
+    match check {
+        Ok(c) => {
+            if c.leaked() && run.class.is_none_or(|k| k == ErrorClass::Skip) {
+                run.report.status = Status::Error {
+                    reason: format!(
+                        "{label}: {} MiB of GPU memory not given back after {done} run(s) (cuMemGetInfo free {} -> {} bytes)",
+                        c.left_behind_bytes >> 20,
+                        c.free_before_bytes,
+                        c.free_after_bytes
+                    ),
+                };
+                run.class = Some(ErrorClass::Machine);
+            }
+            f.gpu_memory = Some(c);
+        }
+        Err(e) => run
+            .report
+            .notes
+            .push(format!("cuMemGetInfo after the run: {e}")),
+    }
+    if runs > 1 {
+        run.report.notes.push(format!(
+            "{done} of {runs} run(s) in this process (--repeat); the report is the last one"
+        ));
+    }
+    run
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_gpu_run(
+    m: &Machine,
+    base: &WriteBwRequest,
+    g: &GdrRequest,
+    target: &GpuTarget,
+    dev: &cuda::Device,
+    side: GpuSide,
+    nic: &Result<NicChoice, String>,
+    mut facts: GdrFacts,
+) -> Run {
+    let label = target.label.as_str();
+    // The GPU half: allocation, SYNC_MEMOPS, alignment, dma-buf export.
+    let export = dev.dma_buf_supported == Ok(true);
+    match gpu_half(target, base.plan.max_size(), export) {
+        Ok((_, _, exported)) => {
+            facts.dmabuf_export = Some(exported.unwrap_or_else(|| {
+                Err(format!(
+                    "not attempted: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is {}",
+                    match &dev.dma_buf_supported {
+                        Ok(v) => (*v as u8).to_string(),
+                        Err(e) => format!("unreadable ({e})"),
+                    }
+                ))
+            }));
+        }
+        Err(e) => {
+            let mut r = skipped(base, facts, label, String::new());
+            r.report.status = Status::Error {
+                reason: format!("{label}: GPU buffer: {e}"),
+            };
+            r.class = Some(ErrorClass::Machine);
+            return r;
+        }
+    }
+    if let Some(Err(e)) = &facts.dmabuf_export
+        && export
+    {
+        let reason = format!("{label}: dma-buf export failed although CUDA reports support: {e}");
+        let mut r = skipped(base, facts, label, String::new());
+        r.report.status = Status::Error { reason };
+        r.class = Some(ErrorClass::Machine);
+        return r;
+    }
+    let nic = match nic {
+        Ok(n) => n.clone(),
+        Err(why) => {
+            return skipped(
+                base,
+                facts,
+                label,
+                format!("{label}: GPU half ready; no RDMA port to test it with: {why}"),
+            );
+        }
+    };
+    // The NIC half: NCCL's probe on the chosen device, then the decision.
+    let probe = match probe_provider(&nic.device) {
+        Ok(p) => p,
+        Err(e) => return stopped(base, facts, label, e),
+    };
+    let decision = gdr::choose_registration(
+        g.mode,
+        &RegistrationFacts {
+            provider: provider_name(m, &nic.device),
+            provider_probe: probe,
+            kernel: kernel(m.inv),
+            gpu: Some(GpuRegFacts {
+                label: label.into(),
+                cuda_dmabuf: dev.dma_buf_supported.clone(),
+                open_module: m
+                    .inv
+                    .host
+                    .nvidia_version_line
+                    .as_deref()
+                    .and_then(|l| crate::checks::parse_nvrm(l).1),
+                peermem_loaded: peermem_loaded(m.inv),
+            }),
+        },
+    );
+    facts.registration = Some(decision.clone());
+    let bdf = target.bdf.clone();
+    let Some(reg) = decision.used else {
+        return refused(
+            m,
+            base,
+            facts,
+            &decision,
+            label,
+            Some((label, bdf.as_str())),
+        );
+    };
+    let gpu_mem = Memory::Gpu {
+        gpu: target.clone(),
+        registration: reg,
+    };
+    let sides = match side {
+        GpuSide::Source => Sides {
+            source: gpu_mem,
+            target: Memory::Host,
+        },
+        GpuSide::Target => Sides {
+            source: Memory::Host,
+            target: gpu_mem,
+        },
+        GpuSide::Both => Sides {
+            source: gpu_mem.clone(),
+            target: gpu_mem,
+        },
+    };
+    let req = WriteBwRequest {
+        device: nic.device.clone(),
+        port: nic.port,
+        ..base.clone()
+    };
+    let (mut report, res) = super::measure(m.sr, &req, &sides);
+    drop(sides);
+    report.notes.push(format!(
+        "registration: {} ({})",
+        reg.as_str(),
+        decision.summary
+    ));
+    let tb = m.topo.gpu(label).map(|t| t.bdf);
+    let gpu = tb.as_ref().map(|b| (label, b));
+    finish(m, report, res, facts, gpu, label.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_selection() {
+        let sr = SysRoot::at(std::path::Path::new("fixtures/hgx-h100-8gpu")).unwrap();
+        let inv =
+            Inventory::collect(&sr, crate::nvml::NvmlSnapshot::unavailable("t", "t")).unwrap();
+        let topo = crate::topo::build(&inv);
+        assert!(gpu_labels(&topo, GpuSelect::Host).is_empty());
+        assert_eq!(gpu_labels(&topo, GpuSelect::One(3)), ["GPU3"]);
+        assert_eq!(gpu_labels(&topo, GpuSelect::Auto).len(), topo.gpus.len());
+        assert_eq!(
+            path_between(&topo, "GPU0", "mlx5_0").map(|p| p.0),
+            Some(PathType::PIX)
+        );
+        assert_eq!(path_between(&topo, "GPU0", "rxe0"), None);
+    }
+}
