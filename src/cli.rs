@@ -167,8 +167,9 @@ pub struct CheckArgs {
     pub color: ColorChoice,
     /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device); 1 = also
     /// CUDA host<->GPU and GPU<->GPU copies and dma-buf export (replayed from probes/*.json
-    /// in a recorded tree); 2 = also a short RDMA-write loopback on every active RDMA port.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    /// in a recorded tree); 2 = also a short RDMA-write loopback on every active RDMA port;
+    /// 3 = also a short GPUDirect RDMA loopback per GPU against its closest active port.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub level: u8,
     /// Downgrade a failing check to a warning (repeatable).
     #[arg(long = "warn", value_name = "ID")]

@@ -13,6 +13,7 @@ mod gpu;
 mod host;
 pub mod level1;
 pub mod level2;
+pub mod level3;
 mod pcie;
 mod placement;
 mod rdma;
@@ -312,6 +313,8 @@ checks! {
         "GPU memory exports as a dma-buf (GPU half of dma-buf GPUDirect RDMA)";
     ProbeWriteBw = "probe.write-bw", level 2, Fail, Run::Probe,
         "RDMA-write loopback on every active port moves and validates data at line rate";
+    ProbeGdrWriteBw = "probe.gdr-write-bw", level 3, Fail, Run::Probe,
+        "GPUDirect RDMA writes from and into each GPU's memory through its closest active port";
     BaselineGpus = "baseline.gpus", level 0, Fail, Run::Baseline,
         "GPUs at the baseline's PCI positions, of the baseline's model (--expect)";
     BaselineNics = "baseline.nics", level 0, Fail, Run::Baseline,

@@ -601,9 +601,28 @@ pub struct GdrFacts {
     pub registration: Option<Decision>,
     /// cuMemGetInfo free bytes before the run's allocations and after they were freed.
     pub gpu_memory: Option<GpuMemoryCheck>,
-    /// The dma-buf fd export of the GPU buffer (whether or not dma-buf was used to register).
-    pub dmabuf_export: Option<Result<(), String>>,
+    /// The GPU half on its own, before any NIC is involved: a buffer allocated as a run
+    /// allocates it, its alignment and SYNC_MEMOPS attribute, and a dma-buf export.
+    pub gpu_buffer: Option<GpuBufferFacts>,
     pub cause: Option<Cause>,
+    /// Nothing to test here (no GPU, no RDMA port): a skip that is not a gap in what was
+    /// judged.
+    #[serde(skip)]
+    pub not_applicable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuBufferFacts {
+    /// cuMemAlloc size (the largest message, rounded up to 64 KiB GPU pages).
+    pub bytes: u64,
+    pub address: String,
+    /// The largest power of two (up to 2 MiB) the address is a multiple of.
+    pub address_alignment_bytes: u64,
+    /// CU_POINTER_ATTRIBUTE_SYNC_MEMOPS read back after setting it.
+    pub sync_memops: bool,
+    /// cuMemGetHandleForAddressRange(DMA_BUF_FD) on the whole buffer: "exported" or why not.
+    pub dmabuf_export: String,
+    pub dmabuf_exported: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -989,6 +1008,89 @@ mod tests {
         // More free afterwards (another process freed memory): nothing left behind.
         let m = GpuMemoryCheck::new((1, 10), (5, 10), 1);
         assert_eq!(m.left_behind_bytes, 0);
+    }
+
+    fn fixture(name: &str) -> Topology {
+        let sr =
+            crate::sysroot::SysRoot::at(std::path::Path::new(&format!("fixtures/{name}"))).unwrap();
+        let inv = crate::inventory::Inventory::collect(
+            &sr,
+            crate::nvml::NvmlSnapshot::unavailable("test", "test"),
+        )
+        .unwrap();
+        crate::topo::build(&inv)
+    }
+
+    fn set_state(t: &mut Topology, dev: &str, s: crate::facts::PortState) {
+        for n in t.nics.iter_mut().filter(|n| n.rdma_device == dev) {
+            for p in &mut n.ports {
+                p.state_kind = Some(s);
+                p.state = Some(format!("{s:?}"));
+            }
+        }
+    }
+
+    #[test]
+    fn closest_active_port_by_path_never_by_index() {
+        use crate::facts::PortState;
+        let mut t = fixture("hgx-h100-8gpu");
+        let c = closest_active_port(&t, "GPU0").unwrap();
+        assert_eq!(
+            (c.device.as_str(), c.port, c.path),
+            ("mlx5_0", 1, Some(PathType::PIX))
+        );
+        assert!(
+            c.why.contains("closest ACTIVE RDMA port: mlx5_0/1 at PIX"),
+            "{}",
+            c.why
+        );
+        // GPU1's switch holds NIC3, not NIC1.
+        let c = closest_active_port(&t, "GPU1").unwrap();
+        assert_eq!((c.device.as_str(), c.path), ("mlx5_3", Some(PathType::PIX)));
+        // Its NIC down: the next best ACTIVE port, and the closer one named.
+        set_state(&mut t, "mlx5_0", PortState::Down);
+        let c = closest_active_port(&t, "GPU0").unwrap();
+        assert_eq!(c.path, Some(PathType::NODE));
+        assert_ne!(c.device, "mlx5_0");
+        assert!(
+            c.why.contains("closer ports not ACTIVE: mlx5_0/1 (PIX"),
+            "{}",
+            c.why
+        );
+        assert!(c.why.contains("first of"), "{}", c.why);
+        // Nothing ACTIVE; no NICs; no such GPU.
+        let names: Vec<String> = t.nics.iter().map(|n| n.rdma_device.clone()).collect();
+        for n in &names {
+            set_state(&mut t, n, PortState::Down);
+        }
+        let e = closest_active_port(&t, "GPU0").unwrap_err();
+        assert!(
+            e.starts_with("no ACTIVE RDMA port (ports: mlx5_0/1 (PIX"),
+            "{e}"
+        );
+        t.nics.clear();
+        assert!(
+            closest_active_port(&t, "GPU0")
+                .unwrap_err()
+                .contains("no RDMA NIC")
+        );
+        assert!(
+            closest_active_port(&t, "GPU42")
+                .unwrap_err()
+                .contains("not in the topology")
+        );
+    }
+
+    #[test]
+    fn ties_go_to_the_first_nic_in_name_order() {
+        // Two-socket PCIe server: GPU0 is PHB to both ports of the first dual-port card.
+        let t = fixture("pcie-2socket-roce");
+        let c = closest_active_port(&t, "GPU0").unwrap();
+        assert_eq!((c.device.as_str(), c.path), ("mlx5_0", Some(PathType::PHB)));
+        assert!(c.why.contains("first of 2 ports at PHB"), "{}", c.why);
+        assert!(!expectation(c.path).judged);
+        let c = closest_active_port(&t, "GPU3").unwrap();
+        assert_eq!((c.device.as_str(), c.path), ("mlx5_2", Some(PathType::PHB)));
     }
 
     #[test]

@@ -8,8 +8,8 @@
 
 use super::engine::{self, ErrorClass, ProbeError};
 use super::gdr::{
-    self, CauseContext, Decision, Failure, GdrFacts, GdrMode, GpuFacts, GpuMemoryCheck,
-    GpuRegFacts, GpuSide, NicChoice, RegistrationFacts,
+    self, CauseContext, Decision, Failure, GdrFacts, GdrMode, GpuBufferFacts, GpuFacts,
+    GpuMemoryCheck, GpuRegFacts, GpuSide, NicChoice, RegistrationFacts,
 };
 use super::memory::{GpuTarget, Memory, MemoryError};
 use super::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
@@ -210,8 +210,9 @@ fn host_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Run {
         nic,
         registration: None,
         gpu_memory: None,
-        dmabuf_export: None,
+        gpu_buffer: None,
         cause: None,
+        not_applicable: false,
     };
     let probe = match probe_provider(&device) {
         Ok(p) => p,
@@ -387,16 +388,35 @@ fn finish(
 
 /// The GPU half on its own: allocate like a run would, read the attribute back, export a
 /// dma-buf, free. Errors are the GPU half's failures.
-fn gpu_half(
-    gpu: &GpuTarget,
-    bytes: u64,
-    export: bool,
-) -> Result<(u64, bool, Option<Result<(), String>>), String> {
+fn gpu_half(gpu: &GpuTarget, bytes: u64, dev: &cuda::Device) -> Result<GpuBufferFacts, String> {
     let n = usize::try_from(bytes.max(1)).map_err(|e| e.to_string())?;
     let buf = cuda::RdmaBuffer::new(&gpu.ctx, n).map_err(|e| e.to_string())?;
     let sync = buf.sync_memops().map_err(|e| e.to_string())?;
-    let exported = export.then(|| buf.export_dmabuf().map(drop).map_err(|e| e.to_string()));
-    Ok((buf.ptr, sync, exported))
+    let (dmabuf_exported, dmabuf_export) = match &dev.dma_buf_supported {
+        Ok(true) => match buf.export_dmabuf() {
+            Ok(fd) => {
+                drop(fd);
+                (true, "exported".to_string())
+            }
+            Err(e) => (false, format!("failed although CUDA reports support: {e}")),
+        },
+        Ok(false) => (
+            false,
+            "not attempted: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0".to_string(),
+        ),
+        Err(e) => (
+            false,
+            format!("not attempted: DMA_BUF_SUPPORTED unreadable ({e})"),
+        ),
+    };
+    Ok(GpuBufferFacts {
+        bytes: buf.bytes as u64,
+        address: format!("{:#x}", buf.ptr),
+        address_alignment_bytes: super::memory::alignment_of(buf.ptr),
+        sync_memops: sync,
+        dmabuf_export,
+        dmabuf_exported,
+    })
 }
 
 fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> Run {
@@ -456,8 +476,9 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
         expectation: gdr::expectation(nic.as_ref().ok().and_then(|n| n.path)),
         registration: None,
         gpu_memory: None,
-        dmabuf_export: None,
+        gpu_buffer: None,
         cause: None,
+        not_applicable: false,
     };
     // CUDA: the GPU by PCI address, its primary context, memory before.
     if let Err(e) = cuda::driver_presence() {
@@ -576,40 +597,33 @@ fn one_gpu_run(
 ) -> Run {
     let label = target.label.as_str();
     // The GPU half: allocation, SYNC_MEMOPS, alignment, dma-buf export.
-    let export = dev.dma_buf_supported == Ok(true);
-    match gpu_half(target, base.plan.max_size(), export) {
-        Ok((_, _, exported)) => {
-            facts.dmabuf_export = Some(exported.unwrap_or_else(|| {
-                Err(format!(
-                    "not attempted: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is {}",
-                    match &dev.dma_buf_supported {
-                        Ok(v) => (*v as u8).to_string(),
-                        Err(e) => format!("unreadable ({e})"),
-                    }
-                ))
-            }));
-        }
-        Err(e) => {
-            let mut r = skipped(base, facts, label, String::new());
-            r.report.status = Status::Error {
-                reason: format!("{label}: GPU buffer: {e}"),
-            };
-            r.class = Some(ErrorClass::Machine);
-            return r;
-        }
-    }
-    if let Some(Err(e)) = &facts.dmabuf_export
-        && export
-    {
-        let reason = format!("{label}: dma-buf export failed although CUDA reports support: {e}");
+    let failed = |facts: GdrFacts, reason: String| {
         let mut r = skipped(base, facts, label, String::new());
         r.report.status = Status::Error { reason };
         r.class = Some(ErrorClass::Machine);
-        return r;
+        r
+    };
+    match gpu_half(target, base.plan.max_size(), dev) {
+        Ok(b) => facts.gpu_buffer = Some(b),
+        Err(e) => return failed(facts, format!("{label}: GPU buffer: {e}")),
+    }
+    if let Some(b) = &facts.gpu_buffer {
+        if dev.dma_buf_supported == Ok(true) && !b.dmabuf_exported {
+            let why = format!("{label}: dma-buf export {}", b.dmabuf_export);
+            return failed(facts, why);
+        }
+        if (b.address_alignment_bytes as usize) < cuda::GPU_PAGE_BYTES {
+            let why = format!(
+                "{label}: cuMemAlloc returned {} ({} B aligned), not a 64 KiB GPU page boundary",
+                b.address, b.address_alignment_bytes
+            );
+            return failed(facts, why);
+        }
     }
     let nic = match nic {
         Ok(n) => n.clone(),
         Err(why) => {
+            facts.not_applicable = true;
             return skipped(
                 base,
                 facts,

@@ -144,7 +144,7 @@ pub struct Region {
     facts: MemoryFacts,
 }
 
-fn alignment_of(addr: u64) -> u64 {
+pub fn alignment_of(addr: u64) -> u64 {
     if addr == 0 {
         return 2 << 20;
     }

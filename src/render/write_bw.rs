@@ -180,14 +180,15 @@ fn gdr_header(
             d.requested, d.summary
         );
     }
-    if let Some(e) = &g.dmabuf_export {
+    if let Some(b) = &g.gpu_buffer {
         let _ = writeln!(
             o,
-            " dma-buf export (cuMemGetHandleForAddressRange): {}",
-            match e {
-                Ok(()) => "ok".to_string(),
-                Err(why) => why.clone(),
-            }
+            " GPU buffer (cuMemAlloc): {} B at {}, {} KiB-aligned, SYNC_MEMOPS {}; dma-buf export: {}",
+            b.bytes,
+            b.address,
+            b.address_alignment_bytes >> 10,
+            u8::from(b.sync_memops),
+            b.dmabuf_export
         );
     }
     let _ = writeln!(o, " Expectation: {}", g.expectation.text);

@@ -68,6 +68,9 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
     if opts.level >= 2 {
         level2(source, &inv, opts.probe.progress, &mut findings);
     }
+    if opts.level >= 3 {
+        level3(source, &inv, &topo, opts.probe.progress, &mut findings)?;
+    }
     if let Some(b) = &opts.expect {
         findings.extend(crate::baseline::compare(
             b,
@@ -160,6 +163,72 @@ fn level2(source: &Source, inv: &Inventory, opts_progress: bool, findings: &mut 
             .not_applicable(),
         );
     }
+}
+
+/// Level 3: a short, validated GPUDirect RDMA loopback per GPU (both buffers in its memory,
+/// registered as NCCL would) against its closest ACTIVE RDMA port.
+fn level3(
+    source: &Source,
+    inv: &Inventory,
+    topo: &crate::topo::Topology,
+    progress: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::gdr::{GdrMode, GpuSide};
+    use crate::rdma::level3::{self, GdrRequest, GpuSelect, Machine};
+    use crate::rdma::{Role, WriteBwRequest, write_bw::Plan};
+    use checks::level3 as l3;
+    if !source.is_live() {
+        findings.push(
+            Finding::new(
+                l3::ID,
+                "host",
+                Status::Skip,
+                "GPUDirect RDMA probes run on the live machine; a recorded tree does not replay them",
+            )
+            .not_applicable(),
+        );
+        return Ok(());
+    }
+    // As level 2's: 64 KiB and 1 MiB writes, 500 each, validated (copied back from GPU memory).
+    let plan = Plan::new(vec![65536, 1 << 20], 500, 128, 16, None, 1, true)
+        .map_err(|e| anyhow::anyhow!("level-3 plan: {e}"))?;
+    let base = WriteBwRequest {
+        device: String::new(),
+        port: 1,
+        gid_index: None,
+        plan,
+        role: Role::Loopback,
+        timeout: std::time::Duration::from_secs(30),
+        progress,
+    };
+    let req = GdrRequest {
+        gpu: GpuSelect::Auto,
+        mode: GdrMode::Auto,
+        gpu_side: GpuSide::Both,
+        repeat: 1,
+        device_given: false,
+    };
+    // The level-0 findings so far are the evidence a failure's cause cites.
+    let level0 = findings.clone();
+    let m = Machine {
+        sr: &source.sysroot,
+        inv,
+        topo,
+        level0: &level0,
+    };
+    let runs = level3::run(&m, &base, &req);
+    if runs
+        .iter()
+        .any(|r| r.class == Some(ErrorClass::Interrupted))
+    {
+        anyhow::bail!("interrupted (Ctrl-C); memory regions deregistered and GPU memory freed");
+    }
+    for r in &runs {
+        findings.push(l3::finding(&r.subject, &r.report));
+    }
+    Ok(())
 }
 
 /// Level-1 probe reports: measured on a live machine, or read from a recorded tree's

@@ -1,0 +1,120 @@
+//! Level 3: a short, validated GPUDirect RDMA loopback per GPU against its closest ACTIVE RDMA
+//! port (`probe write-bw --gpu`), as `probe.gdr-write-bw` findings. Pure: turns level-3
+//! write-bw reports into findings.
+
+use super::{CheckId, Finding, Status, ev};
+use crate::rdma::write_bw::{Status as WStatus, Verdict, WriteBwReport};
+
+pub const ID: CheckId = CheckId::ProbeGdrWriteBw;
+
+/// The finding for one GPU's run.
+pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
+    let mut e = Vec::new();
+    let g = r.gdr.as_ref();
+    if let Some(g) = g {
+        if !g.nic.device.is_empty() {
+            e.push(ev(
+                "RDMA port",
+                format!("{}/{}: {}", g.nic.device, g.nic.port, g.nic.why),
+            ));
+        }
+        if let Some(b) = &g.gpu_buffer {
+            e.push(ev(
+                "cuMemAlloc",
+                format!(
+                    "{} B at {} ({} KiB-aligned), SYNC_MEMOPS {}, dma-buf export: {}",
+                    b.bytes,
+                    b.address,
+                    b.address_alignment_bytes >> 10,
+                    u8::from(b.sync_memops),
+                    b.dmabuf_export
+                ),
+            ));
+        }
+        if let Some(d) = &g.registration {
+            e.push(ev("registration", d.summary.clone()));
+        }
+        if let Some(m) = &g.gpu_memory {
+            e.push(ev(
+                "cuMemGetInfo",
+                format!(
+                    "free {} B before, {} B after",
+                    m.free_before_bytes, m.free_after_bytes
+                ),
+            ));
+        }
+        e.push(ev("expectation", g.expectation.text.clone()));
+    }
+    for s in &r.results {
+        e.push(ev(
+            format!("{} B x {} writes", s.bytes, s.iterations),
+            format!(
+                "{:.1} MB/s average ({:.2} Gb/s), data {}",
+                s.average_mb_per_s,
+                s.average_gbps,
+                match s.validated {
+                    Some(true) => "validated",
+                    Some(false) => "CORRUPT",
+                    None => "not checked",
+                }
+            ),
+        ));
+    }
+    if let Some(c) = g.and_then(|g| g.cause.as_ref()) {
+        e.extend(c.evidence.iter().cloned());
+    }
+    let judged = r.results.iter().any(|s| s.verdict != Verdict::NotJudged);
+    let via = g
+        .and_then(|g| g.registration.as_ref())
+        .and_then(|d| d.used)
+        .map(|u| u.as_str())
+        .unwrap_or("?");
+    let beyond_pxb = g.is_some_and(|g| !g.expectation.judged && g.nic.path.is_some());
+    let f = match &r.status {
+        WStatus::Ok if judged => Finding::new(
+            ID,
+            subject,
+            Status::Pass,
+            format!("GPUDirect RDMA writes via {via} reach the line-rate threshold; data validated in GPU memory"),
+        ),
+        // Beyond PXB NCCL would not use GPUDirect RDMA: say so, as a warning (--deny makes it
+        // a failure).
+        WStatus::Ok if beyond_pxb => Finding::new(
+            ID,
+            subject,
+            Status::Warn,
+            format!(
+                "GPUDirect RDMA via {via} works, but {}",
+                g.map(|g| g.expectation.text.as_str()).unwrap_or_default()
+            ),
+        )
+        .fix("Put the GPU and its NIC behind one PCIe switch (PIX/PXB), or let NCCL stage through host memory there (its default beyond PXB)"),
+        WStatus::Ok => Finding::new(
+            ID,
+            subject,
+            Status::Pass,
+            format!("GPUDirect RDMA writes via {via} moved and validated (no line-rate threshold applies to this port)"),
+        ),
+        WStatus::Skipped { reason } => {
+            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
+            if g.is_none_or(|g| g.not_applicable) {
+                f.not_applicable()
+            } else {
+                f
+            }
+        }
+        WStatus::Failed { reason } | WStatus::Error { reason } => {
+            let c = g.and_then(|g| g.cause.as_ref());
+            let msg = match c {
+                Some(c) => format!("{reason}: {}", c.summary),
+                None => reason.clone(),
+            };
+            Finding::new(ID, subject, Status::Fail, msg).fix(
+                c.map(|c| c.remediation.clone()).unwrap_or_else(|| {
+                    "`gpudoctor probe write-bw --gpu N --all --validate` gives the full sweep and the cause".into()
+                }),
+            )
+        }
+    };
+    f.evidence(e)
+}
