@@ -118,3 +118,127 @@ pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
     };
     f.evidence(e)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::SkipKind;
+    use crate::rdma::gdr::{self, GdrFacts, GpuFacts, NicChoice};
+    use crate::rdma::write_bw::{Mode, Plan, SizeResult};
+    use crate::topo::PathType;
+
+    fn report(path: Option<PathType>, status: WStatus, verdict: Verdict) -> WriteBwReport {
+        let plan = Plan::new(vec![1 << 20], 500, 128, 16, None, 1, true).unwrap();
+        let mut r = WriteBwReport::new(Mode::Loopback, plan);
+        r.results.push(SizeResult {
+            bytes: 1 << 20,
+            iterations: 500,
+            elapsed_ns: 1,
+            peak_mb_per_s: 1.0,
+            peak_window: 1,
+            average_mb_per_s: 1.0,
+            average_gbps: 1.0,
+            msg_rate_mpps: 1.0,
+            validated: Some(true),
+            verdict,
+        });
+        r.status = status;
+        r.gdr = Some(GdrFacts {
+            gpu: Some(GpuFacts {
+                label: "GPU0".into(),
+                bdf: "0000:1b:00.0".into(),
+                name: "H100".into(),
+            }),
+            gpu_side: "both".into(),
+            nic: NicChoice {
+                device: "mlx5_0".into(),
+                port: 1,
+                path,
+                path_certain: true,
+                why: "closest".into(),
+            },
+            expectation: gdr::expectation(path),
+            registration: None,
+            gpu_memory: None,
+            gpu_buffer: None,
+            cause: None,
+            not_applicable: false,
+        });
+        r
+    }
+
+    #[test]
+    fn every_verdict() {
+        let f = finding(
+            "GPU0",
+            &report(Some(PathType::PIX), WStatus::Ok, Verdict::Pass),
+        );
+        assert_eq!(f.status, Status::Pass);
+        assert!(f.message.contains("line-rate threshold"));
+        // Beyond PXB: works, but a warning that names NCCL's rule.
+        let f = finding(
+            "GPU0",
+            &report(Some(PathType::SYS), WStatus::Ok, Verdict::NotJudged),
+        );
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.message.contains("ncclTopoCheckGdr"), "{}", f.message);
+        assert!(f.remediation.is_some());
+        // Path unknown (not on the PCI tree): moved and validated is the pass.
+        let f = finding("GPU0", &report(None, WStatus::Ok, Verdict::NotJudged));
+        assert_eq!(f.status, Status::Pass);
+        assert!(f.message.contains("no line-rate threshold"));
+        // Failure with a cause: the cause's summary and fix.
+        let mut r = report(
+            Some(PathType::PIX),
+            WStatus::Error {
+                reason: "mlx5_0: ibv_reg_mr failed".into(),
+            },
+            Verdict::NotJudged,
+        );
+        if let Some(g) = r.gdr.as_mut() {
+            g.cause = Some(gdr::Cause {
+                summary: "nvidia-peermem is not loaded".into(),
+                checks: vec!["gdr.peermem"],
+                evidence: vec![ev("check gdr.peermem host", "fail")],
+                remediation: "modprobe nvidia-peermem".into(),
+            });
+        }
+        let f = finding("GPU0", &r);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.message.ends_with(": nvidia-peermem is not loaded"));
+        assert_eq!(f.remediation.as_deref(), Some("modprobe nvidia-peermem"));
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.source == "check gdr.peermem host")
+        );
+        // Failure without a cause still says how to dig.
+        let f = finding(
+            "GPU0",
+            &report(
+                Some(PathType::PIX),
+                WStatus::Failed {
+                    reason: "slow".into(),
+                },
+                Verdict::Fail,
+            ),
+        );
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.remediation.unwrap().contains("--all --validate"));
+        // Skips: nothing to test here (not applicable) vs could not run (unknown).
+        let mut r = report(
+            None,
+            WStatus::Skipped {
+                reason: "no RDMA NIC".into(),
+            },
+            Verdict::NotJudged,
+        );
+        assert_eq!(finding("GPU0", &r).skip, Some(SkipKind::Unknown));
+        if let Some(g) = r.gdr.as_mut() {
+            g.not_applicable = true;
+        }
+        assert_eq!(finding("GPU0", &r).skip, Some(SkipKind::NotApplicable));
+        r.gdr = None;
+        assert_eq!(finding("host", &r).skip, Some(SkipKind::NotApplicable));
+    }
+}

@@ -448,6 +448,11 @@ impl Side {
         let mut idle: u32 = 0;
 
         while total_done < iterations {
+            // Ctrl-C (level 3 installs the handler): leave between posts; the caller's drops
+            // deregister the regions before their memory is freed. One atomic load per round.
+            if crate::probes::live::interrupted() {
+                return Err(ProbeError::Interrupted);
+            }
             for q in 0..n {
                 loop {
                     let room = tx_depth - (posted[q] - done[q]);
@@ -490,9 +495,6 @@ impl Side {
                 idle += 1;
                 if idle >= 4096 {
                     idle = 0;
-                    if crate::probes::live::interrupted() {
-                        return Err(ProbeError::Interrupted);
-                    }
                     if last_progress.elapsed() > stall {
                         return Err(ProbeError::NoCompletion {
                             device: device.into(),

@@ -708,6 +708,90 @@ mod tests {
     use super::*;
 
     #[test]
+    fn failures_map_to_the_cause_table() {
+        use crate::rdma::memory::Registration;
+        use crate::verbs::VerbsError;
+        let plan = crate::rdma::write_bw::Plan::new(vec![64], 1, 1, 1, None, 1, true).unwrap();
+        let empty = WriteBwReport::new(Mode::Loopback, plan);
+        let reg = |r, e| {
+            Err(ProbeError::Memory {
+                device: "mlx5_0".into(),
+                source: MemoryError::Register {
+                    what: "x".into(),
+                    registration: r,
+                    source: VerbsError::Call {
+                        call: "ibv_reg_mr",
+                        source: std::io::Error::from_raw_os_error(e),
+                    },
+                },
+            })
+        };
+        assert_eq!(
+            failure_of(&reg(Some(Registration::Peermem), libc::EFAULT), &empty),
+            Some(Failure::Register {
+                registration: Some(Registration::Peermem),
+                errno: libc::EFAULT
+            })
+        );
+        assert_eq!(
+            failure_of(&reg(None, libc::ENOMEM), &empty),
+            Some(Failure::Register {
+                registration: None,
+                errno: libc::ENOMEM
+            })
+        );
+        let comp = Err(ProbeError::Completion {
+            device: "mlx5_0".into(),
+            bytes: 64,
+            source: VerbsError::Completion {
+                status: 10,
+                status_str: "remote access error".into(),
+                vendor_err: 0,
+            },
+        });
+        assert!(
+            matches!(failure_of(&comp, &empty), Some(Failure::Completion { status }) if status.contains("remote access error"))
+        );
+        let stall = Err(ProbeError::NoCompletion {
+            device: "mlx5_0".into(),
+            bytes: 64,
+            completed: 0,
+            iterations: 1,
+            timeout: std::time::Duration::from_secs(1),
+        });
+        assert_eq!(failure_of(&stall, &empty), Some(Failure::Stall));
+        assert_eq!(failure_of(&Err(ProbeError::Interrupted), &empty), None);
+        assert_eq!(failure_of(&Ok(()), &empty), None);
+        let mut r = empty.clone();
+        let mut s = crate::rdma::write_bw::summarise(64, 1, 1, &Default::default());
+        s.verdict = Verdict::Fail;
+        r.results.push(s.clone());
+        assert_eq!(failure_of(&Ok(()), &r), Some(Failure::BelowThreshold));
+        s.validated = Some(false);
+        r.results.push(s);
+        assert_eq!(failure_of(&Ok(()), &r), Some(Failure::DataMismatch));
+    }
+
+    #[test]
+    fn peermem_as_nccl_finds_it() {
+        let sr = SysRoot::at(std::path::Path::new("fixtures/hgx-h100-8gpu")).unwrap();
+        let mut inv =
+            Inventory::collect(&sr, crate::nvml::NvmlSnapshot::unavailable("t", "t")).unwrap();
+        inv.host.memory_peers.clear();
+        inv.host.sys_modules = Some(vec!["nvidia".into()]);
+        assert_eq!(peermem_loaded(&inv), Some(false));
+        inv.host.sys_modules = Some(vec!["nvidia_peermem".into()]);
+        assert_eq!(peermem_loaded(&inv), Some(true));
+        inv.host.sys_modules = None;
+        assert_eq!(peermem_loaded(&inv), None);
+        inv.host.memory_peers.insert(
+            "/sys/kernel/mm/memory_peers/nv_mem/version".into(),
+            "1.3".into(),
+        );
+        assert_eq!(peermem_loaded(&inv), Some(true));
+    }
+
+    #[test]
     fn gpu_selection() {
         let sr = SysRoot::at(std::path::Path::new("fixtures/hgx-h100-8gpu")).unwrap();
         let inv =

@@ -122,6 +122,150 @@ fn check_measured(f: &mut Findings, name: &str, j: &Value, sizes: &[u64], iters:
     });
 }
 
+/// Level 3 in the VM: host memory through the level-3 path, the dma-buf verdict for rxe from
+/// NCCL's probe, the fallback, no GPU, Ctrl-C.
+fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
+    let l2 = c("l2-ref");
+    let l3 = c("l3-host");
+    f.rc(&l2, 0);
+    f.rc(&l3, 0);
+    let dmabuf_refused = "rxe0 (soft-RoCE on rxenet0) does not support dma-buf memory regions: NCCL's probe ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0) failed with EOPNOTSUPP";
+    if let (Ok(a), Ok(b)) = (l2.json(), l3.json()) {
+        check_measured(f, "l2-ref", &a, &[4096, 65536], 32);
+        check_measured(f, "l3-host", &b, &[4096, 65536], 32);
+        // One engine: same port, addressing, threshold and buffers (host memory, ibv_reg_mr).
+        for k in ["local", "threshold", "memory"] {
+            let (x, mut y) = (a[k].clone(), b[k].clone());
+            if k == "memory" {
+                // Addresses differ from run to run.
+                for s in ["source", "target"] {
+                    for v in ["address", "address_alignment_bytes"] {
+                        y[s][v] = x[s][v].clone();
+                    }
+                }
+            }
+            f.check(x == y, || {
+                format!("l3-host: {k} {y} differs from level 2's {x}")
+            });
+        }
+        f.check(a["memory"]["target"]["kind"] == "host", || {
+            format!("l2-ref: memory {}", a["memory"])
+        });
+        // The rates of the same plan on the same device agree within the noise of emulation.
+        for i in 0..2 {
+            let (x, y) = (
+                a["results"][i]["average_mb_per_s"].as_f64().unwrap_or(0.0),
+                b["results"][i]["average_mb_per_s"].as_f64().unwrap_or(0.0),
+            );
+            f.check(y > x / 3.0 && y < x * 3.0, || {
+                format!(
+                    "l3-host: {} B at {y} MB/s, level 2 {x} MB/s",
+                    a["results"][i]["bytes"]
+                )
+            });
+        }
+        let g = &b["gdr"];
+        f.check(g["gpu"].is_null() && g["nic"]["device"] == "rxe0", || {
+            format!("l3-host: gdr {g}")
+        });
+        let r = &g["registration"];
+        f.check(
+            r["requested"] == "auto"
+                && r["used"] == "peermem"
+                && r["dmabuf"]["verdict"] == "not-usable"
+                && r["dmabuf"]["why"] == dmabuf_refused,
+            || format!("l3-host: registration {r}"),
+        );
+    }
+    let t = c("l3-host-tbl");
+    f.rc(&t, 0);
+    f.contains(&t, "out", &format!("Registration (Auto requested): peermem (ibv_reg_mr): dma-buf not used: {dmabuf_refused}"));
+    f.contains(
+        &t,
+        "out",
+        " GPU: none: host memory through the level-3 path",
+    );
+    f.contains(&t, "out", " write-bw: ok");
+    // --gdr dmabuf on rxe: refused with the provider named, peermem the remaining path.
+    let d = c("l3-dmabuf");
+    f.rc(&d, 1);
+    if let Ok(j) = d.json() {
+        let reason = j["status"]["reason"].as_str().unwrap_or_default();
+        f.check(
+            j["status"]["kind"] == "error"
+                && reason.starts_with(&format!(
+                    "dma-buf requested but not usable: {dmabuf_refused}"
+                )),
+            || format!("l3-dmabuf: status {}", j["status"]),
+        );
+        let cause = &j["gdr"]["cause"];
+        f.check(
+            cause["summary"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("dma-buf cannot work here"))
+                && cause["checks"] == serde_json::json!(["gdr.dmabuf", "gdr.peermem"])
+                && j["results"].as_array().is_some_and(|r| r.is_empty()),
+            || format!("l3-dmabuf: {j}"),
+        );
+    }
+    let p = c("l3-peermem");
+    f.rc(&p, 0);
+    if let Ok(j) = p.json() {
+        check_measured(f, "l3-peermem", &j, &[4096], 16);
+        f.check(j["gdr"]["registration"]["used"] == "peermem", || {
+            format!("l3-peermem: {}", j["gdr"]["registration"])
+        });
+    }
+    // No GPU: --gpu auto is a clean skip; --gpu 0 a usage error.
+    let ga = c("l3-gpu-auto");
+    f.rc(&ga, 0);
+    if let Ok(j) = ga.json() {
+        f.check(
+            j[0]["status"]["kind"] == "skipped"
+                && j[0]["status"]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("no NVIDIA GPUs")),
+            || format!("l3-gpu-auto: {j}"),
+        );
+    }
+    let g0 = c("l3-gpu-0");
+    f.rc(&g0, 2);
+    f.contains(&g0, "err", "--gpu 0: no GPU0 here (GPUs: none)");
+    // check --level 3: levels 0-2 as before, and probe.gdr-write-bw a not-applicable skip.
+    let l3c = c("check-l3");
+    f.rc(&l3c, 0);
+    if let Ok(j) = l3c.json() {
+        let of = |id: &str| -> Vec<Value> {
+            j["checks"]
+                .as_array()
+                .map(|a| a.iter().filter(|c| c["id"] == id).cloned().collect())
+                .unwrap_or_default()
+        };
+        f.check(j["level"] == 3 && j["status"] != "fail", || {
+            format!("check-l3: level {} status {}", j["level"], j["status"])
+        });
+        f.check(
+            of("probe.write-bw")
+                .iter()
+                .any(|c| c["subject"] == "rxe0/1" && c["status"] == "pass"),
+            || format!("check-l3: probe.write-bw {:?}", of("probe.write-bw")),
+        );
+        let g = of("probe.gdr-write-bw");
+        f.check(
+            g.len() == 1
+                && g[0]["status"] == "skip"
+                && g[0]["skip"] == "not-applicable"
+                && g[0]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("no NVIDIA GPUs")),
+            || format!("check-l3: probe.gdr-write-bw {g:?}"),
+        );
+    }
+    let si = c("l3-sigint");
+    f.rc(&si, 2);
+    f.contains(&si, "out", "write-bw: ERROR: interrupted (Ctrl-C)");
+}
+
 #[test]
 fn vm_verbs_suite() {
     if let Some(why) = vm_missing() {
@@ -226,6 +370,7 @@ fn vm_verbs_suite() {
         }
         Err(e) => f.0.push(e),
     }
+    check_level3(&mut f, &c);
     let tbl = c("loopback-tbl");
     f.rc(&tbl, 0);
     f.contains(

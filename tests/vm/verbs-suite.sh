@@ -22,6 +22,26 @@ case_ loopback-qps  $G -d rxe0 --sizes 65536 --iters 64 --qps 4 --tx-depth 16 --
 # check --level 2 inside a machine with a real kernel RDMA stack: the write-bw loopback on rxe0's
 # active port (and level-0 RDMA discovery through sysfs).
 case_ check-l2      $BIN check --level 2 --json
+# Level 3 on host memory (the VM has no GPU): the level-3 path with the host provider gives
+# level 2's results for the same plan, and the NIC half of the registration decision comes from a
+# real ibv_reg_dmabuf_mr call: NCCL's fd=-1 probe (this Debian 6.1 kernel has CONFIG_UDMABUF unset,
+# so no dma-buf can be made from a memfd here).
+case_ l2-ref        $G -d rxe0 --sizes 4096,65536 --iters 32 --validate --json
+case_ l3-host       $G -d rxe0 --gdr auto --sizes 4096,65536 --iters 32 --validate --json
+case_ l3-host-tbl   $G -d rxe0 --gdr auto --sizes 4096 --iters 16 --validate
+case_ l3-dmabuf     $G -d rxe0 --gdr dmabuf --sizes 4096 --iters 8 --json
+case_ l3-peermem    $G -d rxe0 --gdr peermem --sizes 4096 --iters 16 --validate --json
+case_ l3-gpu-auto   $G --gpu auto --json
+case_ l3-gpu-0      $G --gpu 0
+case_ check-l3      $BIN check --level 3 --json
+# Ctrl-C during a level-3 run (4 KiB x 400000 takes minutes here): it stops between polls and
+# leaves through the same drops as any error (regions deregistered before memory is freed).
+C0=/sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts; base0=$(cat $C0 2>/dev/null || echo 0)
+$G -d rxe0 --gdr auto --sizes 4096 --iters 400000 --cq-mod 16 > "$OUT/l3-sigint.out" 2> "$OUT/l3-sigint.err" &
+ipid=$!
+i=0
+until [ "$(cat $C0 2>/dev/null || echo 0)" -gt $((base0 + 300)) ] || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done
+kill -INT $ipid; wait $ipid; echo $? > "$OUT/l3-sigint.rc"; echo "sent SIGINT after $i polls at $(up)" >> "$OUT/times"
 # Error paths on one device.
 case_ bad-device    $G -d nosuch0 --iters 8
 case_ bad-gid       $G -d rxe0 --gid-index 77 --iters 8
