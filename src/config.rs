@@ -605,6 +605,102 @@ mod tests {
     }
 
     #[test]
+    fn level3_options() {
+        use crate::rdma::gdr::{GdrMode, GpuSide};
+        use crate::rdma::level3::{GdrRequest, GpuSelect};
+        let env = Env::default();
+        let gdr = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
+            Action::WriteBw(w) => w.gdr,
+            _ => panic!("write-bw"),
+        };
+        assert_eq!(gdr(&["probe", "write-bw", "-d", "mlx5_0"]), None);
+        assert_eq!(
+            gdr(&["probe", "write-bw", "--gpu", "3"]),
+            Some(GdrRequest {
+                gpu: GpuSelect::One(3),
+                mode: GdrMode::Auto,
+                gpu_side: GpuSide::Both,
+                repeat: 1,
+                device_given: false,
+            })
+        );
+        let g = gdr(&[
+            "probe",
+            "write-bw",
+            "--gpu",
+            "auto",
+            "-d",
+            "mlx5_1",
+            "--gdr",
+            "peermem",
+            "--gpu-side",
+            "target",
+            "--repeat",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            (g.gpu, g.mode, g.gpu_side, g.repeat, g.device_given),
+            (GpuSelect::Auto, GdrMode::Peermem, GpuSide::Target, 5, true)
+        );
+        // --gdr without --gpu: host memory through the level-3 path.
+        assert_eq!(
+            gdr(&["probe", "write-bw", "-d", "rxe0", "--gdr", "dmabuf"]).map(|g| g.gpu),
+            Some(GpuSelect::Host)
+        );
+        assert!(err(&["probe", "write-bw", "-d", "x", "--repeat", "3"]).contains("--repeat"));
+        assert!(
+            err(&[
+                "probe",
+                "write-bw",
+                "--gpu",
+                "0",
+                "--gpu-side",
+                "source",
+                "--peer",
+                "h",
+                "--token",
+                "t"
+            ])
+            .contains("--gpu-side is for loopback")
+        );
+        assert!(
+            err(&[
+                "probe",
+                "write-bw",
+                "--gpu",
+                "auto",
+                "--format",
+                "prometheus"
+            ])
+            .contains("use --gpu N")
+        );
+        assert!(
+            err(&[
+                "probe", "write-bw", "--gpu", "auto", "--serve", "--token", "t"
+            ])
+            .contains("two-node mode takes one GPU")
+        );
+        // clap refuses these before resolution.
+        for argv in [
+            &["gpudoctor", "probe", "write-bw"][..],
+            &["gpudoctor", "probe", "write-bw", "--gpu", "x"],
+            &[
+                "gpudoctor",
+                "probe",
+                "write-bw",
+                "-d",
+                "x",
+                "--gpu-side",
+                "both",
+            ],
+            &["gpudoctor", "check", "--level", "4"],
+        ] {
+            assert!(Args::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+    }
+
+    #[test]
     fn sources() {
         let env = Env::default();
         assert_eq!(resolve(&["topo"], &env).unwrap().source, SourceSpec::Live);

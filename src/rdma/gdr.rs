@@ -403,6 +403,15 @@ pub fn expectation(path: Option<PathType>) -> Expectation {
     }
 }
 
+/// Host memory through the level-3 path (`--gdr` without `--gpu`): no GPU-NIC path, judged as
+/// level 2 judges it.
+pub fn host_expectation() -> Expectation {
+    Expectation {
+        judged: true,
+        text: "host memory: judged as level 2 (90% of the port's line rate for messages >= 64 KiB, where the port has one)".into(),
+    }
+}
+
 /// What went wrong, as the runner saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
@@ -996,6 +1005,7 @@ mod tests {
                 .contains("inter-socket")
         );
         assert!(!expectation(None).judged);
+        assert!(host_expectation().judged);
     }
 
     #[test]

@@ -206,7 +206,7 @@ fn host_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Run {
     let mut facts = GdrFacts {
         gpu: None,
         gpu_side: "none (host memory)".into(),
-        expectation: gdr::expectation(None),
+        expectation: gdr::host_expectation(),
         nic,
         registration: None,
         gpu_memory: None,

@@ -508,4 +508,36 @@ fn write_bw_skips_without_rdma() {
         .unwrap();
     let j: Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(j["status"]["kind"], "skipped", "{j}");
+    // Level 3 on host memory: the same clean skip, with the NIC named.
+    let l3 = crate::gpudoctor()
+        .args([
+            "probe", "write-bw", "-d", "mlx5_0", "--gdr", "auto", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(l3.status.code(), Some(0));
+    let j: Value = serde_json::from_slice(&l3.stdout).unwrap();
+    assert_eq!(j["status"]["kind"], "skipped", "{j}");
+    assert_eq!(j["gdr"]["nic"]["device"], "mlx5_0", "{j}");
+}
+
+/// `--gpu auto` on a machine without GPUs (this host, CI) is a clean skip, exit 0.
+#[test]
+fn gdr_write_bw_skips_without_gpus() {
+    if std::fs::read_dir("/proc/driver/nvidia/gpus").is_ok_and(|mut d| d.next().is_some()) {
+        eprintln!("skipped: this machine has NVIDIA GPUs");
+        return;
+    }
+    let out = crate::gpudoctor()
+        .args(["probe", "write-bw", "--gpu", "auto", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j[0]["status"]["kind"], "skipped", "{j}");
+    let out = crate::gpudoctor()
+        .args(["probe", "write-bw", "--gpu", "auto", "--fail-on-skip"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "--fail-on-skip fails the gate");
 }
