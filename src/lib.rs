@@ -21,6 +21,7 @@ pub mod rdma;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod signals;
 pub mod source;
 pub mod sysroot;
 pub mod topo;

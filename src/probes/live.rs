@@ -1,5 +1,5 @@
 //! Measuring on the live machine: plans from the topology, CUDA work on one worker thread,
-//! a deadline and Ctrl-C watched from the calling thread.
+//! a deadline and SIGINT/SIGTERM watched from the calling thread.
 //!
 //! This module must not judge: it records samples, expected rates and what it read, and hands
 //! the report to `ProbeReport::evaluate`. A hung copy or kernel cannot be cancelled, so when
@@ -14,7 +14,6 @@ use crate::cuda::{self, Context, CudaError, DeviceBuffer, Event, Module, PinnedB
 use crate::topo::Topology;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ pub use super::options::ProbeOptions;
 /// What a probe run produced.
 pub struct ProbeRun {
     pub report: ProbeReport,
-    /// Ctrl-C: the worker stopped between samples and freed its memory.
+    /// SIGINT/SIGTERM: the worker stopped between samples and freed its memory.
     pub interrupted: bool,
     /// The deadline passed with CUDA work still outstanding: end the process now.
     pub hung: bool,
@@ -115,25 +114,7 @@ fn plan(topo: &Topology) -> Plan {
     Plan { gpus, paths }
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    if INTERRUPTED.swap(true, Ordering::SeqCst) {
-        // A second Ctrl-C: leave at once (async-signal-safe).
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(130) };
-    }
-}
-
-pub(crate) fn install_sigint() {
-    let handler: extern "C" fn(libc::c_int) = on_sigint;
-    // SAFETY: installs an async-signal-safe handler that only touches an atomic.
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
-}
-
-pub(crate) fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
-}
+use crate::signals::interrupted;
 
 /// End the process now, after writing `stdout`: used when CUDA work is hung and the worker
 /// thread cannot be joined (exit handlers could wait on the hung context).
@@ -183,7 +164,7 @@ fn with_report(sh: &SharedRef, f: impl FnOnce(&mut ProbeReport)) {
 /// and reported as this run's error.
 pub fn run(opts: &ProbeOptions, topo: &Topology) -> ProbeRun {
     let plan = plan(topo);
-    install_sigint();
+    crate::signals::install();
     let shared: SharedRef = Arc::new(Mutex::new(Shared {
         report: Some(ProbeReport::new(opts.kind, opts.policy.clone())),
         ..Default::default()
@@ -426,9 +407,10 @@ fn worker(o: &ProbeOptions, plan: &Plan, sh: &SharedRef) -> Result<(), String> {
     };
     match res {
         Ok(()) => Ok(()),
-        Err(Stop::Interrupted) => {
-            Err("interrupted (Ctrl-C); device and pinned memory freed".into())
-        }
+        Err(Stop::Interrupted) => Err(format!(
+            "interrupted by {}; device and pinned memory freed",
+            crate::signals::which()
+        )),
         Err(Stop::Cuda(e)) => Err(e.to_string()),
     }
 }

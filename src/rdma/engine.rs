@@ -78,7 +78,7 @@ pub enum ProbeError {
         source: crate::cuda::CudaError,
     },
     /// Ctrl-C: stopped between polls; every region was deregistered and freed on the way out.
-    #[error("interrupted (Ctrl-C)")]
+    #[error("interrupted by {}", crate::signals::which())]
     Interrupted,
     #[error("{bytes} B writes do not fit the registered buffers ({len} B)")]
     TooLarge { bytes: u64, len: u64 },
@@ -448,9 +448,9 @@ impl Side {
         let mut idle: u32 = 0;
 
         while total_done < iterations {
-            // Ctrl-C (level 3 installs the handler): leave between posts; the caller's drops
+            // SIGINT/SIGTERM (the write-bw commands install the handler): leave between posts; the caller's drops
             // deregister the regions before their memory is freed. One atomic load per round.
-            if crate::probes::live::interrupted() {
+            if crate::signals::interrupted() {
                 return Err(ProbeError::Interrupted);
             }
             for q in 0..n {

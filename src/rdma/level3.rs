@@ -74,7 +74,7 @@ pub fn gpu_labels(topo: &Topology, sel: GpuSelect) -> Vec<String> {
 
 /// Run level 3 for every GPU `g` selects (or once on host memory). Ctrl-C stops the loop.
 pub fn run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Vec<Run> {
-    crate::probes::live::install_sigint();
+    crate::signals::install();
     if g.gpu == GpuSelect::Host {
         return vec![host_run(m, base, g)];
     }
@@ -538,7 +538,7 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
     let runs = g.repeat.max(1);
     let mut done = 0;
     for _ in 0..runs {
-        if crate::probes::live::interrupted() {
+        if crate::signals::interrupted() {
             last = Some(stopped(base, facts.clone(), label, ProbeError::Interrupted));
             break;
         }

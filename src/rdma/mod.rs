@@ -109,6 +109,7 @@ pub fn measure(
         Role::Serve { .. } => Mode::Server,
         Role::Client { .. } => Mode::Client,
     };
+    crate::signals::install();
     let mut report = WriteBwReport::new(mode, req.plan.clone());
     let res = match &req.role {
         Role::Loopback => loopback(sr, req, mem, &mut report),
@@ -208,7 +209,7 @@ fn open_side(
 }
 
 fn stop_if_interrupted() -> Result<(), ProbeError> {
-    if crate::probes::live::interrupted() {
+    if crate::signals::interrupted() {
         return Err(ProbeError::Interrupted);
     }
     Ok(())

@@ -66,7 +66,7 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
         probe_reports = Some(reports);
     }
     if opts.level >= 2 {
-        level2(source, &inv, opts.probe.progress, &mut findings);
+        level2(source, &inv, opts.probe.progress, &mut findings)?;
     }
     if opts.level >= 3 {
         level3(source, &inv, &topo, opts.probe.progress, &mut findings)?;
@@ -88,7 +88,12 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
 }
 
 /// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device.
-fn level2(source: &Source, inv: &Inventory, opts_progress: bool, findings: &mut Vec<Finding>) {
+fn level2(
+    source: &Source,
+    inv: &Inventory,
+    opts_progress: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
     use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
     use checks::level2;
     if !source.is_live() {
@@ -101,7 +106,7 @@ fn level2(source: &Source, inv: &Inventory, opts_progress: bool, findings: &mut 
             )
             .not_applicable(),
         );
-        return;
+        return Ok(());
     }
     let before = findings.len();
     for d in &inv.rdma {
@@ -148,7 +153,13 @@ fn level2(source: &Source, inv: &Inventory, opts_progress: bool, findings: &mut 
                 timeout: std::time::Duration::from_secs(30),
                 progress: opts_progress,
             };
-            let (report, _) = rdma::write_bw(&source.sysroot, &req);
+            let (report, class) = rdma::write_bw(&source.sysroot, &req);
+            if class == Some(rdma::engine::ErrorClass::Interrupted) {
+                anyhow::bail!(
+                    "interrupted by {}; queue pairs destroyed and memory regions deregistered",
+                    crate::signals::which()
+                );
+            }
             level2::findings(&subject, &report, findings);
         }
     }
@@ -163,6 +174,7 @@ fn level2(source: &Source, inv: &Inventory, opts_progress: bool, findings: &mut 
             .not_applicable(),
         );
     }
+    Ok(())
 }
 
 /// Level 3: a short, validated GPUDirect RDMA loopback per GPU (both buffers in its memory,
@@ -223,7 +235,10 @@ fn level3(
         .iter()
         .any(|r| r.class == Some(ErrorClass::Interrupted))
     {
-        anyhow::bail!("interrupted (Ctrl-C); memory regions deregistered and GPU memory freed");
+        anyhow::bail!(
+            "interrupted by {}; memory regions deregistered and GPU memory freed",
+            crate::signals::which()
+        );
     }
     for r in &runs {
         findings.push(l3::finding(&r.subject, &r.report));
@@ -249,7 +264,10 @@ pub(super) fn level1_reports(
             .into());
         }
         if runs.iter().any(|r| r.interrupted) {
-            anyhow::bail!("interrupted (Ctrl-C); device and pinned memory freed");
+            anyhow::bail!(
+                "interrupted by {}; device and pinned memory freed",
+                crate::signals::which()
+            );
         }
         return Ok(runs.into_iter().map(|r| r.report).collect());
     }

@@ -78,6 +78,7 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
         stdout,
         code: match class {
             None => EXIT_OK,
+            Some(ErrorClass::Interrupted) => EXIT_ERROR,
             Some(ErrorClass::Skip) if !w.fail_on_skip => EXIT_OK,
             Some(_) => EXIT_FAILED_CHECK,
         },

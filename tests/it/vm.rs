@@ -263,7 +263,31 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     }
     let si = c("l3-sigint");
     f.rc(&si, 2);
-    f.contains(&si, "out", "write-bw: ERROR: interrupted (Ctrl-C)");
+    f.contains(
+        &si,
+        "out",
+        "write-bw: ERROR: interrupted by SIGINT (Ctrl-C)",
+    );
+    // SIGTERM mid-run: exit 2 naming it, stopped within two seconds (emulated machine), and the
+    // same device works right after.
+    let st = c("l2-sigterm");
+    f.rc(&st, 2);
+    f.contains(&st, "out", "write-bw: ERROR: interrupted by SIGTERM");
+    let stop = st.read("stop");
+    let t: Vec<f64> = stop
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.check(t.len() == 2 && t[1] - t[0] < 2.0, || {
+        format!("l2-sigterm: stop took {stop:?} (uptime before and after kill)")
+    });
+    let again = c("l2-after-term");
+    f.rc(&again, 0);
+    if let Ok(j) = again.json() {
+        f.check(j["results"][0]["validated"] == true, || {
+            format!("l2-after-term: {j}")
+        });
+    }
 }
 
 #[test]

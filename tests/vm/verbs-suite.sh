@@ -42,6 +42,15 @@ ipid=$!
 i=0
 until [ "$(cat $C0 2>/dev/null || echo 0)" -gt $((base0 + 300)) ] || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done
 kill -INT $ipid; wait $ipid; echo $? > "$OUT/l3-sigint.rc"; echo "sent SIGINT after $i polls at $(up)" >> "$OUT/times"
+# SIGTERM during a level-2 run (as a scheduler's timeout sends it): exit 2 naming the signal, within
+# a second or two; a rerun on the same device right after works (QPs and MRs were released).
+base0=$(cat $C0 2>/dev/null || echo 0)
+$G -d rxe0 --sizes 4096 --iters 400000 --cq-mod 16 > "$OUT/l2-sigterm.out" 2> "$OUT/l2-sigterm.err" &
+ipid=$!
+i=0
+until [ "$(cat $C0 2>/dev/null || echo 0)" -gt $((base0 + 300)) ] || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done
+t0=$(up); kill -TERM $ipid; wait $ipid; echo $? > "$OUT/l2-sigterm.rc"; echo "$t0 $(up)" > "$OUT/l2-sigterm.stop"
+case_ l2-after-term $G -d rxe0 --sizes 4096 --iters 32 --validate --json
 # Error paths on one device.
 case_ bad-device    $G -d nosuch0 --iters 8
 case_ bad-gid       $G -d rxe0 --gid-index 77 --iters 8
