@@ -298,12 +298,17 @@ pub(super) fn p2p(ctx: &Ctx, out: &mut Vec<Finding>) {
         ));
         return;
     }
+    // NVML's pairs by address, parsed once (GPUs^2 pairs: a lookup, not a scan, per pair).
+    let mut recorded = std::collections::HashMap::new();
+    for p in &ctx.inv.nvml.p2p {
+        if let (Ok(x), Ok(y)) = (p.a.parse::<Bdf>(), p.b.parse::<Bdf>()) {
+            recorded.entry((x, y)).or_insert(p);
+        }
+    }
     for (i, a) in t.gpus.iter().enumerate() {
         for b in &t.gpus[i + 1..] {
             let subject = format!("{}-{}", a.label, b.label);
-            let e = ctx.inv.nvml.p2p.iter().find(|p| {
-                p.a.parse::<Bdf>().ok() == Some(a.bdf) && p.b.parse::<Bdf>().ok() == Some(b.bdf)
-            });
+            let e = recorded.get(&(a.bdf, b.bdf)).copied();
             match e {
                 Some(p) if p.read.as_deref() == Some("ok") && p.write.as_deref() == Some("ok") => {
                     out.push(Finding::new(id, subject, Status::Pass, "P2P read and write OK").with(ev("nvmlDeviceGetP2PStatus", "read ok, write ok")))
