@@ -113,6 +113,9 @@ pub struct SysRoot {
     touched: Mutex<HashSet<String, Fnv>>,
     /// Resolved component prefixes (see `resolve_prefix`).
     resolved: Mutex<HashMap<Vec<String>, Vec<String>, Fnv>>,
+    /// Physical path (resolved components) -> its link target, or None when it is not a link:
+    /// one lstat (and readlink) per path however many kernel paths lead through it.
+    links: Mutex<HashMap<Vec<String>, Option<String>, Fnv>>,
     /// The last path handed to the reader (see `last_path`).
     last: Mutex<String>,
     /// Kernel directory path (as written by callers) -> resolved components.
@@ -181,6 +184,10 @@ impl std::hash::Hasher for FnvHasher {
 /// Never a kernel entry; recorded trees' listings leave it out.
 pub const KEEP_FILE: &str = ".gitkeep";
 
+/// The first read of a file asks for this much (sysfs attributes are at most a page; PCI
+/// config space is 4 KiB: a full first read goes on to EOF).
+const FIRST_READ: usize = 8192;
+
 /// Directory handles kept open: discovery reads one directory at a time, so a few suffice.
 const DIR_CACHE: usize = 8;
 
@@ -200,6 +207,7 @@ impl SysRoot {
             live: true,
             touched: Mutex::new(HashSet::default()),
             resolved: Mutex::new(HashMap::default()),
+            links: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
             parents: Mutex::new(HashMap::default()),
             last: Mutex::new(String::new()),
@@ -231,6 +239,7 @@ impl SysRoot {
             live: false,
             touched: Mutex::new(HashSet::default()),
             resolved: Mutex::new(HashMap::default()),
+            links: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
             parents: Mutex::new(HashMap::default()),
             last: Mutex::new(String::new()),
@@ -511,16 +520,11 @@ impl SysRoot {
             }
             _ => {
                 base.push(last.clone());
-                let host = self.host_path(&base);
-                let meta =
-                    fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-                if meta.file_type().is_symlink() {
+                if let Some(target) = self.link_target(&base, kpath)? {
                     *hops += 1;
                     if *hops > MAX_LINK_HOPS {
                         return Err(ReadError::LinkLoop(kpath.to_string()));
                     }
-                    let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-                    let target = target.to_string_lossy().into_owned();
                     base.pop();
                     if target.starts_with('/') {
                         // An absolute target means "from the root of this tree", never the
@@ -541,6 +545,28 @@ impl SysRoot {
         };
         self.lock_cache().insert(comps.to_vec(), result.clone());
         Ok(result)
+    }
+
+    /// The link target of the physical path `phys` (already resolved: no links before its last
+    /// component), or None when it is not a link; memoised.
+    fn link_target(&self, phys: &[String], kpath: &str) -> Result<Option<String>, ReadError> {
+        let lock = || match self.links.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(hit) = lock().get(phys) {
+            return Ok(hit.clone());
+        }
+        let host = self.host_path(phys);
+        let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+        let target = if meta.file_type().is_symlink() {
+            let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
+            Some(t.to_string_lossy().into_owned())
+        } else {
+            None
+        };
+        lock().insert(phys.to_vec(), target.clone());
+        Ok(target)
     }
 
     /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
@@ -638,11 +664,27 @@ impl SysRoot {
             None => return Err(ReadError::BadPath(kpath.to_string())),
         };
         // A directory fails the read below with EISDIR; no fstat needed.
-        let mut buf = Vec::with_capacity(256);
-        // sysfs reports 4096 for every attribute: read to EOF, not by the reported size.
-        f.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| ReadError::from_io(kpath, &e))?;
+        // sysfs reports 4096 for every attribute: read to EOF, not by the reported size. A
+        // sysfs attribute gives its whole value to one read, and a regular file of a recorded
+        // tree gives a short read only at its end, so there one read that does not fill the
+        // buffer is the whole file (half the read calls of discovery). procfs (seq_file) may
+        // return less than asked before its end: it is read to EOF.
+        let mut f = f;
+        let mut buf = vec![0u8; FIRST_READ];
+        let n = loop {
+            match f.read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ReadError::from_io(kpath, &e)),
+            }
+        };
+        buf.truncate(n);
+        let whole = n < FIRST_READ && (!self.live || kpath.starts_with("/sys/"));
+        if !whole && n > 0 {
+            f.take(MAX_FILE_BYTES + 1 - n as u64)
+                .read_to_end(&mut buf)
+                .map_err(|e| ReadError::from_io(kpath, &e))?;
+        }
         if buf.len() as u64 > MAX_FILE_BYTES {
             return Err(ReadError::TooLarge(kpath.to_string()));
         }
@@ -680,6 +722,12 @@ impl SysRoot {
 
     /// Directory entries, sorted by name.
     pub fn list(&self, kpath: &str) -> Result<Vec<Entry>, ReadError> {
+        self.list_entries(kpath, true)
+    }
+
+    /// `list`; `kinds`: whether to find out if each link leads to a directory (one stat per
+    /// link: /sys/bus/pci/devices holds a link per PCI function, and `list_names` needs none).
+    fn list_entries(&self, kpath: &str, kinds: bool) -> Result<Vec<Entry>, ReadError> {
         self.note(kpath);
         {
             let mut l = match self.listed.lock() {
@@ -703,7 +751,9 @@ impl SysRoot {
                 continue;
             }
             let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
-            let is_dir = if ft.is_symlink() {
+            let is_dir = if ft.is_symlink() && !kinds {
+                false
+            } else if ft.is_symlink() {
                 // A link to a directory counts as one when it resolves inside the root.
                 let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
                 self.resolve(&child, true)
@@ -725,7 +775,11 @@ impl SysRoot {
     /// Names in a directory (sorted); a missing directory is an empty list only when the caller
     /// says absence is normal, so this returns the error and lets the caller decide.
     pub fn list_names(&self, kpath: &str) -> Result<Vec<String>, ReadError> {
-        Ok(self.list(kpath)?.into_iter().map(|e| e.name).collect())
+        Ok(self
+            .list_entries(kpath, false)?
+            .into_iter()
+            .map(|e| e.name)
+            .collect())
     }
 
     /// Whether a path exists (following links inside the root).
