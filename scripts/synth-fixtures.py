@@ -255,6 +255,8 @@ class Fn:
         self.iommu_group = None
         self.numa_override = None              # int: numa_node (and local_cpus) this fn claims
         self.rc = None                         # root bus "dddd:bb"
+        self.pf = None                         # SR-IOV: the physical function of a VF
+        self.vfs = []                          # SR-IOV: a PF's virtual functions (enabled)
         if parent is not None:
             parent.children.append(self)
 
@@ -277,7 +279,9 @@ class Fn:
         return f.bus
 
     def multifunction(self):
-        return sum(1 for g in self.m.fns if (g.dom, g.bus, g.dev) == (self.dom, self.bus, self.dev)) > 1
+        # VFs are not found by enumeration: they do not make their PF multi-function
+        return sum(1 for g in self.m.fns if (g.dom, g.bus, g.dev) == (self.dom, self.bus, self.dev)
+                   and g.pf is None) > 1 and self.pf is None
 
     # config space
     def config_bytes(self):
@@ -419,6 +423,8 @@ class Fn:
             caps.append((0x100, 0x0001, 2, 0x48))
         if self.acs_ctrl is not None:
             caps.append((0x148, 0x000D, 1, 0x08))
+        if self.vfs:
+            caps.append((0x180, 0x0010, 1, 0x40))
         for i, (off, cid, ver, _) in enumerate(caps):
             nxt = caps[i + 1][0] if i + 1 < len(caps) else 0
             c.w32(off, cid | (ver << 16) | (nxt << 20))
@@ -435,6 +441,16 @@ class Fn:
             elif cid == 0x000D:
                 c.w16(off + 4, self.acs_cap)
                 c.w16(off + 6, self.acs_ctrl)
+            elif cid == 0x0010:
+                n = len(self.vfs)
+                c.w32(off + 0x04, 0x00000002)              # SR-IOV caps: ARI capable hierarchy preserved
+                c.w16(off + 0x08, 0x0019)                   # control: VF enable, VF MSE, ARI capable hierarchy
+                c.w16(off + 0x0C, max(n, 16))               # InitialVFs
+                c.w16(off + 0x0E, max(n, 16))               # TotalVFs
+                c.w16(off + 0x10, n)                        # NumVFs
+                c.w16(off + 0x14, 1)                        # First VF offset
+                c.w16(off + 0x16, 1)                        # VF stride
+                c.w16(off + 0x1A, self.vfs[0].device)       # VF device ID
 
 
 class RdmaPort:
@@ -696,8 +712,20 @@ def write_fn(w, m, f):
         files["subordinate_bus_number"] = "%d\n" % f.sub
     if f.driver == "nvidia":
         files["reset_method"] = "flr bus\n"
+    if f.vfs:
+        files["sriov_totalvfs"] = "%d\n" % max(len(f.vfs), 16)
+        files["sriov_numvfs"] = "%d\n" % len(f.vfs)
+        files["sriov_offset"] = "1\n"
+        files["sriov_stride"] = "1\n"
+        files["sriov_vf_device"] = "%x\n" % f.vfs[0].device
+        files["sriov_drivers_autoprobe"] = "1\n"
+        files["ari_enabled"] = "1\n"
     for k in sorted(files):
         w.write(d + "/" + k, files[k])
+    for i, v in enumerate(f.vfs):
+        w.link(d + "/virtfn%d" % i, v.path())
+    if f.pf is not None:
+        w.link(d + "/physfn", f.pf.path())
     w.write(d + "/config", f.config_bytes())
     w.link(d + "/subsystem", "sys/bus/pci")
     if f.driver:
@@ -1186,7 +1214,7 @@ COMMON_NOTE = """
 
 # --------------------------------------------------------------------------- tree 1: HGX H100
 
-def build_hgx(scale=1, name="hgx-h100-8gpu"):
+def build_hgx(scale=1, name="hgx-h100-8gpu", vfs=0):
     cps, tpc = 56, 2
     ncpu = 2 * cps * tpc
 
@@ -1262,6 +1290,19 @@ def build_hgx(scale=1, name="hgx-h100-8gpu"):
             nic = m.add(B(nic_bus, 0), MLX, 0x1021, 0x020700, parent=dsp_n, svid=MLX, sdid=0x0041, rev=0x00,
                         driver="mlx5_core", ptype=PT_EP, link=(5, 16), bars=[(0, 64 * MiB, "m64p")],
                         mrrs=5, devcap_mps=2, label="CX-7 IB")
+            for j in range(vfs):
+                # SR-IOV: First VF Offset 1, VF Stride 1, ARI (routing IDs past .7 go on in
+                # device numbers); a VF has no link of its own (its Link Capabilities and Status
+                # read 0: sysfs shows "Unknown" and width 0) and reads 0xffff for its IDs in
+                # config space (sysfs shows the IDs the PF's SR-IOV capability gives).
+                rid = 1 + j
+                vf = m.add(B(nic_bus, rid >> 3, rid & 7), MLX, 0x101E, 0x020700, parent=dsp_n, svid=MLX,
+                           sdid=0x0041, rev=0x00, driver="mlx5_core", ptype=PT_EP, link=(0, 0),
+                           bars=[(0, 2 * MiB, "m64p")], mrrs=5, devcap_mps=2, label="CX-7 IB VF %d" % j)
+                vf.aer = False
+                vf.pf = nic
+                vf.config_patches.append(lambda b: b.__setitem__(slice(0, 4), b"\xff\xff\xff\xff"))
+                nic.vfs.append(vf)
             # data NVMe (U.2) on the same switch; the one on GPU4's switch has no driver bound
             m.add(B(nvme_bus, 0), 0x144D, 0xA824, 0x010802, parent=dsp_s, svid=0x144D, sdid=0xA813, rev=0x00,
                   driver=None if (gi == 4 and k == 0) else "nvme", ptype=PT_EP, link=(4, 4),
@@ -1291,6 +1332,9 @@ def build_hgx(scale=1, name="hgx-h100-8gpu"):
     nics = sorted([(gr[1], "ib", gr[2], gr[3], 0) for gr in groups] +
                   [(s[0], "eth", s[1], s[2], s[3]) for s in storage],
                   key=lambda t: (t[0].dom, t[0].bus, t[0].dev, t[0].fn))
+    # mlx5_core names VFs' RDMA devices after every PF's (they appear when sriov_numvfs is set)
+    nics += [(v, "ib", gr[2], gr[3], 0) for gr in sorted(groups, key=lambda t: (t[1].dom, t[1].bus))
+             for v in gr[1].vfs]
     ifindex = 2
     for n, (fn, kind, node, k, port) in enumerate(nics):
         rname = "mlx5_%d" % n
@@ -1298,7 +1342,7 @@ def build_hgx(scale=1, name="hgx-h100-8gpu"):
         guid = 0xB83FD20300000000 | serial
         pfx = ("P%d" % fn.dom) if fn.dom else ""
         if kind == "ib":
-            net = "ib%sp%ds%d" % (pfx, fn.bus, fn.dev)
+            net = "ib%sp%ds%d" % (pfx, fn.bus, fn.dev) + ("f%d" % fn.fn if fn.pf is not None else "")
             gid0 = "fe80:0000:0000:0000:" + guid_fmt(guid)
             pt = RdmaPort("InfiniBand", "400 Gb/sec (4X NDR)", lid=0x1A + n, sm_lid=0x1,
                           gids=[(gid0, "IB/RoCE v1", None)])
@@ -2065,6 +2109,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="output directory (with --scale) or fixtures root")
     ap.add_argument("--scale", type=int, help="write an HGX-like tree with K copies of the GPU/switch/NIC layout")
+    ap.add_argument("--sriov", type=int, default=0, metavar="VFS",
+                    help="with --scale: SR-IOV on each compute ConnectX-7 with VFS virtual functions")
     ap.add_argument("--only", action="append", choices=sorted(BUILDERS) + sorted(VARIANT_BY_NAME),
                     help="a base tree or a variant (default: all base trees and all variants)")
     ap.add_argument("--no-variants", action="store_true", help="only the base trees")
@@ -2075,7 +2121,8 @@ def main():
     if a.scale:
         if not a.out:
             ap.error("--scale needs --out DIR")
-        m = build_hgx(scale=a.scale, name="hgx-h100-x%d" % a.scale)
+        m = build_hgx(scale=a.scale, name="hgx-h100-x%d" % a.scale + ("-sriov%d" % a.sriov if a.sriov else ""),
+                      vfs=a.sriov)
         write_tree(m, a.out)
         print("wrote %s (%d PCI functions, %d GPUs, %d RDMA devices)" % (a.out, len(m.fns), len(m.gpus), len(m.rdma)))
         if a.check:

@@ -1412,6 +1412,7 @@ mod tests {
             local_cpulist: None,
             link: Default::default(),
             config: None,
+            physfn: None,
             unread: Default::default(),
         };
         let rp = |bus: u8| crate::pci::Bdf {

@@ -34,6 +34,10 @@ pub struct PciFunction {
     pub local_cpulist: Option<String>,
     pub link: Link,
     pub config: Option<ConfigSpace>,
+    /// SR-IOV: the physical function this virtual function belongs to (its `physfn` link).
+    /// A VF has no PCIe link of its own; its PF's link carries its traffic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub physfn: Option<Bdf>,
     pub unread: Unread,
 }
 
@@ -363,6 +367,21 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
             None
         }
     };
+    // Only virtual functions have a physfn link: its absence is the normal case.
+    let physfn = match sr.link_name(&format!("{dir}/physfn")) {
+        Ok(name) => match name.parse::<Bdf>() {
+            Ok(pf) => Some(pf),
+            Err(_) => {
+                u.insert("physfn".into(), format!("not a PCI address: {name:?}"));
+                None
+            }
+        },
+        Err(ReadError::NotFound(_)) => None,
+        Err(e) => {
+            note_err(&mut u, "physfn", &e);
+            None
+        }
+    };
     Ok(PciFunction {
         bdf,
         sysfs_path: canon,
@@ -376,6 +395,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         local_cpulist,
         link,
         config,
+        physfn,
         unread: u,
     })
 }

@@ -907,6 +907,7 @@ mod tests {
             local_cpulist: numa.map(|n| if n == 0 { "0-7".into() } else { "8-15".into() }),
             link: Link::default(),
             config: None,
+            physfn: None,
             unread: Default::default(),
         }
     }

@@ -228,9 +228,34 @@ fn each_link(
                 .collect::<Vec<_>>()
                 .join("/"),
         };
+        if let Some(pf) = f.physfn {
+            out.push(vf_not_applicable(id, b, &who, pf, "no PCIe link of its own (its link registers read 0); its physical function's link carries its traffic and is checked"));
+            continue;
+        }
         let parent = d.upstream.last().and_then(|p| ctx.topo.device(*p));
         check(d, f, &f.sysfs_path, &who, b.to_string(), parent, out);
     }
+}
+
+/// An SR-IOV virtual function where a check is about something only its physical function has.
+fn vf_not_applicable(
+    id: CheckId,
+    vf: crate::pci::Bdf,
+    who: &str,
+    pf: crate::pci::Bdf,
+    why: &str,
+) -> Finding {
+    Finding::new(
+        id,
+        vf.to_string(),
+        Status::Skip,
+        format!("{who} is an SR-IOV virtual function of {pf}: {why}"),
+    )
+    .with(ev(
+        format!("/sys/bus/pci/devices/{vf}/physfn"),
+        pf.to_string(),
+    ))
+    .not_applicable()
 }
 
 /// pcie.link-width: trained at the device's full width.
@@ -462,6 +487,15 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                         .evidence(evs),
                     );
                 }
+            }
+            // A VF without the files: no AER capability of its own (a read error is still unknown).
+            _ if f.physfn.is_some()
+                && f.unread
+                    .get("aer_dev_correctable")
+                    .is_none_or(|r| r.ends_with("not present")) =>
+            {
+                let pf = f.physfn.unwrap_or(b);
+                out.push(vf_not_applicable(id, b, &who, pf, "no AER capability of its own; errors on its link are counted on its physical function"));
             }
             _ => out.push(Finding::new(
                 id,

@@ -192,9 +192,14 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
         pci.children.push(gpu);
         leaves.insert(g.bdf, pci);
     }
+    // An SR-IOV virtual function's nets go under its physical function's NIC, as NCCL puts
+    // them (NCCL_IB_MERGE_VFS=1, the default: ncclIbGetPciPath zeroes the device and function
+    // digits of a VF's PCI path, so a PF and its VFs are one PCI device to the topology).
+    let mut nics: BTreeMap<Bdf, Element> = BTreeMap::new();
     for n in &topo.nics {
         let r = inv.rdma.iter().find(|r| r.name == n.rdma_device);
-        let mut nic = Element::new("nic");
+        let host = inv.pci.get(&n.bdf).and_then(|f| f.physfn).unwrap_or(n.bdf);
+        let nic = nics.entry(host).or_insert_with(|| Element::new("nic"));
         for p in &n.ports {
             let mut net = Element::new("net")
                 .attr("name", n.rdma_device.clone())
@@ -216,9 +221,11 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
             }
             nic.children.push(net);
         }
-        let mut pci = pci_element(inv, n.bdf);
+    }
+    for (bdf, nic) in nics {
+        let mut pci = pci_element(inv, bdf);
         pci.children.push(nic);
-        leaves.insert(n.bdf, pci);
+        leaves.insert(bdf, pci);
     }
 
     // The bridge chains above the leaves, merged into one tree per NUMA node.

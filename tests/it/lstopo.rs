@@ -65,67 +65,80 @@ fn hwloc_placement(xml: &str) -> BTreeMap<String, (Option<String>, BTreeSet<u32>
 
 #[test]
 fn gpudoctor_agrees_with_lstopo() {
-    let require = std::env::var("GPUDOCTOR_REQUIRE_LSTOPO").as_deref() == Ok("1");
-    let have = std::process::Command::new("lstopo-no-graphics")
-        .arg("--version")
-        .output()
-        .is_ok();
-    if !have {
-        assert!(
-            !require,
-            "lstopo-no-graphics missing (apt-get install hwloc)"
-        );
+    if !have_lstopo() {
         eprintln!("lstopo-no-graphics not installed: skipped");
         return;
     }
     let mut compared = 0;
     for dir in fixture_dirs() {
-        let Some(xml) = lstopo_xml(&dir) else {
-            continue;
-        };
-        let hw = hwloc_placement(&xml);
-        let out = gpudoctor()
-            .args(["topo", "--json", "--root"])
-            .arg(&dir)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let devices = v["topology"]["devices"].as_array().unwrap();
-        let mut wanted: Vec<String> = v["topology"]["gpus"]
+        compared += compare_with_lstopo(&dir);
+    }
+    assert!(compared > 20, "compared {compared} devices");
+}
+
+/// GPU and NIC placement of `gpudoctor topo --json` against lstopo's on one tree: how many
+/// devices were compared (0 when lstopo does not read the tree).
+pub fn compare_with_lstopo(dir: &std::path::Path) -> usize {
+    let mut compared = 0;
+    let Some(xml) = lstopo_xml(dir) else {
+        return 0;
+    };
+    let hw = hwloc_placement(&xml);
+    let out = gpudoctor()
+        .args(["topo", "--json", "--root"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devices = v["topology"]["devices"].as_array().unwrap();
+    let mut wanted: Vec<String> = v["topology"]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["bdf"].as_str().unwrap().to_string())
+        .collect();
+    wanted.extend(
+        v["topology"]["nics"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|g| g["bdf"].as_str().unwrap().to_string())
+            .map(|n| n["bdf"].as_str().unwrap().to_string()),
+    );
+    for bdf in wanted {
+        let d = devices.iter().find(|d| d["bdf"] == bdf.as_str()).unwrap();
+        let parent = d["upstream"]
+            .as_array()
+            .unwrap()
+            .last()
+            .map(|p| p.as_str().unwrap().to_string());
+        let ours: BTreeSet<u32> = d["numa"]["affinity"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
             .collect();
-        wanted.extend(
-            v["topology"]["nics"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|n| n["bdf"].as_str().unwrap().to_string()),
-        );
-        for bdf in wanted {
-            let d = devices.iter().find(|d| d["bdf"] == bdf.as_str()).unwrap();
-            let parent = d["upstream"]
-                .as_array()
-                .unwrap()
-                .last()
-                .map(|p| p.as_str().unwrap().to_string());
-            let ours: BTreeSet<u32> = d["numa"]["affinity"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect();
-            let (hp, hn) = hw
-                .get(&bdf)
-                .unwrap_or_else(|| panic!("{}: lstopo lacks {bdf}", name(&dir)));
-            assert_eq!(&parent, hp, "{}: parent bridge of {bdf}", name(&dir));
-            // hwloc places a device by its host bridge's locality; a device whose own
-            // numa_node contradicts it (a firmware bug a fixture models) is not compared.
-            assert_eq!(&ours, hn, "{}: NUMA of {bdf}", name(&dir));
-            compared += 1;
-        }
+        let (hp, hn) = hw
+            .get(&bdf)
+            .unwrap_or_else(|| panic!("{}: lstopo lacks {bdf}", name(dir)));
+        assert_eq!(&parent, hp, "{}: parent bridge of {bdf}", name(dir));
+        // hwloc places a device by its host bridge's locality; a device whose own
+        // numa_node contradicts it (a firmware bug a fixture models) is not compared.
+        assert_eq!(&ours, hn, "{}: NUMA of {bdf}", name(dir));
+        compared += 1;
     }
-    assert!(compared > 20, "compared {compared} devices");
+    compared
+}
+
+/// Whether lstopo is here (and must be, under GPUDOCTOR_REQUIRE_LSTOPO=1).
+pub fn have_lstopo() -> bool {
+    let require = std::env::var("GPUDOCTOR_REQUIRE_LSTOPO").as_deref() == Ok("1");
+    let have = std::process::Command::new("lstopo-no-graphics")
+        .arg("--version")
+        .output()
+        .is_ok();
+    assert!(
+        have || !require,
+        "lstopo-no-graphics missing (apt-get install hwloc)"
+    );
+    have
 }

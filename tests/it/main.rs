@@ -14,6 +14,7 @@ mod lstopo;
 mod man;
 mod probes;
 mod slurm;
+mod sriov;
 mod vm;
 
 use std::path::{Path, PathBuf};
