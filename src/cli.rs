@@ -350,7 +350,7 @@ pub struct WriteBwArgs {
     /// Check that the written bytes arrived intact after each size.
     #[arg(long)]
     pub validate: bool,
-    /// Print one JSON document (schema gpudoctor.write-bw/1).
+    /// Print one JSON document (schema gpudoctor.write-bw/2).
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json or prometheus (node_exporter textfile collector).

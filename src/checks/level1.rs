@@ -7,13 +7,9 @@
 use super::{CheckId, Finding, Status, ev};
 use crate::probes::{self, ProbeKind, ProbeReport};
 
+/// A probe's verdict as a finding's status (the one mapping: `Verdict::finding`).
 fn status(s: probes::Status) -> Status {
-    match s {
-        probes::Status::Pass => Status::Pass,
-        probes::Status::Warn => Status::Warn,
-        probes::Status::Fail => Status::Fail,
-        probes::Status::Skip | probes::Status::Unknown => Status::Skip,
-    }
+    s.finding().0
 }
 
 pub fn id_of(kind: ProbeKind) -> CheckId {

@@ -26,7 +26,7 @@ pub fn findings(subject: &str, r: &WriteBwReport, out: &mut Vec<Finding>) {
             )
         })
         .collect();
-    let judged = r.results.iter().any(|s| s.verdict != Verdict::NotJudged);
+    let judged = r.results.iter().any(|s| s.verdict != Verdict::Unknown);
     let f = match &r.status {
         WStatus::Ok if judged => Finding::new(ID, subject, Status::Pass, "RDMA writes reach the line-rate threshold; data validated"),
         // Software devices (rxe) have no line rate: the port moved and validated data, which is

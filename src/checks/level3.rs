@@ -63,7 +63,7 @@ pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
     if let Some(c) = g.and_then(|g| g.cause.as_ref()) {
         e.extend(c.evidence.iter().cloned());
     }
-    let judged = r.results.iter().any(|s| s.verdict != Verdict::NotJudged);
+    let judged = r.results.iter().any(|s| s.verdict != Verdict::Unknown);
     let via = g
         .and_then(|g| g.registration.as_ref())
         .and_then(|d| d.used)
@@ -178,13 +178,13 @@ mod tests {
         // Beyond PXB: works, but a warning that names NCCL's rule.
         let f = finding(
             "GPU0",
-            &report(Some(PathType::SYS), WStatus::Ok, Verdict::NotJudged),
+            &report(Some(PathType::SYS), WStatus::Ok, Verdict::Unknown),
         );
         assert_eq!(f.status, Status::Warn);
         assert!(f.message.contains("ncclTopoCheckGdr"), "{}", f.message);
         assert!(f.remediation.is_some());
         // Path unknown (not on the PCI tree): moved and validated is the pass.
-        let f = finding("GPU0", &report(None, WStatus::Ok, Verdict::NotJudged));
+        let f = finding("GPU0", &report(None, WStatus::Ok, Verdict::Unknown));
         assert_eq!(f.status, Status::Pass);
         assert!(f.message.contains("no line-rate threshold"));
         // Failure with a cause: the cause's summary and fix.
@@ -193,7 +193,7 @@ mod tests {
             WStatus::Error {
                 reason: "mlx5_0: ibv_reg_mr failed".into(),
             },
-            Verdict::NotJudged,
+            Verdict::Unknown,
         );
         if let Some(g) = r.gdr.as_mut() {
             g.cause = Some(gdr::Cause {
@@ -231,7 +231,7 @@ mod tests {
             WStatus::Skipped {
                 reason: "no RDMA NIC".into(),
             },
-            Verdict::NotJudged,
+            Verdict::Unknown,
         );
         assert_eq!(finding("GPU0", &r).skip, Some(SkipKind::Unknown));
         if let Some(g) = r.gdr.as_mut() {

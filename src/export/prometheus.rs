@@ -340,16 +340,17 @@ pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
         family(
             &mut out,
             "gpudoctor_write_bw_size_status",
-            "Verdict for one message size (state set: pass, fail, not-judged).",
+            "Verdict for one message size (state set: pass, fail, unknown).",
         );
         for x in &r.results {
             let size = x.bytes.to_string();
+            // A size is judged pass or fail, or not judged (unknown); never skip or warn.
             let now = match x.verdict {
                 Verdict::Pass => "pass",
                 Verdict::Fail => "fail",
-                Verdict::NotJudged => "not-judged",
+                Verdict::Unknown | Verdict::Skip | Verdict::Warn => "unknown",
             };
-            for s in ["pass", "fail", "not-judged"] {
+            for s in ["pass", "fail", "unknown"] {
                 sample(
                     &mut out,
                     "gpudoctor_write_bw_size_status",

@@ -65,30 +65,8 @@ pub enum LinkKind {
     NvLink,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    Pass,
-    /// Skipped on purpose (no CUDA, nothing to measure), with the reason.
-    Skip,
-    /// Below the bar where the bar is advisory (SM-kernel variants).
-    Warn,
-    /// Could not be judged (no expected rate, no samples): never a pass.
-    Unknown,
-    Fail,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Skip => "skip",
-            Status::Warn => "warn",
-            Status::Unknown => "unknown",
-            Status::Fail => "fail",
-        }
-    }
-}
+/// A probe's verdict: the project's one vocabulary (`crate::verdict`).
+pub use crate::verdict::Verdict as Status;
 
 /// The rate a link should carry per direction, and where the number comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 use super::path::{Addressing, LineRate};
 use serde::{Deserialize, Serialize};
 
-pub const WRITE_BW_SCHEMA: &str = "gpudoctor.write-bw/1";
+pub const WRITE_BW_SCHEMA: &str = "gpudoctor.write-bw/2";
 
 /// perftest's default sweep for `-a`: 2 B to 8 MiB.
 pub const ALL_SIZES: std::ops::RangeInclusive<u32> = 1..=23;
@@ -132,14 +132,9 @@ pub struct SizeResult {
     pub verdict: Verdict,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    Pass,
-    Fail,
-    /// Small message, software device, or unknown line rate: measured, not judged.
-    NotJudged,
-}
+/// A message size's verdict: pass, fail, or unknown (small message, software device or unknown
+/// line rate: measured, not judged). The project's one vocabulary (`crate::verdict`).
+pub use crate::verdict::Verdict;
 
 /// Completion timestamps of one size: (ns since the first post, writes completed so far).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -196,7 +191,7 @@ pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) 
             iterations as f64 / (elapsed_ns as f64 / 1e9) / 1e6
         },
         validated: None,
-        verdict: Verdict::NotJudged,
+        verdict: Verdict::Unknown,
     }
 }
 
@@ -256,7 +251,7 @@ pub fn evaluate(results: &mut [SizeResult], t: &Threshold) {
                     Verdict::Fail
                 }
             }
-            _ => Verdict::NotJudged,
+            _ => Verdict::Unknown,
         };
     }
 }
@@ -450,18 +445,18 @@ mod tests {
             average_gbps: gbps,
             msg_rate_mpps: 0.0,
             validated: None,
-            verdict: Verdict::NotJudged,
+            verdict: Verdict::Unknown,
         };
         let mut rs = vec![mk(64, 1.0), mk(65536, 185.0), mk(1 << 20, 170.0)];
         evaluate(&mut rs, &t);
         assert_eq!(
             rs.iter().map(|r| r.verdict).collect::<Vec<_>>(),
-            vec![Verdict::NotJudged, Verdict::Pass, Verdict::Fail]
+            vec![Verdict::Unknown, Verdict::Pass, Verdict::Fail]
         );
         let soft = threshold(Some("rxe"), None);
         let mut rs = vec![mk(1 << 20, 0.4)];
         evaluate(&mut rs, &soft);
-        assert_eq!(rs[0].verdict, Verdict::NotJudged);
+        assert_eq!(rs[0].verdict, Verdict::Unknown);
         rs[0].validated = Some(false);
         evaluate(&mut rs, &soft);
         assert_eq!(rs[0].verdict, Verdict::Fail);

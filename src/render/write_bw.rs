@@ -78,8 +78,9 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
                 (Verdict::Fail, Some(false)) => "FAIL (data mismatch)",
                 (Verdict::Fail, _) => "FAIL",
                 (Verdict::Pass, _) => "pass",
-                (Verdict::NotJudged, Some(true)) => "- (data ok)",
-                (Verdict::NotJudged, _) => "-",
+                (Verdict::Warn, _) => "warn",
+                (Verdict::Unknown | Verdict::Skip, Some(true)) => "- (data ok)",
+                (Verdict::Unknown | Verdict::Skip, _) => "-",
             };
             let _ = writeln!(
                 o,
