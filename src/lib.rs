@@ -25,5 +25,5 @@ pub mod signals;
 pub mod source;
 pub mod sysroot;
 pub mod topo;
-pub mod verdict;
 pub mod verbs;
+pub mod verdict;

@@ -270,27 +270,15 @@ fn client(
     });
     let perr = peer_err(peer);
     let mut chan = Channel::connect(peer, req.timeout).map_err(&perr)?;
-    chan.send(&Msg::Hello {
-        token: token.to_string(),
+    let params = oob::ClientParams {
         qps: req.plan.qps,
         max_size: max,
         endpoint: side.endpoint(),
         facts: side.facts.clone(),
-    })
-    .map_err(&perr)?;
-    let (remote_ep, remote_facts) = match chan
-        .recv("the peer's endpoint", req.timeout)
-        .map_err(&perr)?
-    {
-        Msg::Welcome { endpoint, facts } => (endpoint, facts),
-        Msg::Refused { reason } => return Err(perr(OobError::Refused(reason))),
-        other => {
-            return Err(perr(OobError::Unexpected {
-                want: "welcome",
-                got: format!("{other:?}"),
-            }));
-        }
     };
+    let (remote_ep, remote_facts) = chan
+        .client_handshake(token, &params, req.timeout)
+        .map_err(&perr)?;
     side.connect(&remote_ep)?;
     report.threshold = Some(write_bw::threshold(
         side.facts.software_device.as_deref(),
@@ -376,32 +364,9 @@ fn serve(
     let mut chan = oob::accept_one(listen, req.timeout).map_err(&lerr)?;
     let peer = chan.peer.clone();
     let perr = peer_err(&peer);
-    let (qps, max_size, client_ep, client_facts) =
-        match chan.recv("hello", req.timeout).map_err(&perr)? {
-            Msg::Hello {
-                token: t,
-                qps,
-                max_size,
-                endpoint,
-                facts,
-            } => {
-                if !oob::token_matches(&t, token) {
-                    let _ = chan.send(&Msg::Refused {
-                        reason: "wrong token".into(),
-                    });
-                    return Err(perr(OobError::Refused(
-                        "the client presented a wrong token".into(),
-                    )));
-                }
-                (qps, max_size, endpoint, facts)
-            }
-            other => {
-                return Err(perr(OobError::Unexpected {
-                    want: "hello",
-                    got: format!("{other:?}"),
-                }));
-            }
-        };
+    // Nothing is registered for the client until it proved it holds the token.
+    let (p, _) = chan.server_handshake(token, req.timeout).map_err(&perr)?;
+    let (qps, max_size, client_ep, client_facts) = (p.qps, p.max_size, p.endpoint, p.facts);
     if max_size > write_bw::MAX_MESSAGE_BYTES || !(1..=64).contains(&qps) {
         let reason = format!("asks for {qps} QPs and {max_size} B messages (limits: 64, 1 GiB)");
         let _ = chan.send(&Msg::Refused {
@@ -428,11 +393,8 @@ fn serve(
         target: Some(side.memory().clone()),
     });
     side.connect(&client_ep)?;
-    chan.send(&Msg::Welcome {
-        endpoint: side.endpoint(),
-        facts: side.facts.clone(),
-    })
-    .map_err(&perr)?;
+    chan.server_welcome(token, side.endpoint(), side.facts.clone())
+        .map_err(&perr)?;
     report.remote = Some(client_facts);
     let mut wait = req.timeout;
     let (mut sizes, mut checked, mut bad) = (0u32, 0u32, Vec::new());

@@ -469,10 +469,14 @@ fn vm_verbs_suite() {
     }
     let ct = c("client-tok");
     f.rc(&ct, 1);
-    f.contains(&ct, "out", "refused: wrong token");
+    f.contains(&ct, "out", "refused: authentication failed");
     let st = c("serve-tok");
     f.rc(&st, 1);
-    f.contains(&st, "out", "the client presented a wrong token");
+    f.contains(
+        &st,
+        "out",
+        "authentication failed: the client did not prove it holds the token",
+    );
     let un = c("unreachable");
     f.rc(&un, 1);
     f.contains(&un, "out", "cannot connect to 10.77.0.2:18599");
