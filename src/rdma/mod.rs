@@ -4,6 +4,7 @@
 //! nothing here prints.
 
 pub mod engine;
+pub mod mlx5;
 pub mod oob;
 pub mod path;
 pub mod write_bw;
