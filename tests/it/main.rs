@@ -12,6 +12,7 @@ mod fleet;
 mod hostile;
 mod lstopo;
 mod man;
+mod mlx5;
 mod probes;
 mod slurm;
 mod vm;
