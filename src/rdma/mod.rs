@@ -5,6 +5,7 @@
 
 pub mod engine;
 pub mod mlx5;
+pub mod mlx5_emu;
 pub mod oob;
 pub mod path;
 pub mod write_bw;

@@ -13,6 +13,7 @@ mod hostile;
 mod lstopo;
 mod man;
 mod mlx5;
+mod mlx5_emu;
 mod probes;
 mod slurm;
 mod vm;
