@@ -9,6 +9,7 @@ mod deploy;
 mod export;
 mod fixtures;
 mod fleet;
+mod gpu_initiated;
 mod hostile;
 mod lstopo;
 mod man;
