@@ -36,24 +36,81 @@ const CQE_REQ_ERR: u8 = 13;
 /// The largest message the stand-in accepts (a ConnectX port's max_msg_sz is 1 GiB).
 pub const MAX_MESSAGE_BYTES: u32 = 1 << 30;
 
+/// A slice of atomics the stand-in and the poster share: owned here, or memory the caller
+/// owns (pinned host memory a GPU kernel writes through its mapping).
+pub struct Shared<T: 'static> {
+    ptr: *const T,
+    len: usize,
+    _owned: Option<Box<[T]>>,
+}
+
+impl<T> Shared<T> {
+    fn owned(v: Box<[T]>) -> Self {
+        Shared {
+            ptr: v.as_ptr(),
+            len: v.len(),
+            _owned: Some(v),
+        }
+    }
+    /// # Safety
+    /// `ptr` must be aligned for `T`, valid for `len` elements, and outlive the result.
+    pub unsafe fn borrowed(ptr: *const T, len: usize) -> Self {
+        Shared {
+            ptr,
+            len,
+            _owned: None,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: owned: the box's buffer, which does not move; borrowed: the caller's promise.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+// SAFETY: the elements are atomics (Sync), reached only through shared references.
+unsafe impl<T: Sync> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for Shared<T> {}
+
 /// Memory shared by the poster and the NIC, laid out as libmlx5 hands it out through
 /// `mlx5dv_init_obj`: the SQ ring (WQEBBs), the QP doorbell record (`dbrec[MLX5_RCV_DBR]`,
 /// `dbrec[MLX5_SND_DBR]`), the CQ ring (64-byte CQEs), the CQ doorbell record, and the
 /// BlueFlame register. Held as 32-bit atomics whose in-memory bytes are the big-endian device
-/// layout, so both sides can run on different threads without a data race.
+/// layout, so both sides can run on different threads (or a GPU) without a data race.
 pub struct QueueMemory {
-    sq: Box<[AtomicU32]>,
+    sq: Shared<AtomicU32>,
     sq_size: u32,
-    dbrec: [AtomicU32; 2],
-    cq: Box<[AtomicU32]>,
+    dbrec: Shared<AtomicU32>,
+    cq: Shared<AtomicU32>,
     cq_size: u32,
-    cq_dbrec: AtomicU32,
+    cq_dbrec: Shared<AtomicU32>,
     /// The BlueFlame/UAR doorbell register (its in-memory bytes are the 8 doorbell bytes).
-    bf: AtomicU64,
+    bf: Shared<AtomicU64>,
 }
 
-fn words(n: usize) -> Box<[AtomicU32]> {
-    (0..n).map(|_| AtomicU32::new(0)).collect()
+fn words(n: usize) -> Shared<AtomicU32> {
+    Shared::owned((0..n).map(|_| AtomicU32::new(0)).collect())
+}
+
+/// Raw pointers to caller-owned queue memory (`QueueMemory::from_raw`).
+#[derive(Debug, Clone, Copy)]
+pub struct RawQueues {
+    /// `sq_size` * 64 bytes, 4-aligned.
+    pub sq: *mut u8,
+    pub sq_size: u32,
+    /// 8 bytes: the receive and send doorbell records.
+    pub dbrec: *mut u32,
+    /// `cq_size` * 64 bytes, 4-aligned.
+    pub cq: *mut u8,
+    pub cq_size: u32,
+    /// 4 bytes.
+    pub cq_dbrec: *mut u32,
+    /// 8 bytes, 8-aligned.
+    pub bf: *mut u64,
 }
 
 impl QueueMemory {
@@ -64,18 +121,62 @@ impl QueueMemory {
         let m = QueueMemory {
             sq: words(sq_size as usize * WQEBB_BYTES / 4),
             sq_size,
-            dbrec: [AtomicU32::new(0), AtomicU32::new(0)],
+            dbrec: words(2),
             cq: words(cq_size as usize * CQE_BYTES / 4),
             cq_size,
-            cq_dbrec: AtomicU32::new(0),
-            bf: AtomicU64::new(0),
+            cq_dbrec: words(1),
+            bf: Shared::owned(Box::new([AtomicU64::new(0)])),
         };
-        for i in 0..cq_size as usize {
+        m.reset();
+        m
+    }
+
+    /// Queue memory the caller owns (pinned host memory mapped for a GPU), reset as `new`'s.
+    ///
+    /// # Safety
+    /// Every pointer in `raw` must be valid and aligned for the sizes given there, and stay so
+    /// for the life of the result; nothing but atomics may touch that memory meanwhile.
+    pub unsafe fn from_raw(raw: RawQueues) -> Self {
+        assert!(raw.sq_size.is_power_of_two() && raw.cq_size.is_power_of_two());
+        // SAFETY: the caller's contract; AtomicU32/AtomicU64 have the layout of u32/u64.
+        let m = unsafe {
+            QueueMemory {
+                sq: Shared::borrowed(
+                    raw.sq as *const AtomicU32,
+                    raw.sq_size as usize * WQEBB_BYTES / 4,
+                ),
+                sq_size: raw.sq_size,
+                dbrec: Shared::borrowed(raw.dbrec as *const AtomicU32, 2),
+                cq: Shared::borrowed(
+                    raw.cq as *const AtomicU32,
+                    raw.cq_size as usize * CQE_BYTES / 4,
+                ),
+                cq_size: raw.cq_size,
+                cq_dbrec: Shared::borrowed(raw.cq_dbrec as *const AtomicU32, 1),
+                bf: Shared::borrowed(raw.bf as *const AtomicU64, 1),
+            }
+        };
+        m.reset();
+        m
+    }
+
+    /// Empty rings: zero WQEs and records, every CQE `MLX5_CQE_INVALID` with owner 0.
+    fn reset(&self) {
+        for w in self
+            .sq
+            .iter()
+            .chain(self.dbrec.iter())
+            .chain(self.cq_dbrec.iter())
+        {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.bf[0].store(0, Ordering::Relaxed);
+        for i in 0..self.cq_size as usize {
             let mut b = [0u8; CQE_BYTES];
             b[63] = CQE_OPCODE_INVALID << 4;
-            store(&m.cq, i * CQE_BYTES, &b);
+            store(&self.cq, i * CQE_BYTES, &b);
         }
-        m
+        fence(Ordering::SeqCst);
     }
     pub fn sq_size(&self) -> u32 {
         self.sq_size
@@ -95,7 +196,7 @@ impl QueueMemory {
     }
     /// Write the BlueFlame register directly (what a doorbell is).
     pub fn ring(&self, doorbell: u64) {
-        self.bf.store(doorbell, Ordering::Release);
+        self.bf[0].store(doorbell, Ordering::Release);
     }
     /// The raw bytes of the WQEBB in slot `slot`.
     pub fn wqe_bytes(&self, slot: u32) -> [u8; WQEBB_BYTES] {
@@ -126,7 +227,7 @@ pub struct Mr {
     pub lkey: u32,
     pub rkey: u32,
     pub addr: u64,
-    pub mem: Arc<[AtomicU8]>,
+    pub mem: Arc<Shared<AtomicU8>>,
     pub remote_write: bool,
 }
 
@@ -136,7 +237,28 @@ impl Mr {
             lkey,
             rkey,
             addr,
-            mem: (0..len).map(|_| AtomicU8::new(0)).collect(),
+            mem: Arc::new(Shared::owned((0..len).map(|_| AtomicU8::new(0)).collect())),
+            remote_write,
+        }
+    }
+    /// A region over caller-owned memory (pinned host memory a GPU kernel also sees).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for `len` bytes for the life of the result (and its clones).
+    pub unsafe fn from_raw(
+        lkey: u32,
+        rkey: u32,
+        addr: u64,
+        ptr: *mut u8,
+        len: usize,
+        remote_write: bool,
+    ) -> Self {
+        Mr {
+            lkey,
+            rkey,
+            addr,
+            // SAFETY: the caller's contract; AtomicU8 has the layout of u8.
+            mem: Arc::new(unsafe { Shared::borrowed(ptr as *const AtomicU8, len) }),
             remote_write,
         }
     }
@@ -179,7 +301,7 @@ pub struct Nic {
 impl Nic {
     pub fn new(mem: Arc<QueueMemory>, qpn: u32, mrs: Vec<Mr>) -> Self {
         Nic {
-            last_doorbell: mem.bf.load(Ordering::Acquire),
+            last_doorbell: mem.bf[0].load(Ordering::Acquire),
             mem,
             qpn: qpn & 0x00ff_ffff,
             mrs,
@@ -202,7 +324,7 @@ impl Nic {
     /// Look at the BlueFlame register; if a new doorbell was written, act on it. Returns the
     /// number of WQEs consumed, None when no doorbell was rung since the last look.
     pub fn poll_doorbell(&mut self) -> Option<usize> {
-        let v = self.mem.bf.load(Ordering::Acquire);
+        let v = self.mem.bf[0].load(Ordering::Acquire);
         if v == self.last_doorbell {
             return None;
         }
@@ -363,7 +485,8 @@ impl Nic {
 
     fn write_cqe(&mut self, mut c: CqeFields) {
         let n = self.mem.cq_size;
-        let consumer = u32::from_be_bytes(self.mem.cq_dbrec.load(Ordering::Acquire).to_ne_bytes());
+        let consumer =
+            u32::from_be_bytes(self.mem.cq_dbrec[0].load(Ordering::Acquire).to_ne_bytes());
         if (self.cq_pi.wrapping_sub(consumer) & 0x00ff_ffff) >= n {
             self.violations.push(format!(
                 "CQ overrun: {} CQEs written, the consumer's record says {consumer}, the CQ \
@@ -516,7 +639,7 @@ impl Poster {
         // The record before the doorbell (libmlx5: udma_to_device_barrier, then the MMIO).
         fence(Ordering::SeqCst);
         if handler == Handler::Direct {
-            self.mem.bf.store(last.doorbell(), Ordering::Release);
+            self.mem.bf[0].store(last.doorbell(), Ordering::Release);
         }
         Ok(last.index)
     }
@@ -536,7 +659,7 @@ impl Poster {
                 CqePoll::Ready(c) => {
                     self.cq_ci = self.cq_ci.wrapping_add(1);
                     let rec = u32::from_ne_bytes(mlx5::cq_dbr(self.cq_ci));
-                    self.mem.cq_dbrec.store(rec, Ordering::Release);
+                    self.mem.cq_dbrec[0].store(rec, Ordering::Release);
                     if let Some(error) = c.error {
                         return Err(WaitError::Completion {
                             index: c.wqe_counter,
@@ -591,7 +714,7 @@ impl Proxy {
                 let ctrl = mem.wqe_bytes(slot);
                 let v = u64::from_ne_bytes(ctrl[0..8].try_into().expect("8 bytes"));
                 fence(Ordering::SeqCst);
-                mem.bf.store(v, Ordering::Release);
+                mem.bf[0].store(v, Ordering::Release);
                 seen = pi;
                 rings += 1;
             }
