@@ -6,6 +6,7 @@
 pub mod engine;
 pub mod mlx5;
 pub mod mlx5_emu;
+pub mod mlx5_kernel;
 pub mod oob;
 pub mod path;
 pub mod write_bw;
