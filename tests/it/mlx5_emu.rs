@@ -290,3 +290,74 @@ fn ordering_mistakes_are_caught() {
         nic.violations
     );
 }
+
+/// Queue memory the caller owns (what the GPU harness passes: pinned host memory) holds the
+/// device layout at the offsets a kernel writes: WQEs in their slots, the send doorbell record
+/// big-endian in the second word, CQEs with op_own in byte 63, the doorbell's 8 bytes.
+#[test]
+fn caller_owned_memory_has_the_device_layout() {
+    use gpudoctor::rdma::mlx5::{self, CqePoll};
+    use gpudoctor::rdma::mlx5_emu::RawQueues;
+    let mut sq = vec![0xa5a5_a5a5u32; 8 * 16];
+    let mut cq = vec![0u32; 4 * 16];
+    let mut dbrec = [7u32; 2];
+    let mut cq_dbrec = [7u32; 1];
+    let mut bf = [7u64; 1];
+    let src = vec![0x5au8; 128];
+    let mut dst = vec![0u8; 128];
+    let mut srcbuf = src.clone();
+    // SAFETY: every buffer outlives `mem` and the regions (dropped at the end of the test),
+    // and is touched only through them until then.
+    let (mem, mrs) = unsafe {
+        let mem = Arc::new(QueueMemory::from_raw(RawQueues {
+            sq: sq.as_mut_ptr() as *mut u8,
+            sq_size: 8,
+            dbrec: dbrec.as_mut_ptr(),
+            cq: cq.as_mut_ptr() as *mut u8,
+            cq_size: 4,
+            cq_dbrec: cq_dbrec.as_mut_ptr(),
+            bf: bf.as_mut_ptr(),
+        }));
+        let mrs = vec![
+            Mr::from_raw(0x100, 0x1111, SRC, srcbuf.as_mut_ptr(), 128, false),
+            Mr::from_raw(0x200, 0x2222, DST, dst.as_mut_ptr(), 128, true),
+        ];
+        (mem, mrs)
+    };
+    let mut nic = Nic::new(mem.clone(), QPN, mrs);
+    let mut poster = Poster::new(mem.clone(), QPN);
+    let last = poster.post(&batch(2, 64), Handler::Direct).unwrap();
+    assert_eq!(nic.poll_doorbell(), Some(2));
+    poster.wait(last, Duration::from_secs(5)).unwrap();
+    drop((nic, poster, mem));
+    let bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+    let sq_bytes = bytes(&sq);
+    let w1 = gpudoctor::rdma::mlx5::RdmaWrite {
+        index: 1,
+        qpn: QPN,
+        laddr: SRC + 64,
+        lkey: 0x100,
+        length: 64,
+        raddr: DST + 64,
+        rkey: 0x2222,
+        flags: mlx5::CTRL_CQ_UPDATE,
+        imm: None,
+        signature: 0,
+    };
+    assert_eq!(&sq_bytes[64..128], &w1.wqe());
+    assert!(
+        sq_bytes[128..].iter().all(|&b| b == 0),
+        "reset zeroes the ring"
+    );
+    assert_eq!(bytes(&dbrec), [0, 0, 0, 0, 0, 0, 0, 2]);
+    assert_eq!(bf[0].to_ne_bytes(), w1.wqe()[0..8]);
+    let cq_bytes = bytes(&cq);
+    let first: [u8; 64] = cq_bytes[0..64].try_into().unwrap();
+    let CqePoll::Ready(c) = mlx5::poll_cqe(&first, 0, 4) else {
+        panic!("CQE 0 written")
+    };
+    assert_eq!((c.wqe_counter, c.qpn), (1, QPN));
+    assert_eq!(cq_bytes[64 + 63], 0xf0, "the next slot is still invalid");
+    assert_eq!(bytes(&cq_dbrec), [0, 0, 0, 1]);
+    assert_eq!(dst, src);
+}
