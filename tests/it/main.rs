@@ -11,6 +11,7 @@ mod fixtures;
 mod fleet;
 mod gpu_initiated;
 mod hostile;
+mod kernels;
 mod lstopo;
 mod man;
 mod mlx5;
