@@ -361,3 +361,41 @@ fn caller_owned_memory_has_the_device_layout() {
     assert_eq!(bytes(&cq_dbrec), [0, 0, 0, 1]);
     assert_eq!(dst, src);
 }
+
+/// A destination registered without remote write is refused like a bad rkey; a doorbell whose
+/// 8 bytes are not the last WQE's control segment is recorded (the WQEs still run: the adapter
+/// goes by the doorbell record).
+#[test]
+fn remote_write_access_and_doorbell_value_are_checked() {
+    let mem = Arc::new(QueueMemory::new(16, 16));
+    let src = Mr::new(0x100, 0x1111, SRC, 64, false);
+    let dst = Mr::new(0x200, 0x2222, DST, 64, false);
+    let mut nic = Nic::new(mem.clone(), QPN, vec![src, dst]);
+    let mut poster = Poster::new(mem.clone(), QPN);
+    let last = poster.post(&batch(1, 64), Handler::Direct).unwrap();
+    nic.poll_doorbell();
+    match poster.wait(last, Duration::from_secs(5)) {
+        Err(WaitError::Completion { error, .. }) => {
+            assert_eq!(error.syndrome, Syndrome::RemoteAccess)
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mem = Arc::new(QueueMemory::new(16, 16));
+    let (src, dst) = regions(2 * 64);
+    let mut nic = Nic::new(mem.clone(), QPN, vec![src, dst]);
+    let mut poster = Poster::new(mem.clone(), QPN);
+    let last = poster.post(&batch(2, 64), Handler::CpuProxy).unwrap();
+    // The first WQE's control bytes instead of the last one's.
+    mem.ring(u64::from_ne_bytes(
+        mem.wqe_bytes(0)[0..8].try_into().unwrap(),
+    ));
+    assert_eq!(nic.poll_doorbell(), Some(2));
+    poster.wait(last, Duration::from_secs(5)).unwrap();
+    assert_eq!(nic.violations.len(), 1, "{:?}", nic.violations);
+    assert!(
+        nic.violations[0].contains("not the first 8 bytes of the last WQE's control segment"),
+        "{:?}",
+        nic.violations
+    );
+}
