@@ -102,7 +102,9 @@ __device__ __forceinline__ unsigned long long globaltimer_ns()
 // record (dbrec[1] the send one), `bf` the BlueFlame register (or nothing to ring: bf == 0,
 // the cpu-proxy handler, where a CPU thread watching dbrec[1] rings it), `cq`/`cq_dbrec` the
 // CQ ring (cq_size CQEs) and its record. post_ns[it] receives the time from the iteration's
-// start to the doorbell (the posting cost, completion wait excluded). A completion that does
+// start to the doorbell (the posting cost, completion wait excluded) by %globaltimer, whose
+// update granularity is the GPU's (possibly coarser than 1 ns), and post_cycles[it] the same
+// span in SM clock cycles (clock64). A completion that does
 // not arrive within timeout_ns stops the kernel with POST_TIMEOUT: never a hang.
 extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int sq_size,
                                                unsigned int qpn, unsigned int* dbrec,
@@ -112,7 +114,8 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
                                                unsigned long long rbase, unsigned int rkey,
                                                unsigned int size, unsigned int iterations,
                                                unsigned long long timeout_ns,
-                                               unsigned long long* post_ns, PostResult* result)
+                                               unsigned long long* post_ns,
+                                               unsigned long long* post_cycles, PostResult* result)
 {
     __shared__ unsigned int stop;
     __shared__ unsigned int pi_shared;
@@ -127,9 +130,10 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
     __syncthreads();
     for (unsigned int it = 0; it < iterations; ++it) {
         const unsigned int pi = pi_shared;
-        unsigned long long t0 = 0;
+        unsigned long long t0 = 0, c0 = 0;
         if (i == 0) {
             t0 = globaltimer_ns();
+            c0 = clock64();
         }
         build_write(sq, sq_size, pi + i, qpn, i + 1 == n ? MLX5_WQE_CTRL_CQ_UPDATE : 0,
                     lbase + (unsigned long long)i * size, lkey, rbase + (unsigned long long)i * size,
@@ -150,6 +154,7 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
                 *(volatile unsigned long long*)bf = lo | (hi << 32);
                 __threadfence_system();
             }
+            post_cycles[it] = clock64() - c0;
             post_ns[it] = globaltimer_ns() - t0;
             // Completion of the last WQE of this iteration (earlier CQEs, if any, are consumed).
             const unsigned int want = (pi + n - 1) & 0xffffu;

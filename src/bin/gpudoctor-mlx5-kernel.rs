@@ -129,12 +129,7 @@ fn stats(ns: &[u64]) -> String {
         return "n 0".into();
     }
     let mut v = ns.to_vec();
-    v.sort_unstable();
-    let med = if v.len() % 2 == 1 {
-        v[v.len() / 2] as f64
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) as f64 / 2.0
-    };
+    let med = median(&mut v);
     format!(
         "n {}, median {:.2} us, min {:.2} us, max {:.2} us",
         v.len(),
@@ -142,6 +137,24 @@ fn stats(ns: &[u64]) -> String {
         v[0] as f64 / 1000.0,
         v[v.len() - 1] as f64 / 1000.0
     )
+}
+
+fn median(v: &mut [u64]) -> f64 {
+    v.sort_unstable();
+    if v.len() % 2 == 1 {
+        v[v.len() / 2] as f64
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) as f64 / 2.0
+    }
+}
+
+fn cycle_stats(c: &[u64]) -> String {
+    if c.is_empty() {
+        return "n 0".into();
+    }
+    let mut v = c.to_vec();
+    let m = median(&mut v);
+    format!("median {m:.0}, min {}, max {}", v[0], v[v.len() - 1])
 }
 
 fn emulate(l: &k::Loaded, o: &Opts) -> bool {
@@ -215,7 +228,8 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
                 };
                 println!(
                     "emulate [EMULATED NIC] {name}: {} of {} iterations x {} writes of {} B, {outcome}{data}; \
-                     stand-in consumed {} WQEs, wrote {} CQEs; kernel {:.1} ms; posting time per iteration: {}",
+                     stand-in consumed {} WQEs, wrote {} CQEs; kernel {:.1} ms; posting time per iteration \
+                     (%globaltimer): {}; in SM cycles (clock64): {}",
                     r.iterations_done,
                     plan.iterations,
                     plan.writes_per_iter,
@@ -223,7 +237,8 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
                     out.consumed,
                     out.cqes,
                     out.wall.as_secs_f64() * 1000.0,
-                    stats(&out.post_ns)
+                    stats(&out.post_ns),
+                    cycle_stats(&out.post_cycles)
                 );
                 for v in &out.violations {
                     println!("  protocol violation seen by the stand-in: {v}");

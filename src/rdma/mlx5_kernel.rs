@@ -199,6 +199,8 @@ pub struct EmuOutcome {
     pub result: PostResult,
     /// Posting time per iteration (GPU %globaltimer, ns): start of the iteration to the doorbell.
     pub post_ns: Vec<u64>,
+    /// The same span in SM clock cycles (clock64).
+    pub post_cycles: Vec<u64>,
     pub data_ok: bool,
     pub violations: Vec<String>,
     pub consumed: u64,
@@ -220,6 +222,7 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
     let src = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
     let dst = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
     let post = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
+    let cycles = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
     let base = misc.ptr as *mut u8;
     // SAFETY: misc is 4096 bytes, page-aligned: the offsets below are inside and aligned.
     let (dbrec, cq_dbrec, bf, result) = unsafe {
@@ -284,6 +287,7 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
     let mut a_iters = plan.iterations;
     let mut a_timeout = plan.timeout.as_nanos().min(u128::from(u64::MAX)) as u64;
     let mut a_post = post.addr();
+    let mut a_cycles = cycles.addr();
     let mut a_result = result as u64;
     let mut params = [
         arg(&mut a_sq),
@@ -302,6 +306,7 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
         arg(&mut a_iters),
         arg(&mut a_timeout),
         arg(&mut a_post),
+        arg(&mut a_cycles),
         arg(&mut a_result),
     ];
     let t = Instant::now();
@@ -319,13 +324,20 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
     // SAFETY: written by the finished kernel.
     let result = unsafe { result.read_volatile() };
     // SAFETY: iterations u64s written by the finished kernel.
+    let done = (result.iterations_done as usize).min(plan.iterations as usize);
     let post_ns =
         unsafe { std::slice::from_raw_parts(post.ptr as *const u64, plan.iterations as usize) }
-            [..result.iterations_done as usize]
+            [..done]
+            .to_vec();
+    // SAFETY: as above.
+    let post_cycles =
+        unsafe { std::slice::from_raw_parts(cycles.ptr as *const u64, plan.iterations as usize) }
+            [..done]
             .to_vec();
     Ok(EmuOutcome {
         result,
         post_ns,
+        post_cycles,
         data_ok: dst_mr.read() == pattern,
         violations: nic.violations.clone(),
         consumed: nic.consumed,
