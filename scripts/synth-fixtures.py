@@ -70,7 +70,8 @@ LIBS_OK = {"schema": "gpudoctor.libs/1", "source": "synthetic", "unavailable": N
     "libnvidia-ml.so.1": {"loaded": True, "error": None, "symbols": {"nvmlInit_v2": True}},
     "libcuda.so.1": {"loaded": True, "error": None,
                      "symbols": {"cuInit": True, "cuMemGetHandleForAddressRange": True}},
-    "libmlx5.so.1": {"loaded": True, "error": None, "symbols": {"mlx5dv_query_device": True}}}}
+    "libmlx5.so.1": {"loaded": True, "error": None,
+                     "symbols": {"mlx5dv_query_device": True, "mlx5dv_init_obj": True}}}}
 
 AER_COR = ["RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF"]
 AER_COR_BIT = {"RxErr": 0, "BadTLP": 6, "BadDLLP": 7, "Rollover": 8, "Timeout": 12,
@@ -1011,7 +1012,32 @@ def redo_kernel_bits(m, **changes):
     add_kernel_bits(m, **dict(m.kernel_args, **changes))
 
 
-def _kernel_bits(m, *, osrelease, version, cmdline, open_module, peermem=True, ofed=None, nvidia=True):
+def nvidia_params(registry_dwords):
+    """/proc/driver/nvidia/params as a 550 driver prints it (the lines around the registry keys;
+    values as the driver's defaults). registry_dwords is NVreg_RegistryDwords' string."""
+    return ("ResmanDebugLevel: 4294967295\n"
+            "RmLogonRC: 1\n"
+            "ModifyDeviceFiles: 1\n"
+            "EnableMSI: 1\n"
+            "EnableStreamMemOPs: 0\n"
+            "EnableUserNUMAManagement: 1\n"
+            "NvLinkDisable: 0\n"
+            "RegisterPCIDriver: 1\n"
+            "EnablePCIERelaxedOrderingMode: 0\n"
+            "EnableResizableBar: 0\n"
+            "EnableGpuFirmware: 18\n"
+            "DmaRemapPeerMmio: 1\n"
+            "GrdmaPciTopoCheckOverride: 0\n"
+            "RegistryDwords: \"%s\"\n"
+            "RegistryDwordsPerDevice: \"\"\n"
+            "RmMsg: \"\"\n"
+            "GpuBlacklist: \"\"\n"
+            "TemporaryFilePath: \"\"\n"
+            "ExcludedGpus: \"\"\n" % registry_dwords)
+
+
+def _kernel_bits(m, *, osrelease, version, cmdline, open_module, peermem=True, ofed=None, nvidia=True,
+                 registry_dwords=""):
     dv = m.driver_version
     f = m.files
     peermem = peermem and nvidia
@@ -1031,6 +1057,7 @@ def _kernel_bits(m, *, osrelease, version, cmdline, open_module, peermem=True, o
     mods = []
     if nvidia:
         f["proc/driver/nvidia/version"] = nv
+        f["proc/driver/nvidia/params"] = nvidia_params(registry_dwords)
         mods = [("nvidia_uvm", 4956160, [], taint)]
         if peermem:
             mods.append(("nvidia_peermem", 16384, [], taint))
@@ -1204,7 +1231,7 @@ COMMON_NOTE = """
   volatile uncorrectable errors, no pending row remaps or retirements) and a `p2p` list with
   read/write status `ok` for every ordered GPU pair.
 - `libs.json` (schema gpudoctor.libs/1): libibverbs (with `ibv_reg_dmabuf_mr`), libnvidia-ml,
-  libcuda (with `cuMemGetHandleForAddressRange`) and libmlx5 all loadable.
+  libcuda (with `cuMemGetHandleForAddressRange`) and libmlx5 (with `mlx5dv_init_obj`) all loadable.
 - `dev/nvidiactl` and `dev/nvidia0..N-1`: empty regular files standing in for the character
   devices, one per GPU the driver owns.
 - Faulty variants of this tree are written next to it as `fixtures/<this>--<fault>/`, each with
@@ -1386,7 +1413,7 @@ def build_hgx(scale=1, name="hgx-h100-8gpu", vfs=0):
                             "GNU ld (GNU Binutils for Ubuntu) 2.38) #54-Ubuntu SMP Fri May 10 12:37:11 UTC 2024",
                     cmdline="BOOT_IMAGE=/boot/vmlinuz-5.15.0-1053-nvidia root=UUID=3f1c2d4e-5a6b-4c7d-8e9f-0a1b2c3d4e5f ro "
                             "intel_iommu=on iommu=pt pci=realloc=off init_on_alloc=0 console=tty0 console=ttyS1,115200n8",
-                    open_module=True, ofed="24.04-0.7.0")
+                    open_module=True, ofed="24.04-0.7.0", registry_dwords="PeerMappingOverride=1;")
     add_dmi(m, "NVIDIA", "DGXH100", "DGXH100", "1.6.7")
     m.readme = readme_hgx(m, scale) + COMMON_NOTE
     return m
@@ -1451,7 +1478,8 @@ NVSwitches (5/4/4/5). GPU5 (0000:c3:00.0) shows the usual idle link downshift (2
 32 GT/s; its switch downstream port too); all others run at 32 GT/s x16. The data NVMe
 0000:9b:00.0 has no driver bound. ACS Control is 0x0000 on every root/downstream port (P2P
 clean), `iommu=pt` so IOMMU groups are `identity`; with ACS off each root-port subtree is one
-group. Driver 550.90.07 (open kernel module), nvidia_peermem loaded, MLNX_OFED-style modules.
+group. Driver 550.90.07 (open kernel module), nvidia_peermem loaded, MLNX_OFED-style modules,
+`NVreg_RegistryDwords="PeerMappingOverride=1;"` (GPU-initiated RDMA can map the NIC's doorbell).
 %s
 ## GPU / NIC layout
 
@@ -1784,6 +1812,12 @@ def v_no_peermem(m):
     redo_kernel_bits(m, peermem=False)
 
 
+def v_no_libmlx5(m):
+    m.libs["libs"]["libmlx5.so.1"] = {
+        "loaded": False, "error": "libmlx5.so.1: cannot open shared object file: No such file or directory",
+        "symbols": {}}
+
+
 def v_port_down(m):
     r = rdma_of(m, "mlx5_2")
     r.port.state, r.port.phys_state = "1: DOWN", "3: Disabled"
@@ -1977,6 +2011,10 @@ VARIANTS = [
      "No NVIDIA driver: no /proc/driver/nvidia, no /dev/nvidia*, no nvidia modules, GPU functions "
      "have no `driver` link; nvml.json says NVML is unavailable and libs.json that libnvidia-ml and "
      "libcuda cannot be loaded.", v_no_driver, None),
+    ("pcie-2socket-roce", "no-libmlx5", [], ["rdma.mlx5dv"],
+     "libs.json says libmlx5.so.1 cannot be loaded (rdma-core's ibverbs-providers not installed, "
+     "libibverbs alone is): the ConnectX devices mlx5_0..mlx5_3 have no mlx5 direct verbs, so no "
+     "GPU-initiated RDMA; levels 0-2 are unaffected.", v_no_libmlx5, None),
     ("pcie-2socket-roce", "garbage", [], [],
      "Malformed sysfs: numa_node `abc` and an empty current_link_width on the NVMe 0000:41:00.0, "
      "class `0xZZ` and a dangling `driver` symlink on the unbound VGA 0000:c3:00.0, and a "

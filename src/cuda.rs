@@ -614,6 +614,37 @@ pub fn launch_copy(
     })
 }
 
+/// Launch `f` on one-dimensional `grid` x `block` with `params` (pointers to each argument,
+/// in the kernel's parameter order).
+///
+/// # Safety
+/// `params` must match the kernel's signature in number, order and size, and every pointer
+/// argument must name memory that stays valid until the stream is synchronized.
+pub unsafe fn launch(
+    f: Kernel,
+    grid: u32,
+    block: u32,
+    params: &mut [*mut c_void],
+    s: &Stream,
+) -> Result<(), CudaError> {
+    // SAFETY: the caller's contract above; the driver copies the arguments at launch.
+    check("cuLaunchKernel", unsafe {
+        cu::cuLaunchKernel(
+            f.0,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            s.raw,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
 /// Compile CUDA C to CUBIN for `arch` (`sm_90`): CUBIN, not PTX, so a newer NVRTC never
 /// hands the driver PTX of an ISA version it cannot JIT.
 pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, CudaError> {

@@ -635,6 +635,9 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
 pub struct Host {
     /// First line of /proc/driver/nvidia/version.
     pub nvidia_version_line: Option<String>,
+    /// /proc/driver/nvidia/params: the module parameters the driver runs with (`Name: value`
+    /// lines; RegistryDwords holds NVreg_RegistryDwords, e.g. PeerMappingOverride).
+    pub nvidia_params: Option<String>,
     /// /proc/modules names (None when unreadable).
     pub modules: Option<Vec<String>>,
     /// Directory names under /sys/module (built-in modules show here but not in /proc/modules).
@@ -719,6 +722,7 @@ pub fn read_host(sr: &SysRoot) -> Host {
     let mut h = Host {
         nvidia_version_line: text(sr, &mut u, "nvidia_version", "/proc/driver/nvidia/version")
             .map(|s| s.lines().next().unwrap_or("").trim().to_string()),
+        nvidia_params: text(sr, &mut u, "nvidia_params", "/proc/driver/nvidia/params"),
         modules: text(sr, &mut u, "modules", "/proc/modules").map(|s| {
             s.lines()
                 .filter_map(|l| l.split_whitespace().next().map(str::to_string))

@@ -37,7 +37,9 @@ const PROBES: &[(&str, &[&str])] = &[
         "libibverbs.so.1",
         &["ibv_get_device_list", "ibv_reg_dmabuf_mr"],
     ),
-    ("libmlx5.so.1", &["mlx5dv_query_device"]),
+    // mlx5dv_init_obj hands out the SQ/CQ buffers, doorbell records and BlueFlame register
+    // that GPU-initiated RDMA (level 4) writes to.
+    ("libmlx5.so.1", &["mlx5dv_query_device", "mlx5dv_init_obj"]),
 ];
 
 impl LibFacts {

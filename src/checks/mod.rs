@@ -10,6 +10,7 @@ pub use driver::parse_nvrm;
 mod gdr;
 pub use gdr::kernel_major_minor;
 mod gpu;
+mod gpu_initiated;
 mod host;
 pub mod level1;
 pub mod level2;
@@ -265,6 +266,8 @@ checks! {
         "dma-buf GPUDirect RDMA possible (open module, kernel >= 5.12, ibv_reg_dmabuf_mr)";
     GdrPath = "gdr.path", level 0, Fail, Run::Facts(gdr::path),
         "GPUDirect RDMA memory path for each GPU and its NIC";
+    GdrPeerMapping = "gdr.peer-mapping", level 0, Warn, Run::Facts(gpu_initiated::peer_mapping),
+        "NVIDIA driver allows mapping the NIC doorbell for the GPU (PeerMappingOverride=1)";
     PcieAcsRedirect = "pcie.acs-redirect", level 0, Fail, Run::Facts(pcie::acs_redirect),
         "No ACS P2P redirect on bridges between GPUs and NICs";
     IommuMode = "iommu.mode", level 0, Fail, Run::Facts(host::iommu_mode),
@@ -289,6 +292,8 @@ checks! {
         "Netdev MTU allows a 4096-byte RoCE MTU";
     RdmaFwConsistency = "rdma.fw-consistency", level 0, Warn, Run::Facts(rdma::fw_consistency),
         "Same firmware on NICs of the same model";
+    RdmaMlx5dv = "rdma.mlx5dv", level 0, Warn, Run::Facts(gpu_initiated::mlx5dv),
+        "ConnectX (mlx5_core) devices have libmlx5 direct verbs";
     PcieDevctl = "pcie.devctl", level 0, Warn, Run::Facts(pcie::devctl),
         "MaxReadReq and relaxed ordering on GPUs and NICs";
     PcieAer = "pcie.aer", level 0, Warn, Run::Facts(pcie::aer),

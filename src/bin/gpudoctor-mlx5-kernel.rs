@@ -1,0 +1,301 @@
+//! A test harness for the level-4 CUDA kernel (kernels/mlx5_post.cu) on a GPU machine without
+//! a ConnectX; not part of the gpudoctor CLI (scripts/gpu-mlx5-kernel runs it):
+//!
+//!   gpudoctor-mlx5-kernel build   [--gpu N]
+//!       GPU-built WQEs against the Rust builder, byte for byte, over the whole SQ ring.
+//!   gpudoctor-mlx5-kernel emulate [--gpu N] [--iters 2048] [--writes 512] [--size 64]
+//!       The posting protocol against the NIC stand-in (EMULATED: no adapter is involved),
+//!       with both doorbell handlers, the error path and the bounded wait; prints the GPU's
+//!       posting time per iteration.
+//!
+//! Exit: 0 everything as expected, 1 a mismatch or an unexpected outcome, 2 could not run.
+//! CUDA_HOME / CUDA_PATH name toolkits to look for libnvrtc in (as gpudoctor's own probes do).
+
+use gpudoctor::rdma::mlx5_kernel::{self as k, BuildCase, EmuHandler, EmuPlan};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+struct Opts {
+    mode: String,
+    gpu: usize,
+    iters: u32,
+    writes: u32,
+    size: u32,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut a = std::env::args().skip(1);
+    let mode = a.next().ok_or(
+        "usage: gpudoctor-mlx5-kernel build|emulate [--gpu N] [--iters N] [--writes N] [--size B]",
+    )?;
+    let mut o = Opts {
+        mode,
+        gpu: 0,
+        iters: 2048,
+        writes: 512,
+        size: 64,
+    };
+    while let Some(flag) = a.next() {
+        let v = a.next().ok_or(format!("{flag} needs a value"))?;
+        let n: u64 = v.parse().map_err(|_| format!("{flag} {v}: not a number"))?;
+        match flag.as_str() {
+            "--gpu" => o.gpu = n as usize,
+            "--iters" => o.iters = n as u32,
+            "--writes" => o.writes = n as u32,
+            "--size" => o.size = n as u32,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if !(1..=1024).contains(&o.writes) {
+        return Err("--writes must be 1..=1024 (one block)".into());
+    }
+    Ok(o)
+}
+
+fn cuda_homes() -> Vec<PathBuf> {
+    ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
+        .collect()
+}
+
+fn build(l: &k::Loaded) -> bool {
+    let cases = [
+        // 512 WQEs, one thread each, into a 1024-entry ring.
+        BuildCase {
+            sq_size: 1024,
+            qpn: 0x1c3,
+            first: 0,
+            n: 512,
+            lbase: 0x7f12_3400_0000,
+            lkey: 0x12345,
+            rbase: 0x7f99_0000_0000,
+            rkey: 0x6789a,
+            size: 4096,
+        },
+        // The ring and the 16-bit WQE counter both wrap.
+        BuildCase {
+            sq_size: 512,
+            qpn: 0xabcdef,
+            first: 0xff00,
+            n: 512,
+            lbase: 0xffff_ffff_0000_0000,
+            lkey: 0xffff_ffff,
+            rbase: 1,
+            rkey: 0x8000_0001,
+            size: 64,
+        },
+        // Fewer WQEs than slots: the rest of the ring must stay untouched.
+        BuildCase {
+            sq_size: 256,
+            qpn: 7,
+            first: 200,
+            n: 100,
+            lbase: 0,
+            lkey: 0,
+            rbase: 0xdead_beef_cafe_f00d,
+            rkey: 0,
+            size: 0x7fff_ffff,
+        },
+    ];
+    let mut ok = true;
+    for c in &cases {
+        match k::build_on_gpu(l, c) {
+            Ok(got) => match k::first_difference(&got, &c.expected_ring()) {
+                None => println!(
+                    "build: {} WQEs (counters {}.., ring {}) built by the GPU are identical to the Rust builder's",
+                    c.n, c.first, c.sq_size
+                ),
+                Some(d) => {
+                    println!(
+                        "build: MISMATCH (counters {}.., ring {}): {d}",
+                        c.first, c.sq_size
+                    );
+                    ok = false;
+                }
+            },
+            Err(e) => {
+                println!("build: could not run: {e}");
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+fn stats(ns: &[u64]) -> String {
+    if ns.is_empty() {
+        return "n 0".into();
+    }
+    let mut v = ns.to_vec();
+    let med = median(&mut v);
+    format!(
+        "n {}, median {:.2} us, min {:.2} us, max {:.2} us",
+        v.len(),
+        med / 1000.0,
+        v[0] as f64 / 1000.0,
+        v[v.len() - 1] as f64 / 1000.0
+    )
+}
+
+fn median(v: &mut [u64]) -> f64 {
+    v.sort_unstable();
+    if v.len() % 2 == 1 {
+        v[v.len() / 2] as f64
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) as f64 / 2.0
+    }
+}
+
+fn cycle_stats(c: &[u64]) -> String {
+    if c.is_empty() {
+        return "n 0".into();
+    }
+    let mut v = c.to_vec();
+    let m = median(&mut v);
+    format!("median {m:.0}, min {}, max {}", v[0], v[v.len() - 1])
+}
+
+fn emulate(l: &k::Loaded, o: &Opts) -> bool {
+    let sq_size = o.writes.next_power_of_two().max(2) * 2;
+    let base = EmuPlan {
+        handler: EmuHandler::Gpu,
+        writes_per_iter: o.writes,
+        iterations: o.iters,
+        size: o.size,
+        sq_size,
+        // As deep as the SQ: after an error every outstanding WQE completes with a flush
+        // error CQE, and a shallower CQ would overrun (the stand-in reports that).
+        cq_size: sq_size,
+        bad_rkey_at: None,
+        timeout: Duration::from_secs(5),
+    };
+    let mut ok = true;
+    for (name, plan, want) in [
+        ("gpu handler", base.clone(), 0u32),
+        (
+            "cpu-proxy handler",
+            EmuPlan {
+                handler: EmuHandler::CpuProxy,
+                ..base.clone()
+            },
+            0,
+        ),
+        (
+            "error path (bad rkey on WQE 700)",
+            EmuPlan {
+                bad_rkey_at: Some(700),
+                ..base.clone()
+            },
+            1,
+        ),
+        (
+            "nobody rings (bounded wait)",
+            EmuPlan {
+                handler: EmuHandler::Nobody,
+                iterations: 2,
+                timeout: Duration::from_millis(200),
+                ..base.clone()
+            },
+            2,
+        ),
+    ] {
+        match k::emulate(l, &plan) {
+            Ok(out) => {
+                let r = out.result;
+                let outcome = match r.status {
+                    0 => "all completions seen".to_string(),
+                    1 => format!(
+                        "error CQE for WQE {}: {}",
+                        r.wqe_counter,
+                        gpudoctor::rdma::mlx5::Syndrome::from_u8(r.syndrome as u8)
+                    ),
+                    2 => format!(
+                        "timed out waiting for WQE {} (stopped, not hung)",
+                        r.wqe_counter
+                    ),
+                    s => format!("unknown status {s}"),
+                };
+                let data = if r.status == 0 {
+                    if out.data_ok {
+                        ", data verified"
+                    } else {
+                        ", DATA MISMATCH"
+                    }
+                } else {
+                    ""
+                };
+                println!(
+                    "emulate [EMULATED NIC] {name}: {} of {} iterations x {} writes of {} B, {outcome}{data}; \
+                     stand-in consumed {} WQEs, wrote {} CQEs; kernel {:.1} ms; posting time per iteration \
+                     (%globaltimer): {}; in SM cycles (clock64): {}",
+                    r.iterations_done,
+                    plan.iterations,
+                    plan.writes_per_iter,
+                    plan.size,
+                    out.consumed,
+                    out.cqes,
+                    out.wall.as_secs_f64() * 1000.0,
+                    stats(&out.post_ns),
+                    cycle_stats(&out.post_cycles)
+                );
+                for v in &out.violations {
+                    println!("  protocol violation seen by the stand-in: {v}");
+                }
+                let good = r.status == want
+                    && out.violations.is_empty()
+                    && (want != 0 || (out.data_ok && r.iterations_done == plan.iterations));
+                if !good {
+                    println!("  UNEXPECTED: wanted status {want}");
+                    ok = false;
+                }
+            }
+            Err(e) => {
+                println!("emulate {name}: could not run: {e}");
+                ok = false;
+            }
+        }
+    }
+    println!(
+        "(seed figure for comparison: DOCA GPUNetIO write_bw posts 512 writes in ~4 us; goal <= 2.0 us median)"
+    );
+    ok
+}
+
+fn main() -> ExitCode {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("gpudoctor-mlx5-kernel: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let l = match k::load(o.gpu, &cuda_homes()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("gpudoctor-mlx5-kernel: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!(
+        "GPU {} ({}, {}, {})",
+        o.gpu,
+        l.device.name,
+        l.device.bdf,
+        l.device.arch()
+    );
+    let ok = match o.mode.as_str() {
+        "build" => build(&l),
+        "emulate" => emulate(&l, &o),
+        m => {
+            eprintln!("gpudoctor-mlx5-kernel: unknown mode {m} (build, emulate)");
+            return ExitCode::from(2);
+        }
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
