@@ -147,6 +147,9 @@ pub struct Device {
     pub upstream: Vec<Bdf>,
     pub numa: Numa,
     pub link: LinkState,
+    /// SR-IOV: the physical function of a virtual function.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub physfn: Option<Bdf>,
     pub unknown: BTreeMap<String, String>,
 }
 
@@ -565,6 +568,7 @@ fn devices(
                     max_gen: f.link.max_gen,
                     max_width: f.link.max_width,
                 },
+                physfn: f.physfn,
                 unknown: f.unread.clone(),
             }
         })

@@ -40,6 +40,31 @@ fn sriov_host() {
     }
 
     let out = gpudoctor()
+        .args(["topo", "--json", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dev = |bdf: &str| -> Value {
+        t["topology"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["bdf"] == bdf)
+            .cloned()
+            .unwrap_or_else(|| panic!("no device {bdf}"))
+    };
+    assert_eq!(
+        dev("0000:18:02.0")["physfn"],
+        "0000:18:00.0",
+        "the 16th VF names its PF"
+    );
+    assert!(
+        dev("0000:18:00.0").get("physfn").is_none(),
+        "a PF has no physfn"
+    );
+
+    let out = gpudoctor()
         .args(["check", "--json", "--root"])
         .arg(root)
         .output()
