@@ -229,7 +229,11 @@ fn tree_node(
         "{prefix}{}{b} {what}{} | {} | {}",
         if last { "└─ " } else { "├─ " },
         d.name,
-        link_text(&d.link),
+        match d.physfn {
+            // A VF's link registers read 0: its PF's link carries it.
+            Some(pf) => format!("VF of {pf}"),
+            None => link_text(&d.link),
+        },
         numa_text(d)
     );
     let kids = children.get(&Some(b)).cloned().unwrap_or_default();
