@@ -63,6 +63,16 @@ fn sriov_host() {
         dev("0000:18:00.0").get("physfn").is_none(),
         "a PF has no physfn"
     );
+    let out = gpudoctor()
+        .args(["topo", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    let tree = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        tree.contains("0000:18:00.1 NIC12 mlx5_12 [ibp24s0f1] Mellanox ConnectX Family mlx5Gen Virtual Function | VF of 0000:18:00.0 | NUMA 0"),
+        "{tree}"
+    );
 
     let out = gpudoctor()
         .args(["check", "--json", "--root"])
