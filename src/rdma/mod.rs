@@ -207,27 +207,23 @@ fn client(
     let mut side = open_side(&verbs, sr, req)?;
     let perr = peer_err(peer);
     let mut chan = Channel::connect(peer, req.timeout).map_err(&perr)?;
-    chan.send(&Msg::Hello {
-        token: token.to_string(),
+    let ours = oob::ClientParams {
         qps: req.plan.qps,
         max_size: max,
         endpoint: side.endpoint(),
         facts: side.facts.clone(),
-    })
-    .map_err(&perr)?;
-    let (remote_ep, remote_facts) = match chan
-        .recv("the peer's endpoint", req.timeout)
-        .map_err(&perr)?
-    {
-        Msg::Welcome { endpoint, facts } => (endpoint, facts),
-        Msg::Refused { reason } => return Err(perr(OobError::Refused(reason))),
-        other => {
-            return Err(perr(OobError::Unexpected {
-                want: "welcome",
-                got: format!("{other:?}"),
-            }));
-        }
     };
+    let oob::ServerParams {
+        endpoint: remote_ep,
+        facts: remote_facts,
+    } = oob::client_handshake(
+        &mut chan,
+        token,
+        &ours,
+        std::time::Instant::now() + req.timeout,
+        req.timeout,
+    )
+    .map_err(&perr)?;
     side.connect(&remote_ep)?;
     report.threshold = Some(write_bw::threshold(
         side.facts.software_device.as_deref(),
@@ -310,32 +306,22 @@ fn serve(
     let mut chan = oob::accept_one(listen, req.timeout).map_err(&lerr)?;
     let peer = chan.peer.clone();
     let perr = peer_err(&peer);
-    let (qps, max_size, client_ep, client_facts) =
-        match chan.recv("hello", req.timeout).map_err(&perr)? {
-            Msg::Hello {
-                token: t,
-                qps,
-                max_size,
-                endpoint,
-                facts,
-            } => {
-                if !oob::token_matches(&t, token) {
-                    let _ = chan.send(&Msg::Refused {
-                        reason: "wrong token".into(),
-                    });
-                    return Err(perr(OobError::Refused(
-                        "the client presented a wrong token".into(),
-                    )));
-                }
-                (qps, max_size, endpoint, facts)
-            }
-            other => {
-                return Err(perr(OobError::Unexpected {
-                    want: "hello",
-                    got: format!("{other:?}"),
-                }));
-            }
-        };
+    // One handshake per connection, all of it within --timeout of the accept: a client that
+    // sends nothing, dribbles, or fails its proof ends this run with that error and its
+    // connection closed (the listener is already closed: a stray client cannot queue behind).
+    let verified = oob::server_handshake(
+        &mut chan,
+        token,
+        std::time::Instant::now() + req.timeout,
+        req.timeout,
+    )
+    .map_err(&perr)?;
+    let oob::ClientParams {
+        qps,
+        max_size,
+        endpoint: client_ep,
+        facts: client_facts,
+    } = verified.client.clone();
     if max_size > write_bw::MAX_MESSAGE_BYTES || !(1..=64).contains(&qps) {
         let reason = format!("asks for {qps} QPs and {max_size} B messages (limits: 64, 1 GiB)");
         let _ = chan.send(&Msg::Refused {
@@ -357,10 +343,15 @@ fn serve(
         max_size,
     )?;
     side.connect(&client_ep)?;
-    chan.send(&Msg::Welcome {
-        endpoint: side.endpoint(),
-        facts: side.facts.clone(),
-    })
+    oob::server_welcome(
+        &mut chan,
+        token,
+        &verified,
+        &oob::ServerParams {
+            endpoint: side.endpoint(),
+            facts: side.facts.clone(),
+        },
+    )
     .map_err(&perr)?;
     report.remote = Some(client_facts);
     let mut wait = req.timeout;
