@@ -303,7 +303,11 @@ fn vm_verbs_suite() {
     f.contains(&ct, "out", "refused: wrong token");
     let st = c("serve-tok");
     f.rc(&st, 1);
-    f.contains(&st, "out", "the client's proof does not match: a wrong token");
+    f.contains(
+        &st,
+        "out",
+        "the client's proof does not match: a wrong token",
+    );
     let un = c("unreachable");
     f.rc(&un, 1);
     f.contains(&un, "out", "cannot connect to 10.77.0.2:18599");
