@@ -25,10 +25,3 @@ pub mod source;
 pub mod sysroot;
 pub mod topo;
 pub mod verbs;
-
-/// Parsers that the rest of the crate keeps private, exposed only for the fuzz targets in
-/// fuzz/ (not API).
-#[doc(hidden)]
-pub mod fuzzing {
-    pub use crate::checks::driver::parse_nvrm;
-}

@@ -30,5 +30,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = gpudoctor::facts::LinkLayer::parse(s);
     let _ = gpudoctor::facts::GidType::parse(s);
     let _ = s.parse::<gpudoctor::pci::Bdf>();
-    let _ = gpudoctor::fuzzing::parse_nvrm(s);
+    let _ = gpudoctor::checks::parse_nvrm(s);
 });

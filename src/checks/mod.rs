@@ -5,7 +5,7 @@
 //! capture list) first. Unknown is never pass: a fact that could not be read gives `skip` with
 //! the reason.
 
-pub(crate) mod driver;
+mod driver;
 pub use driver::parse_nvrm;
 mod gdr;
 mod gpu;
