@@ -9,6 +9,7 @@ mod deploy;
 mod export;
 mod fixtures;
 mod fleet;
+mod fuzz;
 mod hostile;
 mod lstopo;
 mod man;
