@@ -84,7 +84,10 @@ fn fuzz_inputs_recorded_docs() {
             || gpudoctor::libs::LibFacts::from_json(&d).is_ok()
             || gpudoctor::bundle::Manifest::from_json(&d).is_ok()
             || serde_json::from_slice::<gpudoctor::probes::ProbeReport>(&d).is_ok();
-        assert!(any || name.contains("regressions"), "{name} parses as nothing");
+        assert!(
+            any || name.contains("regressions"),
+            "{name} parses as nothing"
+        );
     }
 }
 
@@ -102,7 +105,10 @@ fn fuzz_inputs_bundle_archive() {
     // The seeds are real bundles: they extract.
     for (name, d) in inputs("bundle_archive") {
         if name.contains("corpus") {
-            assert!(extract_from(std::io::Cursor::new(&d), limits()).is_ok(), "{name}");
+            assert!(
+                extract_from(std::io::Cursor::new(&d), limits()).is_ok(),
+                "{name}"
+            );
         }
     }
 }
