@@ -372,8 +372,8 @@ pub struct WriteBwArgs {
     /// Two-node mode, active side: write into the --serve side at HOST[:PORT] (port 18516).
     #[arg(long, value_name = "HOST")]
     pub peer: Option<String>,
-    /// Shared secret for two-node mode, given to both sides (or GPUDOCTOR_TOKEN); proved by a
-    /// challenge-response (HMAC-SHA256 over fresh nonces), never sent.
+    /// Shared secret for two-node mode, given to both sides (or GPUDOCTOR_TOKEN). It never
+    /// crosses the wire: each side proves it holds it (HMAC-SHA256 over fresh nonces).
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
     /// Deadline in seconds for each step: connecting, each answer from the peer, and the wait

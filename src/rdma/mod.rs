@@ -273,15 +273,23 @@ fn client(
     });
     let perr = peer_err(peer);
     let mut chan = Channel::connect(peer, req.timeout).map_err(&perr)?;
-    let params = oob::ClientParams {
+    let ours = oob::ClientParams {
         qps: req.plan.qps,
         max_size: max,
         endpoint: side.endpoint(),
         facts: side.facts.clone(),
     };
-    let (remote_ep, remote_facts) = chan
-        .client_handshake(token, &params, req.timeout)
-        .map_err(&perr)?;
+    let oob::ServerParams {
+        endpoint: remote_ep,
+        facts: remote_facts,
+    } = oob::client_handshake(
+        &mut chan,
+        token,
+        &ours,
+        std::time::Instant::now() + req.timeout,
+        req.timeout,
+    )
+    .map_err(&perr)?;
     side.connect(&remote_ep)?;
     report.threshold = Some(write_bw::threshold(
         side.facts.software_device.as_deref(),
@@ -367,9 +375,22 @@ fn serve(
     let mut chan = oob::accept_one(listen, req.timeout).map_err(&lerr)?;
     let peer = chan.peer.clone();
     let perr = peer_err(&peer);
-    // Nothing is registered for the client until it proved it holds the token.
-    let (p, _) = chan.server_handshake(token, req.timeout).map_err(&perr)?;
-    let (qps, max_size, client_ep, client_facts) = (p.qps, p.max_size, p.endpoint, p.facts);
+    // One handshake per connection, all of it within --timeout of the accept: a client that
+    // sends nothing, dribbles, or fails its proof ends this run with that error and its
+    // connection closed (the listener is already closed: a stray client cannot queue behind).
+    let verified = oob::server_handshake(
+        &mut chan,
+        token,
+        std::time::Instant::now() + req.timeout,
+        req.timeout,
+    )
+    .map_err(&perr)?;
+    let oob::ClientParams {
+        qps,
+        max_size,
+        endpoint: client_ep,
+        facts: client_facts,
+    } = verified.client.clone();
     if max_size > write_bw::MAX_MESSAGE_BYTES || !(1..=64).contains(&qps) {
         let reason = format!("asks for {qps} QPs and {max_size} B messages (limits: 64, 1 GiB)");
         let _ = chan.send(&Msg::Refused {
@@ -396,8 +417,16 @@ fn serve(
         target: Some(side.memory().clone()),
     });
     side.connect(&client_ep)?;
-    chan.server_welcome(token, side.endpoint(), side.facts.clone())
-        .map_err(&perr)?;
+    oob::server_welcome(
+        &mut chan,
+        token,
+        &verified,
+        &oob::ServerParams {
+            endpoint: side.endpoint(),
+            facts: side.facts.clone(),
+        },
+    )
+    .map_err(&perr)?;
     report.remote = Some(client_facts);
     let mut wait = req.timeout;
     let (mut sizes, mut checked, mut bad) = (0u32, 0u32, Vec::new());

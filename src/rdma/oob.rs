@@ -3,24 +3,27 @@
 //!
 //! Frame: b"GDWB", protocol version (u16 BE), body length (u32 BE, at most MAX_BODY), JSON body.
 //!
-//! The handshake is a challenge-response over the token given to both sides; the token never
-//! crosses the wire:
+//! Handshake (challenge-response; the token never crosses the wire):
 //!
-//! 1. client -> server `hello {nonce}`: 32 fresh random bytes;
-//! 2. server -> client `challenge {nonce}`: 32 fresh random bytes of its own;
-//! 3. client -> server `params {qps, max_size, endpoint, facts}`, then `proof {mac}`:
-//!    HMAC-SHA256 keyed with the token over the role ("client"), the protocol version and the
-//!    transcript (every frame body of 1-3, length-prefixed, as sent);
-//! 4. the server checks the proof (in constant time); on a mismatch it answers `refused` and
-//!    closes: one attempt per connection. Only then does it register its buffer and answer
-//!    `welcome {endpoint, facts}` and its own `proof` (role "server", transcript 1-4), which the
-//!    client checks before it writes anything.
+//! 1. client -> server `Hello { nonce }`: 32 fresh random bytes.
+//! 2. server -> client `Challenge { nonce }`: 32 fresh random bytes, new for every connection.
+//! 3. client -> server `Offer { params, proof }`: `params` is the JSON text of what the server
+//!    will rely on (QP count, largest message, the client's endpoint and port facts); `proof`
+//!    is HMAC-SHA256 keyed by the token over the transcript: a domain label, VERSION, the role
+//!    "client", both nonces and the params text exactly as sent.
+//! 4. The server verifies the proof in constant time (hmac's `verify_slice`). A wrong proof is
+//!    answered with `Refused` and the connection closed: one attempt per connection. Only then
+//!    does it register its buffer and answer `Welcome { params, proof }` with its own
+//!    endpoint/facts and a proof with role "server" over both nonces, the client's params and
+//!    its own, which the client verifies before writing anything.
 //!
-//! A recorded exchange cannot be replayed (the other side's nonce is new each time), a proof
-//! cannot be reflected (the role is inside the MAC), and the parameters each side acts on are
-//! covered by the MAC. The whole handshake must finish within HANDSHAKE_TIMEOUT (or the
-//! caller's timeout, if shorter), however slowly the peer sends: every read has a deadline for
-//! the whole message, not per byte. Nothing here touches verbs.
+//! A recorded exchange cannot be replayed (the server's nonce is new), a client's proof cannot
+//! be reflected as the server's (the role label differs), and altered parameters fail the
+//! proof. Traffic after the handshake is not encrypted or authenticated per message: a party
+//! that can rewrite the TCP stream on the path can still disturb a run (not read the token).
+//! The whole handshake has one deadline, so a client that connects and sends nothing, or
+//! dribbles bytes, is dropped when it passes. Every read and write has a deadline.
+//! Nothing here touches verbs.
 
 use super::engine::Endpoint;
 use super::write_bw::PortFacts;
@@ -34,38 +37,34 @@ use std::time::{Duration, Instant};
 pub const MAGIC: &[u8; 4] = b"GDWB";
 /// 2: challenge-response handshake (1 sent the token in clear).
 pub const VERSION: u16 = 2;
-/// The whole handshake, from accept to the server's proof.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const NONCE_BYTES: usize = 32;
 pub const MAX_BODY: u32 = 64 * 1024;
 /// perftest's default port is 18515; ours is next to it so both can run side by side.
 pub const DEFAULT_PORT: u16 = 18516;
+/// Bytes of each side's nonce.
+pub const NONCE_BYTES: usize = 32;
+/// Domain label at the head of every transcript.
+const DOMAIN: &[u8] = b"gpudoctor write-bw handshake";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "kebab-case")]
 pub enum Msg {
-    /// Client: its nonce (hex).
+    /// Client, first: its nonce (hex).
     Hello {
         nonce: String,
     },
-    /// Server: its nonce (hex).
+    /// Server: its nonce (hex), fresh for this connection.
     Challenge {
         nonce: String,
     },
-    /// Client: what it asks of the server and how to reach its QPs.
-    Params {
-        qps: u32,
-        max_size: u64,
-        endpoint: Endpoint,
-        facts: PortFacts,
+    /// Client: `params` is the JSON text of `ClientParams`; `proof` HMAC-SHA256 (hex).
+    Offer {
+        params: String,
+        proof: String,
     },
-    /// Either side: HMAC-SHA256 (hex) over the transcript so far, keyed with the token.
-    Proof {
-        mac: String,
-    },
+    /// Server: `params` is the JSON text of `ServerParams`; `proof` HMAC-SHA256 (hex).
     Welcome {
-        endpoint: Endpoint,
-        facts: PortFacts,
+        params: String,
+        proof: String,
     },
     Refused {
         reason: String,
@@ -86,6 +85,22 @@ pub enum Msg {
         first_mismatch: Option<u64>,
     },
     Bye,
+}
+
+/// What the server relies on from the client (covered by the client's proof).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientParams {
+    pub qps: u32,
+    pub max_size: u64,
+    pub endpoint: Endpoint,
+    pub facts: PortFacts,
+}
+
+/// What the client relies on from the server (covered by the server's proof).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerParams {
+    pub endpoint: Endpoint,
+    pub facts: PortFacts,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,28 +146,74 @@ pub enum OobError {
     Unexpected { want: &'static str, got: String },
     #[error("refused: {0}")]
     Refused(String),
-    /// The peer's proof did not match: it does not hold the token, or it replayed or
-    /// reflected another exchange.
-    #[error("authentication failed: {0}")]
-    Auth(String),
-    #[error("cannot make a nonce: {0}")]
+    /// The peer's HMAC does not match the transcript: it holds another token, or it replays
+    /// or reflects a recorded exchange, or the parameters were altered on the way.
+    #[error(
+        "the {0}'s proof does not match: a wrong token, or a replayed, reflected or altered exchange"
+    )]
+    BadProof(&'static str),
+    #[error("cannot draw a random nonce: {0}")]
     Random(String),
 }
 
-pub struct Channel {
-    stream: TcpStream,
-    pub peer: String,
-    /// Length-prefixed frame bodies of the handshake so far (None once it is over).
-    transcript: Option<Vec<u8>>,
+/// A byte stream whose reads and writes can be bounded in time: a TCP socket, or an in-memory
+/// script (tests, fuzzing).
+pub trait Wire: Read + Write {
+    /// Bound the next read or write to `left` (never zero).
+    fn limit(&mut self, left: Duration) -> std::io::Result<()>;
 }
 
-/// What the client asks of the server, once it proved it holds the token.
-#[derive(Debug, Clone)]
-pub struct ClientParams {
-    pub qps: u32,
-    pub max_size: u64,
-    pub endpoint: Endpoint,
-    pub facts: PortFacts,
+impl Wire for TcpStream {
+    fn limit(&mut self, left: Duration) -> std::io::Result<()> {
+        let left = left.max(Duration::from_millis(1));
+        self.set_read_timeout(Some(left))?;
+        self.set_write_timeout(Some(left))
+    }
+}
+
+/// An in-memory peer: reads come from `input`, writes collect in `output`. For tests and the
+/// fuzz target of the serving side; time bounds do not apply to it.
+#[doc(hidden)]
+pub struct Script {
+    pub input: std::io::Cursor<Vec<u8>>,
+    pub output: Vec<u8>,
+}
+
+impl Script {
+    pub fn new(input: Vec<u8>) -> Script {
+        Script {
+            input: std::io::Cursor::new(input),
+            output: Vec::new(),
+        }
+    }
+}
+
+impl Read for Script {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.input.read(buf)
+    }
+}
+
+impl Write for Script {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.output.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Wire for Script {
+    fn limit(&mut self, _left: Duration) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub struct Channel<S: Wire = TcpStream> {
+    stream: S,
+    pub peer: String,
+    /// Bound on each send.
+    timeout: Duration,
 }
 
 fn io_err(what: &'static str, e: std::io::Error) -> OobError {
@@ -166,7 +227,7 @@ fn io_err(what: &'static str, e: std::io::Error) -> OobError {
     }
 }
 
-impl Channel {
+impl Channel<TcpStream> {
     pub fn connect(addr: &str, timeout: Duration) -> Result<Channel, OobError> {
         let with_port = with_default_port(addr);
         let addrs: Vec<SocketAddr> = with_port
@@ -183,7 +244,7 @@ impl Channel {
             for a in &addrs {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match TcpStream::connect_timeout(a, left.max(Duration::from_millis(10))) {
-                    Ok(s) => return Channel::new(s, with_port, timeout),
+                    Ok(s) => return Channel::tcp(s, with_port, timeout),
                     Err(e) => last = Some(e),
                 }
             }
@@ -198,44 +259,29 @@ impl Channel {
         }
     }
 
-    fn new(stream: TcpStream, peer: String, timeout: Duration) -> Result<Channel, OobError> {
+    pub fn tcp(stream: TcpStream, peer: String, timeout: Duration) -> Result<Channel, OobError> {
         stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|_| stream.set_write_timeout(Some(timeout)))
-            .and_then(|_| stream.set_nodelay(true))
+            .set_nodelay(true)
             .map_err(|e| io_err("socket setup", e))?;
-        Ok(Channel {
+        Ok(Channel::new(stream, peer, timeout))
+    }
+}
+
+impl<S: Wire> Channel<S> {
+    pub fn new(stream: S, peer: String, timeout: Duration) -> Channel<S> {
+        Channel {
             stream,
             peer,
-            transcript: None,
-        })
-    }
-
-    /// Add a frame body to the transcript (proofs are not part of what they prove).
-    fn record(&mut self, m: &Msg, body: &[u8]) {
-        if let Some(t) = self.transcript.as_mut()
-            && !matches!(m, Msg::Proof { .. })
-        {
-            t.extend_from_slice(&(body.len() as u32).to_be_bytes());
-            t.extend_from_slice(body);
+            timeout,
         }
     }
 
-    /// HMAC-SHA256 over role, version and transcript, keyed with the token.
-    fn mac(&self, token: &str, role: &str) -> Hmac<Sha256> {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(token.as_bytes())
-            .expect("HMAC takes a key of any length");
-        m.update(b"gpudoctor write-bw handshake\0");
-        m.update(role.as_bytes());
-        m.update(b"\0");
-        m.update(&VERSION.to_be_bytes());
-        m.update(self.transcript.as_deref().unwrap_or_default());
-        m
+    pub fn into_inner(self) -> S {
+        self.stream
     }
 
     pub fn send(&mut self, m: &Msg) -> Result<(), OobError> {
         let body = serde_json::to_vec(m).map_err(|e| OobError::Malformed(e.to_string()))?;
-        self.record(m, &body);
         let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
         if len > MAX_BODY {
             return Err(OobError::TooLarge(len));
@@ -246,49 +292,60 @@ impl Channel {
         frame.extend_from_slice(&len.to_be_bytes());
         frame.extend_from_slice(&body);
         self.stream
+            .limit(self.timeout)
+            .map_err(|e| io_err("socket setup", e))?;
+        self.stream
             .write_all(&frame)
             .map_err(|e| io_err("sending", e))
     }
 
-    /// Read one message within `timeout` (for the whole message, however it trickles in);
-    /// `what` names what we are waiting for, for the error.
+    /// Read one message within `timeout`; `what` names what we are waiting for, for the error.
     pub fn recv(&mut self, what: &'static str, timeout: Duration) -> Result<Msg, OobError> {
-        let deadline = Instant::now() + timeout;
-        let mut head = [0u8; 10];
-        self.read_by(&mut head, what, deadline, timeout)?;
-        let body = decode_head(&head)?;
-        let mut buf = vec![0u8; body as usize];
-        self.read_by(&mut buf, what, deadline, timeout)?;
-        let m: Msg =
-            serde_json::from_slice(&buf).map_err(|e| OobError::Malformed(e.to_string()))?;
-        self.record(&m, &buf);
-        Ok(m)
+        self.recv_by(what, Instant::now() + timeout, timeout)
     }
 
-    /// Fill `buf` before `deadline`: each read waits only for the time left.
-    fn read_by(
+    /// Read one message, all of it before `deadline` however the bytes trickle in; `budget`
+    /// is what the error reports as the time allowed.
+    pub fn recv_by(
         &mut self,
-        buf: &mut [u8],
         what: &'static str,
         deadline: Instant,
-        timeout: Duration,
+        budget: Duration,
+    ) -> Result<Msg, OobError> {
+        let mut head = [0u8; 10];
+        self.read_by(&mut head, what, deadline, budget)?;
+        let body = decode_head(&head)?;
+        let mut buf = vec![0u8; body as usize];
+        self.read_by(&mut buf, what, deadline, budget)?;
+        decode_body(&buf)
+    }
+
+    fn read_by(
+        &mut self,
+        mut buf: &mut [u8],
+        what: &'static str,
+        deadline: Instant,
+        budget: Duration,
     ) -> Result<(), OobError> {
-        let mut got = 0;
-        while got < buf.len() {
+        let late = || OobError::Timeout {
+            what,
+            timeout: budget,
+        };
+        while !buf.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(OobError::Timeout { what, timeout });
+                return Err(late());
             }
             self.stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| io_err(what, e))?;
-            match self.stream.read(&mut buf[got..]) {
+                .limit(left)
+                .map_err(|e| io_err("socket setup", e))?;
+            match self.stream.read(buf) {
                 Ok(0) => return Err(OobError::Closed(what)),
-                Ok(n) => got += n,
+                Ok(n) => buf = &mut buf[n..],
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     return Err(match io_err(what, e) {
-                        OobError::Timeout { what, .. } => OobError::Timeout { what, timeout },
+                        OobError::Timeout { .. } => late(),
                         other => other,
                     });
                 }
@@ -296,155 +353,11 @@ impl Channel {
         }
         Ok(())
     }
-
-    /// Client side of the handshake: prove the token, send `params`, and return the server's
-    /// endpoint and facts once the server proved the token too.
-    pub fn client_handshake(
-        &mut self,
-        token: &str,
-        params: &ClientParams,
-        timeout: Duration,
-    ) -> Result<(Endpoint, PortFacts), OobError> {
-        let deadline = Instant::now() + timeout.min(HANDSHAKE_TIMEOUT);
-        let left = || deadline.saturating_duration_since(Instant::now());
-        self.transcript = Some(Vec::new());
-        self.send(&Msg::Hello { nonce: nonce()? })?;
-        match self.recv("the server's challenge", left())? {
-            Msg::Challenge { nonce } if is_nonce(&nonce) => {}
-            Msg::Refused { reason } => return Err(OobError::Refused(reason)),
-            other => return Err(unexpected("challenge", &other)),
-        }
-        self.send(&Msg::Params {
-            qps: params.qps,
-            max_size: params.max_size,
-            endpoint: params.endpoint.clone(),
-            facts: params.facts.clone(),
-        })?;
-        let mac = hex(&self.mac(token, "client").finalize().into_bytes());
-        self.send(&Msg::Proof { mac })?;
-        let (endpoint, facts) = match self.recv("the server's endpoint", left())? {
-            Msg::Welcome { endpoint, facts } => (endpoint, facts),
-            Msg::Refused { reason } => return Err(OobError::Refused(reason)),
-            other => return Err(unexpected("welcome", &other)),
-        };
-        let expected = self.mac(token, "server");
-        match self.recv("the server's proof", left())? {
-            Msg::Proof { mac } => verify(expected, &mac).map_err(|()| {
-                OobError::Auth("the server did not prove it holds the token".into())
-            })?,
-            other => return Err(unexpected("proof", &other)),
-        }
-        self.transcript = None;
-        Ok((endpoint, facts))
-    }
-
-    /// Server side, first half: challenge the client and check its proof; one attempt (a
-    /// wrong proof is answered `refused` and ends the handshake). The caller registers its
-    /// buffer only after this, then answers with `server_welcome`.
-    pub fn server_handshake(
-        &mut self,
-        token: &str,
-        timeout: Duration,
-    ) -> Result<(ClientParams, Instant), OobError> {
-        let deadline = Instant::now() + timeout.min(HANDSHAKE_TIMEOUT);
-        let left = || deadline.saturating_duration_since(Instant::now());
-        self.transcript = Some(Vec::new());
-        match self.recv("hello", left())? {
-            Msg::Hello { nonce } if is_nonce(&nonce) => {}
-            other => return Err(self.refuse(unexpected("hello", &other))),
-        }
-        self.send(&Msg::Challenge { nonce: nonce()? })?;
-        let params = match self.recv("the client's parameters", left())? {
-            Msg::Params {
-                qps,
-                max_size,
-                endpoint,
-                facts,
-            } => ClientParams {
-                qps,
-                max_size,
-                endpoint,
-                facts,
-            },
-            other => return Err(self.refuse(unexpected("params", &other))),
-        };
-        let expected = self.mac(token, "client");
-        match self.recv("the client's proof", left())? {
-            Msg::Proof { mac } => {
-                if verify(expected, &mac).is_err() {
-                    return Err(self.refuse(OobError::Auth(
-                        "the client did not prove it holds the token (a wrong token, or a replayed or reflected exchange)".into(),
-                    )));
-                }
-            }
-            other => return Err(self.refuse(unexpected("proof", &other))),
-        }
-        Ok((params, deadline))
-    }
-
-    /// Server side, second half: its endpoint and facts, and its own proof.
-    pub fn server_welcome(
-        &mut self,
-        token: &str,
-        endpoint: Endpoint,
-        facts: PortFacts,
-    ) -> Result<(), OobError> {
-        self.send(&Msg::Welcome { endpoint, facts })?;
-        let mac = hex(&self.mac(token, "server").finalize().into_bytes());
-        self.send(&Msg::Proof { mac })?;
-        self.transcript = None;
-        Ok(())
-    }
-
-    /// Tell the peer why (best effort) and hand the error back.
-    fn refuse(&mut self, e: OobError) -> OobError {
-        let reason = match &e {
-            OobError::Auth(_) => "authentication failed".to_string(),
-            other => other.to_string(),
-        };
-        let _ = self.send(&Msg::Refused { reason });
-        e
-    }
 }
 
-fn unexpected(want: &'static str, got: &Msg) -> OobError {
-    // Name the message, not its contents.
-    let got = serde_json::to_value(got)
-        .ok()
-        .and_then(|v| v["msg"].as_str().map(str::to_string))
-        .unwrap_or_else(|| "?".into());
-    OobError::Unexpected { want, got }
-}
-
-/// A fresh nonce, hex.
-fn nonce() -> Result<String, OobError> {
-    let mut b = [0u8; NONCE_BYTES];
-    getrandom::fill(&mut b).map_err(|e| OobError::Random(e.to_string()))?;
-    Ok(hex(&b))
-}
-
-fn is_nonce(s: &str) -> bool {
-    s.len() == 2 * NONCE_BYTES && s.bytes().all(|c| c.is_ascii_hexdigit())
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// The MAC's own constant-time comparison.
-fn verify(expected: Hmac<Sha256>, given_hex: &str) -> Result<(), ()> {
-    let given = unhex(given_hex).ok_or(())?;
-    expected.verify_slice(&given).map_err(|_| ())
+/// Parse one frame's body.
+pub fn decode_body(buf: &[u8]) -> Result<Msg, OobError> {
+    serde_json::from_slice(buf).map_err(|e| OobError::Malformed(e.to_string()))
 }
 
 /// "host" -> "host:18516"; "host:port", "1.2.3.4:port", "[v6]:port" stay; a bare IPv6 gets brackets.
@@ -479,7 +392,8 @@ pub fn decode_head(head: &[u8; 10]) -> Result<u32, OobError> {
     Ok(len)
 }
 
-/// Listen on `addr` and accept one client within `timeout`.
+/// Listen on `addr` and accept one client within `timeout`. The listener is closed on return:
+/// nobody else can connect while (or after) this client is served.
 pub fn accept_one(addr: &str, timeout: Duration) -> Result<Channel, OobError> {
     let listener = TcpListener::bind(addr).map_err(|e| OobError::Listen {
         addr: addr.to_string(),
@@ -493,7 +407,7 @@ pub fn accept_one(addr: &str, timeout: Duration) -> Result<Channel, OobError> {
         match listener.accept() {
             Ok((s, peer)) => {
                 s.set_nonblocking(false).map_err(|e| io_err("accept", e))?;
-                return Channel::new(s, peer.to_string(), timeout);
+                return Channel::tcp(s, peer.to_string(), timeout);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
@@ -506,9 +420,296 @@ pub fn accept_one(addr: &str, timeout: Duration) -> Result<Channel, OobError> {
     }
 }
 
+type Nonce = [u8; NONCE_BYTES];
+
+fn fresh_nonce() -> Result<Nonce, OobError> {
+    let mut n = [0u8; NONCE_BYTES];
+    getrandom::fill(&mut n).map_err(|e| OobError::Random(e.to_string()))?;
+    Ok(n)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str, what: &str) -> Result<Vec<u8>, OobError> {
+    let bad = || OobError::Malformed(format!("{what} is not hex"));
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return Err(bad());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
+        .collect()
+}
+
+fn nonce_from(s: &str) -> Result<Nonce, OobError> {
+    let v = unhex(s, "nonce")?;
+    v.try_into()
+        .map_err(|_| OobError::Malformed(format!("nonce is not {NONCE_BYTES} bytes")))
+}
+
+/// HMAC-SHA256 keyed by the token over the transcript: domain, version, role, both nonces and
+/// each parameter text, every field length-prefixed so no two transcripts share bytes.
+fn transcript_mac(
+    token: &str,
+    role: &str,
+    client: &Nonce,
+    server: &Nonce,
+    params: &[&str],
+) -> Hmac<Sha256> {
+    // HMAC takes keys of any length (RFC 2104 hashes long ones): new_from_slice cannot fail.
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(token.as_bytes())
+        .expect("HMAC accepts any key length");
+    let mut field = |b: &[u8]| {
+        m.update(&(b.len() as u64).to_be_bytes());
+        m.update(b);
+    };
+    field(DOMAIN);
+    field(&VERSION.to_be_bytes());
+    field(role.as_bytes());
+    field(client);
+    field(server);
+    for p in params {
+        field(p.as_bytes());
+    }
+    m
+}
+
+fn check_proof(
+    token: &str,
+    role: &'static str,
+    client: &Nonce,
+    server: &Nonce,
+    params: &[&str],
+    proof: &str,
+) -> Result<(), OobError> {
+    let given = unhex(proof, "proof")?;
+    transcript_mac(token, role, client, server, params)
+        .verify_slice(&given)
+        .map_err(|_| OobError::BadProof(role))
+}
+
+fn unexpected(want: &'static str, m: Msg) -> OobError {
+    match m {
+        Msg::Refused { reason } => OobError::Refused(reason),
+        other => OobError::Unexpected {
+            want,
+            got: format!("{other:?}"),
+        },
+    }
+}
+
+/// A client whose proof the server has checked, and what it asked for.
+#[derive(Debug)]
+pub struct Verified {
+    pub client: ClientParams,
+    client_text: String,
+    client_nonce: Nonce,
+    server_nonce: Nonce,
+}
+
+/// Serving side, steps 1 to 4: everything must arrive before `deadline`. On a wrong proof the
+/// client is told `Refused` and the caller must drop the connection (one attempt each).
+pub fn server_handshake<S: Wire>(
+    chan: &mut Channel<S>,
+    token: &str,
+    deadline: Instant,
+    budget: Duration,
+) -> Result<Verified, OobError> {
+    let client_nonce = match chan.recv_by("hello", deadline, budget)? {
+        Msg::Hello { nonce } => nonce_from(&nonce)?,
+        other => return Err(unexpected("hello", other)),
+    };
+    let server_nonce = fresh_nonce()?;
+    chan.send(&Msg::Challenge {
+        nonce: hex(&server_nonce),
+    })?;
+    let (params, proof) = match chan.recv_by("offer", deadline, budget)? {
+        Msg::Offer { params, proof } => (params, proof),
+        other => return Err(unexpected("offer", other)),
+    };
+    if let Err(e) = check_proof(
+        token,
+        "client",
+        &client_nonce,
+        &server_nonce,
+        &[&params],
+        &proof,
+    ) {
+        let _ = chan.send(&Msg::Refused {
+            reason: "wrong token or replayed exchange".into(),
+        });
+        return Err(e);
+    }
+    let client: ClientParams =
+        serde_json::from_str(&params).map_err(|e| OobError::Malformed(e.to_string()))?;
+    Ok(Verified {
+        client,
+        client_text: params,
+        client_nonce,
+        server_nonce,
+    })
+}
+
+/// Serving side, the last step: our endpoint and facts with our proof.
+pub fn server_welcome<S: Wire>(
+    chan: &mut Channel<S>,
+    token: &str,
+    v: &Verified,
+    ours: &ServerParams,
+) -> Result<(), OobError> {
+    let params = serde_json::to_string(ours).map_err(|e| OobError::Malformed(e.to_string()))?;
+    let proof = transcript_mac(
+        token,
+        "server",
+        &v.client_nonce,
+        &v.server_nonce,
+        &[&v.client_text, &params],
+    )
+    .finalize()
+    .into_bytes();
+    chan.send(&Msg::Welcome {
+        params,
+        proof: hex(&proof),
+    })
+}
+
+/// Client side of the whole handshake, before `deadline`: the server's endpoint and facts once
+/// its proof checks out.
+pub fn client_handshake<S: Wire>(
+    chan: &mut Channel<S>,
+    token: &str,
+    ours: &ClientParams,
+    deadline: Instant,
+    budget: Duration,
+) -> Result<ServerParams, OobError> {
+    let client_nonce = fresh_nonce()?;
+    chan.send(&Msg::Hello {
+        nonce: hex(&client_nonce),
+    })?;
+    let server_nonce = match chan.recv_by("the peer's challenge", deadline, budget)? {
+        Msg::Challenge { nonce } => nonce_from(&nonce)?,
+        other => return Err(unexpected("challenge", other)),
+    };
+    let params = serde_json::to_string(ours).map_err(|e| OobError::Malformed(e.to_string()))?;
+    let proof = transcript_mac(token, "client", &client_nonce, &server_nonce, &[&params])
+        .finalize()
+        .into_bytes();
+    chan.send(&Msg::Offer {
+        params: params.clone(),
+        proof: hex(&proof),
+    })?;
+    let (theirs, proof) = match chan.recv_by("the peer's endpoint", deadline, budget)? {
+        Msg::Welcome { params, proof } => (params, proof),
+        other => return Err(unexpected("welcome", other)),
+    };
+    check_proof(
+        token,
+        "server",
+        &client_nonce,
+        &server_nonce,
+        &[&params, &theirs],
+        &proof,
+    )?;
+    serde_json::from_str(&theirs).map_err(|e| OobError::Malformed(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rdma::path::Addressing;
+    use std::sync::{Arc, Mutex};
+
+    const T: Duration = Duration::from_secs(5);
+
+    fn client_params() -> ClientParams {
+        ClientParams {
+            qps: 2,
+            max_size: 65536,
+            endpoint: Endpoint {
+                qpns: vec![17, 18],
+                psn: 0x1000,
+                lid: 0,
+                gid: Some("fe80:0000:0000:0000:0000:0000:0000:0001".into()),
+                mtu: 1024,
+                addr: 0x7f00_0000,
+                rkey: 0x1234,
+                len: 65536,
+            },
+            facts: facts("rxe_a"),
+        }
+    }
+
+    fn facts(device: &str) -> PortFacts {
+        PortFacts {
+            device: device.into(),
+            port: 1,
+            state: "ACTIVE".into(),
+            link_layer: "Ethernet".into(),
+            mtu_bytes: 1024,
+            addressing: Addressing::Lid { lid: 3 },
+            software_device: Some("rxe".into()),
+            line_rate: None,
+        }
+    }
+
+    fn server_params() -> ServerParams {
+        ServerParams {
+            endpoint: Endpoint {
+                rkey: 0x9999,
+                ..client_params().endpoint
+            },
+            facts: facts("rxe_b"),
+        }
+    }
+
+    /// A TCP stream that keeps a copy of everything written through it.
+    struct Recording(TcpStream, Arc<Mutex<Vec<u8>>>);
+    impl Read for Recording {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(b)
+        }
+    }
+    impl Write for Recording {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let n = self.0.write(b)?;
+            self.1.lock().unwrap().extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.0.flush()
+        }
+    }
+    impl Wire for Recording {
+        fn limit(&mut self, left: Duration) -> std::io::Result<()> {
+            self.0.limit(left)
+        }
+    }
+
+    /// A server on a fresh port running the handshake (and the welcome if it succeeds) with
+    /// `token` and a handshake deadline of `budget`; joined: what it concluded, and whether
+    /// the client's socket saw the server close it.
+    fn server(
+        token: &'static str,
+        budget: Duration,
+    ) -> (String, std::thread::JoinHandle<Result<Verified, OobError>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            let (s, p) = l.accept().unwrap();
+            let mut c = Channel::tcp(s, p.to_string(), T).unwrap();
+            let v = server_handshake(&mut c, token, Instant::now() + budget, budget)?;
+            server_welcome(&mut c, token, &v, &server_params())?;
+            Ok(v)
+        });
+        (addr, t)
+    }
+
+    fn client(addr: &str, token: &str) -> Result<ServerParams, OobError> {
+        let mut c = Channel::connect(addr, T).unwrap();
+        client_handshake(&mut c, token, &client_params(), Instant::now() + T, T)
+    }
 
     #[test]
     fn head_checks() {
@@ -521,7 +722,7 @@ mod tests {
         ));
         let h = *b"GDWB\x00\x02\xff\xff\xff\xff";
         assert!(matches!(decode_head(&h), Err(OobError::TooLarge(_))));
-        let h = *b"HTTP\x00\x01\x00\x00\x00\x10";
+        let h = *b"HTTP\x00\x02\x00\x00\x00\x10";
         assert!(matches!(decode_head(&h), Err(OobError::BadMagic)));
     }
 
@@ -534,262 +735,208 @@ mod tests {
         assert_eq!(with_default_port("[fe80::1]:9"), "[fe80::1]:9");
     }
 
-    fn params(qps: u32) -> ClientParams {
-        ClientParams {
-            qps,
-            max_size: 4096,
-            endpoint: endpoint(7),
-            facts: facts("rxe_a"),
-        }
-    }
-    fn endpoint(q: u32) -> Endpoint {
-        Endpoint {
-            qpns: vec![q],
-            psn: 0x1000,
-            lid: 0,
-            gid: Some("fe80:0000:0000:0000:0000:0000:0000:0001".into()),
-            mtu: 1024,
-            addr: 0x7f00_0000_0000,
-            rkey: 0x1234,
-            len: 4096,
-        }
-    }
-    fn facts(dev: &str) -> PortFacts {
-        serde_json::from_value(serde_json::json!({
-            "device": dev, "port": 1, "state": "4: ACTIVE", "link_layer": "Ethernet",
-            "mtu_bytes": 1024, "addressing": {"kind": "lid", "lid": 0},
-            "software_device": "rxe", "line_rate": null
-        }))
-        .unwrap()
-    }
-
-    /// A server on a fresh port running the first half of the handshake (and the welcome
-    /// when it succeeds); its result comes back through the handle.
-    fn server(
-        token: &'static str,
-        timeout: Duration,
-    ) -> (
-        String,
-        std::thread::JoinHandle<Result<ClientParams, OobError>>,
-    ) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let t = std::thread::spawn(move || {
-            let (s, p) = l.accept().unwrap();
-            let mut c = Channel::new(s, p.to_string(), timeout).unwrap();
-            let (params, _) = c.server_handshake(token, timeout)?;
-            c.server_welcome(token, endpoint(9), facts("rxe_b"))?;
-            Ok(params)
-        });
-        (addr, t)
-    }
-
     #[test]
-    fn handshake_proves_the_token_both_ways_without_sending_it() {
-        // The bytes on the wire, client to server and back, through a recording proxy.
-        let (saddr, srv) = server("s3cret-token", Duration::from_secs(5));
-        let pl = TcpListener::bind("127.0.0.1:0").unwrap();
-        let paddr = pl.local_addr().unwrap().to_string();
-        let proxy = std::thread::spawn(move || {
-            let (mut c, _) = pl.accept().unwrap();
-            let mut s = TcpStream::connect(&saddr).unwrap();
-            let (mut c2, mut s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
-            let up = std::thread::spawn(move || {
-                let mut rec = Vec::new();
-                let mut b = [0u8; 4096];
-                while let Ok(n) = c2.read(&mut b) {
-                    if n == 0 || s2.write_all(&b[..n]).is_err() {
-                        break;
-                    }
-                    rec.extend_from_slice(&b[..n]);
-                }
-                rec
-            });
-            let mut down = Vec::new();
-            let mut b = [0u8; 4096];
-            while let Ok(n) = s.read(&mut b) {
-                if n == 0 || c.write_all(&b[..n]).is_err() {
-                    break;
-                }
-                down.extend_from_slice(&b[..n]);
-            }
-            let _ = c.shutdown(std::net::Shutdown::Both);
-            (up.join().unwrap(), down)
-        });
-        let mut c = Channel::connect(&paddr, Duration::from_secs(5)).unwrap();
-        let (ep, f) = c
-            .client_handshake("s3cret-token", &params(2), Duration::from_secs(5))
-            .unwrap();
-        assert_eq!((ep.qpns, f.device.as_str()), (vec![9], "rxe_b"));
-        let got = srv.join().unwrap().unwrap();
-        assert_eq!((got.qps, got.endpoint.qpns), (2, vec![7]));
-        drop(c);
-        let (up, down) = proxy.join().unwrap();
-        let wire = [up.clone(), down].concat();
+    fn handshake_agrees_and_never_sends_the_token() {
+        let (addr, t) = server("s3cret-token", T);
+        let rec = Arc::new(Mutex::new(Vec::new()));
+        let s = TcpStream::connect(&addr).unwrap();
+        let mut c = Channel::new(Recording(s, rec.clone()), addr.clone(), T);
+        let got = client_handshake(
+            &mut c,
+            "s3cret-token",
+            &client_params(),
+            Instant::now() + T,
+            T,
+        )
+        .unwrap();
+        assert_eq!(got.endpoint.rkey, 0x9999);
+        assert_eq!(got.facts.device, "rxe_b");
+        let v = t.join().unwrap().unwrap();
+        assert_eq!(v.client.qps, 2);
+        assert_eq!(v.client.endpoint, client_params().endpoint);
+        let sent = rec.lock().unwrap().clone();
+        assert!(!sent.is_empty());
         assert!(
-            !wire.windows(12).any(|w| w == b"s3cret-token"),
-            "the token crossed the wire"
+            !sent.windows(6).any(|w| w == b"s3cret"),
+            "token on the wire"
         );
-
-        // Replay: the recorded client bytes against a new server (same token) are refused.
-        let (addr, srv) = server("s3cret-token", Duration::from_secs(5));
-        let mut s = TcpStream::connect(&addr).unwrap();
-        s.write_all(&up).unwrap();
-        let e = srv.join().unwrap().unwrap_err();
-        assert!(matches!(e, OobError::Auth(_)), "replay: {e}");
     }
 
     #[test]
     fn wrong_token_is_refused_on_both_sides() {
-        let (addr, srv) = server("right", Duration::from_secs(5));
-        let mut c = Channel::connect(&addr, Duration::from_secs(5)).unwrap();
-        let e = c
-            .client_handshake("wrong", &params(1), Duration::from_secs(5))
-            .unwrap_err();
-        assert_eq!(e.to_string(), "refused: authentication failed");
-        let e = srv.join().unwrap().unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("authentication failed: the client did not prove"),
-            "{e}"
-        );
+        let (addr, t) = server("right", T);
+        let e = client(&addr, "wrong").unwrap_err().to_string();
+        assert_eq!(e, "refused: wrong token or replayed exchange");
+        let e = t.join().unwrap().unwrap_err().to_string();
+        assert!(e.starts_with("the client's proof does not match"), "{e}");
     }
 
     #[test]
-    fn a_reflected_server_proof_is_not_a_client_proof() {
-        let (addr, srv) = server("tok", Duration::from_secs(5));
-        let mut c = Channel::connect(&addr, Duration::from_secs(5)).unwrap();
-        c.transcript = Some(Vec::new());
-        c.send(&Msg::Hello {
-            nonce: nonce().unwrap(),
-        })
-        .unwrap();
-        assert!(matches!(
-            c.recv("challenge", Duration::from_secs(5)).unwrap(),
-            Msg::Challenge { .. }
-        ));
-        let p = params(1);
-        c.send(&Msg::Params {
-            qps: p.qps,
-            max_size: p.max_size,
-            endpoint: p.endpoint,
-            facts: p.facts,
-        })
-        .unwrap();
-        // Right token, right transcript, wrong role.
-        let mac = hex(&c.mac("tok", "server").finalize().into_bytes());
-        c.send(&Msg::Proof { mac }).unwrap();
-        assert!(matches!(srv.join().unwrap(), Err(OobError::Auth(_))));
+    fn a_recorded_exchange_cannot_be_replayed() {
+        // Record an honest client's bytes against one server ...
+        let (addr, t) = server("tok", T);
+        let rec = Arc::new(Mutex::new(Vec::new()));
+        let s = TcpStream::connect(&addr).unwrap();
+        let mut c = Channel::new(Recording(s, rec.clone()), addr, T);
+        client_handshake(&mut c, "tok", &client_params(), Instant::now() + T, T).unwrap();
+        t.join().unwrap().unwrap();
+        let recorded = rec.lock().unwrap().clone();
+        // ... and play them to a new one with the same token: its nonce is new.
+        let (addr, t) = server("tok", T);
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(&recorded).unwrap();
+        let e = t.join().unwrap().unwrap_err();
+        assert!(matches!(e, OobError::BadProof("client")), "{e}");
+        let mut back = Vec::new();
+        s.read_to_end(&mut back).unwrap();
+        let mut peer = Channel::new(Script::new(back), "s".into(), T);
+        assert!(matches!(peer.recv("c", T).unwrap(), Msg::Challenge { .. }));
+        assert!(matches!(peer.recv("r", T).unwrap(), Msg::Refused { .. }));
     }
 
     #[test]
-    fn a_server_without_the_token_is_caught_by_the_client() {
+    fn a_reflected_client_proof_is_not_a_server_proof() {
+        // A fake server that knows no token echoes the client's own offer back as its welcome.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let t = std::thread::spawn(move || {
             let (s, p) = l.accept().unwrap();
-            let mut c = Channel::new(s, p.to_string(), Duration::from_secs(5)).unwrap();
-            // A server that skips the client's proof and answers with a made-up one.
-            c.transcript = Some(Vec::new());
-            let _ = c.recv("hello", Duration::from_secs(5));
-            c.send(&Msg::Challenge {
-                nonce: nonce().unwrap(),
-            })
-            .unwrap();
-            let _ = c.recv("params", Duration::from_secs(5));
-            let _ = c.recv("proof", Duration::from_secs(5));
-            c.send(&Msg::Welcome {
-                endpoint: endpoint(9),
-                facts: facts("x"),
-            })
-            .unwrap();
-            let mac = hex(&c.mac("guess", "server").finalize().into_bytes());
-            c.send(&Msg::Proof { mac }).unwrap();
+            let mut c = Channel::tcp(s, p.to_string(), T).unwrap();
+            let Msg::Hello { nonce } = c.recv("hello", T).unwrap() else {
+                panic!("no hello")
+            };
+            // Its challenge is the client's nonce, so both transcripts share the nonces.
+            c.send(&Msg::Challenge { nonce }).unwrap();
+            let Msg::Offer { params, proof } = c.recv("offer", T).unwrap() else {
+                panic!("no offer")
+            };
+            c.send(&Msg::Welcome { params, proof }).unwrap();
         });
-        let mut c = Channel::connect(&addr, Duration::from_secs(5)).unwrap();
-        let e = c
-            .client_handshake("real", &params(1), Duration::from_secs(5))
-            .unwrap_err();
-        assert!(matches!(e, OobError::Auth(_)), "{e}");
+        let e = client(&addr, "tok").unwrap_err();
+        assert!(matches!(e, OobError::BadProof("server")), "{e}");
         t.join().unwrap();
-    }
-
-    /// Raw bytes at a server; its error.
-    fn server_gets(bytes: &[u8], then_wait: Duration, timeout: Duration) -> (OobError, Duration) {
-        let (addr, srv) = server("tok", timeout);
-        let mut s = TcpStream::connect(&addr).unwrap();
-        let t0 = Instant::now();
-        s.write_all(bytes).unwrap();
-        std::thread::sleep(then_wait);
-        drop(s);
-        (srv.join().unwrap().unwrap_err(), t0.elapsed())
+        // And the labels alone make the two MACs differ.
+        let n = [7u8; NONCE_BYTES];
+        assert_ne!(
+            transcript_mac("k", "client", &n, &n, &["p"])
+                .finalize()
+                .into_bytes(),
+            transcript_mac("k", "server", &n, &n, &["p"])
+                .finalize()
+                .into_bytes()
+        );
     }
 
     #[test]
-    fn hostile_frames_get_clear_errors() {
-        let long = Duration::from_secs(5);
-        let (e, _) = server_gets(b"GET / HTTP/1.1\r\n\r\n", Duration::ZERO, long);
-        assert!(matches!(e, OobError::BadMagic), "{e}");
-        let (e, _) = server_gets(b"GDWB\x00\x02\x7f\xff\xff\xff", Duration::ZERO, long);
-        assert!(matches!(e, OobError::TooLarge(_)), "{e}");
-        let (e, _) = server_gets(b"GDWB\x00\x01\x00\x00\x00\x02{}", Duration::ZERO, long);
-        assert!(matches!(e, OobError::Version { theirs: 1 }), "{e}");
-        // Truncated: a header announcing 100 bytes, 10 of them, then the connection closes.
-        let (e, _) = server_gets(
-            b"GDWB\x00\x02\x00\x00\x00\x640123456789",
-            Duration::ZERO,
-            long,
-        );
-        assert!(matches!(e, OobError::Closed(_)), "{e}");
-        let (e, _) = server_gets(b"GDWB\x00\x02\x00\x00\x00\x05{\"a\":", Duration::ZERO, long);
-        assert!(matches!(e, OobError::Malformed(_)), "{e}");
-        // A well-formed message out of turn.
-        let body = br#"{"msg":"bye"}"#;
-        let mut f = b"GDWB\x00\x02\x00\x00\x00".to_vec();
-        f.push(body.len() as u8);
+    fn altered_parameters_fail_the_proof() {
+        // Server side over a script: a valid proof for other params than those sent.
+        let mut chan = Channel::new(Script::new(Vec::new()), "x".into(), T);
+        let cn = [1u8; NONCE_BYTES];
+        let sn = [2u8; NONCE_BYTES];
+        let honest = serde_json::to_string(&client_params()).unwrap();
+        let proof = hex(&transcript_mac("k", "client", &cn, &sn, &[&honest])
+            .finalize()
+            .into_bytes());
+        let altered = honest.replace("\"qps\":2", "\"qps\":64");
+        assert_ne!(altered, honest);
+        assert!(check_proof("k", "client", &cn, &sn, &[&honest], &proof).is_ok());
+        assert!(matches!(
+            check_proof("k", "client", &cn, &sn, &[&altered], &proof),
+            Err(OobError::BadProof("client"))
+        ));
+        assert!(matches!(
+            check_proof("k", "client", &cn, &sn, &[&honest], "zz"),
+            Err(OobError::Malformed(_))
+        ));
+        chan.send(&Msg::Bye).unwrap();
+    }
+
+    fn frame(body: &[u8], len: u32) -> Vec<u8> {
+        let mut f = MAGIC.to_vec();
+        f.extend_from_slice(&VERSION.to_be_bytes());
+        f.extend_from_slice(&len.to_be_bytes());
         f.extend_from_slice(body);
-        let (e, _) = server_gets(&f, Duration::ZERO, long);
+        f
+    }
+
+    fn serve_script(input: Vec<u8>) -> OobError {
+        let mut c = Channel::new(Script::new(input), "script".into(), T);
+        server_handshake(&mut c, "tok", Instant::now() + T, T).unwrap_err()
+    }
+
+    #[test]
+    fn hostile_frames_are_clear_errors() {
+        let hello = br#"{"msg":"hello","nonce":"00"}"#;
+        // Truncated: the header promises more than arrives.
+        let e = serve_script(frame(&hello[..10], hello.len() as u32));
+        assert!(matches!(e, OobError::Closed("hello")), "{e}");
+        let e = serve_script(b"GDWB\x00".to_vec());
+        assert!(matches!(e, OobError::Closed("hello")), "{e}");
+        // Oversized: refused from the header, before any allocation.
+        let e = serve_script(frame(b"", u32::MAX));
         assert_eq!(
             e.to_string(),
-            "unexpected message while waiting for hello: bye"
+            format!("message of {} bytes exceeds the 65536-byte limit", u32::MAX)
         );
+        // Garbage magic.
+        let e = serve_script(b"GET / HTTP/1.1\r\n\r\n".to_vec());
+        assert!(matches!(e, OobError::BadMagic), "{e}");
+        // The old protocol (token in clear) is told apart.
+        let mut old = frame(br#"{"msg":"hello","token":"x"}"#, 27);
+        old[5] = 1;
+        assert!(matches!(serve_script(old), OobError::Version { theirs: 1 }));
+        // A nonce of the wrong size, or not hex, or a message out of turn.
+        let e = serve_script(frame(hello, hello.len() as u32));
+        assert_eq!(e.to_string(), "malformed message: nonce is not 32 bytes");
+        let b = br#"{"msg":"hello","nonce":"xyz!"}"#;
+        assert!(matches!(
+            serve_script(frame(b, b.len() as u32)),
+            OobError::Malformed(_)
+        ));
+        let b = br#"{"msg":"bye"}"#;
+        assert!(matches!(
+            serve_script(frame(b, b.len() as u32)),
+            OobError::Unexpected { want: "hello", .. }
+        ));
+        assert!(matches!(
+            serve_script(frame(b"{", 1)),
+            OobError::Malformed(_)
+        ));
     }
 
     #[test]
-    fn a_slow_client_is_dropped_at_the_deadline() {
-        let timeout = Duration::from_millis(400);
-        // Connects and says nothing (and keeps the connection open).
-        let (addr, srv) = server("tok", timeout);
-        let s = TcpStream::connect(&addr).unwrap();
-        let t0 = Instant::now();
-        let e = srv.join().unwrap().unwrap_err();
-        let took = t0.elapsed();
-        drop(s);
-        assert!(matches!(e, OobError::Timeout { .. }), "{e}");
-        assert!(
-            took < Duration::from_secs(5),
-            "silent client held the server {took:?}"
-        );
-        // Dribbles a byte every 100 ms: the deadline is for the whole message, not per read.
-        let (addr, srv) = server("tok", timeout);
+    fn a_silent_or_dribbling_client_is_dropped_at_the_deadline() {
+        let budget = Duration::from_millis(400);
+        // Silent: connects and sends nothing.
+        let (addr, t) = server("tok", budget);
         let mut s = TcpStream::connect(&addr).unwrap();
-        let t0 = Instant::now();
-        let w = std::thread::spawn(move || {
-            for b in b"GDWB\x00\x02\x00\x00\x00\x40" {
-                if s.write_all(&[*b]).is_err() {
+        let start = Instant::now();
+        let e = t.join().unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no answer within 400ms while waiting for hello"
+        );
+        assert!(start.elapsed() < budget * 4, "{:?}", start.elapsed());
+        // The server freed the socket: the client reads end-of-stream.
+        s.set_read_timeout(Some(T)).unwrap();
+        assert_eq!(s.read(&mut [0u8; 8]).unwrap(), 0);
+        // Dribbling: one byte of a valid header every 100 ms never completes in time, though
+        // each single read would be well inside a per-read timeout.
+        let (addr, t) = server("tok", budget);
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let start = Instant::now();
+        let dribble = std::thread::spawn(move || {
+            for b in frame(&[b' '; 64], 64) {
+                if s.write_all(&[b]).is_err() {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
-        let e = srv.join().unwrap().unwrap_err();
-        assert!(matches!(e, OobError::Timeout { .. }), "{e}");
-        assert!(
-            t0.elapsed() < Duration::from_secs(3),
-            "dribbling held the server {:?}",
-            t0.elapsed()
-        );
-        w.join().unwrap();
+        let e = t.join().unwrap().unwrap_err();
+        assert!(matches!(e, OobError::Timeout { what: "hello", .. }), "{e}");
+        assert!(start.elapsed() < budget * 4, "{:?}", start.elapsed());
+        dribble.join().unwrap();
     }
 
     #[test]
@@ -798,21 +945,18 @@ mod tests {
         let addr = l.local_addr().unwrap().to_string();
         let t = std::thread::spawn(move || {
             let (s, p) = l.accept().unwrap();
-            let mut c = Channel::new(s, p.to_string(), Duration::from_secs(5)).unwrap();
-            let m = c.recv("prepare", Duration::from_secs(5)).unwrap();
+            let mut c = Channel::tcp(s, p.to_string(), T).unwrap();
+            let m = c.recv("prepare", T).unwrap();
             assert!(matches!(m, Msg::Prepare { size: 64, .. }));
             c.send(&Msg::Prepared).unwrap();
         });
-        let mut c = Channel::connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut c = Channel::connect(&addr, T).unwrap();
         c.send(&Msg::Prepare {
             size: 64,
             iterations: 1,
         })
         .unwrap();
-        assert!(matches!(
-            c.recv("prepared", Duration::from_secs(5)).unwrap(),
-            Msg::Prepared
-        ));
+        assert!(matches!(c.recv("prepared", T).unwrap(), Msg::Prepared));
         t.join().unwrap();
         // Nobody listening: a connect error naming the address.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -827,8 +827,9 @@ impl Drop for Qp {
     }
 }
 
-pub const ACCESS_RDMA_TARGET: u32 =
-    sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ;
+/// What a peer may do to a write-bw buffer and QP: write, nothing else. Remote read is not
+/// granted (write-bw never reads), so a two-node client cannot read the server's memory.
+pub const ACCESS_RDMA_TARGET: u32 = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
 
 impl Qp {
     pub fn qpn(&self) -> u32 {

@@ -10,6 +10,7 @@ mod export;
 mod fixtures;
 mod fleet;
 mod gpu_initiated;
+mod fuzz;
 mod hostile;
 mod kernels;
 mod lstopo;

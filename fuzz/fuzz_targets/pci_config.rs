@@ -1,0 +1,10 @@
+//! PCI config space as read from sysfs `config` (64 B unprivileged, 256 B, 4 KiB): the
+//! standard and extended capability walkers must end on loops, out-of-range pointers and
+//! truncated space, and never panic.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let c = gpudoctor::pci::config::ConfigSpace::parse(data);
+    let _ = format!("{c:?}");
+});
