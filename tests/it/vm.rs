@@ -569,3 +569,76 @@ fn gdr_write_bw_skips_without_gpus() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "--fail-on-skip fails the gate");
 }
+
+/// Level 4 on a machine without GPUs or RDMA devices (this host, CI): clean skips that say
+/// why, exit 0 (1 with --fail-on-skip); bad arguments are exit 2 before anything runs.
+#[test]
+fn gpu_write_bw_skips_here() {
+    let no_gpus =
+        !std::fs::read_dir("/proc/driver/nvidia/gpus").is_ok_and(|mut d| d.next().is_some());
+    let no_rdma = !std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    for (args, want) in [
+        (
+            &["probe", "gpu-write-bw", "--writes-per-iter", "500"][..],
+            "power of two",
+        ),
+        (&["probe", "gpu-write-bw", "--sizes", "0"], "--sizes"),
+        (&["probe", "gpu-write-bw", "--sizes", "64,64"], "twice"),
+        (&["probe", "gpu-write-bw", "--gpu", "x"], "not a GPU number"),
+        (
+            &["probe", "gpu-write-bw", "--nic-handler", "bus"],
+            "nic-handler",
+        ),
+        (&["probe", "gpu-write-bw", "--port", "2"], "--device"),
+    ] {
+        let out = crate::gpudoctor().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    if !no_gpus {
+        eprintln!("skip cases not run: this machine has NVIDIA GPUs");
+        return;
+    }
+    let out = crate::gpudoctor()
+        .args(["probe", "gpu-write-bw", "--gpu", "auto", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j[0]["schema"], "gpudoctor.gpu-write-bw/1", "{j}");
+    assert_eq!(j[0]["status"]["kind"], "skipped", "{j}");
+    assert!(
+        j[0]["status"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no NVIDIA GPUs"),
+        "{j}"
+    );
+    let out = crate::gpudoctor()
+        .args(["probe", "gpu-write-bw", "--fail-on-skip"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "--fail-on-skip fails the gate");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" gpu-write-bw: skipped: "));
+    if no_rdma {
+        // -d: the NIC half is judged first, whatever the GPUs.
+        let out = crate::gpudoctor()
+            .args([
+                "probe",
+                "gpu-write-bw",
+                "-d",
+                "mlx5_0",
+                "--gpu",
+                "0",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let why = j["status"]["reason"].as_str().unwrap();
+        assert!(why.starts_with("no RDMA device"), "{j}");
+    }
+}
