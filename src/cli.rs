@@ -168,8 +168,9 @@ pub struct CheckArgs {
     /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device); 1 = also
     /// CUDA host<->GPU and GPU<->GPU copies and dma-buf export (replayed from probes/*.json
     /// in a recorded tree); 2 = also a short RDMA-write loopback on every active RDMA port;
-    /// 3 = also a short GPUDirect RDMA loopback per GPU against its closest active port.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    /// 3 = also a short GPUDirect RDMA loopback per GPU against its closest active port;
+    /// 4 = also a short GPU-initiated RDMA-write loopback per GPU on its closest mlx5 port.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=4))]
     pub level: u8,
     /// Downgrade a failing check to a warning (repeatable).
     #[arg(long = "warn", value_name = "ID")]

@@ -150,10 +150,12 @@ pub struct GpuWriteBwReport {
     pub results: Vec<SizeResult>,
     pub notes: Vec<String>,
     pub status: Status,
+    /// A skip with nothing to judge here (no GPU, no mlx5 port): not a gap in the check.
+    pub not_applicable: bool,
 }
 
 impl GpuWriteBwReport {
-    fn new(req: &GpuWriteRequest) -> Self {
+    pub fn new(req: &GpuWriteRequest) -> Self {
         GpuWriteBwReport {
             schema: SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
@@ -181,6 +183,7 @@ impl GpuWriteBwReport {
             status: Status::Skipped {
                 reason: String::new(),
             },
+            not_applicable: false,
         }
     }
 }
@@ -204,45 +207,66 @@ pub struct DeviceFacts {
     pub port_state: Option<Option<PortState>>,
 }
 
-/// Why an mlx5 direct-verbs run cannot happen on this device, or None when it can.
-pub fn device_refusal(d: &DeviceFacts, port: u8, libmlx5: &Result<(), String>) -> Option<String> {
+/// Why an mlx5 direct-verbs run cannot happen on this device, or None when it can; the flag
+/// says there is nothing for level 4 to judge there (not an mlx5 device, port not ACTIVE) as
+/// against a gap (driver unknown, libmlx5 missing on a ConnectX).
+pub fn device_refusal(
+    d: &DeviceFacts,
+    port: u8,
+    libmlx5: &Result<(), String>,
+) -> Option<(String, bool)> {
     if let Some(sw) = &d.software {
-        return Some(format!(
-            "{} is not an mlx5 device: no direct verbs ({sw} is a software RDMA provider; \
+        return Some((
+            format!(
+                "{} is not an mlx5 device: no direct verbs ({sw} is a software RDMA provider; \
              level 4 needs a ConnectX served by mlx5_core)",
-            d.name
+                d.name
+            ),
+            true,
         ));
     }
     match d.driver.as_deref() {
         Some("mlx5_core") => {}
         Some(other) => {
-            return Some(format!(
-                "{} is not an mlx5 device: no direct verbs (driver {other}; level 4 needs a \
+            return Some((
+                format!(
+                    "{} is not an mlx5 device: no direct verbs (driver {other}; level 4 needs a \
                  ConnectX served by mlx5_core)",
-                d.name
+                    d.name
+                ),
+                true,
             ));
         }
         None => {
-            return Some(format!(
-                "{}: its kernel driver is unknown, so whether it is an mlx5 device is unknown",
-                d.name
+            return Some((
+                format!(
+                    "{}: its kernel driver is unknown, so whether it is an mlx5 device is unknown",
+                    d.name
+                ),
+                false,
             ));
         }
     }
     if let Err(why) = libmlx5 {
-        return Some(format!(
-            "{LIBMLX5} does not load ({why}): no mlx5 direct verbs (install rdma-core's \
+        return Some((
+            format!(
+                "{LIBMLX5} does not load ({why}): no mlx5 direct verbs (install rdma-core's \
              libibverbs providers, e.g. Debian's ibverbs-providers)"
+            ),
+            false,
         ));
     }
     match &d.port_state {
-        None => Some(format!("{} has no port {port}", d.name)),
+        None => Some((format!("{} has no port {port}", d.name), true)),
         Some(Some(PortState::Active)) => None,
-        Some(s) => Some(format!(
-            "{}/{port} is not ACTIVE ({}): no RDMA traffic can flow",
-            d.name,
-            s.map(|s| format!("{s:?}"))
-                .unwrap_or_else(|| "state unknown".into())
+        Some(s) => Some((
+            format!(
+                "{}/{port} is not ACTIVE ({}): no RDMA traffic can flow",
+                d.name,
+                s.map(|s| format!("{s:?}"))
+                    .unwrap_or_else(|| "state unknown".into())
+            ),
+            true,
         )),
     }
 }
@@ -368,12 +392,17 @@ pub fn run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest) -> Vec<Run> {
         let report = GpuWriteBwReport::new(req);
         match nic_refusal(m, libs, dev, req.port) {
             Ok(_) => {}
-            Err((class, why)) => return vec![stop(report, dev, class, why)],
+            Err((class, why, na)) => {
+                let mut report = report;
+                report.not_applicable = na;
+                return vec![stop(report, dev, class, why)];
+            }
         }
     }
     let labels = super::level3::gpu_labels(m.topo, req.gpu);
     if m.topo.gpus.is_empty() {
-        let report = GpuWriteBwReport::new(req);
+        let mut report = GpuWriteBwReport::new(req);
+        report.not_applicable = true;
         return vec![stop(
             report,
             "host",
@@ -390,7 +419,7 @@ fn nic_refusal(
     libs: &LibFacts,
     dev: &str,
     port: u8,
-) -> Result<String, (ErrorClass, String)> {
+) -> Result<String, (ErrorClass, String, bool)> {
     let Some(d) = device_facts(m, dev, port) else {
         let have: Vec<&str> = m.inv.rdma.iter().map(|d| d.name.as_str()).collect();
         return Err((
@@ -402,11 +431,12 @@ fn nic_refusal(
             } else {
                 format!("no RDMA device {dev} (devices: {})", have.join(", "))
             },
+            true,
         ));
     };
     let lib = lib_result(libs, LIBMLX5, "mlx5dv_init_obj");
     match device_refusal(&d, port, &lib) {
-        Some(why) => Err((ErrorClass::Skip, why)),
+        Some((why, na)) => Err((ErrorClass::Skip, why, na)),
         None => Ok(provider(m, &d)),
     }
 }
@@ -444,6 +474,7 @@ fn gpu_run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest, label: &str) -> 
         None => match gdr::closest_active_port(m.topo, label) {
             Ok(n) => n,
             Err(why) => {
+                report.not_applicable = true;
                 return stop(
                     report,
                     label,
@@ -457,7 +488,10 @@ fn gpu_run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest, label: &str) -> 
     report.nic = Some(nic.clone());
     let provider = match nic_refusal(m, libs, &nic.device, nic.port) {
         Ok(p) => p,
-        Err((class, why)) => return stop(report, label, class, why),
+        Err((class, why, na)) => {
+            report.not_applicable = na;
+            return stop(report, label, class, why);
+        }
     };
     report.provider = Some(provider);
     stop(
@@ -533,7 +567,8 @@ mod tests {
             software: Some("rxe".into()),
             port_state: Some(Some(PortState::Active)),
         };
-        let why = device_refusal(&rxe, 1, &ok).unwrap();
+        let (why, na) = device_refusal(&rxe, 1, &ok).unwrap();
+        assert!(na, "a software device has nothing for level 4 to judge");
         assert!(
             why.starts_with("rxe0 is not an mlx5 device: no direct verbs"),
             "{why}"
@@ -545,13 +580,14 @@ mod tests {
         assert!(
             device_refusal(&bnxt, 1, &ok)
                 .unwrap()
+                .0
                 .contains("driver bnxt_en")
         );
         let nolib = Err("libmlx5.so.1: cannot open shared object file".to_string());
+        let (why, na) = device_refusal(&mlx5(), 1, &nolib).unwrap();
         assert!(
-            device_refusal(&mlx5(), 1, &nolib)
-                .unwrap()
-                .contains("does not load")
+            why.contains("does not load") && !na,
+            "a ConnectX without libmlx5 is a gap"
         );
         let down = DeviceFacts {
             port_state: Some(Some(PortState::Down)),
@@ -560,6 +596,7 @@ mod tests {
         assert!(
             device_refusal(&down, 1, &ok)
                 .unwrap()
+                .0
                 .contains("not ACTIVE")
         );
         let noport = DeviceFacts {
@@ -569,6 +606,7 @@ mod tests {
         assert!(
             device_refusal(&noport, 2, &ok)
                 .unwrap()
+                .0
                 .contains("no port 2")
         );
         let unknown = DeviceFacts {
@@ -578,6 +616,7 @@ mod tests {
         assert!(
             device_refusal(&unknown, 1, &ok)
                 .unwrap()
+                .0
                 .contains("unknown")
         );
     }
