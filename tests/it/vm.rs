@@ -124,6 +124,81 @@ fn check_measured(f: &mut Findings, name: &str, j: &Value, sizes: &[u64], iters:
 
 /// Level 3 in the VM: host memory through the level-3 path, the dma-buf verdict for rxe from
 /// NCCL's probe, the fallback, no GPU, Ctrl-C.
+/// Level 4 in the VM: rxe0 is refused naming its provider, no GPU is a skip, bad arguments exit
+/// 2, and `check --level 4` keeps levels 0-3 and adds a not-applicable probe.gpu-write-bw.
+fn check_level4<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
+    let rxe = c("l4-rxe");
+    f.rc(&rxe, 0);
+    if let Ok(j) = rxe.json() {
+        let r = &j[0];
+        f.check(
+            r["schema"] == "gpudoctor.gpu-write-bw/1"
+                && r["status"]["kind"] == "skipped"
+                && r["not_applicable"] == true
+                && r["status"]["reason"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("rxe0 is not an mlx5 device: no direct verbs")),
+            || format!("l4-rxe: {j}"),
+        );
+    }
+    let gate = c("l4-rxe-gate");
+    f.rc(&gate, 1);
+    f.contains(
+        &gate,
+        "out",
+        " gpu-write-bw: skipped: rxe0 is not an mlx5 device",
+    );
+    let auto = c("l4-gpu-auto");
+    f.rc(&auto, 0);
+    if let Ok(j) = auto.json() {
+        f.check(
+            j[0]["status"]["kind"] == "skipped"
+                && j[0]["status"]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("no NVIDIA GPUs")),
+            || format!("l4-gpu-auto: {j}"),
+        );
+    }
+    let bad = c("l4-bad");
+    f.rc(&bad, 2);
+    f.contains(&bad, "err", "--writes-per-iter: a power of two");
+    let l4c = c("check-l4");
+    f.rc(&l4c, 0);
+    if let Ok(j) = l4c.json() {
+        let of = |id: &str| -> Vec<Value> {
+            j["checks"]
+                .as_array()
+                .map(|a| a.iter().filter(|c| c["id"] == id).cloned().collect())
+                .unwrap_or_default()
+        };
+        f.check(j["level"] == 4 && j["status"] != "fail", || {
+            format!("check-l4: level {} status {}", j["level"], j["status"])
+        });
+        f.check(
+            of("probe.write-bw")
+                .iter()
+                .any(|c| c["subject"] == "rxe0/1" && c["status"] == "pass"),
+            || format!("check-l4: probe.write-bw {:?}", of("probe.write-bw")),
+        );
+        f.check(of("probe.gdr-write-bw").len() == 1, || {
+            format!(
+                "check-l4: probe.gdr-write-bw {:?}",
+                of("probe.gdr-write-bw")
+            )
+        });
+        let g = of("probe.gpu-write-bw");
+        f.check(
+            g.len() == 1
+                && g[0]["status"] == "skip"
+                && g[0]["skip"] == "not-applicable"
+                && g[0]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("no NVIDIA GPUs")),
+            || format!("check-l4: probe.gpu-write-bw {g:?}"),
+        );
+    }
+}
+
 fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let l2 = c("l2-ref");
     let l3 = c("l3-host");
@@ -395,6 +470,7 @@ fn vm_verbs_suite() {
         Err(e) => f.0.push(e),
     }
     check_level3(&mut f, &c);
+    check_level4(&mut f, &c);
     let tbl = c("loopback-tbl");
     f.rc(&tbl, 0);
     f.contains(
