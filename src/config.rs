@@ -730,10 +730,51 @@ mod tests {
                 "--gpu-side",
                 "both",
             ],
-            &["gpudoctor", "check", "--level", "4"],
+            &["gpudoctor", "check", "--level", "5"],
         ] {
             assert!(Args::try_parse_from(argv).is_err(), "{argv:?}");
         }
+    }
+
+    #[test]
+    fn gpu_write_bw_options() {
+        use crate::rdma::level3::GpuSelect;
+        use crate::rdma::level4::NicHandler;
+        let env = Env::default();
+        let c = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
+            Action::GpuWriteBw(w) => w,
+            _ => panic!("gpu-write-bw"),
+        };
+        let d = c(&["probe", "gpu-write-bw"]);
+        assert_eq!(d.request.gpu, GpuSelect::Auto);
+        assert_eq!(d.request.device, None);
+        assert_eq!(d.request.sizes, vec![64, 256, 1024, 4096]);
+        assert_eq!((d.request.iters, d.request.writes_per_iter), (2048, 512));
+        assert_eq!(d.request.handler, NicHandler::Auto);
+        let g = c(&[
+            "probe",
+            "gpu-write-bw",
+            "--gpu",
+            "2",
+            "-d",
+            "mlx5_3",
+            "--port",
+            "2",
+            "--nic-handler",
+            "cpu-proxy",
+            "--sizes",
+            "64,128",
+            "--validate",
+            "--fail-on-skip",
+        ]);
+        assert_eq!(g.request.gpu, GpuSelect::One(2));
+        assert_eq!(g.request.device.as_deref(), Some("mlx5_3"));
+        assert_eq!(g.request.port, 2);
+        assert_eq!(g.request.handler, NicHandler::CpuProxy);
+        assert!(g.request.validate && g.fail_on_skip);
+        let err = |argv: &[&str]| format!("{:#}", resolve(argv, &env).unwrap_err());
+        assert!(err(&["probe", "gpu-write-bw", "--writes-per-iter", "3"]).contains("power of two"));
+        assert!(err(&["--root", "r", "probe", "gpu-write-bw"]).contains("probes measure the live"));
     }
 
     #[test]

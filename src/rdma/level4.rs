@@ -8,7 +8,7 @@
 //! precondition gets an honest skip saying so, never a pass.
 
 use super::engine::ErrorClass;
-use super::gdr::{self, NicChoice};
+use super::gdr::{self, GpuFacts, NicChoice};
 use super::level3::{GpuSelect, Machine};
 use super::write_bw::{SizeResult, Status};
 use crate::facts::PortState;
@@ -115,13 +115,6 @@ pub struct Poster {
     pub why: String,
     pub posting_ns: Option<PostingNs>,
     pub sm_cycles: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuFacts {
-    pub label: String,
-    pub bdf: String,
-    pub name: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -447,7 +440,7 @@ fn gpu_run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest, label: &str) -> 
         report.gpu = Some(GpuFacts {
             label: label.into(),
             bdf: g.bdf.to_string(),
-            name: Some(g.name.clone()),
+            name: g.name.clone(),
         });
     }
     // The GPU half, cheap and reported even where the NIC half stops the run.

@@ -222,13 +222,7 @@ pub fn gpu_write_bw_table(r: &crate::rdma::level4::GpuWriteBwReport) -> String {
         " GPU-initiated RDMA write bandwidth (loopback, RC, mlx5 direct verbs)"
     );
     if let Some(g) = &r.gpu {
-        let _ = writeln!(
-            o,
-            " GPU {} ({}, {})",
-            g.label,
-            g.bdf,
-            g.name.as_deref().unwrap_or("name unknown")
-        );
+        let _ = writeln!(o, " GPU {} ({}, {})", g.label, g.bdf, g.name);
     }
     if let Some(n) = &r.nic {
         let _ = writeln!(
