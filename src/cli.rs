@@ -168,8 +168,9 @@ pub struct CheckArgs {
     /// Probe level: 0 = sysfs/NVML facts only (nothing moves through a device); 1 = also
     /// CUDA host<->GPU and GPU<->GPU copies and dma-buf export (replayed from probes/*.json
     /// in a recorded tree); 2 = also a short RDMA-write loopback on every active RDMA port;
-    /// 3 = also a short GPUDirect RDMA loopback per GPU against its closest active port.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    /// 3 = also a short GPUDirect RDMA loopback per GPU against its closest active port;
+    /// 4 = also a short GPU-initiated RDMA-write loopback per GPU on its closest mlx5 port.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=4))]
     pub level: u8,
     /// Downgrade a failing check to a warning (repeatable).
     #[arg(long = "warn", value_name = "ID")]
@@ -225,6 +226,47 @@ pub enum ProbeCommand {
     /// RDMA-write bandwidth over RC QPs, like ib_write_bw: loopback on one device (two QPs
     /// connected to each other), or between two hosts with --serve / --peer.
     WriteBw(WriteBwArgs),
+    /// Level 4: a CUDA kernel posts the RDMA writes itself on an mlx5 QP (loopback on one
+    /// ConnectX port); skips cleanly, exit 0, where the GPU, CUDA, libmlx5 or an mlx5 port is
+    /// absent. Schema gpudoctor.gpu-write-bw/1.
+    GpuWriteBw(GpuWriteBwArgs),
+}
+
+#[derive(Debug, Clone, ClapArgs)]
+pub struct GpuWriteBwArgs {
+    /// The GPU whose kernel posts (GPU<N> in PCI order, as `topo` labels it), or `auto`: every
+    /// GPU in turn [default: auto].
+    #[arg(long, value_name = "N|auto", value_parser = parse_gpu_arg)]
+    pub gpu: Option<GpuArg>,
+    /// RDMA device (as in /sys/class/infiniband), e.g. mlx5_0 [default: each GPU's closest
+    /// ACTIVE port in the topology].
+    #[arg(long, short = 'd', value_name = "DEV")]
+    pub device: Option<String>,
+    /// Port number (with -d).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..),
+          requires = "device")]
+    pub port: u8,
+    /// Message sizes in bytes, comma-separated [default: 64,256,1024,4096].
+    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+    pub sizes: Option<Vec<u64>>,
+    /// Iterations (kernel launches) per message size.
+    #[arg(long, short = 'n', default_value_t = 2048, value_name = "N")]
+    pub iters: u32,
+    /// RDMA writes one kernel launch posts (a power of two, at most 4096).
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    pub writes_per_iter: u32,
+    /// Who rings the doorbell: the GPU (BlueFlame register mapped with
+    /// CU_MEMHOSTREGISTER_IOMEMORY; needs PeerMappingOverride=1), a CPU proxy thread, or auto.
+    #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
+    pub nic_handler: crate::rdma::level4::NicHandler,
+    /// Check that the written bytes arrived intact after each size.
+    #[arg(long)]
+    pub validate: bool,
+    /// Print one JSON document (schema gpudoctor.gpu-write-bw/1; --gpu auto: an array).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub gate: GateArgs,
 }
 
 #[derive(Debug, ClapArgs)]

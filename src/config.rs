@@ -102,6 +102,15 @@ pub struct WriteBwConfig {
     pub fail_on_skip: bool,
 }
 
+/// `probe gpu-write-bw`, resolved.
+#[derive(Debug, Clone)]
+pub struct GpuWriteBwConfig {
+    pub request: crate::rdma::level4::GpuWriteRequest,
+    pub json: bool,
+    /// A skip exits 1 (`--fail-on-skip`).
+    pub fail_on_skip: bool,
+}
+
 /// How a bundle redacts identifiers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Redaction {
@@ -130,6 +139,7 @@ pub enum Action {
         fail_on_skip: bool,
     },
     WriteBw(WriteBwConfig),
+    GpuWriteBw(GpuWriteBwConfig),
     Completions(clap_complete::Shell),
     Man(PathBuf),
     Fleet {
@@ -272,6 +282,7 @@ impl Config {
                 None,
                 match cmd {
                     ProbeCommand::WriteBw(w) => Action::WriteBw(write_bw_config(w, env)?),
+                    ProbeCommand::GpuWriteBw(w) => Action::GpuWriteBw(gpu_write_bw_config(w)?),
                     ProbeCommand::H2d(p) => probe_action(ProbeKind::H2d, p, probe_defaults)?,
                     ProbeCommand::D2h(p) => probe_action(ProbeKind::D2h, p, probe_defaults)?,
                     ProbeCommand::P2p(p) => probe_action(ProbeKind::P2p, p, probe_defaults)?,
@@ -357,7 +368,7 @@ fn source_spec(top: &SourceArgs, own: Option<&SourceArgs>, action: &Action) -> R
         Some(_) => top,
         None => {
             let what = match action {
-                Action::Probe { .. } | Action::WriteBw(_) => {
+                Action::Probe { .. } | Action::WriteBw(_) | Action::GpuWriteBw(_) => {
                     "probes measure the live machine; --root and --bundle replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
                 }
                 _ => "--root and --bundle apply to topo, check, bundle, baseline and export only",
@@ -445,6 +456,31 @@ fn level3_request(
         repeat: w.repeat,
         device_given: w.device.is_some(),
     }))
+}
+
+fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs) -> Result<GpuWriteBwConfig> {
+    use crate::cli::GpuArg;
+    use crate::rdma::level3::GpuSelect;
+    use crate::rdma::level4::{self, GpuWriteRequest};
+    let request = GpuWriteRequest {
+        gpu: match w.gpu {
+            None | Some(GpuArg::Auto) => GpuSelect::Auto,
+            Some(GpuArg::Index(n)) => GpuSelect::One(n),
+        },
+        device: w.device.filter(|d| !d.is_empty()),
+        port: w.port,
+        sizes: w.sizes.unwrap_or_else(|| level4::DEFAULT_SIZES.to_vec()),
+        iters: w.iters,
+        writes_per_iter: w.writes_per_iter,
+        handler: w.nic_handler,
+        validate: w.validate,
+    };
+    level4::validate(&request).map_err(|e| anyhow::anyhow!("probe gpu-write-bw: {e}"))?;
+    Ok(GpuWriteBwConfig {
+        request,
+        json: w.json,
+        fail_on_skip: w.gate.fail_on_skip,
+    })
 }
 
 fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
@@ -694,10 +730,51 @@ mod tests {
                 "--gpu-side",
                 "both",
             ],
-            &["gpudoctor", "check", "--level", "4"],
+            &["gpudoctor", "check", "--level", "5"],
         ] {
             assert!(Args::try_parse_from(argv).is_err(), "{argv:?}");
         }
+    }
+
+    #[test]
+    fn gpu_write_bw_options() {
+        use crate::rdma::level3::GpuSelect;
+        use crate::rdma::level4::NicHandler;
+        let env = Env::default();
+        let c = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
+            Action::GpuWriteBw(w) => w,
+            _ => panic!("gpu-write-bw"),
+        };
+        let d = c(&["probe", "gpu-write-bw"]);
+        assert_eq!(d.request.gpu, GpuSelect::Auto);
+        assert_eq!(d.request.device, None);
+        assert_eq!(d.request.sizes, vec![64, 256, 1024, 4096]);
+        assert_eq!((d.request.iters, d.request.writes_per_iter), (2048, 512));
+        assert_eq!(d.request.handler, NicHandler::Auto);
+        let g = c(&[
+            "probe",
+            "gpu-write-bw",
+            "--gpu",
+            "2",
+            "-d",
+            "mlx5_3",
+            "--port",
+            "2",
+            "--nic-handler",
+            "cpu-proxy",
+            "--sizes",
+            "64,128",
+            "--validate",
+            "--fail-on-skip",
+        ]);
+        assert_eq!(g.request.gpu, GpuSelect::One(2));
+        assert_eq!(g.request.device.as_deref(), Some("mlx5_3"));
+        assert_eq!(g.request.port, 2);
+        assert_eq!(g.request.handler, NicHandler::CpuProxy);
+        assert!(g.request.validate && g.fail_on_skip);
+        let err = |argv: &[&str]| format!("{:#}", resolve(argv, &env).unwrap_err());
+        assert!(err(&["probe", "gpu-write-bw", "--writes-per-iter", "3"]).contains("power of two"));
+        assert!(err(&["--root", "r", "probe", "gpu-write-bw"]).contains("probes measure the live"));
     }
 
     #[test]

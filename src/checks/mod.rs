@@ -15,6 +15,7 @@ mod host;
 pub mod level1;
 pub mod level2;
 pub mod level3;
+pub mod level4;
 mod pcie;
 mod placement;
 mod rdma;
@@ -320,6 +321,8 @@ checks! {
         "RDMA-write loopback on every active port moves and validates data at line rate";
     ProbeGdrWriteBw = "probe.gdr-write-bw", level 3, Fail, Run::Probe,
         "GPUDirect RDMA writes from and into each GPU's memory through its closest active port";
+    ProbeGpuWriteBw = "probe.gpu-write-bw", level 4, Fail, Run::Probe,
+        "A CUDA kernel posts RDMA writes itself on its closest mlx5 port (GPU-initiated)";
     BaselineGpus = "baseline.gpus", level 0, Fail, Run::Baseline,
         "GPUs at the baseline's PCI positions, of the baseline's model (--expect)";
     BaselineNics = "baseline.nics", level 0, Fail, Run::Baseline,

@@ -6,6 +6,7 @@
 pub mod engine;
 pub mod gdr;
 pub mod level3;
+pub mod level4;
 pub mod memory;
 pub mod mlx5;
 pub mod mlx5_emu;

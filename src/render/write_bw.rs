@@ -208,3 +208,83 @@ fn gdr_header(
         );
     }
 }
+
+/// `probe gpu-write-bw` (level 4): level 2's columns plus the posting time per iteration and
+/// the handler that rang the doorbell.
+pub fn gpu_write_bw_table(r: &crate::rdma::level4::GpuWriteBwReport) -> String {
+    use crate::rdma::write_bw::Status;
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let rule = "-".repeat(100);
+    let _ = writeln!(o, "{rule}");
+    let _ = writeln!(
+        o,
+        " GPU-initiated RDMA write bandwidth (loopback, RC, mlx5 direct verbs)"
+    );
+    if let Some(g) = &r.gpu {
+        let _ = writeln!(o, " GPU {} ({}, {})", g.label, g.bdf, g.name);
+    }
+    if let Some(n) = &r.nic {
+        let _ = writeln!(
+            o,
+            " Device {} port {}: {}{}",
+            n.device,
+            n.port,
+            n.why,
+            r.path
+                .as_deref()
+                .map(|p| format!(", path {p}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(p) = &r.provider {
+        let _ = writeln!(o, " Provider {p}");
+    }
+    let p = &r.plan;
+    let _ = writeln!(
+        o,
+        " {} writes per iteration (one kernel launch), {} iterations per size{}",
+        p.writes_per_iter,
+        p.iters,
+        if p.validate { ", validating data" } else { "" }
+    );
+    let _ = writeln!(o, " Doorbell: {}", r.poster.why);
+    for n in &r.notes {
+        let _ = writeln!(o, " Note: {n}");
+    }
+    let _ = writeln!(o, " Units: {}", r.units);
+    if !r.results.is_empty() {
+        let _ = writeln!(o, "{rule}");
+        let _ = writeln!(
+            o,
+            " {:<10} {:<14} {:<18} {:<20} {:<15}",
+            "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
+        );
+        for s in &r.results {
+            let _ = writeln!(
+                o,
+                " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6}",
+                s.bytes, s.iterations, s.peak_mb_per_s, s.average_mb_per_s, s.msg_rate_mpps
+            );
+        }
+    }
+    if let Some(t) = &r.poster.posting_ns {
+        let _ = writeln!(
+            o,
+            " Posting per iteration ({}): median {} ns, min {}, max {} (n {})",
+            r.poster.handler.map(|h| h.as_str()).unwrap_or("?"),
+            t.median,
+            t.min,
+            t.max,
+            t.n
+        );
+    }
+    let _ = writeln!(o, "{rule}");
+    let _ = match &r.status {
+        Status::Ok => writeln!(o, " gpu-write-bw: ok"),
+        Status::Failed { reason } => writeln!(o, " gpu-write-bw: FAILED: {reason}"),
+        Status::Skipped { reason } => writeln!(o, " gpu-write-bw: skipped: {reason}"),
+        Status::Error { reason } => writeln!(o, " gpu-write-bw: ERROR: {reason}"),
+    };
+    o
+}

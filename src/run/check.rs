@@ -71,6 +71,9 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
     if opts.level >= 3 {
         level3(source, &inv, &topo, opts.probe.progress, &mut findings)?;
     }
+    if opts.level >= 4 {
+        level4(source, &inv, &topo, &mut findings)?;
+    }
     if let Some(b) = &opts.expect {
         findings.extend(crate::baseline::compare(
             b,
@@ -242,6 +245,61 @@ fn level3(
     }
     for r in &runs {
         findings.push(l3::finding(&r.subject, &r.report));
+    }
+    Ok(())
+}
+
+/// Level 4: a short, validated GPU-initiated RDMA-write loopback per GPU on its closest ACTIVE
+/// port, which must be an mlx5 one (probe.gpu-write-bw).
+fn level4(
+    source: &Source,
+    inv: &Inventory,
+    topo: &crate::topo::Topology,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::level3::{GpuSelect, Machine};
+    use crate::rdma::level4::{self, GpuWriteRequest, NicHandler};
+    use checks::level4 as l4;
+    if !source.is_live() {
+        findings.push(
+            Finding::new(
+                l4::ID,
+                "host",
+                Status::Skip,
+                "GPU-initiated RDMA probes run on the live machine; a recorded tree does not replay them",
+            )
+            .not_applicable(),
+        );
+        return Ok(());
+    }
+    // Short: 64 B and 4 KiB writes, 64 launches of 512 each, validated.
+    let req = GpuWriteRequest {
+        gpu: GpuSelect::Auto,
+        device: None,
+        port: 1,
+        sizes: vec![64, 4096],
+        iters: 64,
+        writes_per_iter: 512,
+        handler: NicHandler::Auto,
+        validate: true,
+    };
+    let level0 = findings.clone();
+    let m = Machine {
+        sr: &source.sysroot,
+        inv,
+        topo,
+        level0: &level0,
+    };
+    let runs = level4::run(&m, &source.libs, &req);
+    if runs
+        .iter()
+        .any(|r| r.class == Some(ErrorClass::Interrupted))
+    {
+        anyhow::bail!("interrupted by {}", crate::signals::which());
+    }
+    for r in &runs {
+        findings.push(l4::finding(&r.subject, &r.report));
     }
     Ok(())
 }

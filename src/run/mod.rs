@@ -171,6 +171,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             ..
         } => probe::cuda(&cfg.source, options, *format, *fail_on_skip, style),
         Action::WriteBw(w) => probe::write_bw(w),
+        Action::GpuWriteBw(w) => probe::gpu_write_bw(w),
         Action::Completions(shell) => {
             let mut buf = Vec::new();
             clap_complete::generate(*shell, &mut crate::cli::command(), "gpudoctor", &mut buf);

@@ -155,3 +155,62 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
         hung: false,
     })
 }
+
+/// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
+/// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
+pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
+    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::level3::{GpuSelect, Machine};
+    use crate::rdma::level4;
+    let source = crate::source::Source::open(&SourceSpec::Live)?;
+    let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
+    let topo = crate::topo::build(&inv);
+    if let GpuSelect::One(n) = w.request.gpu
+        && topo.gpu(&format!("GPU{n}")).is_none()
+        && !topo.gpus.is_empty()
+    {
+        let have: Vec<&str> = topo.gpus.iter().map(|g| g.label.as_str()).collect();
+        anyhow::bail!("--gpu {n}: no GPU{n} here (GPUs: {})", have.join(", "));
+    }
+    let level0 = crate::checks::run_level0(&crate::checks::Ctx {
+        inv: &inv,
+        topo: &topo,
+        libs: &source.libs,
+    });
+    let m = Machine {
+        sr: &source.sysroot,
+        inv: &inv,
+        topo: &topo,
+        level0: &level0,
+    };
+    let runs = level4::run(&m, &source.libs, &w.request);
+    let reports: Vec<&level4::GpuWriteBwReport> = runs.iter().map(|r| &r.report).collect();
+    let stdout = if w.json {
+        if w.request.gpu == GpuSelect::Auto {
+            render::json(&reports)
+        } else {
+            render::json(reports[0])
+        }
+    } else {
+        reports
+            .iter()
+            .map(|r| render::gpu_write_bw_table(r))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let classes: Vec<Option<ErrorClass>> = runs.iter().map(|r| r.class).collect();
+    let code = if classes.contains(&Some(ErrorClass::Interrupted)) {
+        EXIT_ERROR
+    } else if classes.contains(&Some(ErrorClass::Machine))
+        || (w.fail_on_skip && classes.contains(&Some(ErrorClass::Skip)))
+    {
+        EXIT_FAILED_CHECK
+    } else {
+        EXIT_OK
+    };
+    Ok(Outcome {
+        stdout,
+        code,
+        hung: false,
+    })
+}

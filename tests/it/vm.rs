@@ -124,6 +124,81 @@ fn check_measured(f: &mut Findings, name: &str, j: &Value, sizes: &[u64], iters:
 
 /// Level 3 in the VM: host memory through the level-3 path, the dma-buf verdict for rxe from
 /// NCCL's probe, the fallback, no GPU, Ctrl-C.
+/// Level 4 in the VM: rxe0 is refused naming its provider, no GPU is a skip, bad arguments exit
+/// 2, and `check --level 4` keeps levels 0-3 and adds a not-applicable probe.gpu-write-bw.
+fn check_level4<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
+    let rxe = c("l4-rxe");
+    f.rc(&rxe, 0);
+    if let Ok(j) = rxe.json() {
+        let r = &j[0];
+        f.check(
+            r["schema"] == "gpudoctor.gpu-write-bw/1"
+                && r["status"]["kind"] == "skipped"
+                && r["not_applicable"] == true
+                && r["status"]["reason"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("rxe0 is not an mlx5 device: no direct verbs")),
+            || format!("l4-rxe: {j}"),
+        );
+    }
+    let gate = c("l4-rxe-gate");
+    f.rc(&gate, 1);
+    f.contains(
+        &gate,
+        "out",
+        " gpu-write-bw: skipped: rxe0 is not an mlx5 device",
+    );
+    let auto = c("l4-gpu-auto");
+    f.rc(&auto, 0);
+    if let Ok(j) = auto.json() {
+        f.check(
+            j[0]["status"]["kind"] == "skipped"
+                && j[0]["status"]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("no NVIDIA GPUs")),
+            || format!("l4-gpu-auto: {j}"),
+        );
+    }
+    let bad = c("l4-bad");
+    f.rc(&bad, 2);
+    f.contains(&bad, "err", "--writes-per-iter: a power of two");
+    let l4c = c("check-l4");
+    f.rc(&l4c, 0);
+    if let Ok(j) = l4c.json() {
+        let of = |id: &str| -> Vec<Value> {
+            j["checks"]
+                .as_array()
+                .map(|a| a.iter().filter(|c| c["id"] == id).cloned().collect())
+                .unwrap_or_default()
+        };
+        f.check(j["level"] == 4 && j["status"] != "fail", || {
+            format!("check-l4: level {} status {}", j["level"], j["status"])
+        });
+        f.check(
+            of("probe.write-bw")
+                .iter()
+                .any(|c| c["subject"] == "rxe0/1" && c["status"] == "pass"),
+            || format!("check-l4: probe.write-bw {:?}", of("probe.write-bw")),
+        );
+        f.check(of("probe.gdr-write-bw").len() == 1, || {
+            format!(
+                "check-l4: probe.gdr-write-bw {:?}",
+                of("probe.gdr-write-bw")
+            )
+        });
+        let g = of("probe.gpu-write-bw");
+        f.check(
+            g.len() == 1
+                && g[0]["status"] == "skip"
+                && g[0]["skip"] == "not-applicable"
+                && g[0]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("no NVIDIA GPUs")),
+            || format!("check-l4: probe.gpu-write-bw {g:?}"),
+        );
+    }
+}
+
 fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let l2 = c("l2-ref");
     let l3 = c("l3-host");
@@ -395,6 +470,7 @@ fn vm_verbs_suite() {
         Err(e) => f.0.push(e),
     }
     check_level3(&mut f, &c);
+    check_level4(&mut f, &c);
     let tbl = c("loopback-tbl");
     f.rc(&tbl, 0);
     f.contains(
@@ -568,4 +644,77 @@ fn gdr_write_bw_skips_without_gpus() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "--fail-on-skip fails the gate");
+}
+
+/// Level 4 on a machine without GPUs or RDMA devices (this host, CI): clean skips that say
+/// why, exit 0 (1 with --fail-on-skip); bad arguments are exit 2 before anything runs.
+#[test]
+fn gpu_write_bw_skips_here() {
+    let no_gpus =
+        !std::fs::read_dir("/proc/driver/nvidia/gpus").is_ok_and(|mut d| d.next().is_some());
+    let no_rdma = !std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    for (args, want) in [
+        (
+            &["probe", "gpu-write-bw", "--writes-per-iter", "500"][..],
+            "power of two",
+        ),
+        (&["probe", "gpu-write-bw", "--sizes", "0"], "--sizes"),
+        (&["probe", "gpu-write-bw", "--sizes", "64,64"], "twice"),
+        (&["probe", "gpu-write-bw", "--gpu", "x"], "not a GPU number"),
+        (
+            &["probe", "gpu-write-bw", "--nic-handler", "bus"],
+            "nic-handler",
+        ),
+        (&["probe", "gpu-write-bw", "--port", "2"], "--device"),
+    ] {
+        let out = crate::gpudoctor().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    if !no_gpus {
+        eprintln!("skip cases not run: this machine has NVIDIA GPUs");
+        return;
+    }
+    let out = crate::gpudoctor()
+        .args(["probe", "gpu-write-bw", "--gpu", "auto", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j[0]["schema"], "gpudoctor.gpu-write-bw/1", "{j}");
+    assert_eq!(j[0]["status"]["kind"], "skipped", "{j}");
+    assert!(
+        j[0]["status"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no NVIDIA GPUs"),
+        "{j}"
+    );
+    let out = crate::gpudoctor()
+        .args(["probe", "gpu-write-bw", "--fail-on-skip"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "--fail-on-skip fails the gate");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" gpu-write-bw: skipped: "));
+    if no_rdma {
+        // -d: the NIC half is judged first, whatever the GPUs.
+        let out = crate::gpudoctor()
+            .args([
+                "probe",
+                "gpu-write-bw",
+                "-d",
+                "mlx5_0",
+                "--gpu",
+                "0",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let why = j["status"]["reason"].as_str().unwrap();
+        assert!(why.starts_with("no RDMA device"), "{j}");
+    }
 }

@@ -34,6 +34,14 @@ case_ l3-peermem    $G -d rxe0 --gdr peermem --sizes 4096 --iters 16 --validate 
 case_ l3-gpu-auto   $G --gpu auto --json
 case_ l3-gpu-0      $G --gpu 0
 case_ check-l3      $BIN check --level 3 --json
+# Level 4 (GPU-initiated writes on mlx5): rxe is no mlx5 device and the VM has no GPU, so each is
+# a skip that says which; bad arguments are refused before anything runs.
+L4="$BIN probe gpu-write-bw"
+case_ l4-rxe        $L4 -d rxe0 --json
+case_ l4-rxe-gate   $L4 -d rxe0 --fail-on-skip
+case_ l4-gpu-auto   $L4 --gpu auto --json
+case_ l4-bad        $L4 -d rxe0 --writes-per-iter 3
+case_ check-l4      $BIN check --level 4 --json
 # Ctrl-C during a level-3 run (4 KiB x 400000 takes minutes here): it stops between polls and
 # leaves through the same drops as any error (regions deregistered before memory is freed).
 C0=/sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts; base0=$(cat $C0 2>/dev/null || echo 0)

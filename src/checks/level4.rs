@@ -1,0 +1,139 @@
+//! Level 4: a short, validated GPU-initiated RDMA-write loopback per GPU against its closest
+//! mlx5 port (`probe gpu-write-bw`), as `probe.gpu-write-bw` findings. Pure: turns level-4
+//! reports into findings. Unknown is never a pass: a run that measured nothing is a skip,
+//! not-applicable only where there is nothing to judge (no GPU, no mlx5 port).
+
+use super::{CheckId, Finding, Status, ev};
+use crate::rdma::level4::GpuWriteBwReport;
+use crate::rdma::write_bw::Status as WStatus;
+
+pub const ID: CheckId = CheckId::ProbeGpuWriteBw;
+
+/// The finding for one GPU's run.
+pub fn finding(subject: &str, r: &GpuWriteBwReport) -> Finding {
+    let mut e = Vec::new();
+    if let Some(n) = &r.nic
+        && !n.device.is_empty()
+    {
+        e.push(ev(
+            "RDMA port",
+            format!("{}/{}: {}", n.device, n.port, n.why),
+        ));
+    }
+    if let Some(p) = &r.provider {
+        e.push(ev("provider", p.clone()));
+    }
+    e.push(ev("doorbell", r.poster.why.clone()));
+    if let Some(t) = &r.poster.posting_ns {
+        e.push(ev(
+            "posting per iteration",
+            format!(
+                "median {} ns, min {}, max {} (n {})",
+                t.median, t.min, t.max, t.n
+            ),
+        ));
+    }
+    for n in &r.notes {
+        e.push(ev("note", n.clone()));
+    }
+    let validated = !r.results.is_empty() && r.results.iter().all(|s| s.validated == Some(true));
+    let f = match &r.status {
+        WStatus::Ok if validated => Finding::new(
+            ID,
+            subject,
+            Status::Pass,
+            format!(
+                "GPU-initiated RDMA writes ({} rang the doorbell) moved and validated",
+                r.poster.handler.map(|h| h.as_str()).unwrap_or("?")
+            ),
+        ),
+        // Measured but not validated: not a pass (the check runs with --validate).
+        WStatus::Ok => Finding::new(
+            ID,
+            subject,
+            Status::Skip,
+            "writes posted but the data was not validated: nothing judged",
+        ),
+        WStatus::Skipped { reason } => {
+            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
+            if r.not_applicable {
+                f.not_applicable()
+            } else {
+                f
+            }
+        }
+        WStatus::Failed { reason } | WStatus::Error { reason } => {
+            Finding::new(ID, subject, Status::Fail, reason.clone()).fix(
+                "`gpudoctor probe gpu-write-bw --gpu N --validate` gives the full run; an error \
+                 CQE's syndrome names the cause (see `gpudoctor explain probe.gpu-write-bw`)",
+            )
+        }
+    };
+    f.evidence(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::SkipKind;
+    use crate::rdma::level3::GpuSelect;
+    use crate::rdma::level4::{GpuWriteRequest, NicHandler};
+    use crate::rdma::write_bw::{SizeResult, Verdict};
+
+    fn report(status: WStatus, not_applicable: bool, validated: Option<bool>) -> GpuWriteBwReport {
+        let mut r = GpuWriteBwReport::new(&GpuWriteRequest {
+            gpu: GpuSelect::Auto,
+            device: None,
+            port: 1,
+            sizes: vec![64],
+            iters: 4,
+            writes_per_iter: 512,
+            handler: NicHandler::Auto,
+            validate: true,
+        });
+        r.status = status;
+        r.not_applicable = not_applicable;
+        r.results = vec![SizeResult {
+            bytes: 64,
+            iterations: 2048,
+            elapsed_ns: 1,
+            peak_mb_per_s: 1.0,
+            peak_window: 1,
+            average_mb_per_s: 1.0,
+            average_gbps: 0.008,
+            msg_rate_mpps: 1.0,
+            validated,
+            verdict: Verdict::Unknown,
+        }];
+        r
+    }
+
+    #[test]
+    fn verdicts() {
+        let skip = || WStatus::Skipped { reason: "x".into() };
+        let f = finding("GPU0", &report(skip(), true, None));
+        assert_eq!(
+            (f.status, f.skip),
+            (Status::Skip, Some(SkipKind::NotApplicable))
+        );
+        // A skip with something left unjudged (the live path missing, libmlx5 absent) stays
+        // an unknown skip: --fail-on-skip fails on it.
+        let f = finding("GPU0", &report(skip(), false, None));
+        assert_eq!((f.status, f.skip), (Status::Skip, Some(SkipKind::Unknown)));
+        assert_eq!(
+            finding("GPU0", &report(WStatus::Ok, false, Some(true))).status,
+            Status::Pass
+        );
+        // Unknown is never a pass: measured without validation is a skip.
+        assert_eq!(
+            finding("GPU0", &report(WStatus::Ok, false, None)).status,
+            Status::Skip
+        );
+        let err = WStatus::Error {
+            reason: "error CQE".into(),
+        };
+        let f = finding("GPU0", &report(err, false, None));
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.remediation.is_some());
+    }
+}

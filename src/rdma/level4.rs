@@ -1,0 +1,641 @@
+//! Level 4: `probe gpu-write-bw`, a CUDA kernel posting RDMA writes itself on an mlx5 QP
+//! (issue 10). This module decides, per GPU, whether the run can happen here and on which
+//! port and handler, and carries the report (schema `gpudoctor.gpu-write-bw/1`). It must not
+//! open devices or connect QPs itself: the live path belongs in the write-bw engine
+//! (`engine::open_side`) with a different poster. That live path (mlx5dv_init_obj over the
+//! engine's QP/CQ, cuMemHostRegister of the queues and the UAR page, the kernel of
+//! `mlx5_kernel` over real queues) is NOT built yet: a machine that passes every
+//! precondition gets an honest skip saying so, never a pass.
+
+use super::engine::ErrorClass;
+use super::gdr::{self, GpuFacts, NicChoice};
+use super::level3::{GpuSelect, Machine};
+use super::write_bw::{SizeResult, Status};
+use crate::facts::PortState;
+use crate::libs::LibFacts;
+use serde::Serialize;
+
+pub const SCHEMA: &str = "gpudoctor.gpu-write-bw/1";
+/// The library `mlx5dv_init_obj` comes from (as libs.rs probes it).
+pub const LIBMLX5: &str = "libmlx5.so.1";
+const LIBCUDA: &str = "libcuda.so.1";
+
+/// `--nic-handler`: who rings the doorbell after the kernel wrote the WQEs and the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum NicHandler {
+    /// gpu when PeerMappingOverride=1 and the UAR page maps, else cpu-proxy.
+    Auto,
+    /// The kernel writes the BlueFlame register through the mapped UAR page.
+    Gpu,
+    /// A CPU thread watches the kernel's producer index and rings the doorbell.
+    CpuProxy,
+}
+
+impl NicHandler {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NicHandler::Auto => "auto",
+            NicHandler::Gpu => "gpu",
+            NicHandler::CpuProxy => "cpu-proxy",
+        }
+    }
+}
+
+/// `probe gpu-write-bw`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuWriteRequest {
+    pub gpu: GpuSelect,
+    /// `-d`: this device for every GPU; None: each GPU's closest ACTIVE port.
+    pub device: Option<String>,
+    pub port: u8,
+    pub sizes: Vec<u64>,
+    pub iters: u32,
+    pub writes_per_iter: u32,
+    pub handler: NicHandler,
+    pub validate: bool,
+}
+
+pub const DEFAULT_SIZES: &[u64] = &[64, 256, 1024, 4096];
+/// One WQEBB per write and one kernel launch posting writes_per_iter WQEs: the SQ the engine
+/// creates must hold them, so the count is bounded by the largest SQ we ask for.
+pub const MAX_WRITES_PER_ITER: u32 = 4096;
+
+/// Argument checks (exit 2 on failure, in config).
+pub fn validate(req: &GpuWriteRequest) -> Result<(), String> {
+    if req.sizes.is_empty() {
+        return Err("--sizes: at least one size".into());
+    }
+    for &s in &req.sizes {
+        // One data segment per WQE; a 0-byte write posts nothing worth timing.
+        if s == 0 || s > 1 << 30 {
+            return Err(format!("--sizes: {s} is not between 1 B and 1 GiB"));
+        }
+    }
+    let mut sorted = req.sizes.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != req.sizes.len() {
+        return Err("--sizes: a size is given twice".into());
+    }
+    if req.iters == 0 {
+        return Err("--iters: at least 1".into());
+    }
+    if req.writes_per_iter == 0
+        || req.writes_per_iter > MAX_WRITES_PER_ITER
+        || !req.writes_per_iter.is_power_of_two()
+    {
+        return Err(format!(
+            "--writes-per-iter: a power of two from 1 to {MAX_WRITES_PER_ITER} (one kernel \
+             launch fills that many SQ slots), not {}",
+            req.writes_per_iter
+        ));
+    }
+    if req.port == 0 {
+        return Err("--port: ports are numbered from 1".into());
+    }
+    Ok(())
+}
+
+/// Posting time per iteration (one kernel launch), from `%globaltimer`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PostingNs {
+    pub n: u64,
+    pub median: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// Who posted and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Poster {
+    pub requested: NicHandler,
+    /// The handler that rang the doorbell (None: nothing was posted).
+    pub handler: Option<NicHandler>,
+    pub why: String,
+    pub posting_ns: Option<PostingNs>,
+    pub sm_cycles: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanFacts {
+    pub sizes: Vec<u64>,
+    pub iters: u32,
+    pub writes_per_iter: u32,
+    pub validate: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuWriteBwReport {
+    pub schema: &'static str,
+    pub gpudoctor_version: &'static str,
+    pub mode: &'static str,
+    pub units: &'static str,
+    pub plan: PlanFacts,
+    pub gpu: Option<GpuFacts>,
+    /// The RDMA port and why it was chosen.
+    pub nic: Option<NicChoice>,
+    /// PCIe path type GPU-NIC ("PIX", "PXB", ...), where both are on the PCI tree.
+    pub path: Option<String>,
+    /// "mlx5_0 (mlx5_core)", "rxe0 (soft-RoCE on eth0)".
+    pub provider: Option<String>,
+    pub poster: Poster,
+    pub results: Vec<SizeResult>,
+    pub notes: Vec<String>,
+    pub status: Status,
+    /// A skip with nothing to judge here (no GPU, no mlx5 port): not a gap in the check.
+    pub not_applicable: bool,
+}
+
+impl GpuWriteBwReport {
+    pub fn new(req: &GpuWriteRequest) -> Self {
+        GpuWriteBwReport {
+            schema: SCHEMA,
+            gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            mode: "loopback",
+            units: super::write_bw::UNITS,
+            plan: PlanFacts {
+                sizes: req.sizes.clone(),
+                iters: req.iters,
+                writes_per_iter: req.writes_per_iter,
+                validate: req.validate,
+            },
+            gpu: None,
+            nic: None,
+            path: None,
+            provider: None,
+            poster: Poster {
+                requested: req.handler,
+                handler: None,
+                why: "nothing was posted".into(),
+                posting_ns: None,
+                sm_cycles: None,
+            },
+            results: Vec::new(),
+            notes: Vec::new(),
+            status: Status::Skipped {
+                reason: String::new(),
+            },
+            not_applicable: false,
+        }
+    }
+}
+
+pub struct Run {
+    pub subject: String,
+    pub report: GpuWriteBwReport,
+    pub class: Option<ErrorClass>,
+}
+
+/// What the preconditions look at, gathered from the inventory and the library probe (so the
+/// decision is a pure function, tested on hand-made facts).
+#[derive(Debug, Clone, Default)]
+pub struct DeviceFacts {
+    pub name: String,
+    /// Kernel driver of the PCI function (mlx5_core); None for software devices.
+    pub driver: Option<String>,
+    /// Some("rxe") / Some("siw") for software devices.
+    pub software: Option<String>,
+    /// The port's state (outer None: no such port; inner None: state unreadable).
+    pub port_state: Option<Option<PortState>>,
+}
+
+/// Why an mlx5 direct-verbs run cannot happen on this device, or None when it can; the flag
+/// says there is nothing for level 4 to judge there (not an mlx5 device, port not ACTIVE) as
+/// against a gap (driver unknown, libmlx5 missing on a ConnectX).
+pub fn device_refusal(
+    d: &DeviceFacts,
+    port: u8,
+    libmlx5: &Result<(), String>,
+) -> Option<(String, bool)> {
+    if let Some(sw) = &d.software {
+        return Some((
+            format!(
+                "{} is not an mlx5 device: no direct verbs ({sw} is a software RDMA provider; \
+             level 4 needs a ConnectX served by mlx5_core)",
+                d.name
+            ),
+            true,
+        ));
+    }
+    match d.driver.as_deref() {
+        Some("mlx5_core") => {}
+        Some(other) => {
+            return Some((
+                format!(
+                    "{} is not an mlx5 device: no direct verbs (driver {other}; level 4 needs a \
+                 ConnectX served by mlx5_core)",
+                    d.name
+                ),
+                true,
+            ));
+        }
+        None => {
+            return Some((
+                format!(
+                    "{}: its kernel driver is unknown, so whether it is an mlx5 device is unknown",
+                    d.name
+                ),
+                false,
+            ));
+        }
+    }
+    if let Err(why) = libmlx5 {
+        return Some((
+            format!(
+                "{LIBMLX5} does not load ({why}): no mlx5 direct verbs (install rdma-core's \
+             libibverbs providers, e.g. Debian's ibverbs-providers)"
+            ),
+            false,
+        ));
+    }
+    match &d.port_state {
+        None => Some((format!("{} has no port {port}", d.name), true)),
+        Some(Some(PortState::Active)) => None,
+        Some(s) => Some((
+            format!(
+                "{}/{port} is not ACTIVE ({}): no RDMA traffic can flow",
+                d.name,
+                s.map(|s| format!("{s:?}"))
+                    .unwrap_or_else(|| "state unknown".into())
+            ),
+            true,
+        )),
+    }
+}
+
+/// `auto`: gpu when the driver allows the peer mapping (PeerMappingOverride=1), else cpu-proxy;
+/// the mapping itself is tried by the live path, which falls back and says so.
+pub fn choose_handler(requested: NicHandler, peer_mapping: Option<bool>) -> (NicHandler, String) {
+    match (requested, peer_mapping) {
+        (NicHandler::Gpu, _) => (NicHandler::Gpu, "--nic-handler gpu".into()),
+        (NicHandler::CpuProxy, _) => (NicHandler::CpuProxy, "--nic-handler cpu-proxy".into()),
+        (NicHandler::Auto, Some(true)) => (
+            NicHandler::Gpu,
+            "auto: PeerMappingOverride=1, so the GPU may map the doorbell page".into(),
+        ),
+        (NicHandler::Auto, Some(false)) => (
+            NicHandler::CpuProxy,
+            "auto: PeerMappingOverride is not 1 (gdr.peer-mapping): a CPU thread rings the doorbell".into(),
+        ),
+        (NicHandler::Auto, None) => (
+            NicHandler::CpuProxy,
+            "auto: whether PeerMappingOverride is set is unknown (gdr.peer-mapping): a CPU thread rings the doorbell".into(),
+        ),
+    }
+}
+
+fn device_facts(m: &Machine, name: &str, port: u8) -> Option<DeviceFacts> {
+    let d = m.inv.rdma.iter().find(|d| d.name == name)?;
+    let driver = d
+        .bdf
+        .and_then(|b| m.topo.device(b).and_then(|x| x.driver.clone()));
+    let software = if d.bdf.is_none() {
+        Some(
+            if name.starts_with("siw") {
+                "siw"
+            } else {
+                "rxe"
+            }
+            .to_string(),
+        )
+    } else {
+        None
+    };
+    Some(DeviceFacts {
+        name: name.into(),
+        driver,
+        software,
+        port_state: d
+            .ports
+            .iter()
+            .find(|p| p.port == u32::from(port))
+            .map(|p| p.state_kind),
+    })
+}
+
+fn provider(m: &Machine, d: &DeviceFacts) -> String {
+    match (&d.driver, &d.software) {
+        (Some(drv), _) => format!("{} ({drv})", d.name),
+        (None, Some(sw)) => {
+            let parent = m
+                .inv
+                .rdma
+                .iter()
+                .find(|x| x.name == d.name)
+                .and_then(|x| x.parent_netdev.clone());
+            match parent {
+                Some(p) => format!("{} ({sw}, soft-RoCE on {p})", d.name),
+                None => format!("{} ({sw})", d.name),
+            }
+        }
+        (None, None) => d.name.clone(),
+    }
+}
+
+fn lib_result(l: &LibFacts, lib: &str, sym: &str) -> Result<(), String> {
+    if let Some(why) = &l.unavailable {
+        return Err(format!("not probed: {why}"));
+    }
+    match l.libs.get(lib) {
+        None => Err("not probed".into()),
+        Some(p) if !p.loaded => Err(p.error.clone().unwrap_or_else(|| "does not load".into())),
+        Some(p) if p.symbols.get(sym) != Some(&true) => Err(format!("{sym} missing")),
+        Some(_) => Ok(()),
+    }
+}
+
+/// PeerMappingOverride from the level-0 finding gdr.peer-mapping (pass: set; warn/fail: not).
+fn peer_mapping(m: &Machine) -> (Option<bool>, Option<String>) {
+    use crate::checks::{CheckId, Status as F};
+    let f = m.level0.iter().find(|f| f.id == CheckId::GdrPeerMapping);
+    match f {
+        Some(f) => (
+            match f.status {
+                F::Pass => Some(true),
+                F::Warn | F::Fail => Some(false),
+                F::Skip => None,
+            },
+            Some(format!(
+                "gdr.peer-mapping: {}: {}",
+                format!("{:?}", f.status).to_lowercase(),
+                f.message
+            )),
+        ),
+        None => (None, None),
+    }
+}
+
+fn stop(mut report: GpuWriteBwReport, subject: &str, class: ErrorClass, reason: String) -> Run {
+    report.status = match class {
+        ErrorClass::Skip => Status::Skipped { reason },
+        _ => Status::Error { reason },
+    };
+    Run {
+        subject: subject.into(),
+        report,
+        class: Some(class),
+    }
+}
+
+/// Run level 4 for every GPU the request selects, in PCI order.
+pub fn run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest) -> Vec<Run> {
+    // -d: the NIC half first, so a device that can never work says so whatever the GPUs.
+    if let Some(dev) = &req.device {
+        let report = GpuWriteBwReport::new(req);
+        match nic_refusal(m, libs, dev, req.port) {
+            Ok(_) => {}
+            Err((class, why, na)) => {
+                let mut report = report;
+                report.not_applicable = na;
+                return vec![stop(report, dev, class, why)];
+            }
+        }
+    }
+    let labels = super::level3::gpu_labels(m.topo, req.gpu);
+    if m.topo.gpus.is_empty() {
+        let mut report = GpuWriteBwReport::new(req);
+        report.not_applicable = true;
+        return vec![stop(
+            report,
+            "host",
+            ErrorClass::Skip,
+            "no NVIDIA GPUs: no kernel to post from".into(),
+        )];
+    }
+    labels.iter().map(|l| gpu_run(m, libs, req, l)).collect()
+}
+
+/// Ok(provider) when `dev`/`port` can take mlx5 direct verbs; Err((class, why)) otherwise.
+fn nic_refusal(
+    m: &Machine,
+    libs: &LibFacts,
+    dev: &str,
+    port: u8,
+) -> Result<String, (ErrorClass, String, bool)> {
+    let Some(d) = device_facts(m, dev, port) else {
+        let have: Vec<&str> = m.inv.rdma.iter().map(|d| d.name.as_str()).collect();
+        return Err((
+            ErrorClass::Skip,
+            if have.is_empty() {
+                format!(
+                    "no RDMA device: {dev} does not exist (no devices in /sys/class/infiniband)"
+                )
+            } else {
+                format!("no RDMA device {dev} (devices: {})", have.join(", "))
+            },
+            true,
+        ));
+    };
+    let lib = lib_result(libs, LIBMLX5, "mlx5dv_init_obj");
+    match device_refusal(&d, port, &lib) {
+        Some((why, na)) => Err((ErrorClass::Skip, why, na)),
+        None => Ok(provider(m, &d)),
+    }
+}
+
+fn gpu_run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest, label: &str) -> Run {
+    let mut report = GpuWriteBwReport::new(req);
+    if let Some(g) = m.topo.gpu(label) {
+        report.gpu = Some(GpuFacts {
+            label: label.into(),
+            bdf: g.bdf.to_string(),
+            name: g.name.clone(),
+        });
+    }
+    // The GPU half, cheap and reported even where the NIC half stops the run.
+    let (mapping, note) = peer_mapping(m);
+    report.notes.extend(note);
+    let (handler, why) = choose_handler(req.handler, mapping);
+    report.poster.why = format!("would be {}: {why}", handler.as_str());
+    if let Err(e) = lib_result(libs, LIBCUDA, "cuInit") {
+        return stop(
+            report,
+            label,
+            ErrorClass::Skip,
+            format!("no CUDA: {LIBCUDA} ({e})"),
+        );
+    }
+    let nic = match &req.device {
+        Some(dev) => NicChoice {
+            device: dev.clone(),
+            port: req.port,
+            path: None,
+            path_certain: false,
+            why: format!("-d {dev}"),
+        },
+        None => match gdr::closest_active_port(m.topo, label) {
+            Ok(n) => n,
+            Err(why) => {
+                report.not_applicable = true;
+                return stop(
+                    report,
+                    label,
+                    ErrorClass::Skip,
+                    format!("no RDMA device for {label}: {why}"),
+                );
+            }
+        },
+    };
+    report.path = path_of(m, label, &nic.device);
+    report.nic = Some(nic.clone());
+    let provider = match nic_refusal(m, libs, &nic.device, nic.port) {
+        Ok(p) => p,
+        Err((class, why, na)) => {
+            report.not_applicable = na;
+            return stop(report, label, class, why);
+        }
+    };
+    report.provider = Some(provider);
+    stop(
+        report,
+        label,
+        ErrorClass::Skip,
+        format!(
+            "{}/{} and {label} meet every precondition, but this gpudoctor does not yet have the \
+             live mlx5 direct-verbs path (issue 10): nothing was posted or measured",
+            nic.device, nic.port
+        ),
+    )
+}
+
+fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {
+    let nic = m.topo.nics.iter().find(|n| n.rdma_device == device)?;
+    let mx = &m.topo.matrix;
+    let gi = mx.labels.iter().position(|l| l == gpu)?;
+    let ni = mx.labels.iter().position(|l| *l == nic.label)?;
+    Some(mx.paths.get(gi)?.get(ni)?.pcie.as_str().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> GpuWriteRequest {
+        GpuWriteRequest {
+            gpu: GpuSelect::Auto,
+            device: None,
+            port: 1,
+            sizes: DEFAULT_SIZES.to_vec(),
+            iters: 2048,
+            writes_per_iter: 512,
+            handler: NicHandler::Auto,
+            validate: false,
+        }
+    }
+
+    #[test]
+    fn arguments() {
+        assert_eq!(validate(&req()), Ok(()));
+        let bad = |f: &dyn Fn(&mut GpuWriteRequest)| {
+            let mut r = req();
+            f(&mut r);
+            validate(&r).unwrap_err()
+        };
+        assert!(bad(&|r| r.writes_per_iter = 500).contains("power of two"));
+        assert!(bad(&|r| r.writes_per_iter = 8192).contains("power of two"));
+        assert!(bad(&|r| r.writes_per_iter = 0).contains("--writes-per-iter"));
+        assert!(bad(&|r| r.sizes = vec![0]).contains("--sizes"));
+        assert!(bad(&|r| r.sizes = vec![]).contains("--sizes"));
+        assert!(bad(&|r| r.sizes = vec![64, 64]).contains("twice"));
+        assert!(bad(&|r| r.iters = 0).contains("--iters"));
+    }
+
+    fn mlx5() -> DeviceFacts {
+        DeviceFacts {
+            name: "mlx5_0".into(),
+            driver: Some("mlx5_core".into()),
+            software: None,
+            port_state: Some(Some(PortState::Active)),
+        }
+    }
+
+    #[test]
+    fn device_preconditions() {
+        let ok = Ok(());
+        assert_eq!(device_refusal(&mlx5(), 1, &ok), None);
+        let rxe = DeviceFacts {
+            name: "rxe0".into(),
+            driver: None,
+            software: Some("rxe".into()),
+            port_state: Some(Some(PortState::Active)),
+        };
+        let (why, na) = device_refusal(&rxe, 1, &ok).unwrap();
+        assert!(na, "a software device has nothing for level 4 to judge");
+        assert!(
+            why.starts_with("rxe0 is not an mlx5 device: no direct verbs"),
+            "{why}"
+        );
+        let bnxt = DeviceFacts {
+            driver: Some("bnxt_en".into()),
+            ..mlx5()
+        };
+        assert!(
+            device_refusal(&bnxt, 1, &ok)
+                .unwrap()
+                .0
+                .contains("driver bnxt_en")
+        );
+        let nolib = Err("libmlx5.so.1: cannot open shared object file".to_string());
+        let (why, na) = device_refusal(&mlx5(), 1, &nolib).unwrap();
+        assert!(
+            why.contains("does not load") && !na,
+            "a ConnectX without libmlx5 is a gap"
+        );
+        let down = DeviceFacts {
+            port_state: Some(Some(PortState::Down)),
+            ..mlx5()
+        };
+        assert!(
+            device_refusal(&down, 1, &ok)
+                .unwrap()
+                .0
+                .contains("not ACTIVE")
+        );
+        let noport = DeviceFacts {
+            port_state: None,
+            ..mlx5()
+        };
+        assert!(
+            device_refusal(&noport, 2, &ok)
+                .unwrap()
+                .0
+                .contains("no port 2")
+        );
+        let unknown = DeviceFacts {
+            driver: None,
+            ..mlx5()
+        };
+        assert!(
+            device_refusal(&unknown, 1, &ok)
+                .unwrap()
+                .0
+                .contains("unknown")
+        );
+    }
+
+    #[test]
+    fn handler_choice() {
+        assert_eq!(
+            choose_handler(NicHandler::Auto, Some(true)).0,
+            NicHandler::Gpu
+        );
+        assert_eq!(
+            choose_handler(NicHandler::Auto, Some(false)).0,
+            NicHandler::CpuProxy
+        );
+        assert_eq!(
+            choose_handler(NicHandler::Auto, None).0,
+            NicHandler::CpuProxy
+        );
+        assert!(choose_handler(NicHandler::Auto, None).1.contains("unknown"));
+        assert_eq!(
+            choose_handler(NicHandler::Gpu, Some(false)).0,
+            NicHandler::Gpu
+        );
+        assert_eq!(
+            choose_handler(NicHandler::CpuProxy, Some(true)).0,
+            NicHandler::CpuProxy
+        );
+    }
+}
