@@ -597,21 +597,7 @@ pub fn launch_copy(
     ];
     // SAFETY: the parameter array matches the kernel's signature (two pointers, one u64) and
     // the locals outlive the call (the driver copies them at launch).
-    check("cuLaunchKernel", unsafe {
-        cu::cuLaunchKernel(
-            f.0,
-            grid,
-            1,
-            1,
-            block,
-            1,
-            1,
-            0,
-            s.raw,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
+    unsafe { launch(f, grid, block, &mut params, s) }
 }
 
 /// Launch `f` on one-dimensional `grid` x `block` with `params` (pointers to each argument,

@@ -45,21 +45,7 @@ pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
         }
         e.push(ev("expectation", g.expectation.text.clone()));
     }
-    for s in &r.results {
-        e.push(ev(
-            format!("{} B x {} writes", s.bytes, s.iterations),
-            format!(
-                "{:.1} MB/s average ({:.2} Gb/s), data {}",
-                s.average_mb_per_s,
-                s.average_gbps,
-                match s.validated {
-                    Some(true) => "validated",
-                    Some(false) => "CORRUPT",
-                    None => "not checked",
-                }
-            ),
-        ));
-    }
+    e.extend(r.results.iter().map(super::level2::size_evidence));
     if let Some(c) = g.and_then(|g| g.cause.as_ref()) {
         e.extend(c.evidence.iter().cloned());
     }

@@ -260,6 +260,21 @@ fn skipped(base: &WriteBwRequest, facts: GdrFacts, subject: &str, reason: String
     }
 }
 
+/// The GPU could not be set up (CUDA failed): the machine failed the run.
+fn machine_error(
+    base: &WriteBwRequest,
+    facts: GdrFacts,
+    label: &str,
+    e: impl std::fmt::Display,
+) -> Run {
+    let mut r = skipped(base, facts, label, String::new());
+    r.report.status = Status::Error {
+        reason: format!("{label}: {e}"),
+    };
+    r.class = Some(ErrorClass::Machine);
+    r
+}
+
 fn refused(
     m: &Machine,
     base: &WriteBwRequest,
@@ -509,14 +524,7 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
     };
     let ctx = match cuda::Context::retain(dev.handle) {
         Ok(c) => c,
-        Err(e) => {
-            let mut r = skipped(base, facts, label, String::new());
-            r.report.status = Status::Error {
-                reason: format!("{label}: {e}"),
-            };
-            r.class = Some(ErrorClass::Machine);
-            return r;
-        }
+        Err(e) => return machine_error(base, facts, label, e),
     };
     let target = GpuTarget {
         label: label.into(),
@@ -525,14 +533,7 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
     };
     let before = match cuda::mem_info(&ctx) {
         Ok(b) => b,
-        Err(e) => {
-            let mut r = skipped(base, facts, label, String::new());
-            r.report.status = Status::Error {
-                reason: format!("{label}: {e}"),
-            };
-            r.class = Some(ErrorClass::Machine);
-            return r;
-        }
+        Err(e) => return machine_error(base, facts, label, e),
     };
     let mut last = None;
     let runs = g.repeat.max(1);

@@ -139,16 +139,7 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
             .collect::<Vec<_>>()
             .join("\n"),
     };
-    let classes: Vec<Option<ErrorClass>> = runs.iter().map(|r| r.class).collect();
-    let code = if classes.contains(&Some(ErrorClass::Interrupted)) {
-        EXIT_ERROR
-    } else if classes.contains(&Some(ErrorClass::Machine))
-        || (w.fail_on_skip && classes.contains(&Some(ErrorClass::Skip)))
-    {
-        EXIT_FAILED_CHECK
-    } else {
-        EXIT_OK
-    };
+    let code = runs_exit_code(runs.iter().map(|r| r.class), w.fail_on_skip);
     Ok(Outcome {
         stdout,
         code,
@@ -159,7 +150,6 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
 /// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
 /// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
 pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
-    use crate::rdma::engine::ErrorClass;
     use crate::rdma::level3::{GpuSelect, Machine};
     use crate::rdma::level4;
     let source = crate::source::Source::open(&SourceSpec::Live)?;
@@ -198,19 +188,29 @@ pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcom
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let classes: Vec<Option<ErrorClass>> = runs.iter().map(|r| r.class).collect();
-    let code = if classes.contains(&Some(ErrorClass::Interrupted)) {
-        EXIT_ERROR
-    } else if classes.contains(&Some(ErrorClass::Machine))
-        || (w.fail_on_skip && classes.contains(&Some(ErrorClass::Skip)))
-    {
-        EXIT_FAILED_CHECK
-    } else {
-        EXIT_OK
-    };
+    let code = runs_exit_code(runs.iter().map(|r| r.class), w.fail_on_skip);
     Ok(Outcome {
         stdout,
         code,
         hung: false,
     })
+}
+
+/// The exit code of several write-bw runs (one per GPU): SIGINT/SIGTERM 2; a machine failure, or
+/// a skip under --fail-on-skip, 1; else 0.
+fn runs_exit_code(
+    classes: impl Iterator<Item = Option<crate::rdma::engine::ErrorClass>>,
+    fail_on_skip: bool,
+) -> i32 {
+    use crate::rdma::engine::ErrorClass;
+    let classes: Vec<_> = classes.collect();
+    if classes.contains(&Some(ErrorClass::Interrupted)) {
+        EXIT_ERROR
+    } else if classes.contains(&Some(ErrorClass::Machine))
+        || (fail_on_skip && classes.contains(&Some(ErrorClass::Skip)))
+    {
+        EXIT_FAILED_CHECK
+    } else {
+        EXIT_OK
+    }
 }
