@@ -22,6 +22,22 @@
 #define MLX5_CQE_REQ_ERR 13u
 #define MLX5_CQE_RESP_ERR 14u
 
+// gpudoctor_mlx5_post's flags.
+// FLAG_LEADER_FENCE: the WQE stores are ordered before the doorbell record by one system-scope
+//   fence in thread 0 after the block barrier (bar.sync orders the other threads' stores before
+//   thread 0's fence, which is cumulative), not by a fence in every thread (NVSHMEM's IBGDA
+//   and DOCA GPUNetIO post this way: the threads write, the group synchronises, one thread
+//   fences and rings).
+// FLAG_POST_ONLY: no completion wait (the posting-cost microbenchmark: nothing consumes the
+//   ring, which is simply overwritten; the CQ is never read).
+// FLAG_GPU_SCOPE_FENCE: with FLAG_LEADER_FENCE, thread 0's two fences (WQEs before the record,
+//   the record before the doorbell) are __threadfence() (GPU scope): enough where the SQ and
+//   the doorbell record are in GPU memory, whose point of coherence (L2) is what the NIC
+//   reads through the BAR (IBGDA's placement); never with either in host memory.
+#define FLAG_LEADER_FENCE 1u
+#define FLAG_POST_ONLY 2u
+#define FLAG_GPU_SCOPE_FENCE 4u
+
 // Result codes in PostResult.status.
 #define POST_OK 0u
 #define POST_ERROR_CQE 1u
@@ -115,7 +131,8 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
                                                unsigned int size, unsigned int iterations,
                                                unsigned long long timeout_ns,
                                                unsigned long long* post_ns,
-                                               unsigned long long* post_cycles, PostResult* result)
+                                               unsigned long long* post_cycles, PostResult* result,
+                                               unsigned int flags)
 {
     __shared__ unsigned int stop;
     __shared__ unsigned int pi_shared;
@@ -139,27 +156,42 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
                     lbase + (unsigned long long)i * size, lkey, rbase + (unsigned long long)i * size,
                     rkey, size);
         // The WQE stores before the doorbell record, as seen from outside the GPU.
-        __threadfence_system();
+        if (!(flags & FLAG_LEADER_FENCE)) {
+            __threadfence_system();
+        }
         __syncthreads();
         if (i == 0) {
+            if (flags & FLAG_LEADER_FENCE) {
+                if (flags & FLAG_GPU_SCOPE_FENCE) {
+                    __threadfence();
+                } else {
+                    __threadfence_system();
+                }
+            }
             const unsigned int next = pi + n;
             *(volatile unsigned int*)&dbrec[1] = be32(next & 0xffffu);
             // The record before the doorbell.
-            __threadfence_system();
+            if (flags & FLAG_GPU_SCOPE_FENCE) {
+                __threadfence();
+            } else {
+                __threadfence_system();
+            }
             if (bf != 0) {
                 // The doorbell: the first 8 bytes of the last WQE's control segment.
                 const unsigned int last = pi + n - 1;
                 const unsigned long long lo = be32(((last & 0xffffu) << 8) | MLX5_OPCODE_RDMA_WRITE);
                 const unsigned long long hi = be32(((qpn & 0xffffffu) << 8) | MLX5_WRITE_DS);
+                // The last store of the post: no fence after it (it would only make the kernel
+                // wait for the write to leave the GPU; the next post reuses a slot only after
+                // its completion was seen, which orders it after this doorbell).
                 *(volatile unsigned long long*)bf = lo | (hi << 32);
-                __threadfence_system();
             }
             post_cycles[it] = clock64() - c0;
             post_ns[it] = globaltimer_ns() - t0;
             // Completion of the last WQE of this iteration (earlier CQEs, if any, are consumed).
             const unsigned int want = (pi + n - 1) & 0xffffu;
             const unsigned long long deadline = globaltimer_ns() + timeout_ns;
-            for (;;) {
+            for (; !(flags & FLAG_POST_ONLY);) {
                 volatile unsigned char* cqe = (volatile unsigned char*)(cq + (size_t)(ci & (cq_size - 1)) * 64);
                 const unsigned int op_own = cqe[63];
                 const unsigned int owner = (ci & cq_size) ? 1u : 0u;

@@ -522,6 +522,70 @@ impl Drop for PinnedBuffer {
     }
 }
 
+/// Host memory someone else allocated (libmlx5's queues, a UAR page) made visible to the GPU
+/// with cuMemHostRegister (PORTABLE | DEVICEMAP, plus IOMEMORY for a device register page,
+/// which needs the driver's PeerMappingOverride=1). `ptr`/`bytes` must cover whole pages;
+/// unregistered on drop. The memory itself is not owned.
+pub struct HostRegistration {
+    ctx: Rc<Context>,
+    ptr: *mut c_void,
+    pub bytes: usize,
+    /// The address kernels use for `ptr`.
+    pub device: cu::CUdeviceptr,
+}
+
+impl HostRegistration {
+    /// # Safety
+    /// `ptr..ptr+bytes` must be mapped for the life of the result (the caller unregisters,
+    /// by dropping it, before the owner frees or unmaps it).
+    pub unsafe fn new(
+        ctx: &Rc<Context>,
+        ptr: *mut c_void,
+        bytes: usize,
+        io_memory: bool,
+    ) -> Result<HostRegistration, CudaError> {
+        ctx.make_current()?;
+        let mut flags = cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP;
+        if io_memory {
+            flags |= cu::CU_MEMHOSTREGISTER_IOMEMORY;
+        }
+        // SAFETY: the caller's contract; documented flags.
+        check("cuMemHostRegister", unsafe {
+            cu::cuMemHostRegister_v2(ptr, bytes, flags)
+        })?;
+        let mut device: cu::CUdeviceptr = 0;
+        // SAFETY: `ptr` was registered above; out-pointer to a local.
+        let got = check("cuMemHostGetDevicePointer", unsafe {
+            cu::cuMemHostGetDevicePointer_v2(&mut device, ptr, 0)
+        });
+        if let Err(e) = got {
+            // SAFETY: registered above, unregistered once.
+            let _ = unsafe { cu::cuMemHostUnregister(ptr) };
+            return Err(e);
+        }
+        Ok(HostRegistration {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+            device,
+        })
+    }
+
+    /// The device address of host address `p`, which must lie inside the registration.
+    pub fn device_addr(&self, p: *const c_void) -> Option<cu::CUdeviceptr> {
+        let off = (p as usize).checked_sub(self.ptr as usize)?;
+        (off < self.bytes).then(|| self.device + off as cu::CUdeviceptr)
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        let _ = self.ctx.make_current();
+        // SAFETY: registered by new, unregistered once.
+        let _ = unsafe { cu::cuMemHostUnregister(self.ptr) };
+    }
+}
+
 /// Copy `bytes` from `src` to `dst` (unified addresses) on `s`: the copy engine.
 pub fn memcpy_async(
     dst: cu::CUdeviceptr,

@@ -7,11 +7,14 @@
 //!       The posting protocol against the NIC stand-in (EMULATED: no adapter is involved),
 //!       with both doorbell handlers, the error path and the bounded wait; prints the GPU's
 //!       posting time per iteration.
+//!   gpudoctor-mlx5-kernel bench   [--gpu N] [--iters 2048] [--writes 512] [--size 64]
+//!       The posting cost alone (no consumer) with the SQ in host or GPU memory and either
+//!       fence: the measurement behind the live path's choices.
 //!
 //! Exit: 0 everything as expected, 1 a mismatch or an unexpected outcome, 2 could not run.
 //! CUDA_HOME / CUDA_PATH name toolkits to look for libnvrtc in (as gpudoctor's own probes do).
 
-use gpudoctor::rdma::mlx5_kernel::{self as k, BuildCase, EmuHandler, EmuPlan};
+use gpudoctor::rdma::mlx5_kernel::{self as k, BuildCase, EmuHandler, EmuPlan, Fence, SqPlace};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,7 +30,7 @@ struct Opts {
 fn parse() -> Result<Opts, String> {
     let mut a = std::env::args().skip(1);
     let mode = a.next().ok_or(
-        "usage: gpudoctor-mlx5-kernel build|emulate [--gpu N] [--iters N] [--writes N] [--size B]",
+        "usage: gpudoctor-mlx5-kernel build|emulate|bench [--gpu N] [--iters N] [--writes N] [--size B]",
     )?;
     let mut o = Opts {
         mode,
@@ -161,6 +164,7 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
     let sq_size = o.writes.next_power_of_two().max(2) * 2;
     let base = EmuPlan {
         handler: EmuHandler::Gpu,
+        fence: Fence::Leader,
         writes_per_iter: o.writes,
         iterations: o.iters,
         size: o.size,
@@ -173,11 +177,28 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
     };
     let mut ok = true;
     for (name, plan, want) in [
-        ("gpu handler", base.clone(), 0u32),
+        ("gpu handler, barrier + one fence", base.clone(), 0u32),
         (
-            "cpu-proxy handler",
+            "gpu handler, fence in every thread",
+            EmuPlan {
+                fence: Fence::PerThread,
+                ..base.clone()
+            },
+            0,
+        ),
+        (
+            "cpu-proxy handler, barrier + one fence",
             EmuPlan {
                 handler: EmuHandler::CpuProxy,
+                ..base.clone()
+            },
+            0,
+        ),
+        (
+            "cpu-proxy handler, fence in every thread",
+            EmuPlan {
+                handler: EmuHandler::CpuProxy,
+                fence: Fence::PerThread,
                 ..base.clone()
             },
             0,
@@ -263,6 +284,74 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
     ok
 }
 
+/// The posting cost alone (no consumer, no completion wait) for each SQ placement and fence,
+/// three runs each: what decides where the live path puts its SQ and how it fences.
+fn bench(l: &k::Loaded, o: &Opts) -> bool {
+    let mut ok = true;
+    println!(
+        "bench: posting only ({} iterations x {} WQEs of {} B writes, one block; nothing consumes \
+         the ring; the doorbell register in host memory): ns per iteration by %globaltimer",
+        o.iters, o.writes, o.size
+    );
+    for (place, fences) in [
+        (SqPlace::Host, &[Fence::PerThread, Fence::Leader][..]),
+        (
+            SqPlace::Device,
+            &[Fence::PerThread, Fence::Leader, Fence::LeaderGpuScope][..],
+        ),
+    ] {
+        for &fence in fences {
+            let mut medians = Vec::new();
+            for run in 1..=3 {
+                match k::post_only(l, place, fence, o.writes, o.iters, o.size) {
+                    Ok(ns) => {
+                        let mut v = ns.clone();
+                        let m = if v.is_empty() { 0.0 } else { median(&mut v) };
+                        medians.push(m);
+                        println!(
+                            "bench {:<17} {:<29} run {run}: {}",
+                            place.as_str(),
+                            fence.as_str(),
+                            stats(&ns)
+                        );
+                    }
+                    Err(e) => {
+                        println!(
+                            "bench {} {}: could not run: {e}",
+                            place.as_str(),
+                            fence.as_str()
+                        );
+                        ok = false;
+                    }
+                }
+            }
+            if !medians.is_empty() {
+                let m = median_f(&mut medians);
+                println!(
+                    "bench {:<17} {:<29} median of run medians {:.2} us ({:.2}x the 2.0 us goal, \
+                     {:.2}x the seed's ~4 us)",
+                    place.as_str(),
+                    fence.as_str(),
+                    m / 1000.0,
+                    m / 2000.0,
+                    m / 4000.0
+                );
+            }
+        }
+    }
+    ok
+}
+
+fn median_f(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 fn main() -> ExitCode {
     let o = match parse() {
         Ok(o) => o,
@@ -288,8 +377,9 @@ fn main() -> ExitCode {
     let ok = match o.mode.as_str() {
         "build" => build(&l),
         "emulate" => emulate(&l, &o),
+        "bench" => bench(&l, &o),
         m => {
-            eprintln!("gpudoctor-mlx5-kernel: unknown mode {m} (build, emulate)");
+            eprintln!("gpudoctor-mlx5-kernel: unknown mode {m} (build, emulate, bench)");
             return ExitCode::from(2);
         }
     };

@@ -171,6 +171,197 @@ pub struct PostResult {
     pub pad: u32,
 }
 
+/// `gpudoctor_mlx5_post`'s flags (mlx5_post.cu).
+pub const FLAG_LEADER_FENCE: u32 = 1;
+pub const FLAG_POST_ONLY: u32 = 2;
+pub const FLAG_GPU_SCOPE_FENCE: u32 = 4;
+
+/// How the WQE stores are ordered before the doorbell record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// `__threadfence_system()` in every thread after its WQE, then the block barrier.
+    PerThread,
+    /// The block barrier, then one `__threadfence_system()` in thread 0 (IBGDA's pattern).
+    Leader,
+    /// The block barrier, then `__threadfence()` (GPU scope) in thread 0 before the record
+    /// and before the doorbell: only for an SQ and doorbell record in GPU memory.
+    LeaderGpuScope,
+}
+
+impl Fence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fence::PerThread => "fence in every thread",
+            Fence::Leader => "barrier + one fence",
+            Fence::LeaderGpuScope => "barrier + one GPU-scope fence",
+        }
+    }
+    fn flag(self) -> u32 {
+        match self {
+            Fence::PerThread => 0,
+            Fence::Leader => FLAG_LEADER_FENCE,
+            Fence::LeaderGpuScope => FLAG_LEADER_FENCE | FLAG_GPU_SCOPE_FENCE,
+        }
+    }
+}
+
+/// `gpudoctor_mlx5_post`'s arguments: every address one the GPU can use.
+#[derive(Debug, Clone, Copy)]
+pub struct PostArgs {
+    pub sq: u64,
+    pub sq_size: u32,
+    pub qpn: u32,
+    /// The QP doorbell record (8 bytes: receive, send).
+    pub dbrec: u64,
+    /// The doorbell register; 0: the kernel does not ring (a CPU proxy does, or nobody).
+    pub bf: u64,
+    pub cq: u64,
+    pub cq_size: u32,
+    pub cq_dbrec: u64,
+    pub lbase: u64,
+    pub lkey: u32,
+    pub rbase: u64,
+    pub rkey: u32,
+    pub size: u32,
+    pub iterations: u32,
+    pub timeout_ns: u64,
+    /// `iterations` u64s each.
+    pub post_ns: u64,
+    pub post_cycles: u64,
+    /// A `PostResult`.
+    pub result: u64,
+    pub flags: u32,
+}
+
+/// Launch `gpudoctor_mlx5_post` on one block of `threads` (one WQE each per iteration) and
+/// wait for it; returns the wall time from launch to the end of the synchronize.
+///
+/// # Safety
+/// Every address in `a` must be GPU-visible memory of the size the kernel uses (see
+/// mlx5_post.cu), alive until this returns; nothing else may post on that SQ meanwhile.
+pub unsafe fn run_post(l: &Loaded, a: &PostArgs, threads: u32) -> Result<Duration, CudaError> {
+    let f = l.module.function("gpudoctor_mlx5_post")?;
+    let stream = Stream::new(&l.ctx)?;
+    let mut a = *a;
+    let mut params = [
+        arg(&mut a.sq),
+        arg(&mut a.sq_size),
+        arg(&mut a.qpn),
+        arg(&mut a.dbrec),
+        arg(&mut a.bf),
+        arg(&mut a.cq),
+        arg(&mut a.cq_size),
+        arg(&mut a.cq_dbrec),
+        arg(&mut a.lbase),
+        arg(&mut a.lkey),
+        arg(&mut a.rbase),
+        arg(&mut a.rkey),
+        arg(&mut a.size),
+        arg(&mut a.iterations),
+        arg(&mut a.timeout_ns),
+        arg(&mut a.post_ns),
+        arg(&mut a.post_cycles),
+        arg(&mut a.result),
+        arg(&mut a.flags),
+    ];
+    let t = Instant::now();
+    // SAFETY: the parameters match gpudoctor_mlx5_post's signature; the caller's contract
+    // covers the memory behind them.
+    unsafe { cuda::launch(f, 1, threads, &mut params, &stream)? };
+    stream.synchronize()?;
+    Ok(t.elapsed())
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as usize } else { 4096 }
+}
+
+/// Host memory that something other than CUDA allocated (libmlx5's SQ and CQ buffers and
+/// doorbell records) made visible to the GPU: each page range registered once with
+/// cuMemHostRegister, since libmlx5 puts the doorbell records of several queues on one page
+/// and CUDA refuses to register a page twice. The live path and the stand-in share this.
+pub struct HostMap {
+    regs: Vec<cuda::HostRegistration>,
+}
+
+impl HostMap {
+    /// # Safety
+    /// Every range must be mapped host memory that outlives the result.
+    pub unsafe fn new(ctx: &Rc<Context>, ranges: &[(*const u8, usize)]) -> Result<Self, CudaError> {
+        let page = page_size();
+        let mut spans: Vec<(usize, usize)> = ranges
+            .iter()
+            .filter(|(_, len)| *len > 0)
+            .map(|&(p, len)| {
+                let start = p as usize & !(page - 1);
+                let end = (p as usize + len).div_ceil(page) * page;
+                (start, end)
+            })
+            .collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (s, e) in spans {
+            match merged.last_mut() {
+                // Overlapping ranges only: neighbours may be different allocations.
+                Some(last) if s < last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        let mut regs = Vec::new();
+        for (s, e) in merged {
+            // SAFETY: whole pages of the caller's mapped ranges.
+            regs.push(unsafe { cuda::HostRegistration::new(ctx, s as *mut c_void, e - s, false)? });
+        }
+        Ok(HostMap { regs })
+    }
+
+    /// The GPU's address for host address `p` (inside one of the ranges given to `new`).
+    pub fn device(&self, p: *const u8) -> Option<u64> {
+        self.regs
+            .iter()
+            .find_map(|r| r.device_addr(p as *const c_void))
+    }
+}
+
+/// Page-aligned, zeroed host memory from the Rust allocator (as libmlx5's own queue buffers
+/// are: ordinary process memory, not cuMemHostAlloc's), for the stand-in's queues.
+pub struct PageBuf {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl PageBuf {
+    pub fn new(bytes: usize) -> Self {
+        let page = page_size();
+        let layout = std::alloc::Layout::from_size_align(bytes.div_ceil(page).max(1) * page, page)
+            .expect("a page-aligned layout");
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        PageBuf { ptr, layout }
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EmuHandler {
     /// The kernel writes the doorbell register itself.
@@ -184,6 +375,7 @@ pub enum EmuHandler {
 #[derive(Debug, Clone)]
 pub struct EmuPlan {
     pub handler: EmuHandler,
+    pub fence: Fence,
     pub writes_per_iter: u32,
     pub iterations: u32,
     pub size: u32,
@@ -208,16 +400,110 @@ pub struct EmuOutcome {
     pub wall: Duration,
 }
 
-/// Run `gpudoctor_mlx5_post` against the NIC stand-in. The queues, the doorbell register and
-/// both data buffers are pinned host memory the kernel reaches through its mapping.
+/// Where `post_only` puts the SQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqPlace {
+    /// Host memory registered for the GPU (where libmlx5 puts it; the live path's choice).
+    Host,
+    /// The SQ and the doorbell record in GPU memory (where IBGDA puts them, through DevX and
+    /// a umem); the doorbell register stays host memory.
+    Device,
+}
+
+impl SqPlace {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SqPlace::Host => "SQ in host memory",
+            SqPlace::Device => "SQ+dbrec in GPU",
+        }
+    }
+}
+
+/// The posting cost alone (FLAG_POST_ONLY): `iterations` x `writes` WQEs built, fenced, the
+/// doorbell record and a doorbell written to host memory; nothing consumes the ring, no
+/// completion is awaited. Returns the per-iteration posting times (ns). A microbenchmark for
+/// the choice of SQ placement and fence, not a transfer.
+pub fn post_only(
+    l: &Loaded,
+    place: SqPlace,
+    fence: Fence,
+    writes: u32,
+    iterations: u32,
+    size: u32,
+) -> Result<Vec<u64>, CudaError> {
+    let sq_size = writes.next_power_of_two().max(64);
+    let sq_bytes = sq_size as usize * mlx5::WQEBB_BYTES;
+    let host_sq = PageBuf::new(sq_bytes);
+    let dev_sq = match place {
+        SqPlace::Device => Some(cuda::DeviceBuffer::new(&l.ctx, sq_bytes + 64)?),
+        SqPlace::Host => None,
+    };
+    let misc = PageBuf::new(4096);
+    let timing = PinnedBuffer::new(&l.ctx, iterations as usize * 16 + 64)?;
+    let ranges = [
+        (host_sq.ptr() as *const u8, host_sq.len()),
+        (misc.ptr() as *const u8, misc.len()),
+    ];
+    // SAFETY: both buffers outlive `map`.
+    let map = unsafe { HostMap::new(&l.ctx, &ranges)? };
+    let dev = |p: *const u8| {
+        map.device(p).ok_or_else(|| {
+            CudaError::Unavailable("a queue address outside its registration".into())
+        })
+    };
+    let misc_dev = dev(misc.ptr())?;
+    // The doorbell record after the SQ in the device buffer, or in the host page.
+    let (sq, dbrec) = match &dev_sq {
+        Some(d) => (d.ptr, d.ptr + sq_bytes as u64),
+        None => (dev(host_sq.ptr())?, misc_dev),
+    };
+    let t = timing.addr();
+    let a = PostArgs {
+        sq,
+        sq_size,
+        qpn: 0x1c3,
+        dbrec,
+        bf: misc_dev + 16,
+        cq: 0,
+        cq_size: 1,
+        cq_dbrec: misc_dev + 8,
+        lbase: 0x7f00_0000_0000,
+        lkey: 1,
+        rbase: 0x7f80_0000_0000,
+        rkey: 2,
+        size,
+        iterations,
+        timeout_ns: 0,
+        post_ns: t + 64,
+        post_cycles: t + 64 + iterations as u64 * 8,
+        result: t,
+        flags: FLAG_POST_ONLY | fence.flag(),
+    };
+    // SAFETY: sq (host or device) holds sq_size WQEBBs, misc the records and the doorbell,
+    // timing the result and 2 x iterations u64s; all alive past the call.
+    unsafe { run_post(l, &a, writes)? };
+    // SAFETY: iterations u64s written by the finished kernel.
+    let ns = unsafe {
+        std::slice::from_raw_parts(
+            (timing.ptr as *const u8).add(64) as *const u64,
+            iterations as usize,
+        )
+    };
+    Ok(ns.to_vec())
+}
+
+/// Run `gpudoctor_mlx5_post` against the NIC stand-in. The queues are page-aligned process
+/// memory registered for the GPU with cuMemHostRegister (`HostMap`, as the live path maps
+/// libmlx5's), the doorbell register and both data buffers pinned host memory.
 pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
     const QPN: u32 = 0x1c3;
     let (lkey, rkey) = (0x100u32, 0x2222u32);
-    let f = l.module.function("gpudoctor_mlx5_post")?;
     let data_bytes = plan.writes_per_iter as usize * plan.size as usize;
-    let sq = PinnedBuffer::new(&l.ctx, plan.sq_size as usize * mlx5::WQEBB_BYTES)?;
-    let cq = PinnedBuffer::new(&l.ctx, plan.cq_size as usize * mlx5::CQE_BYTES)?;
-    // dbrec (8), cq dbrec (4, at 8), BlueFlame register (8, at 16), PostResult (at 64).
+    let sq = PageBuf::new(plan.sq_size as usize * mlx5::WQEBB_BYTES);
+    let cq = PageBuf::new(plan.cq_size as usize * mlx5::CQE_BYTES);
+    // dbrec (8), cq dbrec (4, at 8): one page, as libmlx5's doorbell-record pages hold several.
+    let recs = PageBuf::new(64);
+    // The BlueFlame register (8, at 16) and PostResult (at 64).
     let misc = PinnedBuffer::new(&l.ctx, 4096)?;
     let src = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
     let dst = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
@@ -225,22 +511,36 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
     let cycles = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
     let base = misc.ptr as *mut u8;
     // SAFETY: misc is 4096 bytes, page-aligned: the offsets below are inside and aligned.
-    let (dbrec, cq_dbrec, bf, result) = unsafe {
-        (
-            base as *mut u32,
-            base.add(8) as *mut u32,
-            base.add(16) as *mut u64,
-            base.add(64) as *mut PostResult,
-        )
+    let (bf, result) = unsafe { (base.add(16) as *mut u64, base.add(64) as *mut PostResult) };
+    let (dbrec, cq_dbrec) = (
+        recs.ptr() as *mut u32,
+        recs.ptr().wrapping_add(8) as *mut u32,
+    );
+    // SAFETY: the buffers outlive `map` (declared after them, dropped before).
+    let map = unsafe {
+        HostMap::new(
+            &l.ctx,
+            &[
+                (sq.ptr() as *const u8, sq.len()),
+                (cq.ptr() as *const u8, cq.len()),
+                (dbrec as *const u8, 8),
+                (cq_dbrec as *const u8, 4),
+            ],
+        )?
     };
-    // SAFETY: all of it is pinned memory owned by the buffers above, which outlive `mem`,
-    // the NIC and the proxy (joined before the buffers drop).
+    let dev = |p: *const u8| {
+        map.device(p).ok_or_else(|| {
+            CudaError::Unavailable("a queue address outside its registration".into())
+        })
+    };
+    // SAFETY: all of it is memory owned by the buffers above, which outlive `mem`, the NIC and
+    // the proxy (joined before the buffers drop).
     let mem = Arc::new(unsafe {
         QueueMemory::from_raw(RawQueues {
-            sq: sq.ptr as *mut u8,
+            sq: sq.ptr(),
             sq_size: plan.sq_size,
             dbrec,
-            cq: cq.ptr as *mut u8,
+            cq: cq.ptr(),
             cq_size: plan.cq_size,
             cq_dbrec,
             bf,
@@ -269,62 +569,42 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
     let nic = nic.spawn(stop.clone());
     let proxy =
         (plan.handler == EmuHandler::CpuProxy).then(|| Proxy::spawn(mem.clone(), 0, stop.clone()));
-
-    let stream = Stream::new(&l.ctx)?;
-    let mut a_sq = sq.addr();
-    let mut a_sq_size = plan.sq_size;
-    let mut a_qpn = QPN;
-    let mut a_dbrec = dbrec as u64;
-    let mut a_bf: u64 = match plan.handler {
-        EmuHandler::Gpu => bf as u64,
-        EmuHandler::CpuProxy | EmuHandler::Nobody => 0,
+    let a = PostArgs {
+        sq: dev(sq.ptr())?,
+        sq_size: plan.sq_size,
+        qpn: QPN,
+        dbrec: dev(dbrec as *const u8)?,
+        bf: match plan.handler {
+            EmuHandler::Gpu => bf as u64,
+            EmuHandler::CpuProxy | EmuHandler::Nobody => 0,
+        },
+        cq: dev(cq.ptr())?,
+        cq_size: plan.cq_size,
+        cq_dbrec: dev(cq_dbrec as *const u8)?,
+        lbase,
+        lkey,
+        rbase,
+        rkey,
+        size: plan.size,
+        iterations: plan.iterations,
+        timeout_ns: plan.timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+        post_ns: post.addr(),
+        post_cycles: cycles.addr(),
+        result: result as u64,
+        flags: plan.fence.flag(),
     };
-    let mut a_cq = cq.addr();
-    let mut a_cq_size = plan.cq_size;
-    let mut a_cq_dbrec = cq_dbrec as u64;
-    let (mut a_lbase, mut a_lkey, mut a_rbase, mut a_rkey) = (lbase, lkey, rbase, rkey);
-    let mut a_size = plan.size;
-    let mut a_iters = plan.iterations;
-    let mut a_timeout = plan.timeout.as_nanos().min(u128::from(u64::MAX)) as u64;
-    let mut a_post = post.addr();
-    let mut a_cycles = cycles.addr();
-    let mut a_result = result as u64;
-    let mut params = [
-        arg(&mut a_sq),
-        arg(&mut a_sq_size),
-        arg(&mut a_qpn),
-        arg(&mut a_dbrec),
-        arg(&mut a_bf),
-        arg(&mut a_cq),
-        arg(&mut a_cq_size),
-        arg(&mut a_cq_dbrec),
-        arg(&mut a_lbase),
-        arg(&mut a_lkey),
-        arg(&mut a_rbase),
-        arg(&mut a_rkey),
-        arg(&mut a_size),
-        arg(&mut a_iters),
-        arg(&mut a_timeout),
-        arg(&mut a_post),
-        arg(&mut a_cycles),
-        arg(&mut a_result),
-    ];
-    let t = Instant::now();
-    // SAFETY: the parameters match gpudoctor_mlx5_post's signature; every pointer is pinned
-    // host memory (UVA) alive until after the synchronize.
-    let launched = unsafe { cuda::launch(f, 1, plan.writes_per_iter, &mut params, &stream) };
-    let synced = launched.and_then(|()| stream.synchronize());
-    let wall = t.elapsed();
+    // SAFETY: every address above is registered or pinned memory alive until after the call.
+    let ran = unsafe { run_post(l, &a, plan.writes_per_iter) };
     stop.store(true, Ordering::Release);
     let nic = nic.join().expect("the NIC stand-in thread");
     if let Some(p) = proxy {
         p.join().expect("the proxy thread");
     }
-    synced?;
+    let wall = ran?;
     // SAFETY: written by the finished kernel.
     let result = unsafe { result.read_volatile() };
-    // SAFETY: iterations u64s written by the finished kernel.
     let done = (result.iterations_done as usize).min(plan.iterations as usize);
+    // SAFETY: iterations u64s written by the finished kernel.
     let post_ns =
         unsafe { std::slice::from_raw_parts(post.ptr as *const u64, plan.iterations as usize) }
             [..done]
