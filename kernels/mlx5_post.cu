@@ -114,7 +114,9 @@ __device__ __forceinline__ unsigned long long globaltimer_ns()
 }
 
 // One block of n threads (n <= sq_size). Each iteration posts n writes (WQE counters
-// pi .. pi+n-1), rings, waits for the completion of the last. `dbrec` is the QP's doorbell
+// pi .. pi+n-1, starting at pi0: a live QP's counter carries on from the previous launch, as
+// does the CQ consumer index from ci0), rings, waits for the completion of the last (and, when
+// done_ns is not null, records when it came, ns since the kernel started). `dbrec` is the QP's doorbell
 // record (dbrec[1] the send one), `bf` the BlueFlame register (or nothing to ring: bf == 0,
 // the cpu-proxy handler, where a CPU thread watching dbrec[1] rings it), `cq`/`cq_dbrec` the
 // CQ ring (cq_size CQEs) and its record. post_ns[it] receives the time from the iteration's
@@ -132,17 +134,20 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
                                                unsigned long long timeout_ns,
                                                unsigned long long* post_ns,
                                                unsigned long long* post_cycles, PostResult* result,
-                                               unsigned int flags)
+                                               unsigned int flags, unsigned int pi0, unsigned int ci0,
+                                               unsigned long long* done_ns)
 {
     __shared__ unsigned int stop;
     __shared__ unsigned int pi_shared;
     const unsigned int n = blockDim.x;
     const unsigned int i = threadIdx.x;
-    unsigned int ci = 0;  // thread 0's CQ consumer index
+    unsigned int ci = ci0;  // thread 0's CQ consumer index
+    unsigned long long t_kernel = 0;
     if (i == 0) {
         stop = 0;
-        pi_shared = 0;
+        pi_shared = pi0;
         result->status = POST_OK;
+        t_kernel = globaltimer_ns();
     }
     __syncthreads();
     for (unsigned int it = 0; it < iterations; ++it) {
@@ -210,6 +215,9 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
                         break;
                     }
                     if (counter == want) {
+                        if (done_ns != 0) {
+                            done_ns[it] = globaltimer_ns() - t_kernel;
+                        }
                         break;
                     }
                 } else if (globaltimer_ns() > deadline) {

@@ -109,6 +109,8 @@ pub struct GpuWriteBwConfig {
     pub json: bool,
     /// A skip exits 1 (`--fail-on-skip`).
     pub fail_on_skip: bool,
+    /// CUDA_HOME / CUDA_PATH, where NVRTC may live (the kernel is compiled at run time).
+    pub cuda_homes: Vec<PathBuf>,
 }
 
 /// How a bundle redacts identifiers.
@@ -282,7 +284,7 @@ impl Config {
                 None,
                 match cmd {
                     ProbeCommand::WriteBw(w) => Action::WriteBw(write_bw_config(w, env)?),
-                    ProbeCommand::GpuWriteBw(w) => Action::GpuWriteBw(gpu_write_bw_config(w)?),
+                    ProbeCommand::GpuWriteBw(w) => Action::GpuWriteBw(gpu_write_bw_config(w, env)?),
                     ProbeCommand::H2d(p) => probe_action(ProbeKind::H2d, p, probe_defaults)?,
                     ProbeCommand::D2h(p) => probe_action(ProbeKind::D2h, p, probe_defaults)?,
                     ProbeCommand::P2p(p) => probe_action(ProbeKind::P2p, p, probe_defaults)?,
@@ -458,7 +460,7 @@ fn level3_request(
     }))
 }
 
-fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs) -> Result<GpuWriteBwConfig> {
+fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs, env: &Env) -> Result<GpuWriteBwConfig> {
     use crate::cli::GpuArg;
     use crate::rdma::level3::GpuSelect;
     use crate::rdma::level4::{self, GpuWriteRequest};
@@ -480,6 +482,7 @@ fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs) -> Result<GpuWriteBwConfig
         request,
         json: w.json,
         fail_on_skip: w.gate.fail_on_skip,
+        cuda_homes: env.cuda_homes.clone(),
     })
 }
 

@@ -85,6 +85,9 @@ pub enum ProbeError {
     /// Two-node mode: TCP to the peer.
     #[error("peer {peer}: {reason}")]
     Peer { peer: String, reason: String },
+    /// Level 4: the mlx5 direct-verbs queues or the GPU kernel posting on them.
+    #[error("{device}: {reason}")]
+    Mlx5 { device: String, reason: String },
 }
 
 /// What a ProbeError means for the exit code.
@@ -362,6 +365,21 @@ impl Side {
             qp.connect(&local, &remote).map_err(verbs_err(device))?;
         }
         Ok(())
+    }
+
+    /// The first QP and the CQ, for libmlx5's `mlx5dv_init_obj` (level 4 posts on them itself).
+    pub fn raw_qp_cq(
+        &self,
+    ) -> (
+        *mut crate::verbs::sys::ibv_qp,
+        *mut crate::verbs::sys::ibv_cq,
+    ) {
+        (self.qps[0].as_raw(), self.cq.as_raw())
+    }
+
+    /// The registered buffer: address and lkey.
+    pub fn local_buffer(&self) -> (u64, u32) {
+        (self.region.addr(), self.region.lkey())
     }
 
     /// What this side's buffer is (host or GPU memory, how registered).

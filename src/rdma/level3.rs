@@ -170,7 +170,7 @@ fn path_between(topo: &Topology, gpu: &str, device: &str) -> Option<(PathType, b
 }
 
 /// NCCL's dma-buf probe on `device` (its own context and PD, closed again).
-fn probe_provider(device: &str) -> Result<DmabufProbe, ProbeError> {
+pub fn probe_provider(device: &str) -> Result<DmabufProbe, ProbeError> {
     let verbs = engine::load()?;
     let ctx = verbs.open(device).map_err(|e| match e {
         crate::verbs::VerbsError::NoDevice { .. } => ProbeError::BadDevice(e),
@@ -638,25 +638,7 @@ fn one_gpu_run(
         Ok(p) => p,
         Err(e) => return stopped(base, facts, label, e),
     };
-    let decision = gdr::choose_registration(
-        g.mode,
-        &RegistrationFacts {
-            provider: provider_name(m, &nic.device),
-            provider_probe: probe,
-            kernel: kernel(m.inv),
-            gpu: Some(GpuRegFacts {
-                label: label.into(),
-                cuda_dmabuf: dev.dma_buf_supported.clone(),
-                open_module: m
-                    .inv
-                    .host
-                    .nvidia_version_line
-                    .as_deref()
-                    .and_then(|l| crate::checks::parse_nvrm(l).1),
-                peermem_loaded: peermem_loaded(m.inv),
-            }),
-        },
-    );
+    let decision = decide_registration(m, g.mode, label, dev, &nic.device, probe);
     facts.registration = Some(decision.clone());
     let bdf = target.bdf.clone();
     let Some(reg) = decision.used else {
@@ -702,6 +684,36 @@ fn one_gpu_run(
     let tb = m.topo.gpu(label).map(|t| t.bdf);
     let gpu = tb.as_ref().map(|b| (label, b));
     finish(m, report, res, facts, gpu, label.into())
+}
+
+/// How GPU memory of `dev` is registered with `device`, as NCCL decides (level 3 and 4 alike).
+pub fn decide_registration(
+    m: &Machine,
+    mode: GdrMode,
+    label: &str,
+    dev: &cuda::Device,
+    device: &str,
+    probe: DmabufProbe,
+) -> Decision {
+    gdr::choose_registration(
+        mode,
+        &RegistrationFacts {
+            provider: provider_name(m, device),
+            provider_probe: probe,
+            kernel: kernel(m.inv),
+            gpu: Some(GpuRegFacts {
+                label: label.into(),
+                cuda_dmabuf: dev.dma_buf_supported.clone(),
+                open_module: m
+                    .inv
+                    .host
+                    .nvidia_version_line
+                    .as_deref()
+                    .and_then(|l| crate::checks::parse_nvrm(l).1),
+                peermem_loaded: peermem_loaded(m.inv),
+            }),
+        },
+    )
 }
 
 #[cfg(test)]

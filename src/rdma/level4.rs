@@ -1,11 +1,10 @@
 //! Level 4: `probe gpu-write-bw`, a CUDA kernel posting RDMA writes itself on an mlx5 QP
 //! (issue 10). This module decides, per GPU, whether the run can happen here and on which
-//! port and handler, and carries the report (schema `gpudoctor.gpu-write-bw/1`). It must not
-//! open devices or connect QPs itself: the live path belongs in the write-bw engine
-//! (`engine::open_side`) with a different poster. That live path (mlx5dv_init_obj over the
-//! engine's QP/CQ, cuMemHostRegister of the queues and the UAR page, the kernel of
-//! `mlx5_kernel` over real queues) is NOT built yet: a machine that passes every
-//! precondition gets an honest skip saying so, never a pass.
+//! port and handler, and carries the report (schema `gpudoctor.gpu-write-bw/1`). The live run
+//! is the write-bw engine's loopback (level 3's GPU memory on both sides) with a different
+//! poster (`gpu_poster::GpuPoster`: mlx5dv_init_obj over the engine's QP and CQ, the queues
+//! and the doorbell page mapped for the GPU, the kernel of `mlx5_kernel`). That live path has
+//! not met a ConnectX: no machine here has one beside a GPU (README, "Level 4").
 
 use super::engine::ErrorClass;
 use super::gdr::{self, GpuFacts, NicChoice};
@@ -14,6 +13,8 @@ use super::write_bw::{SizeResult, Status};
 use crate::facts::PortState;
 use crate::libs::LibFacts;
 use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
 
 pub const SCHEMA: &str = "gpudoctor.gpu-write-bw/1";
 /// The library `mlx5dv_init_obj` comes from (as libs.rs probes it).
@@ -378,8 +379,14 @@ fn stop(mut report: GpuWriteBwReport, subject: &str, class: ErrorClass, reason: 
     }
 }
 
-/// Run level 4 for every GPU the request selects, in PCI order.
-pub fn run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest) -> Vec<Run> {
+/// Run level 4 for every GPU the request selects, in PCI order. `cuda_homes`: where NVRTC
+/// may live (CUDA_HOME, CUDA_PATH).
+pub fn run(
+    m: &Machine,
+    libs: &LibFacts,
+    req: &GpuWriteRequest,
+    cuda_homes: &[PathBuf],
+) -> Vec<Run> {
     // -d: the NIC half first, so a device that can never work says so whatever the GPUs.
     if let Some(dev) = &req.device {
         let report = GpuWriteBwReport::new(req);
@@ -403,7 +410,10 @@ pub fn run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest) -> Vec<Run> {
             "no NVIDIA GPUs: no kernel to post from".into(),
         )];
     }
-    labels.iter().map(|l| gpu_run(m, libs, req, l)).collect()
+    labels
+        .iter()
+        .map(|l| gpu_run(m, libs, req, l, cuda_homes))
+        .collect()
 }
 
 /// Ok(provider) when `dev`/`port` can take mlx5 direct verbs; Err((class, why)) otherwise.
@@ -434,7 +444,13 @@ fn nic_refusal(
     }
 }
 
-fn gpu_run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest, label: &str) -> Run {
+fn gpu_run(
+    m: &Machine,
+    libs: &LibFacts,
+    req: &GpuWriteRequest,
+    label: &str,
+    cuda_homes: &[PathBuf],
+) -> Run {
     let mut report = GpuWriteBwReport::new(req);
     if let Some(g) = m.topo.gpu(label) {
         report.gpu = Some(GpuFacts {
@@ -487,16 +503,161 @@ fn gpu_run(m: &Machine, libs: &LibFacts, req: &GpuWriteRequest, label: &str) -> 
         }
     };
     report.provider = Some(provider);
-    stop(
-        report,
+    live(m, req, label, &nic, handler, why, cuda_homes, report)
+}
+
+/// Step deadline of the live run: each iteration's completion, each verbs step.
+const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The live run on a GPU and an mlx5 port that meet every precondition: level 3's memory
+/// provider (GPU memory on both sides, registered as NCCL would) and the write-bw engine's
+/// loopback with the GPU poster. NOT RUN ON A CONNECTX here (see gpu_poster.rs).
+#[allow(clippy::too_many_arguments)]
+fn live(
+    m: &Machine,
+    req: &GpuWriteRequest,
+    label: &str,
+    nic: &NicChoice,
+    handler: NicHandler,
+    why: String,
+    cuda_homes: &[PathBuf],
+    mut report: GpuWriteBwReport,
+) -> Run {
+    use super::memory::{GpuTarget, Memory};
+    use crate::cuda;
+    let Some(bdf) = m.topo.gpu(label).map(|g| g.bdf) else {
+        return stop(
+            report,
+            label,
+            ErrorClass::Usage,
+            format!("{label} is not in the topology"),
+        );
+    };
+    let dev = match cuda::init().and_then(|_| cuda::devices()) {
+        Ok(d) => d
+            .into_iter()
+            .find(|d| d.bdf.parse::<crate::pci::Bdf>().ok() == Some(bdf)),
+        Err(e) => return stop(report, label, ErrorClass::Skip, format!("CUDA: {e}")),
+    };
+    let Some(dev) = dev else {
+        return stop(
+            report,
+            label,
+            ErrorClass::Skip,
+            format!("CUDA does not list {label} ({bdf})"),
+        );
+    };
+    let probe = match super::level3::probe_provider(&nic.device) {
+        Ok(p) => p,
+        Err(e) => {
+            let class = e.class();
+            return stop(report, label, class, e.to_string());
+        }
+    };
+    let decision = super::level3::decide_registration(
+        m,
+        super::gdr::GdrMode::Auto,
         label,
-        ErrorClass::Skip,
-        format!(
-            "{}/{} and {label} meet every precondition, but this gpudoctor does not yet have the \
-             live mlx5 direct-verbs path (issue 10): nothing was posted or measured",
-            nic.device, nic.port
-        ),
-    )
+        &dev,
+        &nic.device,
+        probe,
+    );
+    report
+        .notes
+        .push(format!("GPU memory registration: {}", decision.summary));
+    let Some(registration) = decision.used else {
+        return stop(
+            report,
+            label,
+            ErrorClass::Machine,
+            format!(
+                "{label}'s memory cannot be registered with {}: {}",
+                nic.device, decision.summary
+            ),
+        );
+    };
+    let ctx = match cuda::Context::retain(dev.handle) {
+        Ok(c) => c,
+        Err(e) => return stop(report, label, ErrorClass::Machine, e.to_string()),
+    };
+    let gpu_mem = Memory::Gpu {
+        gpu: GpuTarget {
+            label: label.into(),
+            bdf: bdf.to_string(),
+            ctx,
+        },
+        registration,
+    };
+    let sides = super::Sides {
+        source: gpu_mem.clone(),
+        target: gpu_mem,
+    };
+    let total = req.iters.saturating_mul(req.writes_per_iter);
+    let plan = match super::write_bw::Plan::new(
+        req.sizes.clone(),
+        total,
+        req.writes_per_iter,
+        req.writes_per_iter,
+        None,
+        1,
+        req.validate,
+    ) {
+        Ok(p) => p,
+        Err(e) => return stop(report, label, ErrorClass::Usage, e.to_string()),
+    };
+    let wreq = super::WriteBwRequest {
+        device: nic.device.clone(),
+        port: nic.port,
+        gid_index: None,
+        plan,
+        role: super::Role::Loopback,
+        timeout: LIVE_TIMEOUT,
+        progress: false,
+    };
+    let mut poster = super::gpu_poster::GpuPoster::new(
+        &nic.device,
+        dev,
+        cuda_homes.to_vec(),
+        req.writes_per_iter,
+        req.iters,
+        req.handler,
+        handler,
+        why,
+    );
+    let (measured, res) = super::measure_with(m.sr, &wreq, &sides, &mut poster);
+    drop(sides);
+    let (measured, class) = super::conclude(measured, &res);
+    let f = poster.facts;
+    report.poster.handler = f.handler;
+    report.poster.why = f.why;
+    if !f.post_ns.is_empty() {
+        let mut v = f.post_ns.clone();
+        v.sort_unstable();
+        report.poster.posting_ns = Some(PostingNs {
+            n: v.len() as u64,
+            median: v[v.len() / 2],
+            min: v[0],
+            max: v[v.len() - 1],
+        });
+        let mut c = f.post_cycles.clone();
+        c.sort_unstable();
+        report.poster.sm_cycles = c.get(c.len() / 2).copied();
+    }
+    if let Some(l) = f.layout {
+        report.notes.push(format!(
+            "mlx5 queues (mlx5dv_init_obj): SQ {} x {} B, CQ {} x {} B, doorbell register {} B; \
+             SQ and CQ in host memory mapped with cuMemHostRegister",
+            l.sq_wqe_cnt, l.sq_stride, l.cqe_cnt, l.cqe_size, l.bf_size
+        ));
+    }
+    report.notes.extend(measured.notes);
+    report.results = measured.results;
+    report.status = measured.status;
+    Run {
+        subject: label.into(),
+        report,
+        class,
+    }
 }
 
 fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {

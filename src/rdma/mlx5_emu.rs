@@ -137,9 +137,21 @@ impl QueueMemory {
     /// Every pointer in `raw` must be valid and aligned for the sizes given there, and stay so
     /// for the life of the result; nothing but atomics may touch that memory meanwhile.
     pub unsafe fn from_raw(raw: RawQueues) -> Self {
+        // SAFETY: the caller's contract.
+        let m = unsafe { Self::attach(raw) };
+        m.reset();
+        m
+    }
+
+    /// A live QP's queues as libmlx5 set them up (`mlx5dv_init_obj`), left as they are: no
+    /// reset, and `bf` is the device's doorbell register (only the proxy writes it).
+    ///
+    /// # Safety
+    /// As `from_raw`; the QP and CQ must outlive the result.
+    pub unsafe fn attach(raw: RawQueues) -> Self {
         assert!(raw.sq_size.is_power_of_two() && raw.cq_size.is_power_of_two());
         // SAFETY: the caller's contract; AtomicU32/AtomicU64 have the layout of u32/u64.
-        let m = unsafe {
+        unsafe {
             QueueMemory {
                 sq: Shared::borrowed(
                     raw.sq as *const AtomicU32,
@@ -155,9 +167,7 @@ impl QueueMemory {
                 cq_dbrec: Shared::borrowed(raw.cq_dbrec as *const AtomicU32, 1),
                 bf: Shared::borrowed(raw.bf as *const AtomicU64, 1),
             }
-        };
-        m.reset();
-        m
+        }
     }
 
     /// Empty rings: zero WQEs and records, every CQE `MLX5_CQE_INVALID` with owner 0.
@@ -715,6 +725,13 @@ impl Proxy {
                 let v = u64::from_ne_bytes(ctrl[0..8].try_into().expect("8 bytes"));
                 fence(Ordering::SeqCst);
                 mem.bf[0].store(v, Ordering::Release);
+                // A real doorbell page may be write-combining (BlueFlame): flush the store
+                // now, as libmlx5's mmio_flush_writes does.
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: sfence has no preconditions.
+                unsafe {
+                    std::arch::x86_64::_mm_sfence()
+                };
                 seen = pi;
                 rings += 1;
             }

@@ -104,11 +104,19 @@ pub struct Loaded {
 pub fn load(gpu: usize, cuda_homes: &[std::path::PathBuf]) -> Result<Loaded, CudaError> {
     cuda::driver_presence()?;
     cuda::init()?;
-    cuda::find_nvrtc(&cuda::nvrtc_search_dirs(cuda_homes))?;
     let devs = cuda::devices()?;
     let device = devs.into_iter().nth(gpu).ok_or_else(|| {
         CudaError::Unavailable(format!("no CUDA device with driver ordinal {gpu}"))
     })?;
+    load_on(device, cuda_homes)
+}
+
+/// Compile and load the kernel on `device` (found by the caller, by PCI address).
+pub fn load_on(
+    device: cuda::Device,
+    cuda_homes: &[std::path::PathBuf],
+) -> Result<Loaded, CudaError> {
+    cuda::find_nvrtc(&cuda::nvrtc_search_dirs(cuda_homes))?;
     let ctx = Context::retain(device.handle)?;
     let cubin = cuda::compile_cubin(SRC, "mlx5_post.cu", &device.arch())?;
     let module = Module::load(&ctx, &cubin)?;
@@ -196,7 +204,7 @@ impl Fence {
             Fence::LeaderGpuScope => "barrier + one GPU-scope fence",
         }
     }
-    fn flag(self) -> u32 {
+    pub fn flag(self) -> u32 {
         match self {
             Fence::PerThread => 0,
             Fence::Leader => FLAG_LEADER_FENCE,
@@ -231,6 +239,12 @@ pub struct PostArgs {
     /// A `PostResult`.
     pub result: u64,
     pub flags: u32,
+    /// The first WQE counter and CQ consumer index (where the previous launch left them).
+    pub pi0: u32,
+    pub ci0: u32,
+    /// `iterations` u64s: when each iteration's completion came (ns since the kernel started);
+    /// 0: not recorded.
+    pub done_ns: u64,
 }
 
 /// Launch `gpudoctor_mlx5_post` on one block of `threads` (one WQE each per iteration) and
@@ -263,6 +277,9 @@ pub unsafe fn run_post(l: &Loaded, a: &PostArgs, threads: u32) -> Result<Duratio
         arg(&mut a.post_cycles),
         arg(&mut a.result),
         arg(&mut a.flags),
+        arg(&mut a.pi0),
+        arg(&mut a.ci0),
+        arg(&mut a.done_ns),
     ];
     let t = Instant::now();
     // SAFETY: the parameters match gpudoctor_mlx5_post's signature; the caller's contract
@@ -478,6 +495,9 @@ pub fn post_only(
         post_cycles: t + 64 + iterations as u64 * 8,
         result: t,
         flags: FLAG_POST_ONLY | fence.flag(),
+        pi0: 0,
+        ci0: 0,
+        done_ns: 0,
     };
     // SAFETY: sq (host or device) holds sq_size WQEBBs, misc the records and the doorbell,
     // timing the result and 2 x iterations u64s; all alive past the call.
@@ -592,6 +612,9 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
         post_cycles: cycles.addr(),
         result: result as u64,
         flags: plan.fence.flag(),
+        pi0: 0,
+        ci0: 0,
+        done_ns: 0,
     };
     // SAFETY: every address above is registered or pinned memory alive until after the call.
     let ran = unsafe { run_post(l, &a, plan.writes_per_iter) };

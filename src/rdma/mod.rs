@@ -5,6 +5,7 @@
 
 pub mod engine;
 pub mod gdr;
+pub mod gpu_poster;
 pub mod level3;
 pub mod level4;
 pub mod memory;
@@ -101,12 +102,63 @@ pub fn write_bw(sr: &SysRoot, req: &WriteBwRequest) -> (WriteBwReport, Option<Er
     conclude(report, &res)
 }
 
+/// Who posts the writes of one message size on the loopback's source side: the CPU through
+/// ibv_post_send (levels 2 and 3, `CpuPoster`) or a CUDA kernel on the QP's own mlx5 queues
+/// (level 4, `gpu_poster::GpuPoster`). Everything else (devices, QPs, buffers and their
+/// registration, the connection, validation, the report) is the one engine's.
+pub trait Poster {
+    /// Bytes each side's buffer needs for `size`-byte messages.
+    fn buffer_len(&self, size: u64) -> u64 {
+        size
+    }
+    /// Once, after both sides are connected and before the first size.
+    fn prepare(&mut self, _source: &Side) -> Result<(), ProbeError> {
+        Ok(())
+    }
+    /// Once, after the last size or the error that stopped the run, while both sides (their
+    /// QPs, CQ and buffers) are still alive: undo what `prepare` set up on them.
+    fn finish(&mut self) {}
+    /// Post and complete every write of one size from `source` into `peer`.
+    fn write_size(
+        &mut self,
+        source: &Side,
+        peer: &engine::Endpoint,
+        req: &WriteBwRequest,
+        size: u64,
+    ) -> Result<write_bw::SizeResult, ProbeError>;
+}
+
+/// The CPU posts (ibv_post_send with the plan's TX depth, CQ moderation and post lists).
+pub struct CpuPoster;
+
+impl Poster for CpuPoster {
+    fn write_size(
+        &mut self,
+        source: &Side,
+        peer: &engine::Endpoint,
+        req: &WriteBwRequest,
+        size: u64,
+    ) -> Result<write_bw::SizeResult, ProbeError> {
+        measure_one(source, peer, req, size)
+    }
+}
+
 /// Run the probe with buffers in `mem`: the measurements, and the error that stopped it (not
 /// yet folded into the report's status: `conclude` does that, after the caller had a look).
 pub fn measure(
     sr: &SysRoot,
     req: &WriteBwRequest,
     mem: &Sides,
+) -> (WriteBwReport, Result<(), ProbeError>) {
+    measure_with(sr, req, mem, &mut CpuPoster)
+}
+
+/// `measure` with another poster (loopback only: level 4's kernel posts on a local QP).
+pub fn measure_with(
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+    mem: &Sides,
+    poster: &mut dyn Poster,
 ) -> (WriteBwReport, Result<(), ProbeError>) {
     let mode = match req.role {
         Role::Loopback => Mode::Loopback,
@@ -116,7 +168,7 @@ pub fn measure(
     crate::signals::install();
     let mut report = WriteBwReport::new(mode, req.plan.clone());
     let res = match &req.role {
-        Role::Loopback => loopback(sr, req, mem, &mut report),
+        Role::Loopback => loopback(sr, req, mem, &mut report, poster),
         Role::Serve { listen, token } => serve(sr, req, mem, listen, token, &mut report),
         Role::Client { peer, token } => client(sr, req, mem, peer, token, &mut report),
     };
@@ -200,6 +252,16 @@ fn open_side(
     req: &WriteBwRequest,
     memory: &Memory,
 ) -> Result<engine::Side, ProbeError> {
+    open_side_len(verbs, sr, req, memory, req.plan.max_size())
+}
+
+fn open_side_len(
+    verbs: &std::sync::Arc<crate::verbs::Verbs>,
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+    memory: &Memory,
+    len: u64,
+) -> Result<engine::Side, ProbeError> {
     engine::open_side(
         verbs,
         sr,
@@ -207,7 +269,7 @@ fn open_side(
         req.port,
         req.gid_index,
         &req.plan,
-        req.plan.max_size(),
+        len,
         memory,
     )
 }
@@ -224,10 +286,12 @@ fn loopback(
     req: &WriteBwRequest,
     mem: &Sides,
     report: &mut WriteBwReport,
+    poster: &mut dyn Poster,
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
-    let mut a = open_side(&verbs, sr, req, &mem.source)?;
-    let mut b = open_side(&verbs, sr, req, &mem.target)?;
+    let len = poster.buffer_len(req.plan.max_size());
+    let mut a = open_side_len(&verbs, sr, req, &mem.source, len)?;
+    let mut b = open_side_len(&verbs, sr, req, &mem.target, len)?;
     report.memory = Some(write_bw::MemorySides {
         source: Some(a.memory().clone()),
         target: Some(b.memory().clone()),
@@ -240,17 +304,33 @@ fn loopback(
     ));
     report.local = Some(a.facts.clone());
     let b_ep = b.endpoint();
+    poster.prepare(&a)?;
+    let res = loopback_sizes(req, &mut a, &mut b, &b_ep, report, poster);
+    poster.finish();
+    res
+}
+
+fn loopback_sizes(
+    req: &WriteBwRequest,
+    a: &mut Side,
+    b: &mut Side,
+    b_ep: &engine::Endpoint,
+    report: &mut WriteBwReport,
+    poster: &mut dyn Poster,
+) -> Result<(), ProbeError> {
     for (i, &size) in req.plan.sizes.iter().enumerate() {
         stop_if_interrupted()?;
         show_progress(req, i, size);
         let seed = seed_for(size);
+        // What the writes of this size cover (level 4: one message per thread, side by side).
+        let span = poster.buffer_len(size);
         if req.plan.validate {
-            a.fill(size, seed)?;
-            b.zero(size)?;
+            a.fill(span, seed)?;
+            b.zero(span)?;
         }
-        let mut r = measure_one(&a, &b_ep, req, size)?;
+        let mut r = poster.write_size(a, b_ep, req, size)?;
         if req.plan.validate {
-            r.validated = Some(b.check(size, seed)?.is_none());
+            r.validated = Some(b.check(span, seed)?.is_none());
         }
         report.results.push(r);
     }

@@ -72,7 +72,7 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
         level3(source, &inv, &topo, opts.probe.progress, &mut findings)?;
     }
     if opts.level >= 4 {
-        level4(source, &inv, &topo, &mut findings)?;
+        level4(source, &inv, &topo, &opts.probe.cuda_homes, &mut findings)?;
     }
     if let Some(b) = &opts.expect {
         findings.extend(crate::baseline::compare(
@@ -255,6 +255,7 @@ fn level4(
     source: &Source,
     inv: &Inventory,
     topo: &crate::topo::Topology,
+    cuda_homes: &[std::path::PathBuf],
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
     use crate::rdma::engine::ErrorClass;
@@ -291,7 +292,7 @@ fn level4(
         topo,
         level0: &level0,
     };
-    let runs = level4::run(&m, &source.libs, &req);
+    let runs = level4::run(&m, &source.libs, &req, cuda_homes);
     if runs
         .iter()
         .any(|r| r.class == Some(ErrorClass::Interrupted))

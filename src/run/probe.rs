@@ -173,7 +173,7 @@ pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcom
         topo: &topo,
         level0: &level0,
     };
-    let runs = level4::run(&m, &source.libs, &w.request);
+    let runs = level4::run(&m, &source.libs, &w.request, &w.cuda_homes);
     let reports: Vec<&level4::GpuWriteBwReport> = runs.iter().map(|r| &r.report).collect();
     let stdout = if w.json {
         if w.request.gpu == GpuSelect::Auto {

@@ -749,6 +749,11 @@ pub fn empty_wc() -> sys::ibv_wc {
 }
 
 impl Cq {
+    /// The provider's CQ (for libmlx5's direct verbs); valid while `self` lives.
+    pub fn as_raw(&self) -> *mut sys::ibv_cq {
+        self.0.cq.as_ptr()
+    }
+
     /// verbs.h's `static inline ibv_poll_cq`, by hand: through the context's ops table.
     /// Returns how many entries of `wc` were filled.
     #[inline]
@@ -832,6 +837,10 @@ impl Drop for Qp {
 pub const ACCESS_RDMA_TARGET: u32 = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
 
 impl Qp {
+    /// The provider's QP (for libmlx5's direct verbs); valid while `self` lives.
+    pub fn as_raw(&self) -> *mut sys::ibv_qp {
+        self.qp.as_ptr()
+    }
     pub fn qpn(&self) -> u32 {
         // SAFETY: the QP is alive for as long as self.
         unsafe { (*self.qp.as_ptr()).qp_num }
