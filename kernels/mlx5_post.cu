@@ -37,6 +37,25 @@
 #define FLAG_LEADER_FENCE 1u
 #define FLAG_POST_ONLY 2u
 #define FLAG_GPU_SCOPE_FENCE 4u
+// FLAG_RELEASE_FENCE: with FLAG_LEADER_FENCE, thread 0's fences are fence.acq_rel (release
+//   ordering: every earlier store before every later one, which is all the doorbell protocol
+//   needs) instead of __threadfence*()'s fence.sc (sequentially consistent).
+#define FLAG_RELEASE_FENCE 8u
+
+__device__ __forceinline__ void leader_fence(unsigned int flags)
+{
+    if (flags & FLAG_RELEASE_FENCE) {
+        if (flags & FLAG_GPU_SCOPE_FENCE) {
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        } else {
+            asm volatile("fence.acq_rel.sys;" ::: "memory");
+        }
+    } else if (flags & FLAG_GPU_SCOPE_FENCE) {
+        __threadfence();
+    } else {
+        __threadfence_system();
+    }
+}
 
 // Result codes in PostResult.status.
 #define POST_OK 0u
@@ -167,17 +186,13 @@ extern "C" __global__ void gpudoctor_mlx5_post(unsigned char* sq, unsigned int s
         __syncthreads();
         if (i == 0) {
             if (flags & FLAG_LEADER_FENCE) {
-                if (flags & FLAG_GPU_SCOPE_FENCE) {
-                    __threadfence();
-                } else {
-                    __threadfence_system();
-                }
+                leader_fence(flags);
             }
             const unsigned int next = pi + n;
             *(volatile unsigned int*)&dbrec[1] = be32(next & 0xffffu);
             // The record before the doorbell.
-            if (flags & FLAG_GPU_SCOPE_FENCE) {
-                __threadfence();
+            if (flags & FLAG_LEADER_FENCE) {
+                leader_fence(flags);
             } else {
                 __threadfence_system();
             }

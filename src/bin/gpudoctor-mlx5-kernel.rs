@@ -179,6 +179,23 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
     for (name, plan, want) in [
         ("gpu handler, barrier + one fence", base.clone(), 0u32),
         (
+            "gpu handler, barrier + acq_rel.sys fence",
+            EmuPlan {
+                fence: Fence::LeaderRelease,
+                ..base.clone()
+            },
+            0,
+        ),
+        (
+            "cpu-proxy handler, barrier + acq_rel.sys fence",
+            EmuPlan {
+                handler: EmuHandler::CpuProxy,
+                fence: Fence::LeaderRelease,
+                ..base.clone()
+            },
+            0,
+        ),
+        (
             "gpu handler, fence in every thread",
             EmuPlan {
                 fence: Fence::PerThread,
@@ -294,10 +311,19 @@ fn bench(l: &k::Loaded, o: &Opts) -> bool {
         o.iters, o.writes, o.size
     );
     for (place, fences) in [
-        (SqPlace::Host, &[Fence::PerThread, Fence::Leader][..]),
+        (
+            SqPlace::Host,
+            &[Fence::PerThread, Fence::Leader, Fence::LeaderRelease][..],
+        ),
         (
             SqPlace::Device,
-            &[Fence::PerThread, Fence::Leader, Fence::LeaderGpuScope][..],
+            &[
+                Fence::PerThread,
+                Fence::Leader,
+                Fence::LeaderRelease,
+                Fence::LeaderGpuScope,
+                Fence::LeaderReleaseGpuScope,
+            ][..],
         ),
     ] {
         for &fence in fences {

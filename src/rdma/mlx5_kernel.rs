@@ -183,6 +183,7 @@ pub struct PostResult {
 pub const FLAG_LEADER_FENCE: u32 = 1;
 pub const FLAG_POST_ONLY: u32 = 2;
 pub const FLAG_GPU_SCOPE_FENCE: u32 = 4;
+pub const FLAG_RELEASE_FENCE: u32 = 8;
 
 /// How the WQE stores are ordered before the doorbell record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,6 +195,10 @@ pub enum Fence {
     /// The block barrier, then `__threadfence()` (GPU scope) in thread 0 before the record
     /// and before the doorbell: only for an SQ and doorbell record in GPU memory.
     LeaderGpuScope,
+    /// As `Leader` with `fence.acq_rel.sys` (release ordering) instead of fence.sc.
+    LeaderRelease,
+    /// As `LeaderGpuScope` with `fence.acq_rel.gpu`.
+    LeaderReleaseGpuScope,
 }
 
 impl Fence {
@@ -202,6 +207,8 @@ impl Fence {
             Fence::PerThread => "fence in every thread",
             Fence::Leader => "barrier + one fence",
             Fence::LeaderGpuScope => "barrier + one GPU-scope fence",
+            Fence::LeaderRelease => "barrier + acq_rel.sys fence",
+            Fence::LeaderReleaseGpuScope => "barrier + acq_rel.gpu fence",
         }
     }
     pub fn flag(self) -> u32 {
@@ -209,6 +216,10 @@ impl Fence {
             Fence::PerThread => 0,
             Fence::Leader => FLAG_LEADER_FENCE,
             Fence::LeaderGpuScope => FLAG_LEADER_FENCE | FLAG_GPU_SCOPE_FENCE,
+            Fence::LeaderRelease => FLAG_LEADER_FENCE | FLAG_RELEASE_FENCE,
+            Fence::LeaderReleaseGpuScope => {
+                FLAG_LEADER_FENCE | FLAG_GPU_SCOPE_FENCE | FLAG_RELEASE_FENCE
+            }
         }
     }
 }
