@@ -99,16 +99,7 @@ fn level2(
 ) -> Result<()> {
     use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
     use checks::level2;
-    if !source.is_live() {
-        findings.push(
-            Finding::new(
-                level2::ID,
-                "host",
-                Status::Skip,
-                "RDMA-write probes run on the live machine; a recorded tree does not replay them",
-            )
-            .not_applicable(),
-        );
+    if replay_skip(source, level2::ID, "RDMA-write probes", findings) {
         return Ok(());
     }
     let before = findings.len();
@@ -194,16 +185,7 @@ fn level3(
     use crate::rdma::level3::{self, GdrRequest, GpuSelect, Machine};
     use crate::rdma::{Role, WriteBwRequest, write_bw::Plan};
     use checks::level3 as l3;
-    if !source.is_live() {
-        findings.push(
-            Finding::new(
-                l3::ID,
-                "host",
-                Status::Skip,
-                "GPUDirect RDMA probes run on the live machine; a recorded tree does not replay them",
-            )
-            .not_applicable(),
-        );
+    if replay_skip(source, l3::ID, "GPUDirect RDMA probes", findings) {
         return Ok(());
     }
     // As level 2's: 64 KiB and 1 MiB writes, 500 each, validated (copied back from GPU memory).
@@ -249,6 +231,29 @@ fn level3(
     Ok(())
 }
 
+/// Levels 2-4 measure the live machine: on a recorded tree, one not-applicable skip for `id`
+/// (true: the caller has nothing more to do).
+fn replay_skip(
+    source: &Source,
+    id: checks::CheckId,
+    what: &str,
+    findings: &mut Vec<Finding>,
+) -> bool {
+    if source.is_live() {
+        return false;
+    }
+    findings.push(
+        Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            format!("{what} run on the live machine; a recorded tree does not replay them"),
+        )
+        .not_applicable(),
+    );
+    true
+}
+
 /// Level 4: a short, validated GPU-initiated RDMA-write loopback per GPU on its closest ACTIVE
 /// port, which must be an mlx5 one (probe.gpu-write-bw).
 fn level4(
@@ -262,16 +267,7 @@ fn level4(
     use crate::rdma::level3::{GpuSelect, Machine};
     use crate::rdma::level4::{self, GpuWriteRequest, NicHandler};
     use checks::level4 as l4;
-    if !source.is_live() {
-        findings.push(
-            Finding::new(
-                l4::ID,
-                "host",
-                Status::Skip,
-                "GPU-initiated RDMA probes run on the live machine; a recorded tree does not replay them",
-            )
-            .not_applicable(),
-        );
+    if replay_skip(source, l4::ID, "GPU-initiated RDMA probes", findings) {
         return Ok(());
     }
     // Short: 64 B and 4 KiB writes, 64 launches of 512 each, validated.

@@ -92,27 +92,7 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
     use crate::rdma::engine::ErrorClass;
     use crate::rdma::level3::{self, GpuSelect, Machine};
     use crate::rdma::write_bw::Status;
-    let source = crate::source::Source::open(&SourceSpec::Live)?;
-    let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
-    let topo = crate::topo::build(&inv);
-    if let GpuSelect::One(n) = g.gpu
-        && topo.gpu(&format!("GPU{n}")).is_none()
-    {
-        let have: Vec<&str> = topo.gpus.iter().map(|g| g.label.as_str()).collect();
-        anyhow::bail!(
-            "--gpu {n}: no GPU{n} here (GPUs: {})",
-            if have.is_empty() {
-                "none".to_string()
-            } else {
-                have.join(", ")
-            }
-        );
-    }
-    let level0 = crate::checks::run_level0(&crate::checks::Ctx {
-        inv: &inv,
-        topo: &topo,
-        libs: &source.libs,
-    });
+    let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
     let m = Machine {
         sr: &source.sysroot,
         inv: &inv,
@@ -147,26 +127,49 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
     })
 }
 
-/// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
-/// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
-pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
-    use crate::rdma::level3::{GpuSelect, Machine};
-    use crate::rdma::level4;
+/// The live machine as levels 3 and 4 need it: source, inventory, topology, level-0 findings
+/// (the evidence a failure's cause cites). `--gpu N` naming no GPU is a usage error (exit 2);
+/// on a machine without GPUs too when `refuse_without_gpus` (level 4 reports that as a skip).
+fn live_gpu_machine(
+    gpu: crate::rdma::level3::GpuSelect,
+    refuse_without_gpus: bool,
+) -> Result<(
+    crate::source::Source,
+    crate::inventory::Inventory,
+    crate::topo::Topology,
+    Vec<crate::checks::Finding>,
+)> {
     let source = crate::source::Source::open(&SourceSpec::Live)?;
     let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
     let topo = crate::topo::build(&inv);
-    if let GpuSelect::One(n) = w.request.gpu
+    if let crate::rdma::level3::GpuSelect::One(n) = gpu
         && topo.gpu(&format!("GPU{n}")).is_none()
-        && !topo.gpus.is_empty()
+        && (refuse_without_gpus || !topo.gpus.is_empty())
     {
         let have: Vec<&str> = topo.gpus.iter().map(|g| g.label.as_str()).collect();
-        anyhow::bail!("--gpu {n}: no GPU{n} here (GPUs: {})", have.join(", "));
+        anyhow::bail!(
+            "--gpu {n}: no GPU{n} here (GPUs: {})",
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            }
+        );
     }
     let level0 = crate::checks::run_level0(&crate::checks::Ctx {
         inv: &inv,
         topo: &topo,
         libs: &source.libs,
     });
+    Ok((source, inv, topo, level0))
+}
+
+/// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
+/// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
+pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
+    use crate::rdma::level3::{GpuSelect, Machine};
+    use crate::rdma::level4;
+    let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
     let m = Machine {
         sr: &source.sysroot,
         inv: &inv,
