@@ -151,13 +151,9 @@ fn check_level4<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let auto = c("l4-gpu-auto");
     f.rc(&auto, 0);
     if let Ok(j) = auto.json() {
-        f.check(
-            j[0]["status"]["kind"] == "skipped"
-                && j[0]["status"]["reason"]
-                    .as_str()
-                    .is_some_and(|r| r.contains("no NVIDIA GPUs")),
-            || format!("l4-gpu-auto: {j}"),
-        );
+        f.check(first_skipped_because(&j, "no NVIDIA GPUs"), || {
+            format!("l4-gpu-auto: {j}")
+        });
     }
     let bad = c("l4-bad");
     f.rc(&bad, 2);
@@ -165,12 +161,7 @@ fn check_level4<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let l4c = c("check-l4");
     f.rc(&l4c, 0);
     if let Ok(j) = l4c.json() {
-        let of = |id: &str| -> Vec<Value> {
-            j["checks"]
-                .as_array()
-                .map(|a| a.iter().filter(|c| c["id"] == id).cloned().collect())
-                .unwrap_or_default()
-        };
+        let of = |id: &str| checks_with_id(&j, id);
         f.check(j["level"] == 4 && j["status"] != "fail", || {
             format!("check-l4: level {} status {}", j["level"], j["status"])
         });
@@ -295,13 +286,9 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let ga = c("l3-gpu-auto");
     f.rc(&ga, 0);
     if let Ok(j) = ga.json() {
-        f.check(
-            j[0]["status"]["kind"] == "skipped"
-                && j[0]["status"]["reason"]
-                    .as_str()
-                    .is_some_and(|r| r.contains("no NVIDIA GPUs")),
-            || format!("l3-gpu-auto: {j}"),
-        );
+        f.check(first_skipped_because(&j, "no NVIDIA GPUs"), || {
+            format!("l3-gpu-auto: {j}")
+        });
     }
     let g0 = c("l3-gpu-0");
     f.rc(&g0, 2);
@@ -310,12 +297,7 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let l3c = c("check-l3");
     f.rc(&l3c, 0);
     if let Ok(j) = l3c.json() {
-        let of = |id: &str| -> Vec<Value> {
-            j["checks"]
-                .as_array()
-                .map(|a| a.iter().filter(|c| c["id"] == id).cloned().collect())
-                .unwrap_or_default()
-        };
+        let of = |id: &str| checks_with_id(&j, id);
         f.check(j["level"] == 3 && j["status"] != "fail", || {
             format!("check-l3: level {} status {}", j["level"], j["status"])
         });
@@ -717,4 +699,20 @@ fn gpu_write_bw_skips_here() {
         let why = j["status"]["reason"].as_str().unwrap();
         assert!(why.starts_with("no RDMA device"), "{j}");
     }
+}
+
+/// The findings of a check report with this id.
+fn checks_with_id(j: &Value, id: &str) -> Vec<Value> {
+    j["checks"]
+        .as_array()
+        .map(|a| a.iter().filter(|c| c["id"] == id).cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The first report of a `--gpu auto` array is a skip whose reason contains `why`.
+fn first_skipped_because(j: &Value, why: &str) -> bool {
+    j[0]["status"]["kind"] == "skipped"
+        && j[0]["status"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(why))
 }
