@@ -174,10 +174,30 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
         cq_size: sq_size,
         bad_rkey_at: None,
         timeout: Duration::from_secs(5),
+        launches: 1,
     };
     let mut ok = true;
     for (name, plan, want) in [
         ("gpu handler, barrier + one fence", base.clone(), 0u32),
+        (
+            "gpu handler, 4 launches carrying the WQE counter and CQ index (as the live path's sizes)",
+            EmuPlan {
+                iterations: (o.iters / 4).max(1),
+                launches: 4,
+                ..base.clone()
+            },
+            0,
+        ),
+        (
+            "cpu-proxy handler, 4 launches carrying the WQE counter and CQ index",
+            EmuPlan {
+                handler: EmuHandler::CpuProxy,
+                iterations: (o.iters / 4).max(1),
+                launches: 4,
+                ..base.clone()
+            },
+            0,
+        ),
         (
             "gpu handler, barrier + acq_rel.sys fence",
             EmuPlan {
@@ -256,20 +276,22 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
                     s => format!("unknown status {s}"),
                 };
                 let data = if r.status == 0 {
-                    if out.data_ok {
-                        ", data verified"
-                    } else {
-                        ", DATA MISMATCH"
+                    match (out.data_ok, out.timeline_ok) {
+                        (true, true) => ", data verified, completion times rising",
+                        (false, _) => ", DATA MISMATCH",
+                        (true, false) => ", data verified, COMPLETION TIMES OUT OF ORDER",
                     }
                 } else {
                     ""
                 };
+                let total = u64::from(plan.iterations) * u64::from(plan.launches.max(1));
                 println!(
-                    "emulate [EMULATED NIC] {name}: {} of {} iterations x {} writes of {} B, {outcome}{data}; \
+                    "emulate [EMULATED NIC] {name}: {} of {} iterations ({} launch(es)) x {} writes of {} B, {outcome}{data}; \
                      stand-in consumed {} WQEs, wrote {} CQEs; kernel {:.1} ms; posting time per iteration \
                      (%globaltimer): {}; in SM cycles (clock64): {}",
-                    r.iterations_done,
-                    plan.iterations,
+                    out.iterations_done,
+                    total,
+                    out.launches_done,
                     plan.writes_per_iter,
                     plan.size,
                     out.consumed,
@@ -283,7 +305,8 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
                 }
                 let good = r.status == want
                     && out.violations.is_empty()
-                    && (want != 0 || (out.data_ok && r.iterations_done == plan.iterations));
+                    && (want != 0
+                        || (out.data_ok && out.timeline_ok && out.iterations_done == total));
                 if !good {
                     println!("  UNEXPECTED: wanted status {want}");
                     ok = false;

@@ -412,6 +412,10 @@ pub struct EmuPlan {
     /// Make the stand-in fail this WQE counter with a remote access error (the error path).
     pub bad_rkey_at: Option<u16>,
     pub timeout: Duration,
+    /// Kernel launches over the same queues, each of `iterations`, the WQE counter and CQ
+    /// consumer index carried from one to the next and each completion's time recorded (what
+    /// the live path does across message sizes); the data is checked after each.
+    pub launches: u32,
 }
 
 #[derive(Debug)]
@@ -426,6 +430,12 @@ pub struct EmuOutcome {
     pub consumed: u64,
     pub cqes: u64,
     pub wall: Duration,
+    /// Launches that ran; iterations done over all of them.
+    pub launches_done: u32,
+    pub iterations_done: u64,
+    /// Completion times (ns since each launch started) rose within every launch, one per
+    /// iteration done.
+    pub timeline_ok: bool,
 }
 
 /// Where `post_only` puts the SQ.
@@ -600,7 +610,8 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
     let nic = nic.spawn(stop.clone());
     let proxy =
         (plan.handler == EmuHandler::CpuProxy).then(|| Proxy::spawn(mem.clone(), 0, stop.clone()));
-    let a = PostArgs {
+    let done_buf = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
+    let mut a = PostArgs {
         sq: dev(sq.ptr())?,
         sq_size: plan.sq_size,
         qpn: QPN,
@@ -625,39 +636,73 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
         flags: plan.fence.flag(),
         pi0: 0,
         ci0: 0,
-        done_ns: 0,
+        done_ns: done_buf.addr(),
     };
-    // SAFETY: every address above is registered or pinned memory alive until after the call.
-    let ran = unsafe { run_post(l, &a, plan.writes_per_iter) };
+    let mut out = EmuOutcome {
+        result: PostResult::default(),
+        post_ns: Vec::new(),
+        post_cycles: Vec::new(),
+        data_ok: true,
+        violations: Vec::new(),
+        consumed: 0,
+        cqes: 0,
+        wall: Duration::ZERO,
+        launches_done: 0,
+        iterations_done: 0,
+        timeline_ok: true,
+    };
+    let mut failed = None;
+    for _ in 0..plan.launches.max(1) {
+        dst_mr.write(0, &vec![0u8; data_bytes]);
+        // SAFETY: pinned memory owned above; no kernel is running.
+        unsafe { result.write(PostResult::default()) };
+        // SAFETY: every address above is registered or pinned memory alive until after the call.
+        let ran = unsafe { run_post(l, &a, plan.writes_per_iter) };
+        let wall = match ran {
+            Ok(w) => w,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        out.wall += wall;
+        out.launches_done += 1;
+        // SAFETY: written by the finished kernel.
+        let r = unsafe { result.read_volatile() };
+        let done = (r.iterations_done as usize).min(plan.iterations as usize);
+        out.iterations_done += done as u64;
+        // SAFETY: iterations u64s each, the first `done` written by the finished kernel.
+        let (p, c, d) = unsafe {
+            (
+                std::slice::from_raw_parts(post.ptr as *const u64, done),
+                std::slice::from_raw_parts(cycles.ptr as *const u64, done),
+                std::slice::from_raw_parts(done_buf.ptr as *const u64, done),
+            )
+        };
+        out.post_ns.extend_from_slice(p);
+        out.post_cycles.extend_from_slice(c);
+        out.timeline_ok &= d.windows(2).all(|w| w[0] <= w[1]) && d.iter().all(|&t| t > 0);
+        out.result = r;
+        if r.status != 0 {
+            break;
+        }
+        out.data_ok &= dst_mr.read() == pattern;
+        // The next launch carries on where this one stopped, as on a live QP.
+        a.pi0 = r.producer;
+        a.ci0 = r.cq_consumer;
+    }
     stop.store(true, Ordering::Release);
     let nic = nic.join().expect("the NIC stand-in thread");
     if let Some(p) = proxy {
         p.join().expect("the proxy thread");
     }
-    let wall = ran?;
-    // SAFETY: written by the finished kernel.
-    let result = unsafe { result.read_volatile() };
-    let done = (result.iterations_done as usize).min(plan.iterations as usize);
-    // SAFETY: iterations u64s written by the finished kernel.
-    let post_ns =
-        unsafe { std::slice::from_raw_parts(post.ptr as *const u64, plan.iterations as usize) }
-            [..done]
-            .to_vec();
-    // SAFETY: as above.
-    let post_cycles =
-        unsafe { std::slice::from_raw_parts(cycles.ptr as *const u64, plan.iterations as usize) }
-            [..done]
-            .to_vec();
-    Ok(EmuOutcome {
-        result,
-        post_ns,
-        post_cycles,
-        data_ok: dst_mr.read() == pattern,
-        violations: nic.violations.clone(),
-        consumed: nic.consumed,
-        cqes: nic.cqes,
-        wall,
-    })
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    out.violations = nic.violations.clone();
+    out.consumed = nic.consumed;
+    out.cqes = nic.cqes;
+    Ok(out)
 }
 
 #[cfg(test)]
