@@ -580,11 +580,13 @@ fn live(
         Ok(c) => c,
         Err(e) => return stop(report, label, ErrorClass::Machine, e.to_string()),
     };
+    // As level 3: what the run takes of the GPU's memory must all come back.
+    let before = cuda::mem_info(&ctx);
     let gpu_mem = Memory::Gpu {
         gpu: GpuTarget {
             label: label.into(),
             bdf: bdf.to_string(),
-            ctx,
+            ctx: std::rc::Rc::clone(&ctx),
         },
         registration,
     };
@@ -626,7 +628,32 @@ fn live(
     );
     let (measured, res) = super::measure_with(m.sr, &wreq, &sides, &mut poster);
     drop(sides);
-    let (measured, class) = super::conclude(measured, &res);
+    let (measured, mut class) = super::conclude(measured, &res);
+    // The kernel module and the poster's pinned memory go with the poster's `live`, already
+    // dropped by `finish`; the regions and buffers with the sides.
+    let leak = match (before, cuda::mem_info(&ctx)) {
+        (Ok(b), Ok(a)) => {
+            let c = super::gdr::GpuMemoryCheck::new(b, a, 1);
+            report.notes.push(format!(
+                "GPU memory (cuMemGetInfo): free {} B before, {} B after",
+                c.free_before_bytes, c.free_after_bytes
+            ));
+            c.leaked().then(|| {
+                format!(
+                    "{label}: {} MiB of GPU memory not given back (cuMemGetInfo free {} -> {} bytes)",
+                    c.left_behind_bytes >> 20,
+                    c.free_before_bytes,
+                    c.free_after_bytes
+                )
+            })
+        }
+        (b, a) => {
+            if let Some(e) = b.err().or(a.err()) {
+                report.notes.push(format!("cuMemGetInfo: {e}"));
+            }
+            None
+        }
+    };
     let f = poster.facts;
     report.poster.handler = f.handler;
     report.poster.why = f.why;
@@ -653,6 +680,12 @@ fn live(
     report.notes.extend(measured.notes);
     report.results = measured.results;
     report.status = measured.status;
+    if let Some(reason) = leak
+        && class.is_none_or(|k| k == ErrorClass::Skip)
+    {
+        report.status = Status::Error { reason };
+        class = Some(ErrorClass::Machine);
+    }
     Run {
         subject: label.into(),
         report,
