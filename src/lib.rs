@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod export;
 pub mod facts;
 pub mod fleet;
+pub mod fuzzing;
 pub mod inventory;
 pub mod libs;
 pub mod numa;

@@ -2,9 +2,7 @@
 //! standard and extended capability walkers must end on loops, out-of-range pointers and
 //! truncated space, and never panic.
 #![no_main]
+//! The body is gpudoctor::fuzzing::pci_config, which tests/it/fuzz.rs replays too.
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let c = gpudoctor::pci::config::ConfigSpace::parse(data);
-    let _ = format!("{c:?}");
-});
+fuzz_target!(|data: &[u8]| gpudoctor::fuzzing::pci_config(data));
