@@ -8,11 +8,11 @@
 //!
 //! This module must not interpret what it reads, and must never write.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Largest file we read. sysfs attributes are at most a page; PCI config space is 4096 bytes;
 /// /proc/modules on a big host is a few tens of KiB. Anything larger in a tree is hostile.
@@ -109,8 +109,10 @@ impl ReadError {
 pub struct SysRoot {
     root: PathBuf,
     live: bool,
-    /// Every kernel path handed to this reader, for the bundle capture-list assertion.
-    touched: Mutex<HashSet<String, Fnv>>,
+    /// Every kernel path handed to this reader, for the bundle capture-list assertion (in the
+    /// order asked, repeats included: `touched()` sorts and dedups; a push is cheaper than a
+    /// hashed insert on the read path).
+    touched: Mutex<Vec<String>>,
     /// Resolved component prefixes (see `resolve_prefix`).
     resolved: Mutex<HashMap<Vec<String>, Vec<String>, Fnv>>,
     /// Physical path (resolved components) -> its link target, or None when it is not a link:
@@ -118,10 +120,12 @@ pub struct SysRoot {
     links: Mutex<HashMap<Vec<String>, Option<String>, Fnv>>,
     /// The last path handed to the reader (see `last_path`).
     last: Mutex<String>,
-    /// Kernel directory path (as written by callers) -> resolved components.
-    parents: Mutex<HashMap<String, Vec<String>, Fnv>>,
-    /// Recently used directory handles (see `open_in`).
-    dirs: Mutex<Vec<(Vec<String>, std::os::fd::OwnedFd)>>,
+    /// Kernel directory path (as written by callers) -> resolved components, shared so that a
+    /// read does not copy them.
+    parents: Mutex<HashMap<String, Dir, Fnv>>,
+    /// Recently used directory handles (see `dir_fd`), shared so that no lock is held while
+    /// the kernel opens a file relative to one.
+    dirs: Mutex<Vec<(Dir, Arc<std::os::fd::OwnedFd>)>>,
     /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
     listed: Mutex<BTreeSet<String>>,
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
@@ -141,6 +145,9 @@ impl std::fmt::Debug for SysRoot {
             .finish_non_exhaustive()
     }
 }
+
+/// A resolved directory: its physical components below the root.
+type Dir = Arc<Vec<String>>;
 
 /// What a path is, without following it when it is a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +212,7 @@ impl SysRoot {
         SysRoot {
             root: PathBuf::from("/"),
             live: true,
-            touched: Mutex::new(HashSet::default()),
+            touched: Mutex::new(Vec::new()),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
@@ -237,7 +244,7 @@ impl SysRoot {
         Ok(SysRoot {
             root,
             live: false,
-            touched: Mutex::new(HashSet::default()),
+            touched: Mutex::new(Vec::new()),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
@@ -261,10 +268,11 @@ impl SysRoot {
     /// Kernel paths read so far (sorted).
     pub fn touched(&self) -> Vec<String> {
         let mut v: Vec<String> = match self.touched.lock() {
-            Ok(t) => t.iter().cloned().collect(),
-            Err(p) => p.into_inner().iter().cloned().collect(),
+            Ok(t) => t.clone(),
+            Err(p) => p.into_inner().clone(),
         };
-        v.sort();
+        v.sort_unstable();
+        v.dedup();
         v
     }
 
@@ -422,9 +430,7 @@ impl SysRoot {
             Ok(t) => t,
             Err(p) => p.into_inner(),
         };
-        if !t.contains(kpath) {
-            t.insert(kpath.to_string());
-        }
+        t.push(kpath.to_string());
     }
 
     /// Split an absolute kernel path into clean components; refuse relative paths.
@@ -472,7 +478,8 @@ impl SysRoot {
                 && last != ".."
             {
                 let hit = self.lock_parents().get(parent).cloned();
-                if let Some(mut r) = hit {
+                if let Some(r) = hit {
+                    let mut r = Vec::clone(&r);
                     r.push(last.to_string());
                     return Ok(r);
                 }
@@ -488,7 +495,8 @@ impl SysRoot {
             };
             let r = self.resolve_prefix(parent, kpath, &mut hops)?;
             if let Some((p, _)) = kpath.rsplit_once('/') {
-                self.lock_parents().insert(p.to_string(), r.clone());
+                self.lock_parents()
+                    .insert(p.to_string(), Arc::new(r.clone()));
             }
             let mut r = r;
             r.push(last.clone());
@@ -557,71 +565,130 @@ impl SysRoot {
         if let Some(hit) = lock().get(phys) {
             return Ok(hit.clone());
         }
+        // One readlink answers both questions: EINVAL is "present, not a link" (what an lstat
+        // would say), any other error is what the lstat would have failed with.
         let host = self.host_path(phys);
-        let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-        let target = if meta.file_type().is_symlink() {
-            let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-            Some(t.to_string_lossy().into_owned())
-        } else {
-            None
+        let target = match fs::read_link(&host) {
+            Ok(t) => Some(t.to_string_lossy().into_owned()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
+            Err(e) => return Err(ReadError::from_io(kpath, &e)),
         };
         lock().insert(phys.to_vec(), target.clone());
         Ok(target)
     }
 
-    /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
-    /// a FIFO planted in a recorded tree cannot hang the open).
-    fn open_in(&self, dir: &[String], name: &str) -> io::Result<fs::File> {
+    /// A handle on the resolved directory `dir` (O_PATH, not following a link), from a small
+    /// cache: discovery reads a dozen attributes per directory, and opening each relative to
+    /// its directory spares the kernel a full path walk.
+    fn dir_fd(&self, dir: &Dir) -> io::Result<Arc<std::os::fd::OwnedFd>> {
         use std::ffi::CString;
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mut cache = match self.dirs.lock() {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let lock = || match self.dirs.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         };
-        let pos = cache.iter().position(|(k, _)| k.as_slice() == dir);
-        let idx = match pos {
-            Some(i) => i,
-            None => {
-                let host = CString::new(self.host_path(dir).into_os_string().into_encoded_bytes())
-                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-                // SAFETY: `host` is a valid NUL-terminated path; the returned descriptor is owned
-                // by the OwnedFd below and closed when evicted.
-                let fd = unsafe {
-                    libc::open(
-                        host.as_ptr(),
-                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                    )
-                };
-                if fd < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // SAFETY: fd was just returned by open(2) and is owned by nobody else.
-                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-                if cache.len() >= DIR_CACHE {
-                    cache.remove(0);
-                }
-                cache.push((dir.to_vec(), owned));
-                cache.len() - 1
+        {
+            let cache = lock();
+            // Most reads name a directory just resolved through `parents`: the same Arc.
+            if let Some((_, fd)) = cache
+                .iter()
+                .rev()
+                .find(|(k, _)| Arc::ptr_eq(k, dir) || k == dir)
+            {
+                return Ok(fd.clone());
             }
-        };
-        let dirfd = cache[idx].1.as_raw_fd();
-        // SAFETY: dirfd is a live descriptor held by the cache (locked); cname is NUL-terminated.
+        }
+        let host = CString::new(self.host_path(dir).into_os_string().into_encoded_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `host` is a valid NUL-terminated path; the returned descriptor is owned by the
+        // OwnedFd below and closed when the last holder drops it.
         let fd = unsafe {
-            libc::openat(
-                dirfd,
-                cname.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            libc::open(
+                host.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
             )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
-        Ok(unsafe { fs::File::from_raw_fd(fd) })
+        // SAFETY: fd was just returned by open(2) and is owned by nobody else.
+        let owned = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut cache = lock();
+        if cache.len() >= DIR_CACHE {
+            cache.remove(0);
+        }
+        cache.push((dir.clone(), owned.clone()));
+        Ok(owned)
     }
 
-    fn lock_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>, Fnv>> {
+    /// `name` as a C string, on the stack when it is short (every sysfs attribute name is).
+    fn with_cname<R>(
+        name: &str,
+        f: impl FnOnce(&std::ffi::CStr) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut buf = [0u8; 256];
+        if name.len() < buf.len() {
+            buf[..name.len()].copy_from_slice(name.as_bytes());
+            let c = std::ffi::CStr::from_bytes_with_nul(&buf[..=name.len()])
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            f(c)
+        } else {
+            let c = std::ffi::CString::new(name)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            f(&c)
+        }
+    }
+
+    /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
+    /// a FIFO planted in a recorded tree cannot hang the open).
+    fn open_in(&self, dir: &Dir, name: &str) -> io::Result<fs::File> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let dirfd = self.dir_fd(dir)?;
+        Self::with_cname(name, |c| {
+            // SAFETY: dirfd is a live descriptor (we hold a reference); c is NUL-terminated.
+            let fd = unsafe {
+                libc::openat(
+                    dirfd.as_raw_fd(),
+                    c.as_ptr(),
+                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
+            Ok(unsafe { fs::File::from_raw_fd(fd) })
+        })
+    }
+
+    /// The target of the link `name` inside the resolved directory `dir`.
+    fn readlink_in(&self, dir: &Dir, name: &str) -> io::Result<String> {
+        use std::os::fd::AsRawFd;
+        let dirfd = self.dir_fd(dir)?;
+        Self::with_cname(name, |c| {
+            let mut buf = [0u8; 4096];
+            // SAFETY: dirfd is a live descriptor; c is NUL-terminated; buf is writable for its
+            // whole length, which is what we pass.
+            let n = unsafe {
+                libc::readlinkat(
+                    dirfd.as_raw_fd(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = n as usize;
+            if n >= buf.len() {
+                return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+            }
+            Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+        })
+    }
+
+    fn lock_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Dir, Fnv>> {
         match self.parents.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
@@ -635,77 +702,120 @@ impl SysRoot {
         }
     }
 
-    /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
-    pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
-        self.note(kpath);
-        // Resolve the directory (memoised), then open the last component relative to a cached
-        // directory handle without following it (discovery reads a dozen attributes per
-        // directory; this spares the kernel a full path walk for each). Only when the last
-        // component is itself a link (ELOOP) do we resolve it inside the root.
-        let comps = self.resolve(kpath, false)?;
+    /// `kpath`'s directory, resolved (memoised), and its last component as named: what a read
+    /// needs, without copying the components. None for a path without a last name ("/").
+    fn resolve_dir<'k>(
+        &self,
+        kpath: &'k str,
+    ) -> Result<Option<(Dir, std::borrow::Cow<'k, str>)>, ReadError> {
+        if let Some((parent, last)) = kpath.rsplit_once('/')
+            && !last.is_empty()
+            && last != "."
+            && last != ".."
+        {
+            let hit = self.lock_parents().get(parent).cloned();
+            if let Some(d) = hit {
+                return Ok(Some((d, std::borrow::Cow::Borrowed(last))));
+            }
+        }
+        let mut comps = self.resolve(kpath, false)?;
+        Ok(comps
+            .pop()
+            .map(|last| (Arc::new(comps), std::borrow::Cow::Owned(last))))
+    }
+
+    /// Open the file at `kpath` for reading: its directory resolved (memoised), the last
+    /// component opened relative to a cached directory handle without following it; only when
+    /// that component is itself a link (ELOOP) is it resolved inside the root.
+    fn open_file(&self, kpath: &str) -> Result<fs::File, ReadError> {
         if !self.recorded.is_empty() {
             // A bundle says the recorded machine gave an error here: give the same one.
-            self.recorded_error(kpath, &comps)?;
+            self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
             self.recorded_error(kpath, &self.resolve(kpath, true)?)?;
         }
-        let f = match comps.split_last() {
-            Some((last, parent)) => match self.open_in(parent, last) {
-                Ok(f) => f,
-                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                    let comps = self.resolve(kpath, true)?;
-                    let (last, parent) = comps
-                        .split_last()
-                        .ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
-                    self.open_in(parent, last)
-                        .map_err(|e| ReadError::from_io(kpath, &e))?
-                }
-                Err(e) => return Err(ReadError::from_io(kpath, &e)),
-            },
-            None => return Err(ReadError::BadPath(kpath.to_string())),
+        let Some((dir, last)) = self.resolve_dir(kpath)? else {
+            return Err(ReadError::BadPath(kpath.to_string()));
         };
+        match self.open_in(&dir, &last) {
+            Ok(f) => Ok(f),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                let mut comps = self.resolve(kpath, true)?;
+                let last = comps
+                    .pop()
+                    .ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
+                self.open_in(&Arc::new(comps), &last)
+                    .map_err(|e| ReadError::from_io(kpath, &e))
+            }
+            Err(e) => Err(ReadError::from_io(kpath, &e)),
+        }
+    }
+
+    /// Read a whole file (bounded by MAX_FILE_BYTES), following links inside the root, and
+    /// hand its bytes to `f` (from a stack buffer when they fit in one read).
+    fn read_with<R>(
+        &self,
+        kpath: &str,
+        f: impl FnOnce(&[u8]) -> Result<R, ReadError>,
+    ) -> Result<R, ReadError> {
+        self.note(kpath);
+        let mut file = self.open_file(kpath)?;
         // A directory fails the read below with EISDIR; no fstat needed.
         // sysfs reports 4096 for every attribute: read to EOF, not by the reported size. A
         // sysfs attribute gives its whole value to one read, and a regular file of a recorded
         // tree gives a short read only at its end, so there one read that does not fill the
         // buffer is the whole file (half the read calls of discovery). procfs (seq_file) may
         // return less than asked before its end: it is read to EOF.
-        let mut f = f;
-        let mut buf = vec![0u8; FIRST_READ];
+        let mut first = [0u8; FIRST_READ];
         let n = loop {
-            match f.read(&mut buf) {
+            match file.read(&mut first) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ReadError::from_io(kpath, &e)),
             }
         };
-        buf.truncate(n);
         let whole = n < FIRST_READ && (!self.live || kpath.starts_with("/sys/"));
-        if !whole && n > 0 {
-            f.take(MAX_FILE_BYTES + 1 - n as u64)
-                .read_to_end(&mut buf)
-                .map_err(|e| ReadError::from_io(kpath, &e))?;
+        if whole || n == 0 {
+            return f(&first[..n]);
         }
+        let mut buf = first[..n].to_vec();
+        file.take(MAX_FILE_BYTES + 1 - n as u64)
+            .read_to_end(&mut buf)
+            .map_err(|e| ReadError::from_io(kpath, &e))?;
         if buf.len() as u64 > MAX_FILE_BYTES {
             return Err(ReadError::TooLarge(kpath.to_string()));
         }
-        Ok(buf)
+        f(&buf)
+    }
+
+    /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
+    pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
+        self.read_with(kpath, |b| Ok(b.to_vec()))
     }
 
     /// Read a text attribute, trimmed of surrounding whitespace.
     pub fn read_text(&self, kpath: &str) -> Result<String, ReadError> {
-        let bytes = self.read_bytes(kpath)?;
-        let s = String::from_utf8(bytes).map_err(|_| ReadError::NotText(kpath.to_string()))?;
-        Ok(s.trim().to_string())
+        self.read_with(kpath, |b| {
+            std::str::from_utf8(b)
+                .map(|s| s.trim().to_string())
+                .map_err(|_| ReadError::NotText(kpath.to_string()))
+        })
     }
 
     /// The target of a symlink, as written (the kernel writes relative targets).
     pub fn read_link(&self, kpath: &str) -> Result<String, ReadError> {
         self.note(kpath);
-        let comps = self.resolve(kpath, false)?;
-        self.recorded_error(kpath, &comps)?;
-        let host = self.host_path(&comps);
-        let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-        Ok(t.to_string_lossy().into_owned())
+        if !self.recorded.is_empty() {
+            self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
+        }
+        let Some((dir, last)) = self.resolve_dir(kpath)? else {
+            // "/" is never a link.
+            return Err(ReadError::Io {
+                path: kpath.to_string(),
+                message: io::Error::from_raw_os_error(libc::EINVAL).to_string(),
+            });
+        };
+        self.readlink_in(&dir, &last)
+            .map_err(|e| ReadError::from_io(kpath, &e))
     }
 
     /// The last component of a symlink's target (e.g. a `driver` link's driver name).
