@@ -199,19 +199,20 @@ impl Inventory {
             .list_names("/sys/bus/pci/devices")
             .map_err(InventoryError::NoPciBus)?;
         let mut pci = BTreeMap::new();
-        for name in names {
-            let Ok(bdf) = name.parse::<Bdf>() else {
-                notes.push(Note {
+        let read = par_map(&names, |name| {
+            let bdf = name.parse::<Bdf>().ok()?;
+            Some((bdf, read_function(sr, name, bdf)))
+        });
+        for (name, r) in names.iter().zip(read) {
+            match r {
+                None => notes.push(Note {
                     path: format!("/sys/bus/pci/devices/{name}"),
                     reason: "entry is not a PCI address; ignored".into(),
-                });
-                continue;
-            };
-            match read_function(sr, &name, bdf) {
-                Ok(f) => {
+                }),
+                Some((bdf, Ok(f))) => {
                     pci.insert(bdf, f);
                 }
-                Err(e) => notes.push(Note {
+                Some((_, Err(e))) => notes.push(Note {
                     path: format!("/sys/bus/pci/devices/{name}"),
                     reason: format!("{e}; device left out of the topology"),
                 }),
@@ -226,17 +227,26 @@ impl Inventory {
             Host::default()
         };
         let mut extras = BTreeMap::new();
-        for f in pci.values_mut().filter(|_| scope == Scope::Checks) {
-            let Some(c) = f.class.map(pci::ClassCode) else {
-                continue;
-            };
-            let wanted = c.is_bridge_pci()
-                || c.is_network()
-                || (f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display());
-            if wanted {
-                let (x, u) = read_extras(sr, f);
-                f.unread.extend(u);
-                extras.insert(f.bdf, x);
+        if scope == Scope::Checks {
+            // Only the checks' subjects: pcie.aer judges GPUs and the functions behind RDMA
+            // devices, gpu.bar1 reads a GPU's `resource` (bridges and plain NICs: nothing).
+            let rdma_bdfs: std::collections::BTreeSet<Bdf> =
+                rdma.iter().filter_map(|r| r.bdf).collect();
+            let wanted: Vec<(&PciFunction, bool)> = pci
+                .values()
+                .filter_map(|f| {
+                    let c = f.class.map(pci::ClassCode)?;
+                    let gpu = f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display();
+                    let nic = rdma_bdfs.contains(&f.bdf) && (c.is_bridge_pci() || c.is_network());
+                    (gpu || nic).then_some((f, gpu))
+                })
+                .collect();
+            let read = par_map(&wanted, |(f, gpu)| (f.bdf, read_extras(sr, f, *gpu)));
+            for (bdf, (x, u)) in read {
+                if let Some(f) = pci.get_mut(&bdf) {
+                    f.unread.extend(u);
+                }
+                extras.insert(bdf, x);
             }
         }
         notes.sort();
@@ -251,6 +261,40 @@ impl Inventory {
             notes,
         })
     }
+}
+
+/// Threads discovery spreads its reads over: sysfs reads are system calls that scale with
+/// cores, and a recorded tree of a thousand functions is tens of thousands of them.
+const MAX_WORKERS: usize = 8;
+
+/// `f` over `items` on up to `MAX_WORKERS` threads (as many as the machine has cores), each
+/// taking a contiguous share (neighbouring functions share directories the reader caches);
+/// results in the order of `items`, so the outcome is the same as a sequential map.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_WORKERS)
+        .min(items.len() / 16)
+        .max(1);
+    if workers == 1 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(workers);
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(v) => v,
+                // A panic in discovery is a bug; keep its message and payload.
+                Err(p) => std::panic::resume_unwind(p),
+            })
+            .collect()
+    })
 }
 
 /// The PCI function named by the last BDF component of a canonical path.
@@ -411,8 +455,8 @@ fn read_netdevs(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NetDev> {
             return Vec::new();
         }
     };
-    let mut out = Vec::new();
-    for name in names {
+    let mut out = par_map(&names, |name| {
+        let name = name.clone();
         let dir = format!("/sys/class/net/{name}");
         let mut u = Unread::new();
         let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
@@ -428,15 +472,15 @@ fn read_netdevs(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NetDev> {
         let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| {
             s.parse().ok()
         });
-        out.push(NetDev {
+        NetDev {
             name,
             bdf,
             mtu,
             operstate,
             if_type,
             unread: u,
-        });
-    }
+        }
+    });
     out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
     out
 }
@@ -460,7 +504,7 @@ fn read_rdma(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<RdmaDevice> {
             return Vec::new();
         }
     };
-    let mut out: Vec<RdmaDevice> = names.into_iter().map(|n| read_one_rdma(sr, n)).collect();
+    let mut out: Vec<RdmaDevice> = par_map(&names, |n| read_one_rdma(sr, n.clone()));
     out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
     out
 }
@@ -690,7 +734,8 @@ pub fn parse_resources(s: &str) -> Option<Vec<(u64, u64, u64)>> {
         .collect()
 }
 
-pub fn read_extras(sr: &SysRoot, f: &PciFunction) -> (DeviceExtras, Unread) {
+/// AER counters, and for a GPU (`gpu`) its `resource` lines (the BAR1 fallback).
+pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, Unread) {
     let mut u = Unread::new();
     let mut x = DeviceExtras::default();
     for name in AER_FILES {
@@ -707,13 +752,15 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction) -> (DeviceExtras, Unread) {
             Err(e) => note_err(&mut u, name, &e),
         }
     }
-    x.resources = parsed(
-        sr,
-        &mut u,
-        "resource",
-        &format!("{}/resource", f.sysfs_path),
-        parse_resources,
-    );
+    if gpu {
+        x.resources = parsed(
+            sr,
+            &mut u,
+            "resource",
+            &format!("{}/resource", f.sysfs_path),
+            parse_resources,
+        );
+    }
     (x, u)
 }
 

@@ -109,15 +109,16 @@ impl ReadError {
 pub struct SysRoot {
     root: PathBuf,
     live: bool,
-    /// Every kernel path handed to this reader, for the bundle capture-list assertion (in the
-    /// order asked, repeats included: `touched()` sorts and dedups; a push is cheaper than a
-    /// hashed insert on the read path).
-    touched: Mutex<Vec<String>>,
-    /// Resolved component prefixes (see `resolve_prefix`).
-    resolved: Mutex<HashMap<Vec<String>, Vec<String>, Fnv>>,
-    /// Physical path (resolved components) -> its link target, or None when it is not a link:
-    /// one lstat (and readlink) per path however many kernel paths lead through it.
-    links: Mutex<HashMap<Vec<String>, Option<String>, Fnv>>,
+    /// Every kernel path handed to this reader, for the bundle capture-list assertion: one
+    /// buffer of the paths as asked, repeats included, and where each ends (`touched()` splits,
+    /// sorts and dedups; an append is cheaper than a hashed insert of a new String per read).
+    touched: Mutex<(String, Vec<usize>)>,
+    /// Resolved prefixes (see `resolve_prefix`). Paths below the root are kept as one string,
+    /// components joined by '/', no leading slash ("" is the root): one allocation per path.
+    resolved: Mutex<HashMap<String, String, Fnv>>,
+    /// Physical path -> its link target, or None when it is not a link: one readlink per path
+    /// however many kernel paths lead through it.
+    links: Mutex<HashMap<String, Option<String>, Fnv>>,
     /// The last path handed to the reader (see `last_path`).
     last: Mutex<String>,
     /// Kernel directory path (as written by callers) -> resolved components, shared so that a
@@ -146,8 +147,35 @@ impl std::fmt::Debug for SysRoot {
     }
 }
 
-/// A resolved directory: its physical components below the root.
-type Dir = Arc<Vec<String>>;
+/// A resolved directory: its physical path below the root (components joined by '/').
+type Dir = Arc<str>;
+
+/// Append component `c` to the physical path `base`.
+fn push_comp(base: &mut String, c: &str) {
+    if !base.is_empty() {
+        base.push('/');
+    }
+    base.push_str(c);
+}
+
+/// Drop the last component of `base` (the root stays the root: `..` never climbs above it).
+fn pop_comp(base: &mut String) {
+    match base.rfind('/') {
+        Some(i) => base.truncate(i),
+        None => base.clear(),
+    }
+}
+
+/// (parent, last component) of a physical path; None for the root.
+fn split_comp(p: &str) -> Option<(&str, &str)> {
+    if p.is_empty() {
+        return None;
+    }
+    Some(match p.rfind('/') {
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => ("", p),
+    })
+}
 
 /// What a path is, without following it when it is a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +240,7 @@ impl SysRoot {
         SysRoot {
             root: PathBuf::from("/"),
             live: true,
-            touched: Mutex::new(Vec::new()),
+            touched: Mutex::new((String::new(), Vec::new())),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
@@ -244,7 +272,7 @@ impl SysRoot {
         Ok(SysRoot {
             root,
             live: false,
-            touched: Mutex::new(Vec::new()),
+            touched: Mutex::new((String::new(), Vec::new())),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
             dirs: Mutex::new(Vec::new()),
@@ -267,10 +295,18 @@ impl SysRoot {
 
     /// Kernel paths read so far (sorted).
     pub fn touched(&self) -> Vec<String> {
-        let mut v: Vec<String> = match self.touched.lock() {
-            Ok(t) => t.clone(),
-            Err(p) => p.into_inner().clone(),
+        let t = match self.touched.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
         };
+        let (buf, ends) = &*t;
+        let mut start = 0;
+        let mut v: Vec<String> = Vec::with_capacity(ends.len());
+        for &end in ends {
+            v.push(buf[start..end].to_string());
+            start = end;
+        }
+        drop(t);
         v.sort_unstable();
         v.dedup();
         v
@@ -304,11 +340,11 @@ impl SysRoot {
     }
 
     /// The recorded error for a canonical location, rebuilt for the caller's path.
-    fn recorded_error(&self, kpath: &str, comps: &[String]) -> Result<(), ReadError> {
+    fn recorded_error(&self, kpath: &str, comps: &str) -> Result<(), ReadError> {
         if self.recorded.is_empty() {
             return Ok(());
         }
-        let canon = format!("/{}", comps.join("/"));
+        let canon = format!("/{comps}");
         match self.recorded.get(&canon) {
             Some((kind, detail)) => Err(ReadError::rebuild(kind, kpath, detail.as_deref())
                 .unwrap_or_else(|| ReadError::Io {
@@ -324,15 +360,15 @@ impl SysRoot {
     /// capture-list coverage check.
     pub fn location(&self, kpath: &str) -> String {
         if let Ok(c) = self.resolve(kpath, false) {
-            return format!("/{}", c.join("/"));
+            return format!("/{c}");
         }
         let Ok(comps) = Self::components(kpath) else {
             return kpath.to_string();
         };
-        match comps.split_last() {
+        match split_comp(&comps) {
             None => "/".to_string(),
-            Some((last, parent)) => {
-                let p = self.location(&format!("/{}", parent.join("/")));
+            Some((parent, last)) => {
+                let p = self.location(&format!("/{parent}"));
                 format!("{}/{last}", p.trim_end_matches('/'))
             }
         }
@@ -369,7 +405,11 @@ impl SysRoot {
     ) -> Result<(String, Vec<(String, String)>), ReadError> {
         self.note(kpath);
         let mut links = Vec::new();
-        let mut pending: Vec<String> = Self::components(kpath)?;
+        let mut pending: Vec<String> = Self::components(kpath)?
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
         pending.reverse();
         let mut done: Vec<String> = Vec::new();
         let mut hops = 0usize;
@@ -382,7 +422,7 @@ impl SysRoot {
                 "." | "" => continue,
                 _ => done.push(c),
             }
-            let host = self.host_path(&done);
+            let host = self.host_path(&done.join("/"));
             let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
             if !meta.file_type().is_symlink() {
                 continue;
@@ -430,31 +470,32 @@ impl SysRoot {
             Ok(t) => t,
             Err(p) => p.into_inner(),
         };
-        t.push(kpath.to_string());
+        t.0.push_str(kpath);
+        let end = t.0.len();
+        t.1.push(end);
     }
 
-    /// Split an absolute kernel path into clean components; refuse relative paths.
-    fn components(kpath: &str) -> Result<Vec<String>, ReadError> {
+    /// An absolute kernel path as clean components joined by '/' (no leading slash, `.` and
+    /// empty components dropped, `..` applied); refuse relative paths.
+    fn components(kpath: &str) -> Result<String, ReadError> {
         if !kpath.starts_with('/') || kpath.contains('\0') {
             return Err(ReadError::BadPath(kpath.to_string()));
         }
-        let mut out: Vec<String> = Vec::new();
+        let mut out = String::with_capacity(kpath.len());
         for c in kpath.split('/') {
             match c {
                 "" | "." => {}
-                ".." => {
-                    out.pop();
-                }
-                c => out.push(c.to_string()),
+                ".." => pop_comp(&mut out),
+                c => push_comp(&mut out, c),
             }
         }
         Ok(out)
     }
 
-    fn host_path(&self, comps: &[String]) -> PathBuf {
+    fn host_path(&self, comps: &str) -> PathBuf {
         let mut p = self.root.clone();
-        for c in comps {
-            p.push(c);
+        if !comps.is_empty() {
+            p.push(comps);
         }
         p
     }
@@ -464,25 +505,24 @@ impl SysRoot {
     pub fn canonical(&self, kpath: &str) -> Result<String, ReadError> {
         self.note(kpath);
         let comps = self.resolve(kpath, true)?;
-        Ok(format!("/{}", comps.join("/")))
+        Ok(format!("/{comps}"))
     }
 
-    /// Resolve symlinks in all components (the last one too when `follow_last`).
-    fn resolve(&self, kpath: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
-        if !follow_last {
+    /// Resolve symlinks in all components (the last one too when `follow_last`); the physical
+    /// path below the root.
+    fn resolve(&self, kpath: &str, follow_last: bool) -> Result<String, ReadError> {
+        // A last component that is a plain name: its parent, as written, is worth memoising.
+        let named = kpath
+            .rsplit_once('/')
+            .filter(|(_, last)| !last.is_empty() && *last != "." && *last != "..");
+        if !follow_last && let Some((parent, last)) = named {
             // Fast path: the parent directory was resolved before (discovery reads many
             // attributes per directory).
-            if let Some((parent, last)) = kpath.rsplit_once('/')
-                && !last.is_empty()
-                && last != "."
-                && last != ".."
-            {
-                let hit = self.lock_parents().get(parent).cloned();
-                if let Some(r) = hit {
-                    let mut r = Vec::clone(&r);
-                    r.push(last.to_string());
-                    return Ok(r);
-                }
+            let hit = self.lock_parents().get(parent).cloned();
+            if let Some(r) = hit {
+                let mut r = String::from(&*r);
+                push_comp(&mut r, last);
+                return Ok(r);
             }
         }
         let comps = Self::components(kpath)?;
@@ -490,74 +530,71 @@ impl SysRoot {
         if follow_last {
             self.resolve_prefix(&comps, kpath, &mut hops)
         } else {
-            let Some((last, parent)) = comps.split_last() else {
-                return Ok(Vec::new());
+            let Some((parent, last)) = split_comp(&comps) else {
+                return Ok(String::new());
             };
-            let r = self.resolve_prefix(parent, kpath, &mut hops)?;
-            if let Some((p, _)) = kpath.rsplit_once('/') {
+            let mut r = self.resolve_prefix(parent, kpath, &mut hops)?;
+            if let Some((p, _)) = named {
                 self.lock_parents()
-                    .insert(p.to_string(), Arc::new(r.clone()));
+                    .insert(p.to_string(), Arc::from(r.as_str()));
             }
-            let mut r = r;
-            r.push(last.clone());
+            push_comp(&mut r, last);
             Ok(r)
         }
     }
 
-    /// Resolve a component list, following every link, memoised per prefix: discovery reads
-    /// dozens of attributes in each device directory, and each would otherwise pay one lstat
-    /// per path component.
+    /// Resolve a path (components joined by '/', possibly with `.` and `..` from link
+    /// targets), following every link, memoised per prefix: discovery reads dozens of
+    /// attributes in each device directory, and each would otherwise pay one readlink per
+    /// path component.
     fn resolve_prefix(
         &self,
-        comps: &[String],
+        comps: &str,
         kpath: &str,
         hops: &mut usize,
-    ) -> Result<Vec<String>, ReadError> {
-        let Some((last, parent)) = comps.split_last() else {
-            return Ok(Vec::new());
+    ) -> Result<String, ReadError> {
+        let Some((parent, last)) = split_comp(comps) else {
+            return Ok(String::new());
         };
         if let Some(hit) = self.lock_cache().get(comps) {
             return Ok(hit.clone());
         }
         let mut base = self.resolve_prefix(parent, kpath, hops)?;
-        let result = match last.as_str() {
+        let result = match last {
             "" | "." => base,
             ".." => {
-                base.pop();
+                pop_comp(&mut base);
                 base
             }
             _ => {
-                base.push(last.clone());
+                push_comp(&mut base, last);
                 if let Some(target) = self.link_target(&base, kpath)? {
                     *hops += 1;
                     if *hops > MAX_LINK_HOPS {
                         return Err(ReadError::LinkLoop(kpath.to_string()));
                     }
-                    base.pop();
+                    pop_comp(&mut base);
                     if target.starts_with('/') {
                         // An absolute target means "from the root of this tree", never the
                         // host's /.
                         base.clear();
                     }
-                    base.extend(
-                        target
-                            .split('/')
-                            .filter(|c| !c.is_empty())
-                            .map(str::to_string),
-                    );
+                    for c in target.split('/').filter(|c| !c.is_empty()) {
+                        push_comp(&mut base, c);
+                    }
                     self.resolve_prefix(&base, kpath, hops)?
                 } else {
                     base
                 }
             }
         };
-        self.lock_cache().insert(comps.to_vec(), result.clone());
+        self.lock_cache().insert(comps.to_string(), result.clone());
         Ok(result)
     }
 
     /// The link target of the physical path `phys` (already resolved: no links before its last
     /// component), or None when it is not a link; memoised.
-    fn link_target(&self, phys: &[String], kpath: &str) -> Result<Option<String>, ReadError> {
+    fn link_target(&self, phys: &str, kpath: &str) -> Result<Option<String>, ReadError> {
         let lock = || match self.links.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
@@ -573,7 +610,7 @@ impl SysRoot {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
             Err(e) => return Err(ReadError::from_io(kpath, &e)),
         };
-        lock().insert(phys.to_vec(), target.clone());
+        lock().insert(phys.to_string(), target.clone());
         Ok(target)
     }
 
@@ -593,7 +630,7 @@ impl SysRoot {
             if let Some((_, fd)) = cache
                 .iter()
                 .rev()
-                .find(|(k, _)| Arc::ptr_eq(k, dir) || k == dir)
+                .find(|(k, _)| Arc::ptr_eq(k, dir) || **k == **dir)
             {
                 return Ok(fd.clone());
             }
@@ -695,7 +732,7 @@ impl SysRoot {
         }
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Vec<String>, Fnv>> {
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, String, Fnv>> {
         match self.resolved.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
@@ -718,10 +755,9 @@ impl SysRoot {
                 return Ok(Some((d, std::borrow::Cow::Borrowed(last))));
             }
         }
-        let mut comps = self.resolve(kpath, false)?;
-        Ok(comps
-            .pop()
-            .map(|last| (Arc::new(comps), std::borrow::Cow::Owned(last))))
+        let comps = self.resolve(kpath, false)?;
+        Ok(split_comp(&comps)
+            .map(|(dir, last)| (Arc::from(dir), std::borrow::Cow::Owned(last.to_string()))))
     }
 
     /// Open the file at `kpath` for reading: its directory resolved (memoised), the last
@@ -739,11 +775,10 @@ impl SysRoot {
         match self.open_in(&dir, &last) {
             Ok(f) => Ok(f),
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                let mut comps = self.resolve(kpath, true)?;
-                let last = comps
-                    .pop()
-                    .ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
-                self.open_in(&Arc::new(comps), &last)
+                let comps = self.resolve(kpath, true)?;
+                let (dir, last) =
+                    split_comp(&comps).ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
+                self.open_in(&Arc::from(dir), last)
                     .map_err(|e| ReadError::from_io(kpath, &e))
             }
             Err(e) => Err(ReadError::from_io(kpath, &e)),
