@@ -198,34 +198,61 @@ impl Inventory {
         let names = sr
             .list_names("/sys/bus/pci/devices")
             .map_err(InventoryError::NoPciBus)?;
+        let net_names = list_class(sr, "/sys/class/net", &mut notes);
+        let rdma_names = list_class(sr, "/sys/class/infiniband", &mut notes);
+        // Every independent read as one job, the long ones first, so that the workers stay
+        // busy to the end (no stage waits for the slowest of another).
+        let mut jobs = vec![Job::Numa];
+        if scope == Scope::Checks {
+            jobs.push(Job::Host);
+        }
+        jobs.extend(rdma_names.iter().map(|n| Job::Rdma(n)));
+        jobs.extend(net_names.iter().map(|n| Job::Net(n)));
+        jobs.extend(names.iter().map(|n| Job::Function(n)));
         let mut pci = BTreeMap::new();
-        let read = par_map(&names, |name| {
-            let bdf = name.parse::<Bdf>().ok()?;
-            Some((bdf, read_function(sr, name, bdf)))
+        let mut netdevs = Vec::new();
+        let mut rdma = Vec::new();
+        let mut numa_nodes = Vec::new();
+        let mut host = Host::default();
+        let done = crate::workers::map(&jobs, |job| match *job {
+            Job::Numa => {
+                let mut notes = Vec::new();
+                Found::Numa(read_numa(sr, &mut notes), notes)
+            }
+            Job::Host => Found::Host(read_host(sr)),
+            Job::Rdma(name) => Found::Rdma(read_one_rdma(sr, name.to_string())),
+            Job::Net(name) => Found::Net(read_netdev(sr, name)),
+            Job::Function(name) => Found::Function(
+                name,
+                name.parse::<Bdf>()
+                    .ok()
+                    .map(|bdf| (bdf, read_function(sr, name, bdf))),
+            ),
         });
-        for (name, r) in names.iter().zip(read) {
-            match r {
-                None => notes.push(Note {
+        for found in done {
+            match found {
+                Found::Numa(n, mut more) => {
+                    numa_nodes = n;
+                    notes.append(&mut more);
+                }
+                Found::Host(h) => host = h,
+                Found::Rdma(r) => rdma.push(r),
+                Found::Net(n) => netdevs.push(n),
+                Found::Function(name, None) => notes.push(Note {
                     path: format!("/sys/bus/pci/devices/{name}"),
                     reason: "entry is not a PCI address; ignored".into(),
                 }),
-                Some((bdf, Ok(f))) => {
+                Found::Function(_, Some((bdf, Ok(f)))) => {
                     pci.insert(bdf, f);
                 }
-                Some((_, Err(e))) => notes.push(Note {
+                Found::Function(name, Some((_, Err(e)))) => notes.push(Note {
                     path: format!("/sys/bus/pci/devices/{name}"),
                     reason: format!("{e}; device left out of the topology"),
                 }),
             }
         }
-        let netdevs = read_netdevs(sr, &mut notes);
-        let rdma = read_rdma(sr, &mut notes);
-        let numa_nodes = read_numa(sr, &mut notes);
-        let host = if scope == Scope::Checks {
-            read_host(sr)
-        } else {
-            Host::default()
-        };
+        netdevs.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
+        rdma.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
         let mut extras = BTreeMap::new();
         if scope == Scope::Checks {
             // Only the checks' subjects: pcie.aer judges GPUs and the functions behind RDMA
@@ -241,7 +268,7 @@ impl Inventory {
                     (gpu || nic).then_some((f, gpu))
                 })
                 .collect();
-            let read = par_map(&wanted, |(f, gpu)| (f.bdf, read_extras(sr, f, *gpu)));
+            let read = crate::workers::map(&wanted, |(f, gpu)| (f.bdf, read_extras(sr, f, *gpu)));
             for (bdf, (x, u)) in read {
                 if let Some(f) = pci.get_mut(&bdf) {
                     f.unread.extend(u);
@@ -263,38 +290,23 @@ impl Inventory {
     }
 }
 
-/// Threads discovery spreads its reads over: sysfs reads are system calls that scale with
-/// cores, and a recorded tree of a thousand functions is tens of thousands of them.
-const MAX_WORKERS: usize = 8;
+/// One independent piece of discovery (see `collect_scoped`).
+enum Job<'a> {
+    Numa,
+    Host,
+    Rdma(&'a str),
+    Net(&'a str),
+    Function(&'a str),
+}
 
-/// `f` over `items` on up to `MAX_WORKERS` threads (as many as the machine has cores), each
-/// taking a contiguous share (neighbouring functions share directories the reader caches);
-/// results in the order of `items`, so the outcome is the same as a sequential map.
-fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(MAX_WORKERS)
-        .min(items.len() / 16)
-        .max(1);
-    if workers == 1 {
-        return items.iter().map(&f).collect();
-    }
-    let chunk = items.len().div_ceil(workers);
-    let f = &f;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(v) => v,
-                // A panic in discovery is a bug; keep its message and payload.
-                Err(p) => std::panic::resume_unwind(p),
-            })
-            .collect()
-    })
+/// What a `Job` read.
+enum Found<'a> {
+    Numa(Vec<NumaNode>, Vec<Note>),
+    Host(Host),
+    Rdma(RdmaDevice),
+    Net(NetDev),
+    /// The directory name, and its address with what was read (None: not a PCI address).
+    Function(&'a str, Option<(Bdf, Result<PciFunction, ReadError>)>),
 }
 
 /// The PCI function named by the last BDF component of a canonical path.
@@ -444,69 +456,54 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     })
 }
 
-fn read_netdevs(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NetDev> {
-    let names = match sr.list_names("/sys/class/net") {
+/// The names in a class directory (`/sys/class/net`, `/sys/class/infiniband`); a listing that
+/// fails is a note and no devices.
+fn list_class(sr: &SysRoot, dir: &str, notes: &mut Vec<Note>) -> Vec<String> {
+    match sr.list_names(dir) {
         Ok(n) => n,
-        Err(e) => {
+        Err(ReadError::NotFound(_)) if dir == "/sys/class/infiniband" => {
             notes.push(Note {
-                path: "/sys/class/net".into(),
-                reason: e.to_string(),
-            });
-            return Vec::new();
-        }
-    };
-    let mut out = par_map(&names, |name| {
-        let name = name.clone();
-        let dir = format!("/sys/class/net/{name}");
-        let mut u = Unread::new();
-        let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
-            Ok(b) => b,
-            Err(ReadError::NotFound(_)) => None, // virtual interface (lo, bridges, veth)
-            Err(e) => {
-                note_err(&mut u, "device", &e);
-                None
-            }
-        };
-        let mtu = parsed(sr, &mut u, "mtu", &format!("{dir}/mtu"), |s| s.parse().ok());
-        let operstate = text(sr, &mut u, "operstate", &format!("{dir}/operstate"));
-        let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| {
-            s.parse().ok()
-        });
-        NetDev {
-            name,
-            bdf,
-            mtu,
-            operstate,
-            if_type,
-            unread: u,
-        }
-    });
-    out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
-    out
-}
-
-fn read_rdma(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<RdmaDevice> {
-    let names = match sr.list_names("/sys/class/infiniband") {
-        Ok(n) => n,
-        Err(ReadError::NotFound(_)) => {
-            notes.push(Note {
-                path: "/sys/class/infiniband".into(),
+                path: dir.into(),
                 reason: "not present: no RDMA devices (ib_core not loaded or no RDMA hardware)"
                     .into(),
             });
-            return Vec::new();
+            Vec::new()
         }
         Err(e) => {
             notes.push(Note {
-                path: "/sys/class/infiniband".into(),
+                path: dir.into(),
                 reason: e.to_string(),
             });
-            return Vec::new();
+            Vec::new()
+        }
+    }
+}
+
+fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
+    let name = name.to_string();
+    let dir = format!("/sys/class/net/{name}");
+    let mut u = Unread::new();
+    let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
+        Ok(b) => b,
+        Err(ReadError::NotFound(_)) => None, // virtual interface (lo, bridges, veth)
+        Err(e) => {
+            note_err(&mut u, "device", &e);
+            None
         }
     };
-    let mut out: Vec<RdmaDevice> = par_map(&names, |n| read_one_rdma(sr, n.clone()));
-    out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
-    out
+    let mtu = parsed(sr, &mut u, "mtu", &format!("{dir}/mtu"), |s| s.parse().ok());
+    let operstate = text(sr, &mut u, "operstate", &format!("{dir}/operstate"));
+    let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| {
+        s.parse().ok()
+    });
+    NetDev {
+        name,
+        bdf,
+        mtu,
+        operstate,
+        if_type,
+        unread: u,
+    }
 }
 
 /// One RDMA device by name (None when /sys/class/infiniband/NAME does not exist): what a verbs

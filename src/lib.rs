@@ -27,3 +27,4 @@ pub mod sysroot;
 pub mod topo;
 pub mod verbs;
 pub mod verdict;
+pub mod workers;
