@@ -119,14 +119,9 @@ pub struct SysRoot {
     /// Physical path -> its link target, or None when it is not a link: one readlink per path
     /// however many kernel paths lead through it.
     links: Mutex<HashMap<String, Option<String>, Fnv>>,
-    /// The last path handed to the reader (see `last_path`).
-    last: Mutex<String>,
-    /// Kernel directory path (as written by callers) -> resolved components, shared so that a
-    /// read does not copy them.
-    parents: Mutex<HashMap<String, Dir, Fnv>>,
-    /// Recently used directory handles (see `dir_fd`), shared so that no lock is held while
-    /// the kernel opens a file relative to one.
-    dirs: Mutex<Vec<(Dir, Arc<std::os::fd::OwnedFd>)>>,
+    /// Resolved directories and open handles on the recent ones, under one lock (a read takes
+    /// it once: discovery's threads share this reader).
+    dirs: Mutex<DirCache>,
     /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
     listed: Mutex<BTreeSet<String>>,
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
@@ -149,6 +144,30 @@ impl std::fmt::Debug for SysRoot {
 
 /// A resolved directory: its physical path below the root (components joined by '/').
 type Dir = Arc<str>;
+
+/// An open O_PATH handle on a directory, shared so that no lock is held while the kernel opens
+/// a file relative to it.
+type DirFd = Arc<std::os::fd::OwnedFd>;
+
+#[derive(Default)]
+struct DirCache {
+    /// Kernel directory path (as written by callers) -> its resolved path, shared so that a
+    /// read does not copy it.
+    parents: HashMap<String, Dir, Fnv>,
+    /// Recently used directory handles (see `dir_fd`).
+    fds: Vec<(Dir, DirFd)>,
+}
+
+impl DirCache {
+    fn fd(&self, dir: &Dir) -> Option<DirFd> {
+        // Most reads name a directory just resolved through `parents`: the same Arc.
+        self.fds
+            .iter()
+            .rev()
+            .find(|(k, _)| Arc::ptr_eq(k, dir) || **k == **dir)
+            .map(|(_, fd)| fd.clone())
+    }
+}
 
 /// Append component `c` to the physical path `base`.
 fn push_comp(base: &mut String, c: &str) {
@@ -208,7 +227,16 @@ impl std::hash::Hasher for FnvHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
+        // FNV-1a over 8-byte words (then the tail bytes): a path hashes in a handful of
+        // multiplications, which matters while the lock around a cache is held.
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(w);
+            self.0 = (self.0 ^ u64::from_le_bytes(v)).wrapping_mul(0x0100_0000_01b3);
+            self.0 ^= self.0 >> 29;
+        }
+        for b in words.remainder() {
             self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
         }
     }
@@ -243,9 +271,7 @@ impl SysRoot {
             touched: Mutex::new((String::new(), Vec::new())),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
-            dirs: Mutex::new(Vec::new()),
-            parents: Mutex::new(HashMap::default()),
-            last: Mutex::new(String::new()),
+            dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -275,9 +301,7 @@ impl SysRoot {
             touched: Mutex::new((String::new(), Vec::new())),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
-            dirs: Mutex::new(Vec::new()),
-            parents: Mutex::new(HashMap::default()),
-            last: Mutex::new(String::new()),
+            dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -451,21 +475,19 @@ impl SysRoot {
 
     /// The path most recently handed to this reader: what a stalled discovery is stuck on.
     pub fn last_path(&self) -> String {
-        match self.last.lock() {
-            Ok(l) => l.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        let t = match self.touched.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        let (buf, ends) = &*t;
+        let start = match ends.len() {
+            0 | 1 => 0,
+            n => ends[n - 2],
+        };
+        buf[start..].to_string()
     }
 
     fn note(&self, kpath: &str) {
-        {
-            let mut l = match self.last.lock() {
-                Ok(l) => l,
-                Err(p) => p.into_inner(),
-            };
-            l.clear();
-            l.push_str(kpath);
-        }
         let mut t = match self.touched.lock() {
             Ok(t) => t,
             Err(p) => p.into_inner(),
@@ -518,7 +540,7 @@ impl SysRoot {
         if !follow_last && let Some((parent, last)) = named {
             // Fast path: the parent directory was resolved before (discovery reads many
             // attributes per directory).
-            let hit = self.lock_parents().get(parent).cloned();
+            let hit = self.lock_dirs().parents.get(parent).cloned();
             if let Some(r) = hit {
                 let mut r = String::from(&*r);
                 push_comp(&mut r, last);
@@ -535,7 +557,8 @@ impl SysRoot {
             };
             let mut r = self.resolve_prefix(parent, kpath, &mut hops)?;
             if let Some((p, _)) = named {
-                self.lock_parents()
+                self.lock_dirs()
+                    .parents
                     .insert(p.to_string(), Arc::from(r.as_str()));
             }
             push_comp(&mut r, last);
@@ -617,23 +640,11 @@ impl SysRoot {
     /// A handle on the resolved directory `dir` (O_PATH, not following a link), from a small
     /// cache: discovery reads a dozen attributes per directory, and opening each relative to
     /// its directory spares the kernel a full path walk.
-    fn dir_fd(&self, dir: &Dir) -> io::Result<Arc<std::os::fd::OwnedFd>> {
+    fn dir_fd(&self, dir: &Dir) -> io::Result<DirFd> {
         use std::ffi::CString;
         use std::os::fd::{FromRawFd, OwnedFd};
-        let lock = || match self.dirs.lock() {
-            Ok(c) => c,
-            Err(p) => p.into_inner(),
-        };
-        {
-            let cache = lock();
-            // Most reads name a directory just resolved through `parents`: the same Arc.
-            if let Some((_, fd)) = cache
-                .iter()
-                .rev()
-                .find(|(k, _)| Arc::ptr_eq(k, dir) || **k == **dir)
-            {
-                return Ok(fd.clone());
-            }
+        if let Some(fd) = self.lock_dirs().fd(dir) {
+            return Ok(fd);
         }
         let host = CString::new(self.host_path(dir).into_os_string().into_encoded_bytes())
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -650,11 +661,14 @@ impl SysRoot {
         }
         // SAFETY: fd was just returned by open(2) and is owned by nobody else.
         let owned = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
-        let mut cache = lock();
-        if cache.len() >= DIR_CACHE {
-            cache.remove(0);
-        }
-        cache.push((dir.clone(), owned.clone()));
+        let evicted = {
+            let mut cache = self.lock_dirs();
+            let evicted = (cache.fds.len() >= DIR_CACHE).then(|| cache.fds.remove(0));
+            cache.fds.push((dir.clone(), owned.clone()));
+            evicted
+        };
+        // Closed (when no reader still holds it) after the lock is released.
+        drop(evicted);
         Ok(owned)
     }
 
@@ -678,9 +692,12 @@ impl SysRoot {
 
     /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
     /// a FIFO planted in a recorded tree cannot hang the open).
-    fn open_in(&self, dir: &Dir, name: &str) -> io::Result<fs::File> {
+    fn open_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<fs::File> {
         use std::os::fd::{AsRawFd, FromRawFd};
-        let dirfd = self.dir_fd(dir)?;
+        let dirfd = match fd {
+            Some(fd) => fd,
+            None => self.dir_fd(dir)?,
+        };
         Self::with_cname(name, |c| {
             // SAFETY: dirfd is a live descriptor (we hold a reference); c is NUL-terminated.
             let fd = unsafe {
@@ -699,9 +716,12 @@ impl SysRoot {
     }
 
     /// The target of the link `name` inside the resolved directory `dir`.
-    fn readlink_in(&self, dir: &Dir, name: &str) -> io::Result<String> {
+    fn readlink_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<String> {
         use std::os::fd::AsRawFd;
-        let dirfd = self.dir_fd(dir)?;
+        let dirfd = match fd {
+            Some(fd) => fd,
+            None => self.dir_fd(dir)?,
+        };
         Self::with_cname(name, |c| {
             let mut buf = [0u8; 4096];
             // SAFETY: dirfd is a live descriptor; c is NUL-terminated; buf is writable for its
@@ -725,8 +745,8 @@ impl SysRoot {
         })
     }
 
-    fn lock_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Dir, Fnv>> {
-        match self.parents.lock() {
+    fn lock_dirs(&self) -> std::sync::MutexGuard<'_, DirCache> {
+        match self.dirs.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         }
@@ -739,25 +759,35 @@ impl SysRoot {
         }
     }
 
-    /// `kpath`'s directory, resolved (memoised), and its last component as named: what a read
-    /// needs, without copying the components. None for a path without a last name ("/").
+    /// `kpath`'s directory, resolved (memoised), its handle when one is open, and its last
+    /// component as named: what a read needs, under one lock, without copying the components.
+    /// None for a path without a last name ("/").
+    #[allow(clippy::type_complexity)]
     fn resolve_dir<'k>(
         &self,
         kpath: &'k str,
-    ) -> Result<Option<(Dir, std::borrow::Cow<'k, str>)>, ReadError> {
+    ) -> Result<Option<(Dir, Option<DirFd>, std::borrow::Cow<'k, str>)>, ReadError> {
         if let Some((parent, last)) = kpath.rsplit_once('/')
             && !last.is_empty()
             && last != "."
             && last != ".."
         {
-            let hit = self.lock_parents().get(parent).cloned();
-            if let Some(d) = hit {
-                return Ok(Some((d, std::borrow::Cow::Borrowed(last))));
+            let hit = {
+                let c = self.lock_dirs();
+                c.parents.get(parent).map(|d| (d.clone(), c.fd(d)))
+            };
+            if let Some((d, fd)) = hit {
+                return Ok(Some((d, fd, std::borrow::Cow::Borrowed(last))));
             }
         }
         let comps = self.resolve(kpath, false)?;
-        Ok(split_comp(&comps)
-            .map(|(dir, last)| (Arc::from(dir), std::borrow::Cow::Owned(last.to_string()))))
+        Ok(split_comp(&comps).map(|(dir, last)| {
+            (
+                Arc::from(dir),
+                None,
+                std::borrow::Cow::Owned(last.to_string()),
+            )
+        }))
     }
 
     /// Open the file at `kpath` for reading: its directory resolved (memoised), the last
@@ -769,16 +799,16 @@ impl SysRoot {
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
             self.recorded_error(kpath, &self.resolve(kpath, true)?)?;
         }
-        let Some((dir, last)) = self.resolve_dir(kpath)? else {
+        let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
             return Err(ReadError::BadPath(kpath.to_string()));
         };
-        match self.open_in(&dir, &last) {
+        match self.open_in(&dir, fd, &last) {
             Ok(f) => Ok(f),
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 let comps = self.resolve(kpath, true)?;
                 let (dir, last) =
                     split_comp(&comps).ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
-                self.open_in(&Arc::from(dir), last)
+                self.open_in(&Arc::from(dir), None, last)
                     .map_err(|e| ReadError::from_io(kpath, &e))
             }
             Err(e) => Err(ReadError::from_io(kpath, &e)),
@@ -842,14 +872,14 @@ impl SysRoot {
         if !self.recorded.is_empty() {
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
         }
-        let Some((dir, last)) = self.resolve_dir(kpath)? else {
+        let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
             // "/" is never a link.
             return Err(ReadError::Io {
                 path: kpath.to_string(),
                 message: io::Error::from_raw_os_error(libc::EINVAL).to_string(),
             });
         };
-        self.readlink_in(&dir, &last)
+        self.readlink_in(&dir, fd, &last)
             .map_err(|e| ReadError::from_io(kpath, &e))
     }
 
