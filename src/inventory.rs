@@ -198,45 +198,82 @@ impl Inventory {
         let names = sr
             .list_names("/sys/bus/pci/devices")
             .map_err(InventoryError::NoPciBus)?;
+        let net_names = list_class(sr, "/sys/class/net", &mut notes);
+        let rdma_names = list_class(sr, "/sys/class/infiniband", &mut notes);
+        // Every independent read as one job, the long ones first, so that the workers stay
+        // busy to the end (no stage waits for the slowest of another).
+        let mut jobs = vec![Job::Numa];
+        if scope == Scope::Checks {
+            jobs.push(Job::Host);
+        }
+        jobs.extend(rdma_names.iter().map(|n| Job::Rdma(n)));
+        jobs.extend(net_names.iter().map(|n| Job::Net(n)));
+        jobs.extend(names.iter().map(|n| Job::Function(n)));
         let mut pci = BTreeMap::new();
-        for name in names {
-            let Ok(bdf) = name.parse::<Bdf>() else {
-                notes.push(Note {
+        let mut netdevs = Vec::new();
+        let mut rdma = Vec::new();
+        let mut numa_nodes = Vec::new();
+        let mut host = Host::default();
+        let done = crate::workers::map(&jobs, |job| match *job {
+            Job::Numa => {
+                let mut notes = Vec::new();
+                Found::Numa(read_numa(sr, &mut notes), notes)
+            }
+            Job::Host => Found::Host(read_host(sr)),
+            Job::Rdma(name) => Found::Rdma(read_one_rdma(sr, name.to_string())),
+            Job::Net(name) => Found::Net(read_netdev(sr, name)),
+            Job::Function(name) => Found::Function(
+                name,
+                name.parse::<Bdf>()
+                    .ok()
+                    .map(|bdf| (bdf, read_function(sr, name, bdf))),
+            ),
+        });
+        for found in done {
+            match found {
+                Found::Numa(n, mut more) => {
+                    numa_nodes = n;
+                    notes.append(&mut more);
+                }
+                Found::Host(h) => host = h,
+                Found::Rdma(r) => rdma.push(r),
+                Found::Net(n) => netdevs.push(n),
+                Found::Function(name, None) => notes.push(Note {
                     path: format!("/sys/bus/pci/devices/{name}"),
                     reason: "entry is not a PCI address; ignored".into(),
-                });
-                continue;
-            };
-            match read_function(sr, &name, bdf) {
-                Ok(f) => {
+                }),
+                Found::Function(_, Some((bdf, Ok(f)))) => {
                     pci.insert(bdf, f);
                 }
-                Err(e) => notes.push(Note {
+                Found::Function(name, Some((_, Err(e)))) => notes.push(Note {
                     path: format!("/sys/bus/pci/devices/{name}"),
                     reason: format!("{e}; device left out of the topology"),
                 }),
             }
         }
-        let netdevs = read_netdevs(sr, &mut notes);
-        let rdma = read_rdma(sr, &mut notes);
-        let numa_nodes = read_numa(sr, &mut notes);
-        let host = if scope == Scope::Checks {
-            read_host(sr)
-        } else {
-            Host::default()
-        };
+        netdevs.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
+        rdma.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
         let mut extras = BTreeMap::new();
-        for f in pci.values_mut().filter(|_| scope == Scope::Checks) {
-            let Some(c) = f.class.map(pci::ClassCode) else {
-                continue;
-            };
-            let wanted = c.is_bridge_pci()
-                || c.is_network()
-                || (f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display());
-            if wanted {
-                let (x, u) = read_extras(sr, f);
-                f.unread.extend(u);
-                extras.insert(f.bdf, x);
+        if scope == Scope::Checks {
+            // Only the checks' subjects: pcie.aer judges GPUs and the functions behind RDMA
+            // devices, gpu.bar1 reads a GPU's `resource` (bridges and plain NICs: nothing).
+            let rdma_bdfs: std::collections::BTreeSet<Bdf> =
+                rdma.iter().filter_map(|r| r.bdf).collect();
+            let wanted: Vec<(&PciFunction, bool)> = pci
+                .values()
+                .filter_map(|f| {
+                    let c = f.class.map(pci::ClassCode)?;
+                    let gpu = f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display();
+                    let nic = rdma_bdfs.contains(&f.bdf) && (c.is_bridge_pci() || c.is_network());
+                    (gpu || nic).then_some((f, gpu))
+                })
+                .collect();
+            let read = crate::workers::map(&wanted, |(f, gpu)| (f.bdf, read_extras(sr, f, *gpu)));
+            for (bdf, (x, u)) in read {
+                if let Some(f) = pci.get_mut(&bdf) {
+                    f.unread.extend(u);
+                }
+                extras.insert(bdf, x);
             }
         }
         notes.sort();
@@ -251,6 +288,25 @@ impl Inventory {
             notes,
         })
     }
+}
+
+/// One independent piece of discovery (see `collect_scoped`).
+enum Job<'a> {
+    Numa,
+    Host,
+    Rdma(&'a str),
+    Net(&'a str),
+    Function(&'a str),
+}
+
+/// What a `Job` read.
+enum Found<'a> {
+    Numa(Vec<NumaNode>, Vec<Note>),
+    Host(Host),
+    Rdma(RdmaDevice),
+    Net(NetDev),
+    /// The directory name, and its address with what was read (None: not a PCI address).
+    Function(&'a str, Option<(Bdf, Result<PciFunction, ReadError>)>),
 }
 
 /// The PCI function named by the last BDF component of a canonical path.
@@ -400,69 +456,54 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     })
 }
 
-fn read_netdevs(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NetDev> {
-    let names = match sr.list_names("/sys/class/net") {
+/// The names in a class directory (`/sys/class/net`, `/sys/class/infiniband`); a listing that
+/// fails is a note and no devices.
+fn list_class(sr: &SysRoot, dir: &str, notes: &mut Vec<Note>) -> Vec<String> {
+    match sr.list_names(dir) {
         Ok(n) => n,
-        Err(e) => {
+        Err(ReadError::NotFound(_)) if dir == "/sys/class/infiniband" => {
             notes.push(Note {
-                path: "/sys/class/net".into(),
-                reason: e.to_string(),
-            });
-            return Vec::new();
-        }
-    };
-    let mut out = Vec::new();
-    for name in names {
-        let dir = format!("/sys/class/net/{name}");
-        let mut u = Unread::new();
-        let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
-            Ok(b) => b,
-            Err(ReadError::NotFound(_)) => None, // virtual interface (lo, bridges, veth)
-            Err(e) => {
-                note_err(&mut u, "device", &e);
-                None
-            }
-        };
-        let mtu = parsed(sr, &mut u, "mtu", &format!("{dir}/mtu"), |s| s.parse().ok());
-        let operstate = text(sr, &mut u, "operstate", &format!("{dir}/operstate"));
-        let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| {
-            s.parse().ok()
-        });
-        out.push(NetDev {
-            name,
-            bdf,
-            mtu,
-            operstate,
-            if_type,
-            unread: u,
-        });
-    }
-    out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
-    out
-}
-
-fn read_rdma(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<RdmaDevice> {
-    let names = match sr.list_names("/sys/class/infiniband") {
-        Ok(n) => n,
-        Err(ReadError::NotFound(_)) => {
-            notes.push(Note {
-                path: "/sys/class/infiniband".into(),
+                path: dir.into(),
                 reason: "not present: no RDMA devices (ib_core not loaded or no RDMA hardware)"
                     .into(),
             });
-            return Vec::new();
+            Vec::new()
         }
         Err(e) => {
             notes.push(Note {
-                path: "/sys/class/infiniband".into(),
+                path: dir.into(),
                 reason: e.to_string(),
             });
-            return Vec::new();
+            Vec::new()
+        }
+    }
+}
+
+fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
+    let name = name.to_string();
+    let dir = format!("/sys/class/net/{name}");
+    let mut u = Unread::new();
+    let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
+        Ok(b) => b,
+        Err(ReadError::NotFound(_)) => None, // virtual interface (lo, bridges, veth)
+        Err(e) => {
+            note_err(&mut u, "device", &e);
+            None
         }
     };
-    let mut out: Vec<RdmaDevice> = names.into_iter().map(|n| read_one_rdma(sr, n)).collect();
-    out.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
-    out
+    let mtu = parsed(sr, &mut u, "mtu", &format!("{dir}/mtu"), |s| s.parse().ok());
+    let operstate = text(sr, &mut u, "operstate", &format!("{dir}/operstate"));
+    let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| {
+        s.parse().ok()
+    });
+    NetDev {
+        name,
+        bdf,
+        mtu,
+        operstate,
+        if_type,
+        unread: u,
+    }
 }
 
 /// One RDMA device by name (None when /sys/class/infiniband/NAME does not exist): what a verbs
@@ -690,7 +731,8 @@ pub fn parse_resources(s: &str) -> Option<Vec<(u64, u64, u64)>> {
         .collect()
 }
 
-pub fn read_extras(sr: &SysRoot, f: &PciFunction) -> (DeviceExtras, Unread) {
+/// AER counters, and for a GPU (`gpu`) its `resource` lines (the BAR1 fallback).
+pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, Unread) {
     let mut u = Unread::new();
     let mut x = DeviceExtras::default();
     for name in AER_FILES {
@@ -707,13 +749,15 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction) -> (DeviceExtras, Unread) {
             Err(e) => note_err(&mut u, name, &e),
         }
     }
-    x.resources = parsed(
-        sr,
-        &mut u,
-        "resource",
-        &format!("{}/resource", f.sysfs_path),
-        parse_resources,
-    );
+    if gpu {
+        x.resources = parsed(
+            sr,
+            &mut u,
+            "resource",
+            &format!("{}/resource", f.sysfs_path),
+            parse_resources,
+        );
+    }
     (x, u)
 }
 

@@ -28,3 +28,4 @@ pub mod sysroot;
 pub mod topo;
 pub mod verbs;
 pub mod verdict;
+pub mod workers;

@@ -8,11 +8,11 @@
 //!
 //! This module must not interpret what it reads, and must never write.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Largest file we read. sysfs attributes are at most a page; PCI config space is 4096 bytes;
 /// /proc/modules on a big host is a few tens of KiB. Anything larger in a tree is hostile.
@@ -109,19 +109,19 @@ impl ReadError {
 pub struct SysRoot {
     root: PathBuf,
     live: bool,
-    /// Every kernel path handed to this reader, for the bundle capture-list assertion.
-    touched: Mutex<HashSet<String, Fnv>>,
-    /// Resolved component prefixes (see `resolve_prefix`).
-    resolved: Mutex<HashMap<Vec<String>, Vec<String>, Fnv>>,
-    /// Physical path (resolved components) -> its link target, or None when it is not a link:
-    /// one lstat (and readlink) per path however many kernel paths lead through it.
-    links: Mutex<HashMap<Vec<String>, Option<String>, Fnv>>,
-    /// The last path handed to the reader (see `last_path`).
-    last: Mutex<String>,
-    /// Kernel directory path (as written by callers) -> resolved components.
-    parents: Mutex<HashMap<String, Vec<String>, Fnv>>,
-    /// Recently used directory handles (see `open_in`).
-    dirs: Mutex<Vec<(Vec<String>, std::os::fd::OwnedFd)>>,
+    /// Every kernel path handed to this reader, for the bundle capture-list assertion: one
+    /// buffer of the paths as asked, repeats included, and where each ends (`touched()` splits,
+    /// sorts and dedups; an append is cheaper than a hashed insert of a new String per read).
+    touched: Mutex<(String, Vec<usize>)>,
+    /// Resolved prefixes (see `resolve_prefix`). Paths below the root are kept as one string,
+    /// components joined by '/', no leading slash ("" is the root): one allocation per path.
+    resolved: Mutex<HashMap<String, String, Fnv>>,
+    /// Physical path -> its link target, or None when it is not a link: one readlink per path
+    /// however many kernel paths lead through it.
+    links: Mutex<HashMap<String, Option<String>, Fnv>>,
+    /// Resolved directories and open handles on the recent ones, under one lock (a read takes
+    /// it once: discovery's threads share this reader).
+    dirs: Mutex<DirCache>,
     /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
     listed: Mutex<BTreeSet<String>>,
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
@@ -140,6 +140,60 @@ impl std::fmt::Debug for SysRoot {
             .field("recorded_errors", &self.recorded.len())
             .finish_non_exhaustive()
     }
+}
+
+/// A resolved directory: its physical path below the root (components joined by '/').
+type Dir = Arc<str>;
+
+/// An open O_PATH handle on a directory, shared so that no lock is held while the kernel opens
+/// a file relative to it.
+type DirFd = Arc<std::os::fd::OwnedFd>;
+
+#[derive(Default)]
+struct DirCache {
+    /// Kernel directory path (as written by callers) -> its resolved path, shared so that a
+    /// read does not copy it.
+    parents: HashMap<String, Dir, Fnv>,
+    /// Recently used directory handles (see `dir_fd`).
+    fds: Vec<(Dir, DirFd)>,
+}
+
+impl DirCache {
+    fn fd(&self, dir: &Dir) -> Option<DirFd> {
+        // Most reads name a directory just resolved through `parents`: the same Arc.
+        self.fds
+            .iter()
+            .rev()
+            .find(|(k, _)| Arc::ptr_eq(k, dir) || **k == **dir)
+            .map(|(_, fd)| fd.clone())
+    }
+}
+
+/// Append component `c` to the physical path `base`.
+fn push_comp(base: &mut String, c: &str) {
+    if !base.is_empty() {
+        base.push('/');
+    }
+    base.push_str(c);
+}
+
+/// Drop the last component of `base` (the root stays the root: `..` never climbs above it).
+fn pop_comp(base: &mut String) {
+    match base.rfind('/') {
+        Some(i) => base.truncate(i),
+        None => base.clear(),
+    }
+}
+
+/// (parent, last component) of a physical path; None for the root.
+fn split_comp(p: &str) -> Option<(&str, &str)> {
+    if p.is_empty() {
+        return None;
+    }
+    Some(match p.rfind('/') {
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => ("", p),
+    })
 }
 
 /// What a path is, without following it when it is a link.
@@ -173,7 +227,16 @@ impl std::hash::Hasher for FnvHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
+        // FNV-1a over 8-byte words (then the tail bytes): a path hashes in a handful of
+        // multiplications, which matters while the lock around a cache is held.
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(w);
+            self.0 = (self.0 ^ u64::from_le_bytes(v)).wrapping_mul(0x0100_0000_01b3);
+            self.0 ^= self.0 >> 29;
+        }
+        for b in words.remainder() {
             self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
         }
     }
@@ -205,12 +268,10 @@ impl SysRoot {
         SysRoot {
             root: PathBuf::from("/"),
             live: true,
-            touched: Mutex::new(HashSet::default()),
+            touched: Mutex::new((String::new(), Vec::new())),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
-            dirs: Mutex::new(Vec::new()),
-            parents: Mutex::new(HashMap::default()),
-            last: Mutex::new(String::new()),
+            dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -237,12 +298,10 @@ impl SysRoot {
         Ok(SysRoot {
             root,
             live: false,
-            touched: Mutex::new(HashSet::default()),
+            touched: Mutex::new((String::new(), Vec::new())),
             resolved: Mutex::new(HashMap::default()),
             links: Mutex::new(HashMap::default()),
-            dirs: Mutex::new(Vec::new()),
-            parents: Mutex::new(HashMap::default()),
-            last: Mutex::new(String::new()),
+            dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             recorded: BTreeMap::new(),
             _owner: None,
@@ -260,11 +319,20 @@ impl SysRoot {
 
     /// Kernel paths read so far (sorted).
     pub fn touched(&self) -> Vec<String> {
-        let mut v: Vec<String> = match self.touched.lock() {
-            Ok(t) => t.iter().cloned().collect(),
-            Err(p) => p.into_inner().iter().cloned().collect(),
+        let t = match self.touched.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
         };
-        v.sort();
+        let (buf, ends) = &*t;
+        let mut start = 0;
+        let mut v: Vec<String> = Vec::with_capacity(ends.len());
+        for &end in ends {
+            v.push(buf[start..end].to_string());
+            start = end;
+        }
+        drop(t);
+        v.sort_unstable();
+        v.dedup();
         v
     }
 
@@ -296,11 +364,11 @@ impl SysRoot {
     }
 
     /// The recorded error for a canonical location, rebuilt for the caller's path.
-    fn recorded_error(&self, kpath: &str, comps: &[String]) -> Result<(), ReadError> {
+    fn recorded_error(&self, kpath: &str, comps: &str) -> Result<(), ReadError> {
         if self.recorded.is_empty() {
             return Ok(());
         }
-        let canon = format!("/{}", comps.join("/"));
+        let canon = format!("/{comps}");
         match self.recorded.get(&canon) {
             Some((kind, detail)) => Err(ReadError::rebuild(kind, kpath, detail.as_deref())
                 .unwrap_or_else(|| ReadError::Io {
@@ -316,15 +384,15 @@ impl SysRoot {
     /// capture-list coverage check.
     pub fn location(&self, kpath: &str) -> String {
         if let Ok(c) = self.resolve(kpath, false) {
-            return format!("/{}", c.join("/"));
+            return format!("/{c}");
         }
         let Ok(comps) = Self::components(kpath) else {
             return kpath.to_string();
         };
-        match comps.split_last() {
+        match split_comp(&comps) {
             None => "/".to_string(),
-            Some((last, parent)) => {
-                let p = self.location(&format!("/{}", parent.join("/")));
+            Some((parent, last)) => {
+                let p = self.location(&format!("/{parent}"));
                 format!("{}/{last}", p.trim_end_matches('/'))
             }
         }
@@ -361,7 +429,11 @@ impl SysRoot {
     ) -> Result<(String, Vec<(String, String)>), ReadError> {
         self.note(kpath);
         let mut links = Vec::new();
-        let mut pending: Vec<String> = Self::components(kpath)?;
+        let mut pending: Vec<String> = Self::components(kpath)?
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
         pending.reverse();
         let mut done: Vec<String> = Vec::new();
         let mut hops = 0usize;
@@ -374,7 +446,7 @@ impl SysRoot {
                 "." | "" => continue,
                 _ => done.push(c),
             }
-            let host = self.host_path(&done);
+            let host = self.host_path(&done.join("/"));
             let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
             if !meta.file_type().is_symlink() {
                 continue;
@@ -403,52 +475,49 @@ impl SysRoot {
 
     /// The path most recently handed to this reader: what a stalled discovery is stuck on.
     pub fn last_path(&self) -> String {
-        match self.last.lock() {
-            Ok(l) => l.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        let t = match self.touched.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        let (buf, ends) = &*t;
+        let start = match ends.len() {
+            0 | 1 => 0,
+            n => ends[n - 2],
+        };
+        buf[start..].to_string()
     }
 
     fn note(&self, kpath: &str) {
-        {
-            let mut l = match self.last.lock() {
-                Ok(l) => l,
-                Err(p) => p.into_inner(),
-            };
-            l.clear();
-            l.push_str(kpath);
-        }
         let mut t = match self.touched.lock() {
             Ok(t) => t,
             Err(p) => p.into_inner(),
         };
-        if !t.contains(kpath) {
-            t.insert(kpath.to_string());
-        }
+        t.0.push_str(kpath);
+        let end = t.0.len();
+        t.1.push(end);
     }
 
-    /// Split an absolute kernel path into clean components; refuse relative paths.
-    fn components(kpath: &str) -> Result<Vec<String>, ReadError> {
+    /// An absolute kernel path as clean components joined by '/' (no leading slash, `.` and
+    /// empty components dropped, `..` applied); refuse relative paths.
+    fn components(kpath: &str) -> Result<String, ReadError> {
         if !kpath.starts_with('/') || kpath.contains('\0') {
             return Err(ReadError::BadPath(kpath.to_string()));
         }
-        let mut out: Vec<String> = Vec::new();
+        let mut out = String::with_capacity(kpath.len());
         for c in kpath.split('/') {
             match c {
                 "" | "." => {}
-                ".." => {
-                    out.pop();
-                }
-                c => out.push(c.to_string()),
+                ".." => pop_comp(&mut out),
+                c => push_comp(&mut out, c),
             }
         }
         Ok(out)
     }
 
-    fn host_path(&self, comps: &[String]) -> PathBuf {
+    fn host_path(&self, comps: &str) -> PathBuf {
         let mut p = self.root.clone();
-        for c in comps {
-            p.push(c);
+        if !comps.is_empty() {
+            p.push(comps);
         }
         p
     }
@@ -458,24 +527,24 @@ impl SysRoot {
     pub fn canonical(&self, kpath: &str) -> Result<String, ReadError> {
         self.note(kpath);
         let comps = self.resolve(kpath, true)?;
-        Ok(format!("/{}", comps.join("/")))
+        Ok(format!("/{comps}"))
     }
 
-    /// Resolve symlinks in all components (the last one too when `follow_last`).
-    fn resolve(&self, kpath: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
-        if !follow_last {
+    /// Resolve symlinks in all components (the last one too when `follow_last`); the physical
+    /// path below the root.
+    fn resolve(&self, kpath: &str, follow_last: bool) -> Result<String, ReadError> {
+        // A last component that is a plain name: its parent, as written, is worth memoising.
+        let named = kpath
+            .rsplit_once('/')
+            .filter(|(_, last)| !last.is_empty() && *last != "." && *last != "..");
+        if !follow_last && let Some((parent, last)) = named {
             // Fast path: the parent directory was resolved before (discovery reads many
             // attributes per directory).
-            if let Some((parent, last)) = kpath.rsplit_once('/')
-                && !last.is_empty()
-                && last != "."
-                && last != ".."
-            {
-                let hit = self.lock_parents().get(parent).cloned();
-                if let Some(mut r) = hit {
-                    r.push(last.to_string());
-                    return Ok(r);
-                }
+            let hit = self.lock_dirs().parents.get(parent).cloned();
+            if let Some(r) = hit {
+                let mut r = String::from(&*r);
+                push_comp(&mut r, last);
+                return Ok(r);
             }
         }
         let comps = Self::components(kpath)?;
@@ -483,73 +552,72 @@ impl SysRoot {
         if follow_last {
             self.resolve_prefix(&comps, kpath, &mut hops)
         } else {
-            let Some((last, parent)) = comps.split_last() else {
-                return Ok(Vec::new());
+            let Some((parent, last)) = split_comp(&comps) else {
+                return Ok(String::new());
             };
-            let r = self.resolve_prefix(parent, kpath, &mut hops)?;
-            if let Some((p, _)) = kpath.rsplit_once('/') {
-                self.lock_parents().insert(p.to_string(), r.clone());
+            let mut r = self.resolve_prefix(parent, kpath, &mut hops)?;
+            if let Some((p, _)) = named {
+                self.lock_dirs()
+                    .parents
+                    .insert(p.to_string(), Arc::from(r.as_str()));
             }
-            let mut r = r;
-            r.push(last.clone());
+            push_comp(&mut r, last);
             Ok(r)
         }
     }
 
-    /// Resolve a component list, following every link, memoised per prefix: discovery reads
-    /// dozens of attributes in each device directory, and each would otherwise pay one lstat
-    /// per path component.
+    /// Resolve a path (components joined by '/', possibly with `.` and `..` from link
+    /// targets), following every link, memoised per prefix: discovery reads dozens of
+    /// attributes in each device directory, and each would otherwise pay one readlink per
+    /// path component.
     fn resolve_prefix(
         &self,
-        comps: &[String],
+        comps: &str,
         kpath: &str,
         hops: &mut usize,
-    ) -> Result<Vec<String>, ReadError> {
-        let Some((last, parent)) = comps.split_last() else {
-            return Ok(Vec::new());
+    ) -> Result<String, ReadError> {
+        let Some((parent, last)) = split_comp(comps) else {
+            return Ok(String::new());
         };
         if let Some(hit) = self.lock_cache().get(comps) {
             return Ok(hit.clone());
         }
         let mut base = self.resolve_prefix(parent, kpath, hops)?;
-        let result = match last.as_str() {
+        let result = match last {
             "" | "." => base,
             ".." => {
-                base.pop();
+                pop_comp(&mut base);
                 base
             }
             _ => {
-                base.push(last.clone());
+                push_comp(&mut base, last);
                 if let Some(target) = self.link_target(&base, kpath)? {
                     *hops += 1;
                     if *hops > MAX_LINK_HOPS {
                         return Err(ReadError::LinkLoop(kpath.to_string()));
                     }
-                    base.pop();
+                    pop_comp(&mut base);
                     if target.starts_with('/') {
                         // An absolute target means "from the root of this tree", never the
                         // host's /.
                         base.clear();
                     }
-                    base.extend(
-                        target
-                            .split('/')
-                            .filter(|c| !c.is_empty())
-                            .map(str::to_string),
-                    );
+                    for c in target.split('/').filter(|c| !c.is_empty()) {
+                        push_comp(&mut base, c);
+                    }
                     self.resolve_prefix(&base, kpath, hops)?
                 } else {
                     base
                 }
             }
         };
-        self.lock_cache().insert(comps.to_vec(), result.clone());
+        self.lock_cache().insert(comps.to_string(), result.clone());
         Ok(result)
     }
 
     /// The link target of the physical path `phys` (already resolved: no links before its last
     /// component), or None when it is not a link; memoised.
-    fn link_target(&self, phys: &[String], kpath: &str) -> Result<Option<String>, ReadError> {
+    fn link_target(&self, phys: &str, kpath: &str) -> Result<Option<String>, ReadError> {
         let lock = || match self.links.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
@@ -557,155 +625,262 @@ impl SysRoot {
         if let Some(hit) = lock().get(phys) {
             return Ok(hit.clone());
         }
+        // One readlink answers both questions: EINVAL is "present, not a link" (what an lstat
+        // would say), any other error is what the lstat would have failed with.
         let host = self.host_path(phys);
-        let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-        let target = if meta.file_type().is_symlink() {
-            let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-            Some(t.to_string_lossy().into_owned())
-        } else {
-            None
+        let target = match fs::read_link(&host) {
+            Ok(t) => Some(t.to_string_lossy().into_owned()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
+            Err(e) => return Err(ReadError::from_io(kpath, &e)),
         };
-        lock().insert(phys.to_vec(), target.clone());
+        lock().insert(phys.to_string(), target.clone());
         Ok(target)
     }
 
-    /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
-    /// a FIFO planted in a recorded tree cannot hang the open).
-    fn open_in(&self, dir: &[String], name: &str) -> io::Result<fs::File> {
+    /// A handle on the resolved directory `dir` (O_PATH, not following a link), from a small
+    /// cache: discovery reads a dozen attributes per directory, and opening each relative to
+    /// its directory spares the kernel a full path walk.
+    fn dir_fd(&self, dir: &Dir) -> io::Result<DirFd> {
         use std::ffi::CString;
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mut cache = match self.dirs.lock() {
-            Ok(c) => c,
-            Err(p) => p.into_inner(),
-        };
-        let pos = cache.iter().position(|(k, _)| k.as_slice() == dir);
-        let idx = match pos {
-            Some(i) => i,
-            None => {
-                let host = CString::new(self.host_path(dir).into_os_string().into_encoded_bytes())
-                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-                // SAFETY: `host` is a valid NUL-terminated path; the returned descriptor is owned
-                // by the OwnedFd below and closed when evicted.
-                let fd = unsafe {
-                    libc::open(
-                        host.as_ptr(),
-                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                    )
-                };
-                if fd < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // SAFETY: fd was just returned by open(2) and is owned by nobody else.
-                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-                if cache.len() >= DIR_CACHE {
-                    cache.remove(0);
-                }
-                cache.push((dir.to_vec(), owned));
-                cache.len() - 1
-            }
-        };
-        let dirfd = cache[idx].1.as_raw_fd();
-        // SAFETY: dirfd is a live descriptor held by the cache (locked); cname is NUL-terminated.
+        use std::os::fd::{FromRawFd, OwnedFd};
+        if let Some(fd) = self.lock_dirs().fd(dir) {
+            return Ok(fd);
+        }
+        let host = CString::new(self.host_path(dir).into_os_string().into_encoded_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `host` is a valid NUL-terminated path; the returned descriptor is owned by the
+        // OwnedFd below and closed when the last holder drops it.
         let fd = unsafe {
-            libc::openat(
-                dirfd,
-                cname.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            libc::open(
+                host.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
             )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
-        Ok(unsafe { fs::File::from_raw_fd(fd) })
+        // SAFETY: fd was just returned by open(2) and is owned by nobody else.
+        let owned = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let evicted = {
+            let mut cache = self.lock_dirs();
+            let evicted = (cache.fds.len() >= DIR_CACHE).then(|| cache.fds.remove(0));
+            cache.fds.push((dir.clone(), owned.clone()));
+            evicted
+        };
+        // Closed (when no reader still holds it) after the lock is released.
+        drop(evicted);
+        Ok(owned)
     }
 
-    fn lock_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>, Fnv>> {
-        match self.parents.lock() {
+    /// `name` as a C string, on the stack when it is short (every sysfs attribute name is).
+    fn with_cname<R>(
+        name: &str,
+        f: impl FnOnce(&std::ffi::CStr) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut buf = [0u8; 256];
+        if name.len() < buf.len() {
+            buf[..name.len()].copy_from_slice(name.as_bytes());
+            let c = std::ffi::CStr::from_bytes_with_nul(&buf[..=name.len()])
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            f(c)
+        } else {
+            let c = std::ffi::CString::new(name)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            f(&c)
+        }
+    }
+
+    /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
+    /// a FIFO planted in a recorded tree cannot hang the open).
+    fn open_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<fs::File> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let dirfd = match fd {
+            Some(fd) => fd,
+            None => self.dir_fd(dir)?,
+        };
+        Self::with_cname(name, |c| {
+            // SAFETY: dirfd is a live descriptor (we hold a reference); c is NUL-terminated.
+            let fd = unsafe {
+                libc::openat(
+                    dirfd.as_raw_fd(),
+                    c.as_ptr(),
+                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
+            Ok(unsafe { fs::File::from_raw_fd(fd) })
+        })
+    }
+
+    /// The target of the link `name` inside the resolved directory `dir`.
+    fn readlink_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<String> {
+        use std::os::fd::AsRawFd;
+        let dirfd = match fd {
+            Some(fd) => fd,
+            None => self.dir_fd(dir)?,
+        };
+        Self::with_cname(name, |c| {
+            let mut buf = [0u8; 4096];
+            // SAFETY: dirfd is a live descriptor; c is NUL-terminated; buf is writable for its
+            // whole length, which is what we pass.
+            let n = unsafe {
+                libc::readlinkat(
+                    dirfd.as_raw_fd(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = n as usize;
+            if n >= buf.len() {
+                return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+            }
+            Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+        })
+    }
+
+    fn lock_dirs(&self) -> std::sync::MutexGuard<'_, DirCache> {
+        match self.dirs.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         }
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Vec<String>, Fnv>> {
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, String, Fnv>> {
         match self.resolved.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         }
     }
 
-    /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
-    pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
-        self.note(kpath);
-        // Resolve the directory (memoised), then open the last component relative to a cached
-        // directory handle without following it (discovery reads a dozen attributes per
-        // directory; this spares the kernel a full path walk for each). Only when the last
-        // component is itself a link (ELOOP) do we resolve it inside the root.
+    /// `kpath`'s directory, resolved (memoised), its handle when one is open, and its last
+    /// component as named: what a read needs, under one lock, without copying the components.
+    /// None for a path without a last name ("/").
+    #[allow(clippy::type_complexity)]
+    fn resolve_dir<'k>(
+        &self,
+        kpath: &'k str,
+    ) -> Result<Option<(Dir, Option<DirFd>, std::borrow::Cow<'k, str>)>, ReadError> {
+        if let Some((parent, last)) = kpath.rsplit_once('/')
+            && !last.is_empty()
+            && last != "."
+            && last != ".."
+        {
+            let hit = {
+                let c = self.lock_dirs();
+                c.parents.get(parent).map(|d| (d.clone(), c.fd(d)))
+            };
+            if let Some((d, fd)) = hit {
+                return Ok(Some((d, fd, std::borrow::Cow::Borrowed(last))));
+            }
+        }
         let comps = self.resolve(kpath, false)?;
+        Ok(split_comp(&comps).map(|(dir, last)| {
+            (
+                Arc::from(dir),
+                None,
+                std::borrow::Cow::Owned(last.to_string()),
+            )
+        }))
+    }
+
+    /// Open the file at `kpath` for reading: its directory resolved (memoised), the last
+    /// component opened relative to a cached directory handle without following it; only when
+    /// that component is itself a link (ELOOP) is it resolved inside the root.
+    fn open_file(&self, kpath: &str) -> Result<fs::File, ReadError> {
         if !self.recorded.is_empty() {
             // A bundle says the recorded machine gave an error here: give the same one.
-            self.recorded_error(kpath, &comps)?;
+            self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
             self.recorded_error(kpath, &self.resolve(kpath, true)?)?;
         }
-        let f = match comps.split_last() {
-            Some((last, parent)) => match self.open_in(parent, last) {
-                Ok(f) => f,
-                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                    let comps = self.resolve(kpath, true)?;
-                    let (last, parent) = comps
-                        .split_last()
-                        .ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
-                    self.open_in(parent, last)
-                        .map_err(|e| ReadError::from_io(kpath, &e))?
-                }
-                Err(e) => return Err(ReadError::from_io(kpath, &e)),
-            },
-            None => return Err(ReadError::BadPath(kpath.to_string())),
+        let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
+            return Err(ReadError::BadPath(kpath.to_string()));
         };
+        match self.open_in(&dir, fd, &last) {
+            Ok(f) => Ok(f),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                let comps = self.resolve(kpath, true)?;
+                let (dir, last) =
+                    split_comp(&comps).ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
+                self.open_in(&Arc::from(dir), None, last)
+                    .map_err(|e| ReadError::from_io(kpath, &e))
+            }
+            Err(e) => Err(ReadError::from_io(kpath, &e)),
+        }
+    }
+
+    /// Read a whole file (bounded by MAX_FILE_BYTES), following links inside the root, and
+    /// hand its bytes to `f` (from a stack buffer when they fit in one read).
+    fn read_with<R>(
+        &self,
+        kpath: &str,
+        f: impl FnOnce(&[u8]) -> Result<R, ReadError>,
+    ) -> Result<R, ReadError> {
+        self.note(kpath);
+        let mut file = self.open_file(kpath)?;
         // A directory fails the read below with EISDIR; no fstat needed.
         // sysfs reports 4096 for every attribute: read to EOF, not by the reported size. A
         // sysfs attribute gives its whole value to one read, and a regular file of a recorded
         // tree gives a short read only at its end, so there one read that does not fill the
         // buffer is the whole file (half the read calls of discovery). procfs (seq_file) may
         // return less than asked before its end: it is read to EOF.
-        let mut f = f;
-        let mut buf = vec![0u8; FIRST_READ];
+        let mut first = [0u8; FIRST_READ];
         let n = loop {
-            match f.read(&mut buf) {
+            match file.read(&mut first) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ReadError::from_io(kpath, &e)),
             }
         };
-        buf.truncate(n);
         let whole = n < FIRST_READ && (!self.live || kpath.starts_with("/sys/"));
-        if !whole && n > 0 {
-            f.take(MAX_FILE_BYTES + 1 - n as u64)
-                .read_to_end(&mut buf)
-                .map_err(|e| ReadError::from_io(kpath, &e))?;
+        if whole || n == 0 {
+            return f(&first[..n]);
         }
+        let mut buf = first[..n].to_vec();
+        file.take(MAX_FILE_BYTES + 1 - n as u64)
+            .read_to_end(&mut buf)
+            .map_err(|e| ReadError::from_io(kpath, &e))?;
         if buf.len() as u64 > MAX_FILE_BYTES {
             return Err(ReadError::TooLarge(kpath.to_string()));
         }
-        Ok(buf)
+        f(&buf)
+    }
+
+    /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
+    pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
+        self.read_with(kpath, |b| Ok(b.to_vec()))
     }
 
     /// Read a text attribute, trimmed of surrounding whitespace.
     pub fn read_text(&self, kpath: &str) -> Result<String, ReadError> {
-        let bytes = self.read_bytes(kpath)?;
-        let s = String::from_utf8(bytes).map_err(|_| ReadError::NotText(kpath.to_string()))?;
-        Ok(s.trim().to_string())
+        self.read_with(kpath, |b| {
+            std::str::from_utf8(b)
+                .map(|s| s.trim().to_string())
+                .map_err(|_| ReadError::NotText(kpath.to_string()))
+        })
     }
 
     /// The target of a symlink, as written (the kernel writes relative targets).
     pub fn read_link(&self, kpath: &str) -> Result<String, ReadError> {
         self.note(kpath);
-        let comps = self.resolve(kpath, false)?;
-        self.recorded_error(kpath, &comps)?;
-        let host = self.host_path(&comps);
-        let t = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-        Ok(t.to_string_lossy().into_owned())
+        if !self.recorded.is_empty() {
+            self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
+        }
+        let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
+            // "/" is never a link.
+            return Err(ReadError::Io {
+                path: kpath.to_string(),
+                message: io::Error::from_raw_os_error(libc::EINVAL).to_string(),
+            });
+        };
+        self.readlink_in(&dir, fd, &last)
+            .map_err(|e| ReadError::from_io(kpath, &e))
     }
 
     /// The last component of a symlink's target (e.g. a `driver` link's driver name).

@@ -782,9 +782,11 @@ pub fn build(inv: &Inventory) -> Topology {
                 .map(|n| (n.bdf, None, Some(n.rdma_device.as_str()))),
         )
         .collect();
-    let mut paths = Vec::new();
-    let mut uncertain = false;
-    for (i, (a, ga, ra)) in ends.iter().enumerate() {
+    // Rows are independent (the graph is read-only): computed side by side, kept in order.
+    let rows: Vec<usize> = (0..ends.len()).collect();
+    let computed = crate::workers::map(&rows, |&i| {
+        let (a, ga, ra) = &ends[i];
+        let mut uncertain = false;
         let mut row = Vec::new();
         for (j, (b, gb, rb)) in ends.iter().enumerate() {
             let (pcie, certain) = if i == j {
@@ -816,8 +818,10 @@ pub fn build(inv: &Inventory) -> Topology {
                 }
             });
         }
-        paths.push(row);
-    }
+        (row, uncertain)
+    });
+    let uncertain = computed.iter().any(|(_, u)| *u);
+    let paths: Vec<Vec<Path>> = computed.into_iter().map(|(row, _)| row).collect();
     if uncertain {
         notes.push(
             "NUMA node unknown (numa_node -1) for devices on different host bridges: NODE/SYS inferred from CPU affinity, not proven"

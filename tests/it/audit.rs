@@ -33,9 +33,10 @@ const UNCHANGED_OK: &[(&str, &str, &str)] = &[
 ];
 
 /// Files that feed only some checks, by file name: their damage must show only where their
-/// device is a subject of one of those checks (AER counters are read for every function,
-/// judged on GPUs and NICs), or, with no checks named, only where the report names the file
-/// itself (`resource` is the BAR1 fallback, used only when NVML does not give BAR1).
+/// device is a subject of one of those checks (AER counters are read and judged for GPUs and
+/// the functions behind RDMA devices), or, with no checks named, only where the report names
+/// the file itself (`resource` is the BAR1 fallback, read for GPUs, used only when NVML does
+/// not give BAR1).
 const FEEDS: &[(&str, &[&str])] = &[
     ("aer_dev_correctable", &["pcie.aer"]),
     ("aer_dev_fatal", &["pcie.aer"]),

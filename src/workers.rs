@@ -1,0 +1,78 @@
+//! Spreading independent, pure-or-read-only work over the machine's cores: discovery's reads
+//! (each a system call that scales with cores), the level-0 checks and the path matrix.
+//!
+//! This module must not know what the work is, and must not change the outcome: results come
+//! back in the order of the items, exactly as a sequential map would give them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// At most this many threads: beyond a few, discovery waits on the kernel's locks, not on CPUs.
+const MAX_WORKERS: usize = 8;
+
+/// Fewer items than this per extra thread are not worth starting it for.
+const MIN_ITEMS_PER_WORKER: usize = 16;
+
+/// `f` over `items` on up to `MAX_WORKERS` threads (as many as the machine has cores, this
+/// one included), each taking the next item until none is left; results in the order of
+/// `items`. A panic in `f` is a bug and is passed on unchanged.
+pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    map_min(items, MIN_ITEMS_PER_WORKER, f)
+}
+
+/// `map`, starting another thread for every `min_items` items (1: for few but large items).
+pub fn map_min<T: Sync, R: Send>(
+    items: &[T],
+    min_items: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_WORKERS)
+        .min(items.len() / min_items.max(1))
+        .max(1);
+    if workers == 1 {
+        return items.iter().map(&f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut out = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(i) else {
+                return out;
+            };
+            out.push((i, f(item)));
+        }
+    };
+    let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+    std::thread::scope(|s| {
+        let others: Vec<_> = (1..workers).map(|_| s.spawn(work)).collect();
+        let mine = work();
+        for (i, r) in others
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(v) => v,
+                Err(p) => std::panic::resume_unwind(p),
+            })
+            .chain(mine)
+        {
+            slots[i] = Some(r);
+        }
+    });
+    // Every index was taken exactly once.
+    slots.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keeps_order_and_every_item() {
+        let items: Vec<usize> = (0..1000).collect();
+        assert_eq!(
+            super::map(&items, |i| i * 2),
+            items.iter().map(|i| i * 2).collect::<Vec<_>>()
+        );
+        assert_eq!(super::map_min(&items[..3], 1, |i| *i), vec![0, 1, 2]);
+        assert!(super::map(&[] as &[u8], |_| 0).is_empty());
+    }
+}
