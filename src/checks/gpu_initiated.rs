@@ -129,16 +129,10 @@ pub(super) fn peer_mapping(ctx: &Ctx, out: &mut Vec<Finding>) {
 /// the direct-verbs entry points; other devices are not applicable.
 pub(super) fn mlx5dv(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaMlx5dv;
-    let devices: Vec<_> = ctx.inv.rdma.iter().filter(|r| r.bdf.is_some()).collect();
-    if devices.is_empty() {
-        out.push(
-            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
-                .not_applicable(),
-        );
+    let Some(devices) = super::rdma::pci_rdma_or_skip(ctx, id, out) else {
         return;
-    }
-    for r in devices {
-        let bdf = r.bdf.expect("filtered");
+    };
+    for (r, bdf) in devices {
         let driver_path = format!("/sys/bus/pci/devices/{bdf}/driver");
         let f = match ctx.inv.pci.get(&bdf) {
             None => Finding::new(

@@ -20,6 +20,29 @@ fn pci_rdma<'a>(ctx: &Ctx<'a>) -> Vec<&'a RdmaDevice> {
     ctx.inv.rdma.iter().filter(|r| r.bdf.is_some()).collect()
 }
 
+/// The PCI RDMA devices with their functions, or None after one not-applicable skip of `id`
+/// on `host` when there is none.
+pub(super) fn pci_rdma_or_skip<'a>(
+    ctx: &Ctx<'a>,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+) -> Option<Vec<(&'a RdmaDevice, crate::pci::Bdf)>> {
+    let devices: Vec<_> = ctx
+        .inv
+        .rdma
+        .iter()
+        .filter_map(|r| r.bdf.map(|b| (r, b)))
+        .collect();
+    if devices.is_empty() {
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
+                .not_applicable(),
+        );
+        return None;
+    }
+    Some(devices)
+}
+
 /// Every port of every PCI RDMA device as (device, port, "dev/port", its sysfs dir, link
 /// layer), or one skip on `host` when there is none.
 fn each_port(
@@ -28,15 +51,10 @@ fn each_port(
     out: &mut Vec<Finding>,
     mut check: impl FnMut(&RdmaDevice, &RdmaPort, String, String, String, &mut Vec<Finding>),
 ) {
-    let devices = pci_rdma(ctx);
-    if devices.is_empty() {
-        out.push(
-            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
-                .not_applicable(),
-        );
+    let Some(devices) = pci_rdma_or_skip(ctx, id, out) else {
         return;
-    }
-    for r in devices {
+    };
+    for (r, _) in devices {
         for p in &r.ports {
             let subject = format!("{}/{}", r.name, p.port);
             let pdir = format!("/sys/class/infiniband/{}/ports/{}", r.name, p.port);
@@ -199,16 +217,11 @@ pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
 /// rdma.fw-consistency: one firmware version per NIC model.
 pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaFwConsistency;
-    let pci_rdma = pci_rdma(ctx);
-    if pci_rdma.is_empty() {
-        out.push(
-            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
-                .not_applicable(),
-        );
+    let Some(pci_rdma) = pci_rdma_or_skip(ctx, id, out) else {
         return;
-    }
+    };
     let mut by_model: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
-    for r in &pci_rdma {
+    for (r, _) in &pci_rdma {
         let (Some(model), Some(fw)) = (r.hca_type.clone().or(r.board_id.clone()), r.fw_ver.clone())
         else {
             continue;

@@ -667,6 +667,19 @@ impl GpuMemoryCheck {
     pub fn leaked(&self) -> bool {
         self.left_behind_bytes >= 2 << 20
     }
+
+    /// The error when `label`'s runs left memory behind.
+    pub fn leak(&self, label: &str) -> Option<String> {
+        self.leaked().then(|| {
+            format!(
+                "{label}: {} MiB of GPU memory not given back after {} run(s) (cuMemGetInfo free {} -> {} bytes)",
+                self.left_behind_bytes >> 20,
+                self.runs,
+                self.free_before_bytes,
+                self.free_after_bytes
+            )
+        })
+    }
 }
 
 #[cfg(test)]

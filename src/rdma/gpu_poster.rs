@@ -313,11 +313,7 @@ impl GpuPoster {
             self.facts.handler = Some(NicHandler::CpuProxy);
             return Ok((None, 0));
         }
-        // SAFETY: sysconf has no preconditions.
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            p if p > 0 => p as usize,
-            _ => 4096,
-        };
+        let page = k::page_size();
         let base = (bf as usize & !(page - 1)) as *mut c_void;
         // SAFETY: the UAR page libmlx5 mapped for this context, alive as long as the QP.
         match unsafe { HostRegistration::new(&loaded.ctx, base, page, true) } {

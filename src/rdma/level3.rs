@@ -496,32 +496,11 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
         not_applicable: false,
     };
     // CUDA: the GPU by PCI address, its primary context, memory before.
-    if let Err(e) = cuda::driver_presence() {
-        return skipped(base, facts, label, e.to_string());
-    }
-    let devices = match cuda::init().and_then(|_| cuda::devices()) {
+    let dev = match cuda_device(label, bdf) {
         Ok(d) => d,
-        Err(e) => return skipped(base, facts, label, e.to_string()),
+        Err(why) => return skipped(base, facts, label, why),
     };
-    let Some(dev) = devices
-        .iter()
-        .find(|d| d.bdf.parse::<crate::pci::Bdf>().ok() == Some(bdf))
-    else {
-        let seen: Vec<&str> = devices.iter().map(|d| d.bdf.as_str()).collect();
-        return skipped(
-            base,
-            facts,
-            label,
-            format!(
-                "CUDA does not list {label} ({bdf}); it lists {}",
-                if seen.is_empty() {
-                    "no device".to_string()
-                } else {
-                    seen.join(", ")
-                }
-            ),
-        );
-    };
+    let dev = &dev;
     let ctx = match cuda::Context::retain(dev.handle) {
         Ok(c) => c,
         Err(e) => return machine_error(base, facts, label, e),
@@ -559,15 +538,10 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
     let f = run.report.gdr.get_or_insert(facts);
     match check {
         Ok(c) => {
-            if c.leaked() && run.class.is_none_or(|k| k == ErrorClass::Skip) {
-                run.report.status = Status::Error {
-                    reason: format!(
-                        "{label}: {} MiB of GPU memory not given back after {done} run(s) (cuMemGetInfo free {} -> {} bytes)",
-                        c.left_behind_bytes >> 20,
-                        c.free_before_bytes,
-                        c.free_after_bytes
-                    ),
-                };
+            if let Some(reason) = c.leak(label)
+                && run.class.is_none_or(|k| k == ErrorClass::Skip)
+            {
+                run.report.status = Status::Error { reason };
                 run.class = Some(ErrorClass::Machine);
             }
             f.gpu_memory = Some(c);
@@ -684,6 +658,29 @@ fn one_gpu_run(
     let tb = m.topo.gpu(label).map(|t| t.bdf);
     let gpu = tb.as_ref().map(|b| (label, b));
     finish(m, report, res, facts, gpu, label.into())
+}
+
+/// The CUDA device of `label` found by its PCI address (never by index); Err: why it cannot
+/// be used here (no driver, CUDA does not list it), a skip's reason (levels 3 and 4 alike).
+pub fn cuda_device(label: &str, bdf: crate::pci::Bdf) -> Result<cuda::Device, String> {
+    cuda::driver_presence().map_err(|e| e.to_string())?;
+    let devices = cuda::init()
+        .and_then(|_| cuda::devices())
+        .map_err(|e| e.to_string())?;
+    let seen: Vec<String> = devices.iter().map(|d| d.bdf.clone()).collect();
+    devices
+        .into_iter()
+        .find(|d| d.bdf.parse::<crate::pci::Bdf>().ok() == Some(bdf))
+        .ok_or_else(|| {
+            format!(
+                "CUDA does not list {label} ({bdf}); it lists {}",
+                if seen.is_empty() {
+                    "no device".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            )
+        })
 }
 
 /// How GPU memory of `dev` is registered with `device`, as NCCL decides (level 3 and 4 alike).

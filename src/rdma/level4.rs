@@ -107,6 +107,19 @@ pub struct PostingNs {
     pub max: u64,
 }
 
+impl PostingNs {
+    /// Median (the upper one of an even count), min and max; None for no samples.
+    pub fn of(mut v: Vec<u64>) -> Option<PostingNs> {
+        v.sort_unstable();
+        Some(PostingNs {
+            n: v.len() as u64,
+            median: *v.get(v.len() / 2)?,
+            min: *v.first()?,
+            max: *v.last()?,
+        })
+    }
+}
+
 /// Who posted and why.
 #[derive(Debug, Clone, Serialize)]
 pub struct Poster {
@@ -533,19 +546,9 @@ fn live(
             format!("{label} is not in the topology"),
         );
     };
-    let dev = match cuda::init().and_then(|_| cuda::devices()) {
-        Ok(d) => d
-            .into_iter()
-            .find(|d| d.bdf.parse::<crate::pci::Bdf>().ok() == Some(bdf)),
-        Err(e) => return stop(report, label, ErrorClass::Skip, format!("CUDA: {e}")),
-    };
-    let Some(dev) = dev else {
-        return stop(
-            report,
-            label,
-            ErrorClass::Skip,
-            format!("CUDA does not list {label} ({bdf})"),
-        );
+    let dev = match super::level3::cuda_device(label, bdf) {
+        Ok(d) => d,
+        Err(why) => return stop(report, label, ErrorClass::Skip, why),
     };
     let probe = match super::level3::probe_provider(&nic.device) {
         Ok(p) => p,
@@ -638,14 +641,7 @@ fn live(
                 "GPU memory (cuMemGetInfo): free {} B before, {} B after",
                 c.free_before_bytes, c.free_after_bytes
             ));
-            c.leaked().then(|| {
-                format!(
-                    "{label}: {} MiB of GPU memory not given back (cuMemGetInfo free {} -> {} bytes)",
-                    c.left_behind_bytes >> 20,
-                    c.free_before_bytes,
-                    c.free_after_bytes
-                )
-            })
+            c.leak(label)
         }
         (b, a) => {
             if let Some(e) = b.err().or(a.err()) {
@@ -657,19 +653,8 @@ fn live(
     let f = poster.facts;
     report.poster.handler = f.handler;
     report.poster.why = f.why;
-    if !f.post_ns.is_empty() {
-        let mut v = f.post_ns.clone();
-        v.sort_unstable();
-        report.poster.posting_ns = Some(PostingNs {
-            n: v.len() as u64,
-            median: v[v.len() / 2],
-            min: v[0],
-            max: v[v.len() - 1],
-        });
-        let mut c = f.post_cycles.clone();
-        c.sort_unstable();
-        report.poster.sm_cycles = c.get(c.len() / 2).copied();
-    }
+    report.poster.posting_ns = PostingNs::of(f.post_ns);
+    report.poster.sm_cycles = PostingNs::of(f.post_cycles).map(|c| c.median);
     if let Some(l) = f.layout {
         report.notes.push(format!(
             "mlx5 queues (mlx5dv_init_obj): SQ {} x {} B, CQ {} x {} B, doorbell register {} B; \

@@ -300,7 +300,8 @@ pub unsafe fn run_post(l: &Loaded, a: &PostArgs, threads: u32) -> Result<Duratio
     Ok(t.elapsed())
 }
 
-fn page_size() -> usize {
+/// The host's page size (4096 where sysconf cannot say).
+pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 { p as usize } else { 4096 }
@@ -601,7 +602,6 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
         .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[3])
         .collect();
     src_mr.write(0, &pattern);
-    dst_mr.write(0, &vec![0u8; data_bytes]);
     let mut nic = Nic::new(mem.clone(), QPN, vec![src_mr, dst_mr.clone()]);
     if let Some(at) = plan.bad_rkey_at {
         nic.inject_error(at, mlx5::Syndrome::RemoteAccess);

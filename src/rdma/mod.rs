@@ -245,17 +245,8 @@ fn measure_one(
     ))
 }
 
-/// This request's side: its device, port and GID choice, buffers sized for the plan in `memory`.
+/// This request's side: its device, port and GID choice, a buffer of `len` bytes in `memory`.
 fn open_side(
-    verbs: &std::sync::Arc<crate::verbs::Verbs>,
-    sr: &SysRoot,
-    req: &WriteBwRequest,
-    memory: &Memory,
-) -> Result<engine::Side, ProbeError> {
-    open_side_len(verbs, sr, req, memory, req.plan.max_size())
-}
-
-fn open_side_len(
     verbs: &std::sync::Arc<crate::verbs::Verbs>,
     sr: &SysRoot,
     req: &WriteBwRequest,
@@ -290,8 +281,8 @@ fn loopback(
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
     let len = poster.buffer_len(req.plan.max_size());
-    let mut a = open_side_len(&verbs, sr, req, &mem.source, len)?;
-    let mut b = open_side_len(&verbs, sr, req, &mem.target, len)?;
+    let mut a = open_side(&verbs, sr, req, &mem.source, len)?;
+    let mut b = open_side(&verbs, sr, req, &mem.target, len)?;
     report.memory = Some(write_bw::MemorySides {
         source: Some(a.memory().clone()),
         target: Some(b.memory().clone()),
@@ -347,7 +338,7 @@ fn client(
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
     let max = req.plan.max_size();
-    let mut side = open_side(&verbs, sr, req, &mem.source)?;
+    let mut side = open_side(&verbs, sr, req, &mem.source, max)?;
     report.memory = Some(write_bw::MemorySides {
         source: Some(side.memory().clone()),
         target: None,

@@ -182,7 +182,7 @@ fn level3(
 ) -> Result<()> {
     use crate::rdma::engine::ErrorClass;
     use crate::rdma::gdr::{GdrMode, GpuSide};
-    use crate::rdma::level3::{self, GdrRequest, GpuSelect, Machine};
+    use crate::rdma::level3::{self, GdrRequest, GpuSelect};
     use crate::rdma::{Role, WriteBwRequest, write_bw::Plan};
     use checks::level3 as l3;
     if replay_skip(source, l3::ID, "GPUDirect RDMA probes", findings) {
@@ -208,14 +208,7 @@ fn level3(
         device_given: false,
     };
     // The level-0 findings so far are the evidence a failure's cause cites.
-    let level0 = findings.clone();
-    let m = Machine {
-        sr: &source.sysroot,
-        inv,
-        topo,
-        level0: &level0,
-    };
-    let runs = level3::run(&m, &base, &req);
+    let runs = level3::run(&machine(source, inv, topo, findings), &base, &req);
     if runs
         .iter()
         .any(|r| r.class == Some(ErrorClass::Interrupted))
@@ -229,6 +222,22 @@ fn level3(
         findings.push(l3::finding(&r.subject, &r.report));
     }
     Ok(())
+}
+
+/// What levels 3 and 4 run on: the source's reader, its inventory and topology, and the
+/// findings so far (the evidence a failure's cause cites).
+pub(super) fn machine<'a>(
+    source: &'a Source,
+    inv: &'a Inventory,
+    topo: &'a crate::topo::Topology,
+    level0: &'a [Finding],
+) -> crate::rdma::level3::Machine<'a> {
+    crate::rdma::level3::Machine {
+        sr: &source.sysroot,
+        inv,
+        topo,
+        level0,
+    }
 }
 
 /// Levels 2-4 measure the live machine: on a recorded tree, one not-applicable skip for `id`
@@ -264,7 +273,7 @@ fn level4(
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
     use crate::rdma::engine::ErrorClass;
-    use crate::rdma::level3::{GpuSelect, Machine};
+    use crate::rdma::level3::GpuSelect;
     use crate::rdma::level4::{self, GpuWriteRequest, NicHandler};
     use checks::level4 as l4;
     if replay_skip(source, l4::ID, "GPU-initiated RDMA probes", findings) {
@@ -281,14 +290,12 @@ fn level4(
         handler: NicHandler::Auto,
         validate: true,
     };
-    let level0 = findings.clone();
-    let m = Machine {
-        sr: &source.sysroot,
-        inv,
-        topo,
-        level0: &level0,
-    };
-    let runs = level4::run(&m, &source.libs, &req, cuda_homes);
+    let runs = level4::run(
+        &machine(source, inv, topo, findings),
+        &source.libs,
+        &req,
+        cuda_homes,
+    );
     if runs
         .iter()
         .any(|r| r.class == Some(ErrorClass::Interrupted))

@@ -90,15 +90,10 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
 /// exit as for level 2 with the worst run deciding; Ctrl-C is exit 2.
 fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Result<Outcome> {
     use crate::rdma::engine::ErrorClass;
-    use crate::rdma::level3::{self, GpuSelect, Machine};
+    use crate::rdma::level3::{self, GpuSelect};
     use crate::rdma::write_bw::Status;
     let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
-    let m = Machine {
-        sr: &source.sysroot,
-        inv: &inv,
-        topo: &topo,
-        level0: &level0,
-    };
+    let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level3::run(&m, &w.request, g);
     if let Some(r) = runs.iter().find(|r| r.class == Some(ErrorClass::Usage)) {
         let why = match &r.report.status {
@@ -167,15 +162,10 @@ fn live_gpu_machine(
 /// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
 /// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
 pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
-    use crate::rdma::level3::{GpuSelect, Machine};
+    use crate::rdma::level3::GpuSelect;
     use crate::rdma::level4;
     let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
-    let m = Machine {
-        sr: &source.sysroot,
-        inv: &inv,
-        topo: &topo,
-        level0: &level0,
-    };
+    let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level4::run(&m, &source.libs, &w.request, &w.cuda_homes);
     let reports: Vec<&level4::GpuWriteBwReport> = runs.iter().map(|r| &r.report).collect();
     let stdout = if w.json {

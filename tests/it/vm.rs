@@ -161,32 +161,12 @@ fn check_level4<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let l4c = c("check-l4");
     f.rc(&l4c, 0);
     if let Ok(j) = l4c.json() {
-        let of = |id: &str| checks_with_id(&j, id);
-        f.check(j["level"] == 4 && j["status"] != "fail", || {
-            format!("check-l4: level {} status {}", j["level"], j["status"])
+        check_report_on_rxe(f, "check-l4", &j, 4);
+        let gdr = checks_with_id(&j, "probe.gdr-write-bw");
+        f.check(gdr.len() == 1, || {
+            format!("check-l4: probe.gdr-write-bw {gdr:?}")
         });
-        f.check(
-            of("probe.write-bw")
-                .iter()
-                .any(|c| c["subject"] == "rxe0/1" && c["status"] == "pass"),
-            || format!("check-l4: probe.write-bw {:?}", of("probe.write-bw")),
-        );
-        f.check(of("probe.gdr-write-bw").len() == 1, || {
-            format!(
-                "check-l4: probe.gdr-write-bw {:?}",
-                of("probe.gdr-write-bw")
-            )
-        });
-        let g = of("probe.gpu-write-bw");
-        f.check(
-            g.len() == 1
-                && g[0]["status"] == "skip"
-                && g[0]["skip"] == "not-applicable"
-                && g[0]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("no NVIDIA GPUs")),
-            || format!("check-l4: probe.gpu-write-bw {g:?}"),
-        );
+        one_skip_without_gpus(f, "check-l4", &j, "probe.gpu-write-bw");
     }
 }
 
@@ -297,26 +277,8 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let l3c = c("check-l3");
     f.rc(&l3c, 0);
     if let Ok(j) = l3c.json() {
-        let of = |id: &str| checks_with_id(&j, id);
-        f.check(j["level"] == 3 && j["status"] != "fail", || {
-            format!("check-l3: level {} status {}", j["level"], j["status"])
-        });
-        f.check(
-            of("probe.write-bw")
-                .iter()
-                .any(|c| c["subject"] == "rxe0/1" && c["status"] == "pass"),
-            || format!("check-l3: probe.write-bw {:?}", of("probe.write-bw")),
-        );
-        let g = of("probe.gdr-write-bw");
-        f.check(
-            g.len() == 1
-                && g[0]["status"] == "skip"
-                && g[0]["skip"] == "not-applicable"
-                && g[0]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("no NVIDIA GPUs")),
-            || format!("check-l3: probe.gdr-write-bw {g:?}"),
-        );
+        check_report_on_rxe(f, "check-l3", &j, 3);
+        one_skip_without_gpus(f, "check-l3", &j, "probe.gdr-write-bw");
     }
     let si = c("l3-sigint");
     f.rc(&si, 2);
@@ -715,4 +677,32 @@ fn first_skipped_because(j: &Value, why: &str) -> bool {
         && j[0]["status"]["reason"]
             .as_str()
             .is_some_and(|r| r.contains(why))
+}
+
+/// A `check --level N --json` report in the VM: level N, nothing failed, and probe.write-bw
+/// passed on rxe0 port 1.
+fn check_report_on_rxe(f: &mut Findings, tag: &str, j: &Value, level: u64) {
+    f.check(j["level"] == level && j["status"] != "fail", || {
+        format!("{tag}: level {} status {}", j["level"], j["status"])
+    });
+    let wb = checks_with_id(j, "probe.write-bw");
+    f.check(
+        wb.iter()
+            .any(|c| c["subject"] == "rxe0/1" && c["status"] == "pass"),
+        || format!("{tag}: probe.write-bw {wb:?}"),
+    );
+}
+
+/// Check `id` has exactly one finding: a not-applicable skip because the VM has no GPU.
+fn one_skip_without_gpus(f: &mut Findings, tag: &str, j: &Value, id: &str) {
+    let g = checks_with_id(j, id);
+    f.check(
+        g.len() == 1
+            && g[0]["status"] == "skip"
+            && g[0]["skip"] == "not-applicable"
+            && g[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no NVIDIA GPUs")),
+        || format!("{tag}: {id} {g:?}"),
+    );
 }
