@@ -638,7 +638,7 @@ fn compare_pcie(
             ),
         ),
         ev(
-            "sysfs current/max_link_speed, current/max_link_width (capped by the port above)",
+            "PCIe link: LnkCap/LnkSta (sysfs link attributes when config space is short), capped by the port above",
             format!(
                 "capable {}, trained {}",
                 gen_width(have.max_gen, have.max_width),

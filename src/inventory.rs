@@ -8,7 +8,7 @@
 use crate::facts::{self, GidType, LinkLayer, PhysState, PortState};
 use crate::numa;
 use crate::nvml::NvmlSnapshot;
-use crate::pci::config::ConfigSpace;
+use crate::pci::config::{ConfigSpace, PcieCap};
 use crate::pci::{self, Bdf};
 use crate::sysroot::{ReadError, SysRoot};
 use serde::Serialize;
@@ -47,6 +47,11 @@ pub struct Link {
     pub cur_width: Option<u8>,
     pub max_gen: Option<u8>,
     pub max_width: Option<u8>,
+    /// Where the values came from: the PCI Express capability at this config-space offset
+    /// (Link Capabilities/Status, as lspci shows them), or None for the sysfs attributes
+    /// (`current_link_speed` ...), read when config space does not reach the capability.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pcie_cap: Option<u16>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -269,6 +274,19 @@ impl Inventory {
                 })
                 .collect();
             let read = crate::workers::map(&wanted, |(f, gpu)| (f.bdf, read_extras(sr, f, *gpu)));
+            // iommu.mode judges every GPU and every function behind an RDMA device.
+            let judged: Vec<&PciFunction> = pci
+                .values()
+                .filter(|f| {
+                    rdma_bdfs.contains(&f.bdf)
+                        || (f.vendor == Some(pci::VENDOR_NVIDIA)
+                            && f.class.is_some_and(|c| pci::ClassCode(c).is_display()))
+                })
+                .collect();
+            // Groups to look up only when there are any (none: IOMMU off, nothing to read).
+            if host.iommu_groups.as_ref().is_some_and(|g| !g.is_empty()) {
+                read_iommu(sr, &judged, &mut host);
+            }
             for (bdf, (x, u)) in read {
                 if let Some(f) = pci.get_mut(&bdf) {
                     f.unread.extend(u);
@@ -346,8 +364,24 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     let mut u = Unread::new();
     let hex = |s: &str| pci::parse_hex(s);
     let class = parsed(sr, &mut u, "class", &format!("{dir}/class"), hex);
-    let vendor = parsed(sr, &mut u, "vendor", &format!("{dir}/vendor"), hex).map(|v| v as u16);
-    let device = parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16);
+    let config = match sr.read_bytes(&format!("{dir}/config")) {
+        Ok(b) => Some(ConfigSpace::parse(&b)),
+        Err(e) => {
+            note_err(&mut u, "config", &e);
+            None
+        }
+    };
+    // Vendor and device ID: the first four bytes of config space (readable without root)
+    // are what the `vendor`/`device` attributes show, so those two files are read only when
+    // config space cannot say: unreadable, or 0xffff as a virtual function reads (the kernel
+    // takes a VF's IDs from its PF's SR-IOV capability).
+    let (vendor, device) = match config.as_ref().and_then(|c| c.vendor_id.zip(c.device_id)) {
+        Some((v, d)) if v != 0xffff && v != 0 => (Some(v), Some(d)),
+        _ => (
+            parsed(sr, &mut u, "vendor", &format!("{dir}/vendor"), hex).map(|v| v as u16),
+            parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16),
+        ),
+    };
     let driver = match sr.link_name(&format!("{dir}/driver")) {
         Ok(d) => Some(d),
         Err(ReadError::NotFound(_)) => {
@@ -386,42 +420,9 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         &format!("{dir}/local_cpulist"),
         |s| numa::parse_cpulist(s).map(|_| s.to_string()),
     );
-    let link = Link {
-        cur_gen: parsed(
-            sr,
-            &mut u,
-            "current_link_speed",
-            &format!("{dir}/current_link_speed"),
-            pci::gen_from_speed,
-        ),
-        cur_width: parsed(
-            sr,
-            &mut u,
-            "current_link_width",
-            &format!("{dir}/current_link_width"),
-            pci::parse_width,
-        ),
-        max_gen: parsed(
-            sr,
-            &mut u,
-            "max_link_speed",
-            &format!("{dir}/max_link_speed"),
-            pci::gen_from_speed,
-        ),
-        max_width: parsed(
-            sr,
-            &mut u,
-            "max_link_width",
-            &format!("{dir}/max_link_width"),
-            pci::parse_width,
-        ),
-    };
-    let config = match sr.read_bytes(&format!("{dir}/config")) {
-        Ok(b) => Some(ConfigSpace::parse(&b)),
-        Err(e) => {
-            note_err(&mut u, "config", &e);
-            None
-        }
+    let link = match config.as_ref().and_then(|c| c.pcie.as_ref()) {
+        Some(p) => link_from_config(p, &dir, &mut u),
+        None => link_from_files(sr, &dir, &mut u),
     };
     // Only virtual functions have a physfn link: its absence is the normal case.
     let physfn = match sr.link_name(&format!("{dir}/physfn")) {
@@ -454,6 +455,73 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         physfn,
         unread: u,
     })
+}
+
+/// The link from the kernel's attributes (`current_link_speed`, `current_link_width`,
+/// `max_link_speed`, `max_link_width`): when config space does not reach the PCI Express
+/// capability (a non-root reader gets 64 bytes, a recording may lack `config`).
+fn link_from_files(sr: &SysRoot, dir: &str, u: &mut Unread) -> Link {
+    Link {
+        cur_gen: parsed(
+            sr,
+            u,
+            "current_link_speed",
+            &format!("{dir}/current_link_speed"),
+            pci::gen_from_speed,
+        ),
+        cur_width: parsed(
+            sr,
+            u,
+            "current_link_width",
+            &format!("{dir}/current_link_width"),
+            pci::parse_width,
+        ),
+        max_gen: parsed(
+            sr,
+            u,
+            "max_link_speed",
+            &format!("{dir}/max_link_speed"),
+            pci::gen_from_speed,
+        ),
+        max_width: parsed(
+            sr,
+            u,
+            "max_link_width",
+            &format!("{dir}/max_link_width"),
+            pci::parse_width,
+        ),
+        pcie_cap: None,
+    }
+}
+
+/// The link from the PCI Express capability: the registers the kernel reads to write the
+/// four link attributes (Link Status for the current speed and width, Link Capabilities and
+/// Link Capabilities 2 for the maximum), so the attributes need not be opened. A field the
+/// registers leave undefined (speed 0, width 0: link down, or a virtual function) is unknown,
+/// with why.
+fn link_from_config(p: &PcieCap, dir: &str, u: &mut Unread) -> Link {
+    let sta = format!("{dir}/config Link Status @0x{:02x}", p.offset + 0x12);
+    let cap = format!("{dir}/config Link Capabilities @0x{:02x}", p.offset + 0x0c);
+    for (v, key, at) in [
+        (p.link_cur_gen.is_none(), "current_link_speed", &sta),
+        (p.link_cur_width.is_none(), "current_link_width", &sta),
+        (p.link_max_gen.is_none(), "max_link_speed", &cap),
+        (p.link_max_width.is_none(), "max_link_width", &cap),
+    ] {
+        if v {
+            u.insert(
+                key.into(),
+                format!("{at}: 0, not a valid value (no link trained: empty slot or link down; a virtual function has no link of its own)"),
+            );
+        }
+    }
+    Link {
+        cur_gen: p.link_cur_gen,
+        cur_width: p.link_cur_width,
+        max_gen: p.link_max_gen,
+        max_width: p.link_max_width,
+        pcie_cap: Some(p.offset),
+    }
 }
 
 /// The names in a class directory (`/sys/class/net`, `/sys/class/infiniband`); a listing that
@@ -688,10 +756,15 @@ pub struct Host {
     pub cmdline: Option<String>,
     /// /proc/version.
     pub kernel_version: Option<String>,
-    /// IOMMU group number -> domain type (`DMA`, `DMA-FQ`, `identity`, `blocked`).
-    pub iommu_groups: Option<BTreeMap<u32, String>>,
-    /// Device -> IOMMU group, from /sys/kernel/iommu_groups/N/devices.
-    pub iommu_group_of: BTreeMap<Bdf, u32>,
+    /// The groups under /sys/kernel/iommu_groups (None: the directory could not be listed;
+    /// absent: none, no IOMMU driver registered any).
+    pub iommu_groups: Option<Vec<u32>>,
+    /// The domain type (`DMA`, `DMA-FQ`, `identity`, `blocked`) of each group a judged device
+    /// (GPU, function behind an RDMA device) is in; other groups are not read.
+    pub iommu_group_types: BTreeMap<u32, String>,
+    /// Judged device -> its IOMMU group from its `iommu_group` link (None: no link, in no
+    /// group). A device missing here was not read (why: `unread["iommu_group_of.<bdf>"]`).
+    pub iommu_group_of: BTreeMap<Bdf, Option<u32>>,
     /// /proc/driver/nvidia/gpus entries (one per GPU the driver owns).
     pub driver_gpus: Option<Vec<Bdf>>,
     /// /dev/nvidiaN nodes.
@@ -761,6 +834,43 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, U
     (x, u)
 }
 
+/// The IOMMU group of each of `judged` (from its `iommu_group` link: one readlink, where
+/// listing every group's members costs a directory per group) and the type of those groups.
+pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
+    let links = crate::workers::map(judged, |f| {
+        (f.bdf, sr.link_name(&format!("{}/iommu_group", f.sysfs_path)))
+    });
+    for (b, r) in links {
+        match r {
+            Ok(name) => match name.parse::<u32>() {
+                Ok(g) => {
+                    h.iommu_group_of.insert(b, Some(g));
+                }
+                Err(_) => {
+                    h.unread.insert(
+                        format!("iommu_group_of.{b}"),
+                        format!("iommu_group link names '{name}', not a group number"),
+                    );
+                }
+            },
+            // No link: the device is in no IOMMU group.
+            Err(ReadError::NotFound(_)) => {
+                h.iommu_group_of.insert(b, None);
+            }
+            Err(e) => note_err(&mut h.unread, &format!("iommu_group_of.{b}"), &e),
+        }
+    }
+    let groups: std::collections::BTreeSet<u32> = h.iommu_group_of.values().flatten().copied().collect();
+    for g in groups {
+        match sr.read_text(&format!("/sys/kernel/iommu_groups/{g}/type")) {
+            Ok(t) => {
+                h.iommu_group_types.insert(g, t);
+            }
+            Err(e) => note_err(&mut h.unread, &format!("iommu_group.{g}.type"), &e),
+        }
+    }
+}
+
 pub fn read_host(sr: &SysRoot) -> Host {
     let mut u = Unread::new();
     let mut h = Host {
@@ -796,48 +906,13 @@ pub fn read_host(sr: &SysRoot) -> Host {
             Err(e) => note_err(&mut u, &format!("memory_peers {p}"), &e),
         }
     }
+    // The groups' names only: members and types are read for the judged devices
+    // (`read_iommu`), not for every group on the host.
     match sr.list_names("/sys/kernel/iommu_groups") {
-        Ok(groups) => {
-            let mut m = BTreeMap::new();
-            for g in groups {
-                // The kernel names groups by number only; anything else is not a group.
-                let Ok(n) = g.parse::<u32>() else { continue };
-                let dir = format!("/sys/kernel/iommu_groups/{g}");
-                match sr.read_text(&format!("{dir}/type")) {
-                    Ok(t) => {
-                        m.insert(n, t);
-                    }
-                    Err(e) => {
-                        note_err(&mut u, &format!("iommu_group.{g}.type"), &e);
-                    }
-                }
-                match sr.list_names(&format!("{dir}/devices")) {
-                    Ok(devs) => {
-                        for d in devs {
-                            match d.parse::<Bdf>() {
-                                Ok(b) => {
-                                    h.iommu_group_of.insert(b, n);
-                                }
-                                Err(_) => {
-                                    u.insert(
-                                        format!("iommu_group.{g}.devices"),
-                                        format!("entry '{d}' is not a PCI address"),
-                                    );
-                                }
-                            }
-                        }
-                    }
-                    // A group whose members cannot be listed leaves every device's group
-                    // unknown (iommu.mode then cannot say "no group").
-                    Err(e) => note_err(&mut u, &format!("iommu_group.{g}.devices"), &e),
-                }
-            }
-            h.iommu_groups = Some(m);
-        }
-        Err(ReadError::NotFound(_)) => {
-            // No directory: no IOMMU driver registered any group (IOMMU off or absent).
-            h.iommu_groups = Some(BTreeMap::new());
-        }
+        // The kernel names groups by number only; anything else is not a group.
+        Ok(groups) => h.iommu_groups = Some(groups.iter().filter_map(|g| g.parse().ok()).collect()),
+        // No directory: no IOMMU driver registered any group (IOMMU off or absent).
+        Err(ReadError::NotFound(_)) => h.iommu_groups = Some(Vec::new()),
         Err(e) => note_err(&mut u, "iommu_groups", &e),
     }
     h.driver_gpus = match sr.list_names("/proc/driver/nvidia/gpus") {

@@ -833,7 +833,11 @@ pub fn build(inv: &Inventory) -> Topology {
         .map(|r| r.iter().map(Path::cell).collect())
         .collect();
     let affinity_of = |bdf: &Bdf| -> (String, String) {
-        let n = &numa[bdf];
+        // An RDMA device may point at a function that was left out of the PCI devices
+        // (unreadable, see `nics`' note): its affinity is unknown, shown as N/A.
+        let Some(n) = numa.get(bdf) else {
+            return ("N/A".into(), "N/A".into());
+        };
         (
             n.cpu_affinity.clone().unwrap_or_else(|| "N/A".into()),
             if n.affinity.is_empty() {

@@ -55,8 +55,8 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     };
     if groups.is_empty()
-        && h.iommu_group_of.is_empty()
-        && !h.unread.keys().any(|k| k.starts_with("iommu_group."))
+        && h.iommu_group_of.values().all(Option::is_none)
+        && !h.unread.keys().any(|k| k.starts_with("iommu_group"))
     {
         out.push(
             Finding::new(
@@ -74,23 +74,19 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
     let mut unknown: Vec<String> = Vec::new();
     let mut evs = vec![cmd_ev];
     for (who, b) in &devices {
-        match h
-            .iommu_group_of
-            .get(b)
-            .and_then(|g| groups.get(g).map(|t| (g, t)))
-        {
-            Some((g, ty)) => {
-                evs.push(ev(
-                    format!("/sys/kernel/iommu_groups/{g}/type ({who})"),
-                    ty.clone(),
-                ));
-                if ty.starts_with("DMA") {
-                    translated.push(format!("{who} (group {g}: {ty})"));
+        match h.iommu_group_of.get(b) {
+            Some(Some(g)) => match h.iommu_group_types.get(g) {
+                Some(ty) => {
+                    evs.push(ev(
+                        format!("/sys/kernel/iommu_groups/{g}/type ({who})"),
+                        ty.clone(),
+                    ));
+                    if ty.starts_with("DMA") {
+                        translated.push(format!("{who} (group {g}: {ty})"));
+                    }
                 }
-            }
-            None => match h.iommu_group_of.get(b) {
                 // In a group whose type could not be read: unknown, never "none".
-                Some(g) => {
+                None => {
                     let why = h
                         .unread
                         .get(&format!("iommu_group.{g}.type"))
@@ -102,26 +98,22 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
                     ));
                     unknown.push(format!("{who} (group {g}: {why})"));
                 }
-                // In no group we know of: "none" only if every group's members were listed.
-                None => {
-                    let unlisted: Vec<&str> = h
-                        .unread
-                        .keys()
-                        .filter(|k| k.starts_with("iommu_group.") && k.ends_with(".devices"))
-                        .map(String::as_str)
-                        .collect();
-                    if unlisted.is_empty() {
-                        evs.push(ev(format!("IOMMU group of {who}"), "none"));
-                    } else {
-                        let why = format!("members of {} could not be listed", unlisted.join(", "));
-                        evs.push(ev(
-                            format!("IOMMU group of {who}"),
-                            format!("unknown: {why}"),
-                        ));
-                        unknown.push(format!("{who} (group unknown: {why})"));
-                    }
-                }
             },
+            // No `iommu_group` link: in no group.
+            Some(None) => evs.push(ev(format!("{}/iommu_group ({who})", sysfs_dir(ctx, *b)), "none")),
+            // The link could not be read: unknown, never "none".
+            None => {
+                let why = h
+                    .unread
+                    .get(&format!("iommu_group_of.{b}"))
+                    .cloned()
+                    .unwrap_or_else(|| "not read".into());
+                evs.push(ev(
+                    format!("{}/iommu_group ({who})", sysfs_dir(ctx, *b)),
+                    format!("unknown: {why}"),
+                ));
+                unknown.push(format!("{who} (group unknown: {why})"));
+            }
         }
     }
     if translated.is_empty() && !unknown.is_empty() {
@@ -156,4 +148,13 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         .evidence(evs)
         .fix("Boot with `iommu=pt` (plus `intel_iommu=on` or `amd_iommu=on` if you need the IOMMU for VFs), or disable the IOMMU in the BIOS; GPUDirect RDMA is supported only with the IOMMU off or in passthrough (NVIDIA GPUDirect RDMA docs)"));
     }
+}
+
+/// The sysfs directory of PCI function `b` (its address under /sys/bus/pci/devices when it
+/// was not read).
+fn sysfs_dir(ctx: &Ctx, b: crate::pci::Bdf) -> String {
+    ctx.inv
+        .pci
+        .get(&b)
+        .map_or_else(|| format!("/sys/bus/pci/devices/{b}"), |f| f.sysfs_path.clone())
 }

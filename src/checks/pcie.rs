@@ -188,6 +188,8 @@ fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
             }
         }
     }
+    // A NIC whose function was not read is still a subject (judged unknown by `each_link`).
+    set.extend(ctx.topo.nics.iter().map(|n| n.bdf));
     set.into_iter().collect()
 }
 
@@ -206,10 +208,10 @@ fn each_link(
         return;
     }
     for b in subjects {
-        let Some(d) = ctx.topo.device(b) else {
+        let (Some(d), Some(f)) = (ctx.topo.device(b), ctx.inv.pci.get(&b)) else {
+            out.push(unlisted(id, b, &b.to_string()));
             continue;
         };
-        let f = &ctx.inv.pci[&b];
         let who = match d.kind {
             DeviceKind::Gpu => ctx
                 .topo
@@ -266,13 +268,13 @@ pub(super) fn link_width(ctx: &Ctx, out: &mut Vec<Finding>) {
         match (l.cur_width, l.max_width) {
             (Some(c), Some(m)) if c < m => out.push(
                 Finding::new(id, subject.clone(), Status::Fail, format!("{who} link trained x{c}, capable of x{m}: bandwidth cut to {}%", u32::from(c) * 100 / u32::from(m)))
-                    .with(ev(format!("{dir}/current_link_width"), c.to_string()))
-                    .with(ev(format!("{dir}/max_link_width"), m.to_string()))
+                    .with(ev(link_at(f, dir, "current_link_width"), c.to_string()))
+                    .with(ev(link_at(f, dir, "max_link_width"), m.to_string()))
                     .fix("Reseat the card/cable and check the riser; confirm the slot's electrical width and BIOS lane bifurcation settings; a persistent downtrain is a hardware fault (check `dmesg` for link errors)"),
             ),
             (Some(c), Some(m)) => out.push(
                 Finding::new(id, subject.clone(), Status::Pass, format!("{who} x{c} (max x{m})"))
-                    .with(ev(format!("{dir}/current_link_width"), c.to_string())),
+                    .with(ev(link_at(f, dir, "current_link_width"), c.to_string())),
             ),
             _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
                 "{who} link width unknown: {}",
@@ -292,8 +294,8 @@ pub(super) fn link_speed(ctx: &Ctx, out: &mut Vec<Finding>) {
             (Some(c), Some(m)) => {
                 let best = port_max.map_or(m, |p| p.min(m));
                 let evs = vec![
-                    ev(format!("{dir}/current_link_speed"), format!("Gen{c}")),
-                    ev(format!("{dir}/max_link_speed"), format!("Gen{m}")),
+                    ev(link_at(f, dir, "current_link_speed"), format!("Gen{c}")),
+                    ev(link_at(f, dir, "max_link_speed"), format!("Gen{m}")),
                 ];
                 if c >= best {
                     out.push(
@@ -339,15 +341,15 @@ pub(super) fn link_speed(ctx: &Ctx, out: &mut Vec<Finding>) {
 /// pcie.slot-mismatch: the port above can carry what the device can do.
 pub(super) fn slot_mismatch(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::PcieSlotMismatch;
-    each_link(ctx, id, out, |d, _f, dir, who, subject, parent, out| {
+    each_link(ctx, id, out, |d, f, dir, who, subject, parent, out| {
         let l = &d.link;
         match (parent, l.max_gen, l.max_width) {
             (None, _, _) => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} sits on the root bus (no port above to compare; typical in VMs)")).not_applicable()),
             (Some(p), Some(dg), Some(dw)) => match (p.link.max_gen, p.link.max_width) {
                 (Some(pg), Some(pw)) if pg < dg || pw < dw => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, format!("{who} can do Gen{dg} x{dw} but the port above ({}) tops out at Gen{pg} x{pw}", p.bdf))
-                        .with(ev(format!("{dir}/max_link_speed, max_link_width"), format!("Gen{dg} x{dw}")))
-                        .with(ev(format!("{}/max_link_speed, max_link_width", ctx.inv.pci[&p.bdf].sysfs_path), format!("Gen{pg} x{pw}")))
+                        .with(ev(link_at(f, dir, "max_link_speed, max_link_width"), format!("Gen{dg} x{dw}")))
+                        .with(ev(ctx.inv.pci.get(&p.bdf).map_or_else(|| format!("{} max_link_speed, max_link_width", p.bdf), |pf| link_at(pf, &pf.sysfs_path, "max_link_speed, max_link_width")), format!("Gen{pg} x{pw}")))
                         .fix("Move the card to a slot wired for its full speed and width (check the board manual: some slots are Gen4 or x8 electrically), or check riser/retimer capability"),
                 ),
                 (Some(pg), Some(pw)) => out.push(
@@ -358,6 +360,32 @@ pub(super) fn slot_mismatch(ctx: &Ctx, out: &mut Vec<Finding>) {
             _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} link capability unknown"))),
         }
     });
+}
+
+/// Where a link value was read: the sysfs attribute `attr` ("current_link_width", ...), or,
+/// when the link came from config space, the register behind it (Link Status for the current
+/// values, Link Capabilities for the maximum).
+fn link_at(f: &PciFunction, dir: &str, attr: &str) -> String {
+    match f.link.pcie_cap {
+        None => format!("{dir}/{attr}"),
+        Some(o) if attr.starts_with("current") => {
+            format!("{dir}/config Link Status @0x{:02x}", o + 0x12)
+        }
+        Some(o) => format!("{dir}/config Link Capabilities @0x{:02x}", o + 0x0c),
+    }
+}
+
+/// A subject (an RDMA device's function) that is not among the PCI devices read: nothing of
+/// it can be judged.
+fn unlisted(id: CheckId, b: Bdf, who: &str) -> Finding {
+    Finding::new(
+        id,
+        b.to_string(),
+        Status::Skip,
+        format!(
+            "{who}: PCI function {b} is not among the PCI devices read (/sys/bus/pci/devices/{b} missing or unreadable): cannot be judged"
+        ),
+    )
 }
 
 /// GPUs and NIC functions (a dual-port NIC's function once), each with who it is and whether
@@ -391,7 +419,10 @@ fn each_endpoint(
         return;
     }
     for (b, who, is_nic) in subjects {
-        check(b, &ctx.inv.pci[&b], who, is_nic, out);
+        match ctx.inv.pci.get(&b) {
+            Some(f) => check(b, f, who, is_nic, out),
+            None => out.push(unlisted(id, b, &who)),
+        }
     }
 }
 

@@ -225,6 +225,22 @@ impl ConfigSpace {
         let devctl = rd16(b, off + 0x8)?;
         let lnkcap = rd32(b, off + 0xc)?;
         let lnksta = rd16(b, off + 0x12)? as u32;
+        // Max Link Speed as the kernel (6.13+) derives `max_link_speed`: the Supported Link
+        // Speeds vector of Link Capabilities 2 (capability version 2; bit N = generation N)
+        // limited to Link Capabilities' Max Link Speed, its highest generation; without a
+        // vector, Max Link Speed itself when it is 2.5 or 5 GT/s (as the kernel synthesises).
+        let sls = lnkcap & 0xf;
+        let vector = if caps & 0xf >= 2 {
+            rd32(b, off + 0x2c).map_or(0, |v| v & 0xfe)
+        } else {
+            0
+        };
+        let speeds = vector & ((2u32 << sls) - 1);
+        let max_gen = match (speeds, sls) {
+            (0, 1 | 2) => Some(sls as u8),
+            (0, _) => None,
+            (v, _) => Some((31 - v.leading_zeros()) as u8),
+        };
         let mrrs = 128u32 << ((devctl >> 12) & 0x7).min(5);
         let mps = 128u32 << ((devctl >> 5) & 0x7).min(5);
         Some(PcieCap {
@@ -233,7 +249,7 @@ impl ConfigSpace {
             max_read_request_bytes: mrrs,
             max_payload_bytes: mps,
             relaxed_ordering: devctl & 0x10 != 0,
-            link_max_gen: link_gen(lnkcap),
+            link_max_gen: max_gen,
             link_max_width: link_width(lnkcap >> 4),
             link_cur_gen: link_gen(lnksta),
             link_cur_width: link_width(lnksta >> 4),
@@ -309,6 +325,9 @@ pub(crate) mod tests {
         b[0x6c..0x70].copy_from_slice(&lnkcap.to_le_bytes());
         let lnksta: u16 = (cur.0 as u16) | ((cur.1 as u16) << 4);
         b[0x72..0x74].copy_from_slice(&lnksta.to_le_bytes());
+        // Link Capabilities 2: every generation up to the maximum supported.
+        let lnkcap2: u32 = ((1u32 << (max.0 as u32 + 1)) - 2) & 0xfe;
+        b[0x8c..0x90].copy_from_slice(&lnkcap2.to_le_bytes());
         // AER at 0x100 -> ACS at 0x148
         let next = if acs_ctl.is_some() { 0x148u32 } else { 0 };
         let aer: u32 = 0x0001 | (2 << 16) | (next << 20);
@@ -320,6 +339,26 @@ pub(crate) mod tests {
             b[0x14e..0x150].copy_from_slice(&ctl.to_le_bytes());
         }
         b
+    }
+
+    /// `max_link_speed` as the kernel derives it: the Supported Link Speeds vector, limited to
+    /// Link Capabilities' Max Link Speed; without a vector only 2.5 and 5 GT/s are known.
+    #[test]
+    fn max_link_speed_from_the_supported_speeds_vector() {
+        let max_of = |sls: u32, vector: u32| {
+            let mut b = build(0, (5, 16), (4, 16), None);
+            b[0x6c..0x70].copy_from_slice(&(sls | (16 << 4)).to_le_bytes());
+            b[0x8c..0x90].copy_from_slice(&vector.to_le_bytes());
+            ConfigSpace::parse(&b).pcie.unwrap().link_max_gen
+        };
+        assert_eq!(max_of(5, 0b11_1110), Some(5));
+        // A vector claiming Gen5 under a Max Link Speed of Gen4: Gen4.
+        assert_eq!(max_of(4, 0b11_1110), Some(4));
+        assert_eq!(max_of(3, 0b00_1110), Some(3));
+        assert_eq!(max_of(2, 0), Some(2));
+        assert_eq!(max_of(1, 0), Some(1));
+        assert_eq!(max_of(5, 0), None);
+        assert_eq!(max_of(0, 0b11_1110), None);
     }
 
     #[test]

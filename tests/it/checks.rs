@@ -464,29 +464,41 @@ fn nvml_error_kinds_are_judged() {
     assert_eq!(denied["skip"], "not-root", "{denied}");
 }
 
-/// An IOMMU group whose members cannot be listed leaves the GPUs' groups unknown: iommu.mode
-/// must not pass saying "no group" (it did, before the inventory noted the failed listing).
+/// A GPU whose `iommu_group` link cannot be read (a damaged tree: a file in its place, or a
+/// link naming no group number) is in an unknown group: iommu.mode must not pass saying "no
+/// group", and says which device and why.
 #[test]
-fn iommu_group_members_unlisted_is_not_pass() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("t");
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(repo().join("fixtures/hgx-h100-8gpu"))
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    // Group 6 holds GPU0 (0000:1b:00.0).
-    std::fs::remove_dir_all(tree.join("sys/kernel/iommu_groups/6/devices")).unwrap();
-    let (_, v) = check_json(&["--root".into(), tree.display().to_string()], &[]);
-    let f = v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "iommu.mode")
-        .unwrap()
-        .clone();
-    assert_eq!(f["status"], "skip", "{f}");
-    assert!(f.to_string().contains("could not be listed"), "{f}");
+fn iommu_group_link_unreadable_is_not_pass() {
+    for (what, damage) in [
+        ("a file", None),
+        ("a link to a non-number", Some("../../../../kernel/iommu_groups/six")),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = tmp.path().join("t");
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(repo().join("fixtures/hgx-h100-8gpu"))
+            .arg(&tree)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        // GPU0 (0000:1b:00.0) is in group 6.
+        let link = tree.join("sys/bus/pci/devices/0000:1b:00.0/iommu_group");
+        let link = std::fs::canonicalize(link.parent().unwrap()).unwrap().join("iommu_group");
+        std::fs::remove_file(&link).unwrap();
+        match damage {
+            None => std::fs::write(&link, "6\n").unwrap(),
+            Some(t) => std::os::unix::fs::symlink(t, &link).unwrap(),
+        }
+        let (_, v) = check_json(&["--root".into(), tree.display().to_string()], &[]);
+        let f = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "iommu.mode")
+            .unwrap()
+            .clone();
+        assert_eq!(f["status"], "skip", "{what}: {f}");
+        assert!(f["message"].as_str().unwrap().contains("GPU0 (group unknown"), "{what}: {f}");
+    }
 }

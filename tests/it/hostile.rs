@@ -204,3 +204,60 @@ fn stalled_discovery_is_a_clear_error() {
     let ok = gpudoctor::run::with_deadline(Duration::from_secs(5), || 7, String::new).unwrap();
     assert_eq!(ok, 7);
 }
+
+/// Regression (found by `damaged_fixture_never_panics` in CI): an RDMA device whose PCI
+/// function is not listed under /sys/bus/pci/devices (entry removed or unreadable) still makes
+/// a NIC; building the matrix must give that NIC an unknown (N/A) affinity, not panic on a
+/// missing NUMA entry. Both the topology and the level-0 checks must come back.
+#[test]
+fn rdma_device_on_an_unlisted_function() {
+    let src = repo().join("fixtures/pcie-2socket-roce");
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&src, tmp.path());
+    std::fs::remove_file(tmp.path().join("sys/bus/pci/devices/0000:02:00.0")).unwrap();
+    let spec = SourceSpec::Root(tmp.path().to_path_buf());
+    let r = gpudoctor::run::topo_report(&spec).unwrap();
+    let t = &r.topology;
+    assert!(
+        t.notes
+            .iter()
+            .any(|n| n.contains("mlx5_0") && n.contains("not among the PCI devices")),
+        "{:?}",
+        t.notes
+    );
+    let i = t
+        .matrix
+        .labels
+        .iter()
+        .position(|l| t.nic(l).is_some_and(|n| n.rdma_device == "mlx5_0"))
+        .expect("mlx5_0 is still a NIC in the matrix");
+    assert_eq!(t.matrix.cpu_affinity[i], "N/A");
+    assert!(gpudoctor::render::topo_matrix(&r).contains("NIC"));
+    let opts = CheckOptions::level0();
+    let c = gpudoctor::run::check_report(&spec, &opts).unwrap();
+    // Every PCIe check that judges NICs names the unread function as unknown, never a pass.
+    for id in [
+        "pcie.link-width",
+        "pcie.link-speed",
+        "pcie.devctl",
+        "pcie.aer",
+    ] {
+        let on_it: Vec<_> = c
+            .checks
+            .iter()
+            .filter(|f| f.id == id && f.subject == "0000:02:00.0")
+            .collect();
+        assert_eq!(on_it.len(), 1, "{id}: {on_it:?}");
+        assert_eq!(
+            on_it[0].status,
+            gpudoctor::checks::Status::Skip,
+            "{:?}",
+            on_it[0]
+        );
+        assert!(
+            on_it[0].message.contains("not among the PCI devices read"),
+            "{:?}",
+            on_it[0]
+        );
+    }
+}
