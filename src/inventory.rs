@@ -128,7 +128,7 @@ pub struct Inventory {
     pub rdma: Vec<RdmaDevice>,
     pub netdevs: Vec<NetDev>,
     pub numa_nodes: Vec<NumaNode>,
-    pub nvml: NvmlSnapshot,
+    pub nvml: std::sync::Arc<NvmlSnapshot>,
     pub host: Host,
     /// Per-function extras (AER counters, resources) for GPUs, NICs and bridges.
     pub extras: BTreeMap<Bdf, DeviceExtras>,
@@ -188,17 +188,22 @@ fn parsed<T>(
 impl Inventory {
     /// Read everything the topology and the checks need. Fails only when there is no PCI bus
     /// to read at all.
-    pub fn collect(sr: &SysRoot, nvml: NvmlSnapshot) -> Result<Inventory, InventoryError> {
+    pub fn collect(
+        sr: &SysRoot,
+        nvml: impl Into<std::sync::Arc<NvmlSnapshot>>,
+    ) -> Result<Inventory, InventoryError> {
         Self::collect_scoped(sr, nvml, Scope::Checks)
     }
 
     /// Read what `scope` needs: `Topology` leaves out host facts and per-device extras (AER
-    /// counters, BARs) that only checks use.
+    /// counters, BARs) that only checks use. The NVML snapshot is shared, not copied (a large
+    /// host's is megabytes).
     pub fn collect_scoped(
         sr: &SysRoot,
-        nvml: NvmlSnapshot,
+        nvml: impl Into<std::sync::Arc<NvmlSnapshot>>,
         scope: Scope,
     ) -> Result<Inventory, InventoryError> {
+        let nvml = nvml.into();
         let mut notes = Vec::new();
         let names = sr
             .list_names("/sys/bus/pci/devices")
@@ -375,9 +380,13 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     // are what the `vendor`/`device` attributes show, so those two files are read only when
     // config space cannot say: unreadable, or 0xffff as a virtual function reads (the kernel
     // takes a VF's IDs from its PF's SR-IOV capability).
-    let (vendor, device) = match config.as_ref().and_then(|c| c.vendor_id.zip(c.device_id)) {
-        Some((v, d)) if v != 0xffff && v != 0 => (Some(v), Some(d)),
-        _ => (
+    let config_ids = config
+        .as_ref()
+        .and_then(|c| c.vendor_id.zip(c.device_id))
+        .filter(|(v, _)| *v != 0xffff && *v != 0);
+    let (vendor, device) = match config_ids {
+        Some((v, d)) => (Some(v), Some(d)),
+        None => (
             parsed(sr, &mut u, "vendor", &format!("{dir}/vendor"), hex).map(|v| v as u16),
             parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16),
         ),
@@ -424,21 +433,25 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         Some(p) => link_from_config(p, &dir, &mut u),
         None => link_from_files(sr, &dir, &mut u),
     };
-    // Only virtual functions have a physfn link: its absence is the normal case.
-    let physfn = match sr.link_name(&format!("{dir}/physfn")) {
-        Ok(name) => match name.parse::<Bdf>() {
-            Ok(pf) => Some(pf),
-            Err(_) => {
-                u.insert("physfn".into(), format!("not a PCI address: {name:?}"));
+    // Only virtual functions have a physfn link: its absence is the normal case. A VF's
+    // config space reads 0xffff for its IDs (SR-IOV), so a function whose config space shows
+    // real IDs is no VF and the link is not looked for.
+    let physfn =
+        match config_ids.map_or_else(|| Some(sr.link_name(&format!("{dir}/physfn"))), |_| None) {
+            None => None,
+            Some(Ok(name)) => match name.parse::<Bdf>() {
+                Ok(pf) => Some(pf),
+                Err(_) => {
+                    u.insert("physfn".into(), format!("not a PCI address: {name:?}"));
+                    None
+                }
+            },
+            Some(Err(ReadError::NotFound(_))) => None,
+            Some(Err(e)) => {
+                note_err(&mut u, "physfn", &e);
                 None
             }
-        },
-        Err(ReadError::NotFound(_)) => None,
-        Err(e) => {
-            note_err(&mut u, "physfn", &e);
-            None
-        }
-    };
+        };
     Ok(PciFunction {
         bdf,
         sysfs_path: canon,
@@ -838,7 +851,10 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, U
 /// listing every group's members costs a directory per group) and the type of those groups.
 pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
     let links = crate::workers::map(judged, |f| {
-        (f.bdf, sr.link_name(&format!("{}/iommu_group", f.sysfs_path)))
+        (
+            f.bdf,
+            sr.link_name(&format!("{}/iommu_group", f.sysfs_path)),
+        )
     });
     for (b, r) in links {
         match r {
@@ -860,7 +876,8 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
             Err(e) => note_err(&mut h.unread, &format!("iommu_group_of.{b}"), &e),
         }
     }
-    let groups: std::collections::BTreeSet<u32> = h.iommu_group_of.values().flatten().copied().collect();
+    let groups: std::collections::BTreeSet<u32> =
+        h.iommu_group_of.values().flatten().copied().collect();
     for g in groups {
         match sr.read_text(&format!("/sys/kernel/iommu_groups/{g}/type")) {
             Ok(t) => {

@@ -37,7 +37,7 @@ pub struct Source {
     pub spec: SourceSpec,
     /// Shared with the discovery worker thread.
     pub sysroot: Arc<SysRoot>,
-    pub nvml: NvmlSnapshot,
+    pub nvml: Arc<NvmlSnapshot>,
     pub libs: LibFacts,
     pub info: SourceInfo,
     /// The node's name: live from /proc/sys/kernel/hostname (through the reader), recorded
@@ -74,7 +74,7 @@ impl Source {
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot),
-                    nvml: NvmlSnapshot::collect_live(),
+                    nvml: NvmlSnapshot::collect_live().into(),
                     libs: LibFacts::probe_live(),
                     info: SourceInfo::Live,
                     hostname,
@@ -87,7 +87,7 @@ impl Source {
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot),
-                    nvml,
+                    nvml: nvml.into(),
                     libs,
                     info: SourceInfo::Root {
                         path: dir.display().to_string(),
@@ -103,7 +103,7 @@ impl Source {
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot.holding(x.dir)),
-                    nvml,
+                    nvml: nvml.into(),
                     libs,
                     info: SourceInfo::Bundle {
                         path: file.display().to_string(),

@@ -958,7 +958,7 @@ mod tests {
                     unread: Default::default(),
                 },
             ],
-            nvml,
+            nvml: nvml.into(),
             host: Default::default(),
             extras: Default::default(),
             notes: Vec::new(),
@@ -1160,7 +1160,7 @@ mod tests {
             ..Default::default()
         };
         let mut inv = two_socket();
-        inv.nvml = nvml;
+        inv.nvml = nvml.into();
         let t = build(&inv);
         assert_eq!(cell(&t, "GPU0", "GPU3"), "NV4");
         // GPUDirect RDMA does not ride NVLink: GPU3's closest NIC is still by PCIe.

@@ -100,7 +100,10 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
             },
             // No `iommu_group` link: in no group.
-            Some(None) => evs.push(ev(format!("{}/iommu_group ({who})", sysfs_dir(ctx, *b)), "none")),
+            Some(None) => evs.push(ev(
+                format!("{}/iommu_group ({who})", sysfs_dir(ctx, *b)),
+                "none",
+            )),
             // The link could not be read: unknown, never "none".
             None => {
                 let why = h
@@ -153,8 +156,8 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
 /// The sysfs directory of PCI function `b` (its address under /sys/bus/pci/devices when it
 /// was not read).
 fn sysfs_dir(ctx: &Ctx, b: crate::pci::Bdf) -> String {
-    ctx.inv
-        .pci
-        .get(&b)
-        .map_or_else(|| format!("/sys/bus/pci/devices/{b}"), |f| f.sysfs_path.clone())
+    ctx.inv.pci.get(&b).map_or_else(
+        || format!("/sys/bus/pci/devices/{b}"),
+        |f| f.sysfs_path.clone(),
+    )
 }

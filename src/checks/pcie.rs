@@ -13,7 +13,7 @@ pub fn bridges_between(ctx: &Ctx, a: Bdf, b: Bdf) -> Vec<Bdf> {
     let (Some(fa), Some(fb)) = (ctx.inv.pci.get(&a), ctx.inv.pci.get(&b)) else {
         return Vec::new();
     };
-    let mut set = BTreeSet::new();
+    let mut set = Vec::with_capacity(fa.upstream.len() + fb.upstream.len());
     if fa.root_complex == fb.root_complex {
         let common = fa
             .upstream
@@ -22,7 +22,7 @@ pub fn bridges_between(ctx: &Ctx, a: Bdf, b: Bdf) -> Vec<Bdf> {
             .take_while(|(x, y)| x == y)
             .count();
         if common > 0 {
-            set.insert(fa.upstream[common - 1]);
+            set.push(fa.upstream[common - 1]);
         }
         set.extend(fa.upstream[common..].iter().copied());
         set.extend(fb.upstream[common..].iter().copied());
@@ -30,7 +30,10 @@ pub fn bridges_between(ctx: &Ctx, a: Bdf, b: Bdf) -> Vec<Bdf> {
         set.extend(fa.upstream.iter().copied());
         set.extend(fb.upstream.iter().copied());
     }
-    set.into_iter().collect()
+    // In bus order, each once.
+    set.sort_unstable();
+    set.dedup();
+    set
 }
 
 fn needs_root(f: &PciFunction) -> Option<String> {
@@ -70,8 +73,14 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
-    // bridge -> the device pairs whose traffic crosses it
-    let mut users: BTreeMap<Bdf, Vec<String>> = BTreeMap::new();
+    // bridge -> the device pairs whose traffic crosses it (borrowed names: joined once per
+    // bridge below, not formatted once per bridge and pair, tens of thousands of strings on a
+    // large host).
+    enum Pair<'a> {
+        Nic(&'a str, &'a str),
+        Gpus(&'a str, &'a str),
+    }
+    let mut users: BTreeMap<Bdf, Vec<Pair>> = BTreeMap::new();
     for c in &t.closest_nics {
         let Some(g) = t.gpu(&c.gpu) else {
             continue;
@@ -84,7 +93,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
                 users
                     .entry(b)
                     .or_default()
-                    .push(format!("{}<->{}", g.label, n.rdma_device));
+                    .push(Pair::Nic(&g.label, &n.rdma_device));
             }
         }
     }
@@ -94,7 +103,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
                 users
                     .entry(br)
                     .or_default()
-                    .push(format!("{}<->{}", a.label, b.label));
+                    .push(Pair::Gpus(&a.label, &b.label));
             }
         }
     }
@@ -131,9 +140,25 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         let Some(f) = ctx.inv.pci.get(&b) else {
             continue;
         };
-        let mut pairs = pairs;
-        pairs.dedup();
-        let pairs_ev = ev("peer paths through this bridge", pairs.join(", "));
+        let mut named = String::new();
+        let mut last: Option<(&str, &str)> = None;
+        for p in &pairs {
+            let (a, b) = match *p {
+                Pair::Nic(a, b) | Pair::Gpus(a, b) => (a, b),
+            };
+            // The same pair twice in a row (two routes through one bridge) is named once.
+            if last == Some((a, b)) {
+                continue;
+            }
+            last = Some((a, b));
+            if !named.is_empty() {
+                named.push_str(", ");
+            }
+            named.push_str(a);
+            named.push_str("<->");
+            named.push_str(b);
+        }
+        let pairs_ev = ev("peer paths through this bridge", named);
         let subject = b.to_string();
         if let Some(why) = needs_root(f) {
             out.push(

@@ -471,7 +471,10 @@ fn nvml_error_kinds_are_judged() {
 fn iommu_group_link_unreadable_is_not_pass() {
     for (what, damage) in [
         ("a file", None),
-        ("a link to a non-number", Some("../../../../kernel/iommu_groups/six")),
+        (
+            "a link to a non-number",
+            Some("../../../../kernel/iommu_groups/six"),
+        ),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let tree = tmp.path().join("t");
@@ -484,7 +487,9 @@ fn iommu_group_link_unreadable_is_not_pass() {
         assert!(st.success());
         // GPU0 (0000:1b:00.0) is in group 6.
         let link = tree.join("sys/bus/pci/devices/0000:1b:00.0/iommu_group");
-        let link = std::fs::canonicalize(link.parent().unwrap()).unwrap().join("iommu_group");
+        let link = std::fs::canonicalize(link.parent().unwrap())
+            .unwrap()
+            .join("iommu_group");
         std::fs::remove_file(&link).unwrap();
         match damage {
             None => std::fs::write(&link, "6\n").unwrap(),
@@ -499,6 +504,12 @@ fn iommu_group_link_unreadable_is_not_pass() {
             .unwrap()
             .clone();
         assert_eq!(f["status"], "skip", "{what}: {f}");
-        assert!(f["message"].as_str().unwrap().contains("GPU0 (group unknown"), "{what}: {f}");
+        assert!(
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("GPU0 (group unknown"),
+            "{what}: {f}"
+        );
     }
 }
