@@ -12,6 +12,7 @@ pub mod memory;
 pub mod mlx5;
 pub mod mlx5_emu;
 pub mod mlx5_kernel;
+pub mod mlx5_prm;
 pub mod oob;
 pub mod path;
 pub mod write_bw;

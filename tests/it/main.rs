@@ -17,6 +17,7 @@ mod lstopo;
 mod man;
 mod mlx5;
 mod mlx5_emu;
+mod mlx5_prm;
 mod probes;
 mod slurm;
 mod sriov;
