@@ -259,6 +259,11 @@ pub struct GpuWriteBwArgs {
     /// CU_MEMHOSTREGISTER_IOMEMORY; needs PeerMappingOverride=1), a CPU proxy thread, or auto.
     #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
     pub nic_handler: crate::rdma::level4::NicHandler,
+    /// Where the send queue, CQ and doorbell records live: GPU memory (DevX QP and CQ over
+    /// umems, IBGDA's placement), libmlx5's host-memory queues, or auto (gpu where the gpu
+    /// handler rings and DevX allows it, else host, with the reason in the report).
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHERE")]
+    pub queues: crate::rdma::level4::QueuePlace,
     /// Check that the written bytes arrived intact after each size.
     #[arg(long)]
     pub validate: bool,

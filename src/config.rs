@@ -475,6 +475,7 @@ fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs, env: &Env) -> Result<GpuWr
         iters: w.iters,
         writes_per_iter: w.writes_per_iter,
         handler: w.nic_handler,
+        queues: w.queues,
         validate: w.validate,
     };
     level4::validate(&request).map_err(|e| anyhow::anyhow!("probe gpu-write-bw: {e}"))?;

@@ -909,6 +909,29 @@ impl RdmaBuffer {
         })
     }
 
+    /// Copy `src` to byte `off` of the buffer (an error where it does not fit).
+    pub fn upload_at(&self, off: usize, src: &[u8]) -> Result<(), CudaError> {
+        if off
+            .checked_add(src.len())
+            .is_none_or(|end| end > self.bytes)
+        {
+            return Err(CudaError::Unavailable(format!(
+                "{} B at offset {off} do not fit a {} B buffer",
+                src.len(),
+                self.bytes
+            )));
+        }
+        self.ctx.make_current()?;
+        // SAFETY: `src` holds src.len() readable bytes; the device range fits (checked).
+        check("cuMemcpyHtoD", unsafe {
+            cu::cuMemcpyHtoD_v2(
+                self.ptr + off as cu::CUdeviceptr,
+                src.as_ptr() as *const c_void,
+                src.len(),
+            )
+        })
+    }
+
     /// Copy the start of the buffer into `dst`.
     pub fn download(&self, dst: &mut [u8]) -> Result<(), CudaError> {
         self.ctx.make_current()?;

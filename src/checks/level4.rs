@@ -89,6 +89,7 @@ mod tests {
             iters: 4,
             writes_per_iter: 512,
             handler: NicHandler::Auto,
+            queues: crate::rdma::level4::QueuePlace::Auto,
             validate: true,
         });
         r.status = status;

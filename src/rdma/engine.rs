@@ -139,8 +139,22 @@ pub struct Side {
     qps: Vec<Qp>,
     region: Region,
     cq: Cq,
-    _pd: Pd,
-    _ctx: Context,
+    /// The context was opened for DevX (mlx5dv_open_device).
+    pub devx: bool,
+    pd: Pd,
+    ctx: Context,
+}
+
+/// What a poster that creates its own QP needs of a side's path (`Side::path`).
+#[derive(Debug, Clone, Copy)]
+pub struct PathFacts {
+    pub port: u8,
+    /// The IB MTU enum (1 = 256 B .. 5 = 4096 B).
+    pub mtu: u32,
+    pub lid: u16,
+    pub gid: Option<[u8; 16]>,
+    pub sgid_index: Option<u8>,
+    pub psn: u32,
 }
 
 /// What the peer needs to write into a side.
@@ -185,7 +199,29 @@ pub fn open_side(
     buf_len: u64,
     memory: &Memory,
 ) -> Result<Side, ProbeError> {
-    let ctx = verbs.open(device).map_err(|e| match e {
+    open_side_with(
+        verbs, sr, device, port, gid_index, plan, buf_len, memory, None,
+    )
+}
+
+/// `open_side`, with the context opened for DevX through libmlx5 when `devx` is given.
+#[allow(clippy::too_many_arguments)]
+pub fn open_side_with(
+    verbs: &Arc<Verbs>,
+    sr: &SysRoot,
+    device: &str,
+    port: u8,
+    gid_index: Option<u32>,
+    plan: &Plan,
+    buf_len: u64,
+    memory: &Memory,
+    devx: Option<&crate::verbs::mlx5dv_sys::Mlx5Dv>,
+) -> Result<Side, ProbeError> {
+    let opened = match devx {
+        None => verbs.open(device),
+        Some(dv) => verbs.open_devx(device, dv),
+    };
+    let ctx = opened.map_err(|e| match e {
         VerbsError::NoDevice { .. } => ProbeError::BadDevice(e),
         other => verbs_err(device)(other),
     })?;
@@ -305,8 +341,9 @@ pub fn open_side(
         qps,
         region,
         cq,
-        _pd: pd,
-        _ctx: ctx,
+        devx: devx.is_some(),
+        pd,
+        ctx,
     })
 }
 
@@ -365,6 +402,28 @@ impl Side {
             qp.connect(&local, &remote).map_err(verbs_err(device))?;
         }
         Ok(())
+    }
+
+    /// This side's port, MTU and addressing, for a QP created outside the engine.
+    pub fn path(&self) -> PathFacts {
+        PathFacts {
+            port: self.port,
+            mtu: self.mtu,
+            lid: self.lid,
+            gid: self.gid,
+            sgid_index: self.sgid_index,
+            psn: START_PSN,
+        }
+    }
+
+    /// The context and PD, for libmlx5's direct verbs (DevX objects of level 4).
+    pub fn raw_ctx_pd(
+        &self,
+    ) -> (
+        *mut crate::verbs::sys::ibv_context,
+        *mut crate::verbs::sys::ibv_pd,
+    ) {
+        (self.ctx.as_raw(), self.pd.as_raw())
     }
 
     /// The first QP and the CQ, for libmlx5's `mlx5dv_init_obj` (level 4 posts on them itself).

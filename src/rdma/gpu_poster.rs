@@ -4,31 +4,39 @@
 //! connects the QPs, allocates and registers the GPU buffers (level 3's memory provider) and
 //! validates the bytes; only who posts changes (`super::Poster`).
 //!
-//! - The SQ buffer, the QP doorbell record, the CQ buffer and its record are libmlx5's process
-//!   memory, made visible to the GPU with cuMemHostRegister (`mlx5_kernel::HostMap`, which the
-//!   NIC stand-in's runs on the GPU machines go through as well).
+//! - Queues in GPU memory (`--queues gpu|auto`, IBGDA's placement, `super::devx`): the poster
+//!   creates its own DevX RC QP and CQ over umems in GPU memory before the sides connect
+//!   (`own_source_qp`), the doorbell is a DevX UAR page the GPU maps (IOMEMORY), and the kernel
+//!   fences at GPU scope. Needs the gpu handler.
+//! - Queues in host memory (`--queues host`, and auto's fallback): the SQ buffer, the QP
+//!   doorbell record, the CQ buffer and its record are libmlx5's process memory from
+//!   `mlx5dv_init_obj` on the engine's own QP, made visible to the GPU with cuMemHostRegister
+//!   (`mlx5_kernel::HostMap`, which the NIC stand-in's runs on the GPU machines go through as
+//!   well); system-scope fences.
 //! - `gpu` handler: the doorbell page (BlueFlame/UAR register) is registered with
 //!   CU_MEMHOSTREGISTER_IOMEMORY (needs the driver's PeerMappingOverride=1) and the kernel
 //!   writes the doorbell; `cpu-proxy`: the kernel writes WQEs and the record, a CPU thread
 //!   (`mlx5_emu::Proxy`) rings.
-//! - The queues stay in host memory: `gpudoctor-mlx5-kernel bench` measured what moving them
-//!   into GPU memory (DevX + umem, as IBGDA does) would save; the README gives the figures.
 //!
 //! NOT RUN ON A CONNECTX: no machine here has a GPU and an mlx5 device together. The kernel,
 //! the mapping and both handlers ran on H100/H200 against the stand-in; this file's verbs half
 //! has met no adapter.
 
+use super::devx::{DevxTarget, GpuQueues};
 use super::engine::{Endpoint, ProbeError, Side};
-use super::level4::NicHandler;
+use super::level4::{NicHandler, QueuePlace};
+use super::memory::Registration;
 use super::mlx5::{self, Syndrome};
 use super::mlx5_emu::{Proxy, QueueMemory, RawQueues};
 use super::mlx5_kernel::{self as k, Fence, HostMap, PostArgs, PostResult};
+use super::mlx5_prm as prm;
 use super::write_bw::{self, SizeResult, Timeline};
 use super::{Poster, WriteBwRequest};
 use crate::cuda::{self, CudaError, HostRegistration, PinnedBuffer};
 use crate::verbs::mlx5dv_sys as dv;
 use std::ffi::c_void;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -140,20 +148,48 @@ pub struct PosterFacts {
     pub post_ns: Vec<u64>,
     pub post_cycles: Vec<u64>,
     pub layout: Option<Layout>,
+    /// Where the queues the kernel posted on lived, why, and what they were.
+    pub queues: Option<QueuePlace>,
+    pub queues_why: String,
+    pub queues_note: Option<String>,
+}
+
+/// Where the kernel's queues are and what it is given.
+#[derive(Debug, Clone, Copy)]
+struct QueueAddrs {
+    sq: u64,
+    sq_size: u32,
+    dbrec: u64,
+    cq: u64,
+    cq_size: u32,
+    cq_dbrec: u64,
+}
+
+/// What `--queues gpu|auto` needs beyond the handler: the GPU's context (the queue memory is
+/// allocated there), how level 3 registers its memory with the NIC (the umems go the same
+/// way), and the MAC of each GID's netdev on the port (RoCE's next hop on a loopback).
+pub struct QueueChoice {
+    pub requested: QueuePlace,
+    pub gpu_ctx: Rc<cuda::Context>,
+    pub registration: Registration,
+    pub macs: Vec<(u32, [u8; 6])>,
 }
 
 /// Everything `prepare` set up; dropped by `finish`, while the QP and CQ still exist.
 struct Live {
     // Field order is drop order: the proxy's queue view and the mappings before the module.
-    mem: Arc<QueueMemory>,
+    /// Host queues only: the CPU proxy's view of them.
+    mem: Option<Arc<QueueMemory>>,
     _uar: Option<HostRegistration>,
-    map: HostMap,
+    /// Host queues only: libmlx5's buffers mapped for the GPU.
+    _map: Option<HostMap>,
     timing: PinnedBuffer,
     loaded: k::Loaded,
-    _dv: dv::Mlx5Dv,
+    _dv: Option<dv::Mlx5Dv>,
     qpn: u32,
-    raw: RawQueues,
+    q: QueueAddrs,
     bf_dev: u64,
+    flags: u32,
     pi: u32,
     ci: u32,
 }
@@ -167,6 +203,12 @@ pub struct GpuPoster {
     requested: NicHandler,
     decided: NicHandler,
     live: Option<Live>,
+    choice: Option<QueueChoice>,
+    /// libmlx5 for the DevX context and queues (`source_devx`).
+    devx_lib: Option<Rc<dv::Mlx5Dv>>,
+    devx_refused: Option<String>,
+    /// The queues in GPU memory, when they were set up; dropped by `finish` after `live`.
+    devx: Option<GpuQueues>,
     pub facts: PosterFacts,
 }
 
@@ -193,11 +235,120 @@ impl GpuPoster {
             requested,
             decided,
             live: None,
+            choice: None,
+            devx_lib: None,
+            devx_refused: None,
+            devx: None,
             facts: PosterFacts {
                 why,
                 ..PosterFacts::default()
             },
         }
+    }
+
+    /// Where the queues may go (without this: libmlx5's host-memory queues, as `--queues host`).
+    pub fn with_queues(mut self, choice: QueueChoice) -> Self {
+        self.choice = Some(choice);
+        self
+    }
+
+    fn requested_queues(&self) -> QueuePlace {
+        self.choice
+            .as_ref()
+            .map_or(QueuePlace::Host, |c| c.requested)
+    }
+
+    /// Whether GPU-memory queues are to be tried; the reason when not.
+    fn gpu_queues_wanted(&self) -> Result<(), String> {
+        match self.requested_queues() {
+            QueuePlace::Host => Err("--queues host: libmlx5's queues in host memory".into()),
+            _ if self.decided != NicHandler::Gpu => Err(format!(
+                "the {} handler rings: a CPU proxy cannot read a doorbell record in GPU memory, \
+                 so libmlx5's queues in host memory",
+                self.decided.as_str()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Create the DevX queues in GPU memory and connect their QP to `peer`.
+    fn make_gpu_queues(
+        &self,
+        source: &Side,
+        peer: &Endpoint,
+    ) -> Result<(GpuQueues, Endpoint), String> {
+        if let Some(why) = &self.devx_refused {
+            return Err(format!("the device did not open for DevX ({why})"));
+        }
+        let (Some(lib), Some(choice)) = (self.devx_lib.clone(), self.choice.as_ref()) else {
+            return Err("libmlx5 was not loaded for DevX".into());
+        };
+        if !source.devx {
+            return Err("the device was not opened for DevX".into());
+        }
+        let path = source.path();
+        let route = match (path.gid, path.sgid_index, &peer.gid) {
+            (Some(_), Some(sgid_index), Some(g)) => {
+                let rgid = crate::verbs::parse_gid(g)
+                    .ok_or_else(|| format!("the peer's GID {g:?} is malformed"))?;
+                let rmac = choice
+                    .macs
+                    .iter()
+                    .find(|(i, _)| *i == u32::from(sgid_index))
+                    .map(|(_, m)| *m)
+                    .ok_or_else(|| {
+                        format!(
+                            "no MAC address read for the netdev of GID index {sgid_index} \
+                             (the loopback's next hop)"
+                        )
+                    })?;
+                let v2 = matches!(
+                    &source.facts.addressing,
+                    super::path::Addressing::Gid { gid_type: Some(t), .. } if t.contains("v2")
+                );
+                prm::Route::Gid {
+                    rgid,
+                    sgid_index,
+                    rmac,
+                    hop_limit: 64,
+                    udp_sport: v2.then_some(0xc000),
+                }
+            }
+            (None, None, None) => prm::Route::Lid { rlid: peer.lid },
+            _ => return Err("the two sides address each other differently".into()),
+        };
+        let remote_qpn = *peer.qpns.first().ok_or("the peer has no QP")?;
+        let (ctx, pd) = source.raw_ctx_pd();
+        // SAFETY: the source side's context was opened with DevX and its PD belongs to it;
+        // both outlive the queues (`finish` drops them before the sides go).
+        let q = unsafe {
+            GpuQueues::create(
+                lib,
+                &DevxTarget { ctx, pd },
+                &choice.gpu_ctx,
+                choice.registration,
+                self.writes,
+            )
+        }?;
+        q.connect(&prm::Connect {
+            qpn: q.qpn,
+            port: path.port,
+            mtu: path.mtu.min(peer.mtu),
+            remote_qpn,
+            rq_psn: peer.psn,
+            sq_psn: path.psn,
+            route,
+            min_rnr_nak: 12,
+            ack_timeout: 14,
+            retry_count: 7,
+            rnr_retry: 7,
+            log_msg_max: 30,
+        })?;
+        let ep = Endpoint {
+            qpns: vec![q.qpn],
+            ..source.endpoint()
+        };
+        Ok((q, ep))
     }
 
     fn err(&self, reason: String) -> ProbeError {
@@ -211,7 +362,59 @@ impl GpuPoster {
         self.err(format!("{what}: {e}"))
     }
 
+    /// The kernel over the DevX queues in GPU memory: its addresses are GPU memory, the
+    /// doorbell page is mapped already, and the fences are GPU-scope.
+    fn setup_gpu_queues(&mut self) -> Result<Option<Live>, ProbeError> {
+        let Some(q) = self.devx.as_ref() else {
+            return Ok(None);
+        };
+        let layout = Layout {
+            sq_stride: mlx5::WQEBB_BYTES as u32,
+            sq_wqe_cnt: q.place.sq_entries,
+            cqe_size: mlx5::CQE_BYTES as u32,
+            cqe_cnt: q.place.cq_entries,
+            bf_reg: true,
+            bf_size: 8,
+        };
+        let (qpn, addrs, bf) = (
+            q.qpn,
+            QueueAddrs {
+                sq: q.sq,
+                sq_size: q.place.sq_entries,
+                dbrec: q.dbrec,
+                cq: q.cq,
+                cq_size: q.place.cq_entries,
+                cq_dbrec: q.cq_dbrec,
+            },
+            q.doorbell,
+        );
+        self.facts.layout = Some(layout);
+        check_layout(&layout, self.writes).map_err(|e| self.err(e))?;
+        let loaded = k::load_on(self.gpu.clone(), &self.cuda_homes)
+            .map_err(|e| self.cuda_err("the level-4 kernel", e))?;
+        let timing = PinnedBuffer::new(&loaded.ctx, 64 + self.iters as usize * 24)
+            .map_err(|e| self.cuda_err("pinned timing buffer", e))?;
+        self.facts.handler = Some(NicHandler::Gpu);
+        Ok(Some(Live {
+            mem: None,
+            _uar: None,
+            _map: None,
+            timing,
+            loaded,
+            _dv: None,
+            qpn,
+            q: addrs,
+            bf_dev: bf,
+            flags: Fence::LeaderGpuScope.flag(),
+            pi: 0,
+            ci: 0,
+        }))
+    }
+
     fn setup(&mut self, source: &Side) -> Result<Live, ProbeError> {
+        if let Some(live) = self.setup_gpu_queues()? {
+            return Ok(live);
+        }
         let lib = crate::verbs::load_mlx5dv().map_err(|e| self.err(e.to_string()))?;
         if lib.mlx5dv_init_obj.is_err() {
             return Err(self.err(format!(
@@ -287,16 +490,29 @@ impl GpuPoster {
         let mem = Arc::new(unsafe { QueueMemory::attach(raw) });
         // SAFETY: qp is alive (above).
         let qpn = unsafe { (*qp).qp_num };
+        let dev = |p: *const u8| map.device(p).unwrap_or(0);
+        let q = QueueAddrs {
+            sq: dev(raw.sq),
+            sq_size: raw.sq_size,
+            dbrec: dev(raw.dbrec as *const u8),
+            cq: dev(raw.cq),
+            cq_size: raw.cq_size,
+            cq_dbrec: dev(raw.cq_dbrec as *const u8),
+        };
+        if [q.sq, q.dbrec, q.cq, q.cq_dbrec].contains(&0) {
+            return Err(self.err("a queue address is outside its GPU mapping".into()));
+        }
         Ok(Live {
-            mem,
+            mem: Some(mem),
             _uar: uar,
-            map,
+            _map: Some(map),
             timing,
             loaded,
-            _dv: lib,
+            _dv: Some(lib),
             qpn,
-            raw,
+            q,
             bf_dev,
+            flags: Fence::Leader.flag(),
             pi: 0,
             ci: 0,
         })
@@ -345,6 +561,65 @@ impl Poster for GpuPoster {
         size.saturating_mul(u64::from(self.writes))
     }
 
+    fn source_devx(&mut self) -> Option<&dv::Mlx5Dv> {
+        if let Err(why) = self.gpu_queues_wanted() {
+            self.facts.queues_why = why;
+            return None;
+        }
+        let loaded = crate::verbs::load_mlx5dv()
+            .map_err(|e| e.to_string())
+            .and_then(|l| super::devx::devx_entry_points(&l).map(|()| l));
+        match loaded {
+            Ok(l) => {
+                self.devx_lib = Some(Rc::new(l));
+                self.devx_lib.as_deref()
+            }
+            Err(why) => {
+                self.devx_refused = Some(why);
+                None
+            }
+        }
+    }
+
+    fn devx_refused(&mut self, why: String) {
+        self.devx_refused = Some(why);
+    }
+
+    fn own_source_qp(
+        &mut self,
+        source: &Side,
+        peer: &Endpoint,
+    ) -> Result<Option<Endpoint>, ProbeError> {
+        if let Err(why) = self.gpu_queues_wanted() {
+            self.facts.queues = Some(QueuePlace::Host);
+            self.facts.queues_why = why;
+            return Ok(None);
+        }
+        match self.make_gpu_queues(source, peer) {
+            Ok((q, ep)) => {
+                self.facts.queues = Some(QueuePlace::Gpu);
+                self.facts.queues_why = format!(
+                    "{}: the gpu handler rings and DevX created the queues in GPU memory",
+                    self.requested_queues().as_str()
+                );
+                self.facts.queues_note = Some(q.describe());
+                self.devx = Some(q);
+                Ok(Some(ep))
+            }
+            Err(why) if self.requested_queues() == QueuePlace::Gpu => {
+                Err(self.err(format!("--queues gpu: {why}")))
+            }
+            Err(why) => {
+                self.facts.queues = Some(QueuePlace::Host);
+                self.facts.queues_why = format!(
+                    "auto: the queues in GPU memory could not be set up ({why}); libmlx5's \
+                     queues in host memory"
+                );
+                Ok(None)
+            }
+        }
+    }
+
     fn prepare(&mut self, source: &Side) -> Result<(), ProbeError> {
         let live = self.setup(source)?;
         self.live = Some(live);
@@ -352,7 +627,10 @@ impl Poster for GpuPoster {
     }
 
     fn finish(&mut self) {
+        // The kernel's module and mappings first, then the DevX objects, umems and memory,
+        // all while the source side's context is still open.
         self.live = None;
+        self.devx = None;
     }
 
     fn write_size(
@@ -383,16 +661,15 @@ impl Poster for GpuPoster {
         let n = u64::from(iters);
         // SAFETY: 64 bytes of the timing buffer hold the PostResult.
         unsafe { (live.timing.ptr as *mut PostResult).write(PostResult::default()) };
-        let dev = |p: *const u8| live.map.device(p).unwrap_or(0);
         let a = PostArgs {
-            sq: dev(live.raw.sq),
-            sq_size: live.raw.sq_size,
+            sq: live.q.sq,
+            sq_size: live.q.sq_size,
             qpn: live.qpn,
-            dbrec: dev(live.raw.dbrec as *const u8),
+            dbrec: live.q.dbrec,
             bf: live.bf_dev,
-            cq: dev(live.raw.cq),
-            cq_size: live.raw.cq_size,
-            cq_dbrec: dev(live.raw.cq_dbrec as *const u8),
+            cq: live.q.cq,
+            cq_size: live.q.cq_size,
+            cq_dbrec: live.q.cq_dbrec,
             lbase,
             lkey,
             rbase: peer.addr,
@@ -403,7 +680,7 @@ impl Poster for GpuPoster {
             post_ns: t + 64,
             post_cycles: t + 64 + n * 8,
             result: t,
-            flags: Fence::Leader.flag(),
+            flags: live.flags,
             pi0: live.pi,
             ci0: live.ci,
             done_ns: t + 64 + n * 16,
@@ -415,8 +692,10 @@ impl Poster for GpuPoster {
             });
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let proxy = (live.bf_dev == 0)
-            .then(|| Proxy::spawn(live.mem.clone(), live.pi as u16, stop.clone()));
+        let proxy = match (&live.mem, live.bf_dev) {
+            (Some(mem), 0) => Some(Proxy::spawn(mem.clone(), live.pi as u16, stop.clone())),
+            _ => None,
+        };
         // SAFETY: the queues are mapped (HostMap), the buffers registered GPU memory of at
         // least `span` bytes on both sides, the timing buffer pinned; all alive past the call.
         let ran = unsafe { k::run_post(&live.loaded, &a, writes) };

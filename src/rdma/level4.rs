@@ -43,6 +43,28 @@ impl NicHandler {
     }
 }
 
+/// `--queues`: where the SQ, the CQ and their doorbell records live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueuePlace {
+    /// gpu where the gpu handler rings and the DevX queues can be created, else host.
+    Auto,
+    /// DevX QP and CQ over umems in GPU memory (IBGDA's placement; GPU-scope fences).
+    Gpu,
+    /// libmlx5's own queues in host memory, mapped for the GPU (cuMemHostRegister).
+    Host,
+}
+
+impl QueuePlace {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueuePlace::Auto => "auto",
+            QueuePlace::Gpu => "gpu",
+            QueuePlace::Host => "host",
+        }
+    }
+}
+
 /// `probe gpu-write-bw`, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuWriteRequest {
@@ -54,6 +76,7 @@ pub struct GpuWriteRequest {
     pub iters: u32,
     pub writes_per_iter: u32,
     pub handler: NicHandler,
+    pub queues: QueuePlace,
     pub validate: bool,
 }
 
@@ -95,6 +118,13 @@ pub fn validate(req: &GpuWriteRequest) -> Result<(), String> {
     if req.port == 0 {
         return Err("--port: ports are numbered from 1".into());
     }
+    if req.queues == QueuePlace::Gpu && req.handler == NicHandler::CpuProxy {
+        return Err(
+            "--queues gpu needs the gpu handler: a CPU proxy cannot watch a doorbell record in \
+             GPU memory (use --queues host or auto with --nic-handler cpu-proxy)"
+                .into(),
+        );
+    }
     Ok(())
 }
 
@@ -127,6 +157,10 @@ pub struct Poster {
     /// The handler that rang the doorbell (None: nothing was posted).
     pub handler: Option<NicHandler>,
     pub why: String,
+    pub queues_requested: QueuePlace,
+    /// Where the queues the kernel posted on lived (None: no queues were set up).
+    pub queues: Option<QueuePlace>,
+    pub queues_why: String,
     pub posting_ns: Option<PostingNs>,
     pub sm_cycles: Option<u64>,
 }
@@ -181,6 +215,9 @@ impl GpuWriteBwReport {
             poster: Poster {
                 requested: req.handler,
                 handler: None,
+                queues_requested: req.queues,
+                queues: None,
+                queues_why: String::new(),
                 why: "nothing was posted".into(),
                 posting_ns: None,
                 sm_cycles: None,
@@ -628,7 +665,13 @@ fn live(
         req.handler,
         handler,
         why,
-    );
+    )
+    .with_queues(super::gpu_poster::QueueChoice {
+        requested: req.queues,
+        gpu_ctx: std::rc::Rc::clone(&ctx),
+        registration,
+        macs: port_macs(m, &nic.device, nic.port),
+    });
     let (measured, res) = super::measure_with(m.sr, &wreq, &sides, &mut poster);
     drop(sides);
     let (measured, mut class) = super::conclude(measured, &res);
@@ -655,7 +698,11 @@ fn live(
     report.poster.why = f.why;
     report.poster.posting_ns = PostingNs::of(f.post_ns);
     report.poster.sm_cycles = PostingNs::of(f.post_cycles).map(|c| c.median);
-    if let Some(l) = f.layout {
+    report.poster.queues = f.queues;
+    report.poster.queues_why = f.queues_why;
+    if let Some(n) = f.queues_note {
+        report.notes.push(format!("mlx5 queues: {n}"));
+    } else if let Some(l) = f.layout {
         report.notes.push(format!(
             "mlx5 queues (mlx5dv_init_obj): SQ {} x {} B, CQ {} x {} B, doorbell register {} B; \
              SQ and CQ in host memory mapped with cuMemHostRegister",
@@ -678,6 +725,44 @@ fn live(
     }
 }
 
+/// The MAC address of each GID's netdev on `device`'s `port` (read through the sysfs
+/// reader): RoCE's next hop when level 4's own QP loops back on the port.
+fn port_macs(m: &Machine, device: &str, port: u8) -> Vec<(u32, [u8; 6])> {
+    let Some(p) = m
+        .inv
+        .rdma
+        .iter()
+        .find(|d| d.name == device)
+        .and_then(|d| d.ports.iter().find(|p| p.port == u32::from(port)))
+    else {
+        return Vec::new();
+    };
+    p.gids
+        .iter()
+        .filter_map(|g| {
+            let ndev = g.ndev.as_deref()?;
+            let text =
+                m.sr.read_text(&format!("/sys/class/net/{ndev}/address"))
+                    .ok()?;
+            Some((g.index, parse_mac(&text)?))
+        })
+        .collect()
+}
+
+/// "aa:bb:cc:dd:ee:ff" (sysfs's address attribute), None for anything else.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.trim().split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
 fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {
     let nic = m.topo.nics.iter().find(|n| n.rdma_device == device)?;
     let mx = &m.topo.matrix;
@@ -690,6 +775,40 @@ fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn macs_parse_from_sysfs_text_only() {
+        assert_eq!(
+            parse_mac("0c:42:a1:2b:3c:4d\n"),
+            Some([0x0c, 0x42, 0xa1, 0x2b, 0x3c, 0x4d])
+        );
+        for bad in [
+            "",
+            "0c:42:a1:2b:3c",
+            "0c:42:a1:2b:3c:4d:5e",
+            "0c:42:a1:2b:3c:zz",
+            "c:42:a1:2b:3c:4d0",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn gpu_queues_need_the_gpu_handler() {
+        let mut r = req();
+        r.queues = QueuePlace::Gpu;
+        r.handler = NicHandler::CpuProxy;
+        assert!(
+            validate(&r)
+                .unwrap_err()
+                .contains("--queues gpu needs the gpu handler")
+        );
+        r.handler = NicHandler::Auto;
+        assert!(validate(&r).is_ok());
+        r.queues = QueuePlace::Auto;
+        r.handler = NicHandler::CpuProxy;
+        assert!(validate(&r).is_ok());
+    }
+
     fn req() -> GpuWriteRequest {
         GpuWriteRequest {
             gpu: GpuSelect::Auto,
@@ -699,6 +818,7 @@ mod tests {
             iters: 2048,
             writes_per_iter: 512,
             handler: NicHandler::Auto,
+            queues: QueuePlace::Auto,
             validate: false,
         }
     }

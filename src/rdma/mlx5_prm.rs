@@ -542,9 +542,7 @@ mod tests {
             rq_psn: 0x1000,
             sq_psn: 0x1000,
             route: Route::Gid {
-                rgid: [
-                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 1, 2,
-                ],
+                rgid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 1, 2],
                 sgid_index: 3,
                 rmac: [0x02, 0x11, 0x22, 0x33, 0x44, 0x55],
                 hop_limit: 64,
@@ -560,7 +558,10 @@ mod tests {
         assert_eq!(c.get(OPCODE), Some(u64::from(INIT2RTR_QP)));
         assert_eq!(c.get(qp::RMAC_47_32), Some(0x0211));
         assert_eq!(c.get(qp::RMAC_31_0), Some(0x2233_4455));
-        assert_eq!(&c.0[(PAP + 0x80) / 8 + 12..(PAP + 0x80) / 8 + 16], &[192, 168, 1, 2]);
+        assert_eq!(
+            &c.0[(PAP + 0x80) / 8 + 12..(PAP + 0x80) / 8 + 16],
+            &[192, 168, 1, 2]
+        );
         assert_eq!(c.get(qp::SRC_ADDR_INDEX), Some(3));
         assert_eq!(c.get(qp::RLID), Some(0));
         let lid = init2rtr_in(&Connect {

@@ -3,6 +3,7 @@
 //! between two hosts. Each probe's result is a report model that `render` turns into text;
 //! nothing here prints.
 
+pub mod devx;
 pub mod engine;
 pub mod gdr;
 pub mod gpu_poster;
@@ -111,6 +112,23 @@ pub trait Poster {
     /// Bytes each side's buffer needs for `size`-byte messages.
     fn buffer_len(&self, size: u64) -> u64 {
         size
+    }
+    /// libmlx5, when the source side's context must be opened for DevX (level 4's queues in
+    /// GPU memory); None for an ordinary context.
+    fn source_devx(&mut self) -> Option<&crate::verbs::mlx5dv_sys::Mlx5Dv> {
+        None
+    }
+    /// The DevX open of the source side failed with `why` and it was opened plainly.
+    fn devx_refused(&mut self, _why: String) {}
+    /// Before the sides connect: a poster that posts on a QP of its own creates and connects
+    /// it to `peer` here and returns the endpoint the peer must connect to; None: the
+    /// source side's own QP is used (connected by the engine).
+    fn own_source_qp(
+        &mut self,
+        _source: &Side,
+        _peer: &engine::Endpoint,
+    ) -> Result<Option<engine::Endpoint>, ProbeError> {
+        Ok(None)
     }
     /// Once, after both sides are connected and before the first size.
     fn prepare(&mut self, _source: &Side) -> Result<(), ProbeError> {
@@ -282,24 +300,61 @@ fn loopback(
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
     let len = poster.buffer_len(req.plan.max_size());
-    let mut a = open_side(&verbs, sr, req, &mem.source, len)?;
+    let devx_open = poster.source_devx().map(|dv| {
+        engine::open_side_with(
+            &verbs,
+            sr,
+            &req.device,
+            req.port,
+            req.gid_index,
+            &req.plan,
+            len,
+            &mem.source,
+            Some(dv),
+        )
+    });
+    let mut a = match devx_open {
+        Some(Ok(side)) => side,
+        Some(Err(e)) => {
+            poster.devx_refused(e.to_string());
+            open_side(&verbs, sr, req, &mem.source, len)?
+        }
+        None => open_side(&verbs, sr, req, &mem.source, len)?,
+    };
     let mut b = open_side(&verbs, sr, req, &mem.target, len)?;
     report.memory = Some(write_bw::MemorySides {
         source: Some(a.memory().clone()),
         target: Some(b.memory().clone()),
     });
-    a.connect(&b.endpoint())?;
-    b.connect(&a.endpoint())?;
+    // Whatever the poster set up on the sides goes (finish) before they do, error or not.
+    let res = loopback_connected(req, &mut a, &mut b, report, poster);
+    poster.finish();
+    res
+}
+
+fn loopback_connected(
+    req: &WriteBwRequest,
+    a: &mut Side,
+    b: &mut Side,
+    report: &mut WriteBwReport,
+    poster: &mut dyn Poster,
+) -> Result<(), ProbeError> {
+    let b_ep = b.endpoint();
+    let a_ep = match poster.own_source_qp(a, &b_ep)? {
+        Some(ep) => ep,
+        None => {
+            a.connect(&b_ep)?;
+            a.endpoint()
+        }
+    };
+    b.connect(&a_ep)?;
     report.threshold = Some(write_bw::threshold(
         a.facts.software_device.as_deref(),
         a.facts.line_rate.as_ref(),
     ));
     report.local = Some(a.facts.clone());
-    let b_ep = b.endpoint();
-    poster.prepare(&a)?;
-    let res = loopback_sizes(req, &mut a, &mut b, &b_ep, report, poster);
-    poster.finish();
-    res
+    poster.prepare(a)?;
+    loopback_sizes(req, a, b, &b_ep, report, poster)
 }
 
 fn loopback_sizes(

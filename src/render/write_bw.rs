@@ -249,6 +249,14 @@ pub fn gpu_write_bw_table(r: &crate::rdma::level4::GpuWriteBwReport) -> String {
         if p.validate { ", validating data" } else { "" }
     );
     let _ = writeln!(o, " Doorbell: {}", r.poster.why);
+    if !r.poster.queues_why.is_empty() {
+        let _ = writeln!(
+            o,
+            " Queues: {} ({})",
+            r.poster.queues.map(|q| q.as_str()).unwrap_or("none"),
+            r.poster.queues_why
+        );
+    }
     for n in &r.notes {
         let _ = writeln!(o, " Note: {n}");
     }
@@ -271,8 +279,9 @@ pub fn gpu_write_bw_table(r: &crate::rdma::level4::GpuWriteBwReport) -> String {
     if let Some(t) = &r.poster.posting_ns {
         let _ = writeln!(
             o,
-            " Posting per iteration ({}): median {} ns, min {}, max {} (n {})",
+            " Posting per iteration ({} handler, queues in {} memory): median {} ns, min {}, max {} (n {})",
             r.poster.handler.map(|h| h.as_str()).unwrap_or("?"),
+            r.poster.queues.map(|q| q.as_str()).unwrap_or("?"),
             t.median,
             t.min,
             t.max,

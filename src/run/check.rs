@@ -288,6 +288,7 @@ fn level4(
         iters: 64,
         writes_per_iter: 512,
         handler: NicHandler::Auto,
+        queues: crate::rdma::level4::QueuePlace::Auto,
         validate: true,
     };
     let runs = level4::run(

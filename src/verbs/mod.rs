@@ -185,6 +185,25 @@ impl Verbs {
 
     /// Open the device called `name`.
     pub fn open(self: &Arc<Self>, name: &str) -> Result<Context, VerbsError> {
+        self.open_with(name, None)
+    }
+
+    /// Open `name` through libmlx5's `mlx5dv_open_device` with MLX5DV_CONTEXT_FLAGS_DEVX, so
+    /// that DevX objects can be created on it (fails rather than falling back where the
+    /// device or kernel does not allow DevX). The caller checked `mlx5dv_open_device` exists.
+    pub fn open_devx(
+        self: &Arc<Self>,
+        name: &str,
+        dv: &mlx5dv_sys::Mlx5Dv,
+    ) -> Result<Context, VerbsError> {
+        self.open_with(name, Some(dv))
+    }
+
+    fn open_with(
+        self: &Arc<Self>,
+        name: &str,
+        devx: Option<&mlx5dv_sys::Mlx5Dv>,
+    ) -> Result<Context, VerbsError> {
         let mut n: c_int = 0;
         // SAFETY: the device pointer is used only while the list is alive; an opened context
         // stays valid after ibv_free_device_list (ibv_get_device_list(3)).
@@ -204,9 +223,24 @@ impl Verbs {
                 }
                 let dn = CStr::from_ptr(p).to_string_lossy().into_owned();
                 if dn == name {
-                    ctx = self.lib.ibv_open_device(d);
-                    if ctx.is_null() {
-                        err = Some(VerbsError::errno("ibv_open_device"));
+                    match devx {
+                        None => {
+                            ctx = self.lib.ibv_open_device(d);
+                            if ctx.is_null() {
+                                err = Some(VerbsError::errno("ibv_open_device"));
+                            }
+                        }
+                        Some(dv) => {
+                            let mut attr: mlx5dv_sys::mlx5dv_context_attr = std::mem::zeroed();
+                            attr.flags = mlx5dv_sys::MLX5DV_CONTEXT_FLAGS_DEVX;
+                            ctx = match dv.mlx5dv_open_device.as_ref() {
+                                Ok(f) => f(d, &mut attr),
+                                Err(_) => std::ptr::null_mut(),
+                            };
+                            if ctx.is_null() {
+                                err = Some(VerbsError::errno("mlx5dv_open_device(DEVX)"));
+                            }
+                        }
                     }
                     break;
                 }
@@ -311,6 +345,10 @@ impl Context {
     }
     fn ptr(&self) -> *mut sys::ibv_context {
         self.0.ctx.as_ptr()
+    }
+    /// The raw context, for libmlx5's direct verbs (alive as long as this handle).
+    pub fn as_raw(&self) -> *mut sys::ibv_context {
+        self.ptr()
     }
 
     /// verbs.h's `static inline ___ibv_query_port`, by hand: use the extended context's
@@ -511,6 +549,10 @@ pub enum DmabufProbe {
 impl Pd {
     pub fn context(&self) -> &Context {
         &self.0.ctx
+    }
+    /// The raw PD, for libmlx5's direct verbs (alive as long as this handle).
+    pub fn as_raw(&self) -> *mut sys::ibv_pd {
+        self.0.pd.as_ptr()
     }
 
     /// Register `len` bytes at `addr`, which the caller owns (host memory, or a GPU pointer

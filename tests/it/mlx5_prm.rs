@@ -104,9 +104,9 @@ fn qp_cases(rng: &mut Rng) -> Vec<QpParams> {
         uar_page: 0xff_ffff,
         log_sq_size: 15,
         umem_id: u32::MAX,
-        umem_offset: u64::MAX & !0xfff,
+        umem_offset: !0xfff,
         dbr_umem_id: u32::MAX,
-        dbr_offset: u64::MAX & !7,
+        dbr_offset: !7,
     }];
     for _ in 0..200 {
         v.push(QpParams {

@@ -610,6 +610,18 @@ fn gpu_write_bw_skips_here() {
             "nic-handler",
         ),
         (&["probe", "gpu-write-bw", "--port", "2"], "--device"),
+        (&["probe", "gpu-write-bw", "--queues", "disk"], "--queues"),
+        (
+            &[
+                "probe",
+                "gpu-write-bw",
+                "--queues",
+                "gpu",
+                "--nic-handler",
+                "cpu-proxy",
+            ],
+            "--queues gpu needs the gpu handler",
+        ),
     ] {
         let out = crate::gpudoctor().args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -629,6 +641,9 @@ fn gpu_write_bw_skips_here() {
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j[0]["schema"], "gpudoctor.gpu-write-bw/1", "{j}");
     assert_eq!(j[0]["status"]["kind"], "skipped", "{j}");
+    // Nothing was set up: no queues, the request recorded.
+    assert_eq!(j[0]["poster"]["queues_requested"], "auto", "{j}");
+    assert!(j[0]["poster"]["queues"].is_null(), "{j}");
     assert!(
         j[0]["status"]["reason"]
             .as_str()
