@@ -401,6 +401,23 @@ fn median_f(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The GPU half of the DevX path: the queue memory as level 4 lays it out, the kernel over it.
+fn queues(l: &k::Loaded, o: &Opts) -> bool {
+    match k::gpu_queues_check(l, o.writes, o.iters, o.size) {
+        Ok(lines) => {
+            for s in lines {
+                println!("queues: {s}");
+            }
+            println!("queues: ok (GPU side only: no NIC created, registered or read these queues)");
+            true
+        }
+        Err(e) => {
+            println!("queues: FAILED: {e}");
+            false
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let o = match parse() {
         Ok(o) => o,
@@ -427,8 +444,9 @@ fn main() -> ExitCode {
         "build" => build(&l),
         "emulate" => emulate(&l, &o),
         "bench" => bench(&l, &o),
+        "queues" => queues(&l, &o),
         m => {
-            eprintln!("gpudoctor-mlx5-kernel: unknown mode {m} (build, emulate, bench)");
+            eprintln!("gpudoctor-mlx5-kernel: unknown mode {m} (build, emulate, bench, queues)");
             return ExitCode::from(2);
         }
     };

@@ -77,6 +77,36 @@ pub fn cq_image(entries: u32) -> Vec<u8> {
     v
 }
 
+/// The queues' GPU memory: one allocation laid out by `placement`, zeroed, the CQ ring
+/// initialised; the GPU addresses of each part. The DevX path registers its parts as umems;
+/// `gpudoctor-mlx5-kernel queues` runs the posting kernel over it on a GPU without a NIC.
+pub struct GpuQueueMem {
+    pub buf: RdmaBuffer,
+    pub place: Placement,
+    pub sq: u64,
+    pub dbrec: u64,
+    pub cq: u64,
+    pub cq_dbrec: u64,
+}
+
+impl GpuQueueMem {
+    pub fn new(gpu: &Rc<cuda::Context>, writes: u32) -> Result<GpuQueueMem, String> {
+        let place = placement(writes, super::mlx5_kernel::page_size())?;
+        let buf = RdmaBuffer::new(gpu, place.total).map_err(|e| format!("queue memory: {e}"))?;
+        buf.upload_at(place.cq_off, &cq_image(place.cq_entries))
+            .map_err(|e| format!("queue memory: {e}"))?;
+        let base = buf.ptr;
+        Ok(GpuQueueMem {
+            sq: base + place.sq_off as u64,
+            dbrec: base + (place.dbr_off + QP_DBR_AT) as u64,
+            cq: base + place.cq_off as u64,
+            cq_dbrec: base + (place.dbr_off + CQ_DBR_AT) as u64,
+            buf,
+            place,
+        })
+    }
+}
+
 fn last_os_error(call: &str) -> String {
     format!("{call}: {}", std::io::Error::last_os_error())
 }
@@ -219,7 +249,7 @@ pub struct GpuQueues {
     _umems: Vec<Umem>,
     _doorbell_map: HostRegistration,
     _uar: Uar,
-    _buf: RdmaBuffer,
+    _mem: GpuQueueMem,
     lib: Rc<dv::Mlx5Dv>,
     pub place: Placement,
     pub qpn: u32,
@@ -257,7 +287,6 @@ impl GpuQueues {
     ) -> Result<GpuQueues, String> {
         devx_entry_points(&lib)?;
         let page = super::mlx5_kernel::page_size();
-        let place = placement(writes, page)?;
         // The PD's number.
         let mut dpd: dv::mlx5dv_pd = unsafe { std::mem::zeroed() };
         let mut o: dv::mlx5dv_obj = unsafe { std::mem::zeroed() };
@@ -315,9 +344,8 @@ impl GpuQueues {
             .ok_or("the doorbell register is outside its page")?;
 
         // GPU memory: rings and records, zeroed, the CQ initialised.
-        let buf = RdmaBuffer::new(gpu, place.total).map_err(|e| format!("queue memory: {e}"))?;
-        buf.upload_at(place.cq_off, &cq_image(place.cq_entries))
-            .map_err(|e| format!("queue memory: {e}"))?;
+        let mem = GpuQueueMem::new(gpu, writes)?;
+        let (buf, place) = (&mem.buf, mem.place);
         let mut umems = Vec::new();
         let dmabuf = match registration {
             Registration::Dmabuf => Some(
@@ -403,22 +431,21 @@ impl GpuQueues {
                 dbr_offset: QP_DBR_AT as u64,
             }),
         )?;
-        let base = buf.ptr;
         Ok(GpuQueues {
             qp,
             _cq: cq,
             _umems: umems,
             _doorbell_map: doorbell_map,
             _uar: uar,
-            _buf: buf,
             lib,
             place,
             qpn,
             cqn,
-            sq: base + place.sq_off as u64,
-            dbrec: base + (place.dbr_off + QP_DBR_AT) as u64,
-            cq: base + place.cq_off as u64,
-            cq_dbrec: base + (place.dbr_off + CQ_DBR_AT) as u64,
+            sq: mem.sq,
+            dbrec: mem.dbrec,
+            cq: mem.cq,
+            cq_dbrec: mem.cq_dbrec,
+            _mem: mem,
             doorbell,
             uar_kind,
             registration,

@@ -534,6 +534,163 @@ pub fn post_only(
     Ok(ns.to_vec())
 }
 
+/// The GPU half of level 4's DevX path, on a GPU without a NIC: the queue memory exactly as
+/// `devx::GpuQueues` lays it out (`devx::GpuQueueMem`), exported as a dma-buf as the DevX
+/// umems would be, and the posting kernel run over it with the live path's flags for GPU
+/// queues (GPU-scope fences) in post-only mode (nothing consumes the ring; the doorbell goes
+/// to a pinned host word). Then every byte is read back: the last iteration's WQEs in the SQ
+/// ring must equal the Rust builder's, the send doorbell record the producer index, the
+/// doorbell the last WQE's first 8 bytes, and the CQ ring and both other records untouched.
+/// Returns what it saw, line by line, or the first mismatch.
+pub fn gpu_queues_check(
+    l: &Loaded,
+    writes: u32,
+    iterations: u32,
+    size: u32,
+) -> Result<Vec<String>, String> {
+    use super::devx::{self, GpuQueueMem};
+    const QPN: u32 = 0x1c3;
+    let (lbase, lkey, rbase, rkey) = (
+        0x7f00_0000_0000u64,
+        0x100u32,
+        0x7f80_0000_0000u64,
+        0x2222u32,
+    );
+    let mut said = Vec::new();
+    let mem = GpuQueueMem::new(&l.ctx, writes)?;
+    let p = mem.place;
+    said.push(format!(
+        "queue memory: {} B at {:#x}: SQ {} x 64 B @+{:#x}, CQ {} x 64 B @+{:#x}, records @+{:#x} \
+         (QP +{}, CQ +{})",
+        mem.buf.bytes,
+        mem.buf.ptr,
+        p.sq_entries,
+        p.sq_off,
+        p.cq_entries,
+        p.cq_off,
+        p.dbr_off,
+        devx::QP_DBR_AT,
+        devx::CQ_DBR_AT
+    ));
+    match mem.buf.export_dmabuf() {
+        Ok(fd) => {
+            use std::os::fd::AsRawFd;
+            said.push(format!(
+                "dma-buf export of the whole allocation: fd {} (what the DevX umems register)",
+                fd.as_raw_fd()
+            ));
+        }
+        Err(e) => return Err(format!("dma-buf export of the queue memory: {e}")),
+    }
+    let bell = PinnedBuffer::new(&l.ctx, 64).map_err(|e| e.to_string())?;
+    let timing =
+        PinnedBuffer::new(&l.ctx, iterations as usize * 16 + 64).map_err(|e| e.to_string())?;
+    let t = timing.addr();
+    let a = PostArgs {
+        sq: mem.sq,
+        sq_size: p.sq_entries,
+        qpn: QPN,
+        dbrec: mem.dbrec,
+        bf: bell.addr(),
+        cq: mem.cq,
+        cq_size: p.cq_entries,
+        cq_dbrec: mem.cq_dbrec,
+        lbase,
+        lkey,
+        rbase,
+        rkey,
+        size,
+        iterations,
+        timeout_ns: 0,
+        post_ns: t + 64,
+        post_cycles: t + 64 + iterations as u64 * 8,
+        result: t,
+        flags: FLAG_POST_ONLY | Fence::LeaderGpuScope.flag(),
+        pi0: 0,
+        ci0: 0,
+        done_ns: 0,
+    };
+    // SAFETY: the queue memory holds the rings and records at these addresses, `bell` the
+    // doorbell word, `timing` the result and 2 x iterations u64s; all alive past the call.
+    unsafe { run_post(l, &a, writes) }.map_err(|e| format!("the posting kernel: {e}"))?;
+    // SAFETY: iterations u64s written by the finished kernel.
+    let mut ns = unsafe {
+        std::slice::from_raw_parts(
+            (timing.ptr as *const u8).add(64) as *const u64,
+            iterations as usize,
+        )
+    }
+    .to_vec();
+    ns.sort_unstable();
+    said.push(format!(
+        "posted {iterations} iterations x {writes} WQEs (GPU-scope fences, post only): median {} ns",
+        ns.get(ns.len() / 2).copied().unwrap_or(0)
+    ));
+    let mut got = vec![0u8; mem.buf.bytes];
+    mem.buf.download(&mut got).map_err(|e| e.to_string())?;
+    let total = iterations.wrapping_mul(writes);
+    let last = BuildCase {
+        sq_size: p.sq_entries,
+        qpn: QPN,
+        first: total.wrapping_sub(writes) as u16,
+        n: writes,
+        lbase,
+        lkey,
+        rbase,
+        rkey,
+        size,
+    };
+    let mut want = last.expected_ring();
+    // Slots no WQE of the last iteration reached keep the previous ones or zeros: compare
+    // only the written ones (all of them when writes fills the ring).
+    for slot in 0..p.sq_entries as usize {
+        let r = slot * mlx5::WQEBB_BYTES..(slot + 1) * mlx5::WQEBB_BYTES;
+        if want[r.clone()].iter().all(|&b| b == FILL) {
+            want[r.clone()].copy_from_slice(&got[p.sq_off + r.start..p.sq_off + r.end]);
+        }
+    }
+    if let Some(d) = first_difference(&got[p.sq_off..p.sq_off + want.len()], &want) {
+        return Err(format!("the SQ ring in GPU memory: {d}"));
+    }
+    said.push(format!(
+        "SQ ring: the last iteration's {writes} WQEs (counters {}..) identical to the Rust builder's",
+        last.first
+    ));
+    let rec = &got[p.dbr_off..p.dbr_off + 8];
+    let want_rec = [0, 0, 0, 0]
+        .into_iter()
+        .chain((total & 0xffff).to_be_bytes())
+        .collect::<Vec<u8>>();
+    if rec != want_rec.as_slice() {
+        return Err(format!(
+            "QP doorbell record {rec:02x?}, expected {want_rec:02x?}"
+        ));
+    }
+    said.push(format!(
+        "QP doorbell record: send counter {} (big-endian), receive 0",
+        total & 0xffff
+    ));
+    let bell_word = unsafe { std::slice::from_raw_parts(bell.ptr as *const u8, 8) }.to_vec();
+    let last_wqe = last.write(writes - 1).wqe();
+    if bell_word != last_wqe[..8] {
+        return Err(format!(
+            "doorbell {bell_word:02x?}, expected the last WQE's control bytes {:02x?}",
+            &last_wqe[..8]
+        ));
+    }
+    said.push("doorbell: the last WQE's first 8 bytes".into());
+    let cq = &got[p.cq_off..p.cq_off + p.cq_entries as usize * mlx5::CQE_BYTES];
+    if cq != devx::cq_image(p.cq_entries).as_slice() {
+        return Err("the CQ ring changed (post-only must not touch it)".into());
+    }
+    let cq_rec = &got[p.dbr_off + devx::CQ_DBR_AT..p.dbr_off + devx::CQ_DBR_AT + 8];
+    if cq_rec.iter().any(|&b| b != 0) {
+        return Err(format!("the CQ doorbell record changed: {cq_rec:02x?}"));
+    }
+    said.push("CQ ring (op_own 0xf1 in every CQE) and CQ record untouched".into());
+    Ok(said)
+}
+
 /// Run `gpudoctor_mlx5_post` against the NIC stand-in. The queues are page-aligned process
 /// memory registered for the GPU with cuMemHostRegister (`HostMap`, as the live path maps
 /// libmlx5's), the doorbell register and both data buffers pinned host memory.
