@@ -252,7 +252,7 @@ pub struct GpuWriteBwArgs {
     /// Iterations (kernel launches) per message size.
     #[arg(long, short = 'n', default_value_t = 2048, value_name = "N")]
     pub iters: u32,
-    /// RDMA writes one kernel launch posts (a power of two, at most 4096).
+    /// RDMA writes one kernel launch posts (a power of two, at most 1024: one thread each, one block).
     #[arg(long, default_value_t = 512, value_name = "N")]
     pub writes_per_iter: u32,
     /// Who rings the doorbell: the GPU (BlueFlame register mapped with

@@ -81,9 +81,9 @@ pub struct GpuWriteRequest {
 }
 
 pub const DEFAULT_SIZES: &[u64] = &[64, 256, 1024, 4096];
-/// One WQEBB per write and one kernel launch posting writes_per_iter WQEs: the SQ the engine
-/// creates must hold them, so the count is bounded by the largest SQ we ask for.
-pub const MAX_WRITES_PER_ITER: u32 = 4096;
+/// One CUDA thread builds each write and one block of threads posts an iteration (its
+/// barrier orders the WQEs before the doorbell): a block has at most 1024 threads.
+pub const MAX_WRITES_PER_ITER: u32 = 1024;
 
 /// Argument checks (exit 2 on failure, in config).
 pub fn validate(req: &GpuWriteRequest) -> Result<(), String> {
@@ -110,8 +110,8 @@ pub fn validate(req: &GpuWriteRequest) -> Result<(), String> {
         || !req.writes_per_iter.is_power_of_two()
     {
         return Err(format!(
-            "--writes-per-iter: a power of two from 1 to {MAX_WRITES_PER_ITER} (one kernel \
-             launch fills that many SQ slots), not {}",
+            "--writes-per-iter: a power of two from 1 to {MAX_WRITES_PER_ITER} (one CUDA thread \
+             per write, one block per launch), not {}",
             req.writes_per_iter
         ));
     }
@@ -790,6 +790,15 @@ mod tests {
         ] {
             assert_eq!(parse_mac(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn writes_per_iteration_fit_one_thread_block() {
+        let mut r = req();
+        r.writes_per_iter = 1024;
+        assert!(validate(&r).is_ok());
+        r.writes_per_iter = 2048;
+        assert!(validate(&r).unwrap_err().contains("from 1 to 1024"));
     }
 
     #[test]

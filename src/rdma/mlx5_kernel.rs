@@ -550,6 +550,9 @@ pub fn gpu_queues_check(
 ) -> Result<Vec<String>, String> {
     use super::devx::{self, GpuQueueMem};
     const QPN: u32 = 0x1c3;
+    // A live QP's counter carries on from earlier launches: start off zero, so that the
+    // doorbell record's final value cannot be the memory's initial zeros.
+    const PI0: u32 = 0x1234;
     let (lbase, lkey, rbase, rkey) = (
         0x7f00_0000_0000u64,
         0x100u32,
@@ -606,7 +609,7 @@ pub fn gpu_queues_check(
         post_cycles: t + 64 + iterations as u64 * 8,
         result: t,
         flags: FLAG_POST_ONLY | Fence::LeaderGpuScope.flag(),
-        pi0: 0,
+        pi0: PI0,
         ci0: 0,
         done_ns: 0,
     };
@@ -628,7 +631,7 @@ pub fn gpu_queues_check(
     ));
     let mut got = vec![0u8; mem.buf.bytes];
     mem.buf.download(&mut got).map_err(|e| e.to_string())?;
-    let total = iterations.wrapping_mul(writes);
+    let total = PI0.wrapping_add(iterations.wrapping_mul(writes));
     let last = BuildCase {
         sq_size: p.sq_entries,
         qpn: QPN,
