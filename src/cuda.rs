@@ -901,12 +901,7 @@ impl RdmaBuffer {
 
     /// Copy `src` to the start of the buffer.
     pub fn upload(&self, src: &[u8]) -> Result<(), CudaError> {
-        self.ctx.make_current()?;
-        let n = src.len().min(self.bytes);
-        // SAFETY: `src` holds n readable bytes; the device range holds n bytes.
-        check("cuMemcpyHtoD", unsafe {
-            cu::cuMemcpyHtoD_v2(self.ptr, src.as_ptr() as *const c_void, n)
-        })
+        self.upload_at(0, &src[..src.len().min(self.bytes)])
     }
 
     /// Copy `src` to byte `off` of the buffer (an error where it does not fit).

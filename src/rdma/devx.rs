@@ -249,16 +249,11 @@ pub struct GpuQueues {
     _umems: Vec<Umem>,
     _doorbell_map: HostRegistration,
     _uar: Uar,
-    _mem: GpuQueueMem,
+    /// The rings and records: their layout and GPU addresses.
+    pub mem: GpuQueueMem,
     lib: Rc<dv::Mlx5Dv>,
-    pub place: Placement,
     pub qpn: u32,
     pub cqn: u32,
-    /// GPU addresses of the SQ ring, the QP doorbell record, the CQ ring and its record.
-    pub sq: u64,
-    pub dbrec: u64,
-    pub cq: u64,
-    pub cq_dbrec: u64,
     /// The GPU's address of the doorbell register.
     pub doorbell: u64,
     /// "non-cached" or "BlueFlame": the UAR type libmlx5 gave.
@@ -438,14 +433,9 @@ impl GpuQueues {
             _doorbell_map: doorbell_map,
             _uar: uar,
             lib,
-            place,
             qpn,
             cqn,
-            sq: mem.sq,
-            dbrec: mem.dbrec,
-            cq: mem.cq,
-            cq_dbrec: mem.cq_dbrec,
-            _mem: mem,
+            mem,
             doorbell,
             uar_kind,
             registration,
@@ -470,8 +460,8 @@ impl GpuQueues {
              records; umems via {}), {} doorbell page mapped for the GPU; GPU-scope fences",
             self.qpn,
             self.cqn,
-            self.place.sq_entries,
-            self.place.cq_entries,
+            self.mem.place.sq_entries,
+            self.mem.place.cq_entries,
             self.registration.as_str(),
             self.uar_kind
         )

@@ -187,26 +187,10 @@ pub fn load() -> Result<Arc<Verbs>, ProbeError> {
 }
 
 /// Open `device`/`port`, check the port, choose the addressing, and create `qps` QPs and a
-/// buffer of `buf_len` bytes in `memory`.
+/// buffer of `buf_len` bytes in `memory`; the context opened for DevX through libmlx5 when
+/// `devx` is given (level 4's queues in GPU memory).
 #[allow(clippy::too_many_arguments)]
 pub fn open_side(
-    verbs: &Arc<Verbs>,
-    sr: &SysRoot,
-    device: &str,
-    port: u8,
-    gid_index: Option<u32>,
-    plan: &Plan,
-    buf_len: u64,
-    memory: &Memory,
-) -> Result<Side, ProbeError> {
-    open_side_with(
-        verbs, sr, device, port, gid_index, plan, buf_len, memory, None,
-    )
-}
-
-/// `open_side`, with the context opened for DevX through libmlx5 when `devx` is given.
-#[allow(clippy::too_many_arguments)]
-pub fn open_side_with(
     verbs: &Arc<Verbs>,
     sr: &SysRoot,
     device: &str,

@@ -478,7 +478,6 @@ pub fn post_only(
         SqPlace::Host => None,
     };
     let misc = PageBuf::new(4096);
-    let timing = PinnedBuffer::new(&l.ctx, iterations as usize * 16 + 64)?;
     let ranges = [
         (host_sq.ptr() as *const u8, host_sq.len()),
         (misc.ptr() as *const u8, misc.len()),
@@ -496,20 +495,70 @@ pub fn post_only(
         Some(d) => (d.ptr, d.ptr + sq_bytes as u64),
         None => (dev(host_sq.ptr())?, misc_dev),
     };
-    let t = timing.addr();
-    let a = PostArgs {
+    let q = PostQueues {
         sq,
         sq_size,
-        qpn: 0x1c3,
         dbrec,
         bf: misc_dev + 16,
         cq: 0,
         cq_size: 1,
         cq_dbrec: misc_dev + 8,
-        lbase: 0x7f00_0000_0000,
-        lkey: 1,
-        rbase: 0x7f80_0000_0000,
-        rkey: 2,
+    };
+    // SAFETY: sq (host or device) holds sq_size WQEBBs, misc the records and the doorbell;
+    // all alive past the call.
+    unsafe { post_over(l, &q, fence, writes, iterations, size, 0) }
+}
+
+/// The addresses `post_over` posts through (GPU addresses).
+#[derive(Debug, Clone, Copy)]
+pub struct PostQueues {
+    pub sq: u64,
+    pub sq_size: u32,
+    pub dbrec: u64,
+    pub bf: u64,
+    pub cq: u64,
+    pub cq_size: u32,
+    pub cq_dbrec: u64,
+}
+
+/// The writes `post_over` builds: WQE i of an iteration writes `size` bytes from
+/// POST_LBASE + i*size (POST_LKEY) to POST_RBASE + i*size (POST_RKEY) on QP POST_QPN.
+pub const POST_QPN: u32 = 0x1c3;
+pub const POST_LBASE: u64 = 0x7f00_0000_0000;
+pub const POST_LKEY: u32 = 1;
+pub const POST_RBASE: u64 = 0x7f80_0000_0000;
+pub const POST_RKEY: u32 = 2;
+
+/// Run the posting kernel in post-only mode (FLAG_POST_ONLY: no completion wait) over `q`,
+/// the WQE counter starting at `pi0`; the per-iteration posting times (ns).
+///
+/// # Safety
+/// `q`'s addresses must be GPU-visible memory of the sizes the kernel uses (the SQ of
+/// `sq_size` WQEBBs, 8 bytes of record, an 8-byte doorbell word), alive until this returns.
+pub unsafe fn post_over(
+    l: &Loaded,
+    q: &PostQueues,
+    fence: Fence,
+    writes: u32,
+    iterations: u32,
+    size: u32,
+    pi0: u32,
+) -> Result<Vec<u64>, CudaError> {
+    let timing = PinnedBuffer::new(&l.ctx, iterations as usize * 16 + 64)?;
+    let t = timing.addr();
+    let a = PostArgs {
+        sq: q.sq,
+        sq_size: q.sq_size,
+        qpn: POST_QPN,
+        dbrec: q.dbrec,
+        bf: q.bf,
+        cq: q.cq,
+        cq_size: q.cq_size,
+        cq_dbrec: q.cq_dbrec,
+        lbase: POST_LBASE,
+        lkey: POST_LKEY,
+        rbase: POST_RBASE,
+        rkey: POST_RKEY,
         size,
         iterations,
         timeout_ns: 0,
@@ -517,12 +566,12 @@ pub fn post_only(
         post_cycles: t + 64 + iterations as u64 * 8,
         result: t,
         flags: FLAG_POST_ONLY | fence.flag(),
-        pi0: 0,
+        pi0,
         ci0: 0,
         done_ns: 0,
     };
-    // SAFETY: sq (host or device) holds sq_size WQEBBs, misc the records and the doorbell,
-    // timing the result and 2 x iterations u64s; all alive past the call.
+    // SAFETY: the caller's contract for the queues; timing holds the result and 2 x
+    // iterations u64s, alive past the call.
     unsafe { run_post(l, &a, writes)? };
     // SAFETY: iterations u64s written by the finished kernel.
     let ns = unsafe {
@@ -549,16 +598,9 @@ pub fn gpu_queues_check(
     size: u32,
 ) -> Result<Vec<String>, String> {
     use super::devx::{self, GpuQueueMem};
-    const QPN: u32 = 0x1c3;
     // A live QP's counter carries on from earlier launches: start off zero, so that the
     // doorbell record's final value cannot be the memory's initial zeros.
     const PI0: u32 = 0x1234;
-    let (lbase, lkey, rbase, rkey) = (
-        0x7f00_0000_0000u64,
-        0x100u32,
-        0x7f80_0000_0000u64,
-        0x2222u32,
-    );
     let mut said = Vec::new();
     let mem = GpuQueueMem::new(&l.ctx, writes)?;
     let p = mem.place;
@@ -586,44 +628,19 @@ pub fn gpu_queues_check(
         Err(e) => return Err(format!("dma-buf export of the queue memory: {e}")),
     }
     let bell = PinnedBuffer::new(&l.ctx, 64).map_err(|e| e.to_string())?;
-    let timing =
-        PinnedBuffer::new(&l.ctx, iterations as usize * 16 + 64).map_err(|e| e.to_string())?;
-    let t = timing.addr();
-    let a = PostArgs {
+    let q = PostQueues {
         sq: mem.sq,
         sq_size: p.sq_entries,
-        qpn: QPN,
         dbrec: mem.dbrec,
         bf: bell.addr(),
         cq: mem.cq,
         cq_size: p.cq_entries,
         cq_dbrec: mem.cq_dbrec,
-        lbase,
-        lkey,
-        rbase,
-        rkey,
-        size,
-        iterations,
-        timeout_ns: 0,
-        post_ns: t + 64,
-        post_cycles: t + 64 + iterations as u64 * 8,
-        result: t,
-        flags: FLAG_POST_ONLY | Fence::LeaderGpuScope.flag(),
-        pi0: PI0,
-        ci0: 0,
-        done_ns: 0,
     };
     // SAFETY: the queue memory holds the rings and records at these addresses, `bell` the
-    // doorbell word, `timing` the result and 2 x iterations u64s; all alive past the call.
-    unsafe { run_post(l, &a, writes) }.map_err(|e| format!("the posting kernel: {e}"))?;
-    // SAFETY: iterations u64s written by the finished kernel.
-    let mut ns = unsafe {
-        std::slice::from_raw_parts(
-            (timing.ptr as *const u8).add(64) as *const u64,
-            iterations as usize,
-        )
-    }
-    .to_vec();
+    // doorbell word; all alive past the call.
+    let mut ns = unsafe { post_over(l, &q, Fence::LeaderGpuScope, writes, iterations, size, PI0) }
+        .map_err(|e| format!("the posting kernel: {e}"))?;
     ns.sort_unstable();
     said.push(format!(
         "posted {iterations} iterations x {writes} WQEs (GPU-scope fences, post only): median {} ns",
@@ -634,13 +651,13 @@ pub fn gpu_queues_check(
     let total = PI0.wrapping_add(iterations.wrapping_mul(writes));
     let last = BuildCase {
         sq_size: p.sq_entries,
-        qpn: QPN,
+        qpn: POST_QPN,
         first: total.wrapping_sub(writes) as u16,
         n: writes,
-        lbase,
-        lkey,
-        rbase,
-        rkey,
+        lbase: POST_LBASE,
+        lkey: POST_LKEY,
+        rbase: POST_RBASE,
+        rkey: POST_RKEY,
         size,
     };
     let mut want = last.expected_ring();

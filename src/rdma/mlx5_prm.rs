@@ -207,18 +207,23 @@ pub struct CqParams {
     pub dbr_offset: u64,
 }
 
+/// A buffer inside a DevX umem, named by one command's (valid bit, umem id, offset) fields.
+fn set_umem(c: &mut Cmd, [valid, id, offset]: [Field; 3], umem_id: u32, at: u64) {
+    c.set(valid, 1);
+    c.set(id, u64::from(umem_id));
+    c.set(offset, at);
+}
+
 pub fn create_cq_in(p: &CqParams) -> Cmd {
     let mut c = Cmd::with_opcode(CREATE_CQ);
     c.set(cq::CQE_SZ, 0); // 64-byte CQEs
     c.set(cq::LOG_CQ_SIZE, u64::from(p.log_size));
     c.set(cq::UAR_PAGE, u64::from(p.uar_page));
     c.set(cq::C_EQN, u64::from(p.eqn));
-    c.set(cq::DBR_UMEM_VALID, 1);
-    c.set(cq::DBR_UMEM_ID, u64::from(p.dbr_umem_id));
-    c.set(cq::DBR_ADDR, p.dbr_offset);
-    c.set(cq::UMEM_VALID, 1);
-    c.set(cq::UMEM_ID, u64::from(p.umem_id));
-    c.set(cq::UMEM_OFFSET, p.umem_offset);
+    let dbr = [cq::DBR_UMEM_VALID, cq::DBR_UMEM_ID, cq::DBR_ADDR];
+    set_umem(&mut c, dbr, p.dbr_umem_id, p.dbr_offset);
+    let ring = [cq::UMEM_VALID, cq::UMEM_ID, cq::UMEM_OFFSET];
+    set_umem(&mut c, ring, p.umem_id, p.umem_offset);
     c
 }
 
@@ -249,12 +254,10 @@ pub fn create_qp_in(p: &QpParams) -> Cmd {
     c.set(qp::RQ_TYPE, u64::from(QPC_RQ_TYPE_ZERO_SIZE));
     c.set(qp::CQN_SND, u64::from(p.cqn));
     c.set(qp::CQN_RCV, u64::from(p.cqn));
-    c.set(qp::DBR_UMEM_VALID, 1);
-    c.set(qp::DBR_UMEM_ID, u64::from(p.dbr_umem_id));
-    c.set(qp::DBR_ADDR, p.dbr_offset);
-    c.set(qp::WQ_UMEM_VALID, 1);
-    c.set(qp::WQ_UMEM_ID, u64::from(p.umem_id));
-    c.set(qp::WQ_UMEM_OFFSET, p.umem_offset);
+    let dbr = [qp::DBR_UMEM_VALID, qp::DBR_UMEM_ID, qp::DBR_ADDR];
+    set_umem(&mut c, dbr, p.dbr_umem_id, p.dbr_offset);
+    let ring = [qp::WQ_UMEM_VALID, qp::WQ_UMEM_ID, qp::WQ_UMEM_OFFSET];
+    set_umem(&mut c, ring, p.umem_id, p.umem_offset);
     c
 }
 

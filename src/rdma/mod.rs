@@ -264,13 +264,15 @@ fn measure_one(
     ))
 }
 
-/// This request's side: its device, port and GID choice, a buffer of `len` bytes in `memory`.
+/// This request's side: its device, port and GID choice, a buffer of `len` bytes in `memory`
+/// (the context opened for DevX when `devx` is given).
 fn open_side(
     verbs: &std::sync::Arc<crate::verbs::Verbs>,
     sr: &SysRoot,
     req: &WriteBwRequest,
     memory: &Memory,
     len: u64,
+    devx: Option<&crate::verbs::mlx5dv_sys::Mlx5Dv>,
 ) -> Result<engine::Side, ProbeError> {
     engine::open_side(
         verbs,
@@ -281,6 +283,7 @@ fn open_side(
         &req.plan,
         len,
         memory,
+        devx,
     )
 }
 
@@ -300,28 +303,18 @@ fn loopback(
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
     let len = poster.buffer_len(req.plan.max_size());
-    let devx_open = poster.source_devx().map(|dv| {
-        engine::open_side_with(
-            &verbs,
-            sr,
-            &req.device,
-            req.port,
-            req.gid_index,
-            &req.plan,
-            len,
-            &mem.source,
-            Some(dv),
-        )
-    });
+    let devx_open = poster
+        .source_devx()
+        .map(|dv| open_side(&verbs, sr, req, &mem.source, len, Some(dv)));
     let mut a = match devx_open {
         Some(Ok(side)) => side,
         Some(Err(e)) => {
             poster.devx_refused(e.to_string());
-            open_side(&verbs, sr, req, &mem.source, len)?
+            open_side(&verbs, sr, req, &mem.source, len, None)?
         }
-        None => open_side(&verbs, sr, req, &mem.source, len)?,
+        None => open_side(&verbs, sr, req, &mem.source, len, None)?,
     };
-    let mut b = open_side(&verbs, sr, req, &mem.target, len)?;
+    let mut b = open_side(&verbs, sr, req, &mem.target, len, None)?;
     report.memory = Some(write_bw::MemorySides {
         source: Some(a.memory().clone()),
         target: Some(b.memory().clone()),
@@ -394,7 +387,7 @@ fn client(
 ) -> Result<(), ProbeError> {
     let verbs = engine::load()?;
     let max = req.plan.max_size();
-    let mut side = open_side(&verbs, sr, req, &mem.source, max)?;
+    let mut side = open_side(&verbs, sr, req, &mem.source, max, None)?;
     report.memory = Some(write_bw::MemorySides {
         source: Some(side.memory().clone()),
         target: None,
@@ -496,6 +489,7 @@ fn serve(
         &req.plan,
         1,
         &Memory::Host,
+        None,
     )?;
     report.local = Some(probe.facts.clone());
     drop(probe);
@@ -539,6 +533,7 @@ fn serve(
         &plan,
         max_size,
         &mem.target,
+        None,
     )?;
     report.memory = Some(write_bw::MemorySides {
         source: None,

@@ -9,10 +9,10 @@ use gpudoctor::rdma::mlx5::{self, CqeFields, CqePoll, RdmaWrite};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-/// xorshift64*: deterministic cases, no dependency.
-struct Rng(u64);
+/// xorshift64*: deterministic cases, no dependency (mlx5_prm.rs's cases too).
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -21,9 +21,13 @@ impl Rng {
     fn pick<T: Copy>(&mut self, v: &[T]) -> T {
         v[(self.next() % v.len() as u64) as usize]
     }
+    /// The top `n` bits (1..=32) of the next value.
+    pub(crate) fn bits(&mut self, n: u32) -> u32 {
+        (self.next() >> (64 - n)) as u32
+    }
 }
 
-fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

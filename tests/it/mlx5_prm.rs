@@ -5,27 +5,11 @@
 //! exactly. Skips (with a message) where the reference cannot load, unless
 //! GPUDOCTOR_REQUIRE_PRM_REFERENCE=1 (scripts/test installs both packages).
 
+use crate::mlx5::{Rng, hex};
 use crate::repo;
 use gpudoctor::rdma::mlx5_prm::{self as prm, Cmd, Connect, CqParams, QpParams, Route};
 use std::io::Write;
 use std::process::{Command, Stdio};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn bits(&mut self, n: u32) -> u32 {
-        (self.next() >> (64 - n)) as u32
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 /// Debian's interpreter (python3-scapy installs for it), else whatever python3 is first.
 fn python() -> &'static str {
