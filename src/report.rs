@@ -129,8 +129,12 @@ pub struct CheckReport {
     /// NVML's; null without a driver.
     pub driver_version: Option<String>,
     pub level: u8,
-    /// Worst of pass/warn/fail over all checks (skips do not count).
+    /// The node's verdict: what the exit code, the text's `Result:` line, JUnit and
+    /// Prometheus say. The worst of pass/warn/fail over all checks (skips do not count; `skip`
+    /// when nothing could be judged), then the gate (`--strict`, `--fail-on-skip`) applied.
     pub status: crate::checks::Status,
+    /// How the gate decided `status`.
+    pub gate: Gate,
     pub summary: Summary,
     pub checks: Vec<crate::checks::Finding>,
     pub nvml: NvmlSummary,
@@ -138,7 +142,84 @@ pub struct CheckReport {
     pub unread: Vec<Note>,
 }
 
+/// The one gate: how `--strict` and `--fail-on-skip` turn the findings' worst status into the
+/// node's verdict. Computed once (`Gate::decide`); every output reads `CheckReport::status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gate {
+    pub strict: bool,
+    pub fail_on_skip: bool,
+    /// The worst status over the findings, before the gate.
+    pub findings_status: crate::checks::Status,
+    /// Why the gate made the verdict worse than `findings_status`; empty when it did not.
+    pub reasons: Vec<String>,
+}
+
+impl Gate {
+    /// The verdict for findings whose worst status is `worst`, under these flags.
+    pub fn decide(
+        worst: crate::checks::Status,
+        summary: &Summary,
+        strict: bool,
+        fail_on_skip: bool,
+    ) -> (crate::checks::Status, Gate) {
+        use crate::checks::Status;
+        let mut reasons = Vec::new();
+        if strict && worst == Status::Warn {
+            reasons.push(format!(
+                "{} warning{} (--strict)",
+                summary.warn,
+                if summary.warn == 1 { "" } else { "s" }
+            ));
+        }
+        if fail_on_skip {
+            if summary.unjudged > 0 {
+                reasons.push(format!(
+                    "{} could not be judged (--fail-on-skip)",
+                    summary.unjudged
+                ));
+            } else if worst == Status::Skip {
+                reasons.push("nothing could be judged (--fail-on-skip)".to_string());
+            }
+        }
+        let status = if reasons.is_empty() || worst == Status::Fail {
+            worst
+        } else {
+            Status::Fail
+        };
+        if status == worst {
+            reasons.clear();
+        }
+        (
+            status,
+            Gate {
+                strict,
+                fail_on_skip,
+                findings_status: worst,
+                reasons,
+            },
+        )
+    }
+
+    /// True when the gate, not a failing check, made the verdict a failure.
+    pub fn decided(&self) -> bool {
+        !self.reasons.is_empty()
+    }
+}
+
 impl CheckReport {
+    /// Apply the gate flags: `status` becomes the verdict under them, `gate` says why.
+    pub fn gated(mut self, strict: bool, fail_on_skip: bool) -> Self {
+        let (status, gate) = Gate::decide(
+            self.gate.findings_status,
+            &self.summary,
+            strict,
+            fail_on_skip,
+        );
+        self.status = status;
+        self.gate = gate;
+        self
+    }
+
     /// Name the node and the time its facts were read.
     pub fn at(mut self, hostname: Option<String>, time: Option<String>) -> Self {
         self.hostname = hostname;
@@ -171,6 +252,8 @@ impl CheckReport {
             }
         }
         let nvml = NvmlSummary::of(&inv.nvml);
+        let worst = crate::checks::overall(&checks);
+        let (_, gate) = Gate::decide(worst, &summary, false, false);
         let driver_version = inv
             .host
             .nvidia_version_line
@@ -185,11 +268,51 @@ impl CheckReport {
             time: None,
             driver_version,
             level,
-            status: crate::checks::overall(&checks),
+            status: worst,
+            gate,
             summary,
             checks,
             nvml,
             unread: inv.notes.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::Status;
+
+    /// The gate, table-driven: (worst, warn, unjudged, strict, fail_on_skip) -> verdict, and
+    /// whether the gate decided it.
+    #[test]
+    fn gate_table() {
+        let cases = [
+            (Status::Pass, 0, 0, false, false, Status::Pass, false),
+            (Status::Pass, 0, 3, false, true, Status::Fail, true),
+            (Status::Pass, 0, 3, false, false, Status::Pass, false),
+            (Status::Warn, 2, 0, false, false, Status::Warn, false),
+            (Status::Warn, 2, 0, true, false, Status::Fail, true),
+            (Status::Warn, 2, 1, true, true, Status::Fail, true),
+            (Status::Fail, 0, 5, true, true, Status::Fail, false),
+            (Status::Skip, 0, 0, false, true, Status::Fail, true),
+            (Status::Skip, 0, 0, false, false, Status::Skip, false),
+            (Status::Skip, 0, 0, true, false, Status::Skip, false),
+        ];
+        for (worst, warn, unjudged, strict, fos, want, decided) in cases {
+            let s = Summary {
+                warn,
+                unjudged,
+                ..Summary::default()
+            };
+            let (got, gate) = Gate::decide(worst, &s, strict, fos);
+            let case = (worst, warn, unjudged, strict, fos);
+            assert_eq!(got, want, "{case:?}");
+            assert_eq!(gate.decided(), decided, "{case:?}: {:?}", gate.reasons);
+            assert_eq!(gate.findings_status, worst);
+            // The gate only ever makes a verdict worse, and never turns anything into a pass.
+            assert!(got >= worst || worst == Status::Skip, "{case:?}");
+            assert!(got != Status::Pass || worst == Status::Pass, "{case:?}");
         }
     }
 }

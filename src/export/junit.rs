@@ -29,22 +29,34 @@ pub fn xml_escape(v: &str) -> String {
     s
 }
 
-pub fn check(r: &CheckReport, strict: bool) -> String {
+/// The report as JUnit XML. The gate (`CheckReport::gate`) is the one source of what fails:
+/// under `--strict` a warning is a `<failure>`, and when the gate itself decided the verdict
+/// (`--fail-on-skip` with findings that could not be judged) a `gpudoctor.gate` test case
+/// fails with its reasons, so a CI reading the XML sees the exit code's verdict.
+pub fn check(r: &CheckReport) -> String {
+    let strict = r.gate.strict;
     let failing = |s: Status| s == Status::Fail || (strict && s == Status::Warn);
-    let failures = r.checks.iter().filter(|f| failing(f.status)).count();
+    let gate_fails = r.gate.decided() && !r.checks.iter().any(|f| failing(f.status));
+    let failures = r.checks.iter().filter(|f| failing(f.status)).count() + usize::from(gate_fails);
     let skipped = r.checks.iter().filter(|f| f.status == Status::Skip).count();
+    let tests = r.checks.len() + usize::from(gate_fails);
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         out,
-        "<testsuites name=\"gpudoctor\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">",
-        r.checks.len()
+        "<testsuites name=\"gpudoctor\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">",
     );
     let _ = writeln!(
         out,
-        "  <testsuite name=\"gpudoctor check ({})\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">",
+        "  <testsuite name=\"gpudoctor check ({})\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">",
         xml_escape(&r.source.describe()),
-        r.checks.len()
     );
+    if gate_fails {
+        let _ = writeln!(
+            out,
+            "    <testcase classname=\"gpudoctor.gate\" name=\"host\">\n      <failure type=\"gate\" message=\"{}\"/>\n    </testcase>",
+            xml_escape(&r.gate.reasons.join("; "))
+        );
+    }
     for f in &r.checks {
         let _ = write!(
             out,

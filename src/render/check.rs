@@ -275,9 +275,15 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
     } else {
         String::new()
     };
+    // The gate's reasons when it, not a failing check, decided the verdict.
+    let gate = if r.gate.decided() {
+        format!(" (gate): {};", r.gate.reasons.join("; "))
+    } else {
+        ":".to_string()
+    };
     let _ = writeln!(
         out,
-        "Result: {}: {} pass, {} warn, {} fail, {} skip ({} findings{unjudged}).",
+        "Result: {}{gate} {} pass, {} warn, {} fail, {} skip ({} findings{unjudged}).",
         paint(&verdict, r.status, st.color),
         s.pass,
         s.warn,

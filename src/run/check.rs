@@ -86,7 +86,8 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
     opts.overrides.apply(&mut findings);
     Ok(
         CheckReport::new(source.info.clone(), opts.level, &inv, findings)
-            .at(source.hostname.clone(), source.time.clone()),
+            .at(source.hostname.clone(), source.time.clone())
+            .gated(opts.strict, opts.fail_on_skip),
     )
 }
 
@@ -359,12 +360,11 @@ pub(super) fn level1_reports(
 
 /// Exit code for a check report: 1 when a check failed (or warned, with --strict; or, with
 /// --fail-on-skip, something that should have been judged was not, or nothing was judged).
-pub fn check_exit_code(r: &CheckReport, strict: bool, fail_on_skip: bool) -> i32 {
+/// The exit code of a `check`: the gate has already decided (`CheckReport::gated`), so the
+/// code is the verdict's and nothing else.
+pub fn check_exit_code(r: &CheckReport) -> i32 {
     match r.status {
         Status::Fail => EXIT_FAILED_CHECK,
-        Status::Warn if strict => EXIT_FAILED_CHECK,
-        Status::Skip if fail_on_skip => EXIT_FAILED_CHECK,
-        _ if fail_on_skip && r.summary.unjudged > 0 => EXIT_FAILED_CHECK,
         _ => EXIT_OK,
     }
 }

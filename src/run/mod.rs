@@ -128,9 +128,9 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                         },
                     ),
                     OutputFormat::Prometheus => crate::export::prometheus::check(&r),
-                    OutputFormat::Junit => crate::export::junit::check(&r, opts.strict),
+                    OutputFormat::Junit => crate::export::junit::check(&r),
                 },
-                check_exit_code(&r, opts.strict, opts.fail_on_skip),
+                check_exit_code(&r),
             )),
             Err(e) => match e.downcast::<check::Hung>() {
                 Ok(h) => Ok(Outcome {

@@ -359,3 +359,74 @@ fn skipped_by_request_is_one_line_and_not_unjudged() {
     assert!(last.ends_with("(289 findings)."), "{last}");
     assert!(!text.contains("could not be judged"), "{text}");
 }
+
+/// One gate: when `--strict` or `--fail-on-skip` decides the exit code, the text's last line,
+/// the JSON's `status` and `gate`, JUnit and Prometheus all say the same verdict (a pipeline
+/// reading any of them sees what the exit code says), and without the flags nothing changes.
+#[test]
+fn gate_verdict_is_the_same_in_every_output() {
+    let run = |src: &[&str], extra: &[&str]| {
+        let out = gpudoctor()
+            .arg("check")
+            .args(src)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8(out.stdout).unwrap(),
+        )
+    };
+    let nonroot = [
+        "--bundle",
+        "fixtures/variants/pcie-2socket-roce--nonroot/bundle.tar.gz",
+    ];
+    for (flags, code, status, reason) in [
+        (&[][..], 0, "warn", None),
+        (
+            &["--fail-on-skip"][..],
+            1,
+            "fail",
+            Some("could not be judged (--fail-on-skip)"),
+        ),
+        (&["--strict"][..], 1, "fail", Some("(--strict)")),
+    ] {
+        let (c, text) = run(&nonroot, flags);
+        assert_eq!(c, code, "{flags:?}");
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.starts_with(&format!("Result: {}", status.to_uppercase())),
+            "{flags:?}: {last}"
+        );
+        assert_eq!(last.contains("(gate)"), reason.is_some(), "{last}");
+        let (c, json) = run(&nonroot, &[flags, &["--json"]].concat());
+        assert_eq!(c, code);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["status"], status, "{flags:?}");
+        assert_eq!(v["gate"]["findings_status"], "warn");
+        let reasons = v["gate"]["reasons"].as_array().unwrap();
+        match reason {
+            Some(r) => assert!(
+                reasons.iter().any(|x| x.as_str().unwrap().contains(r)),
+                "{reasons:?}"
+            ),
+            None => assert!(reasons.is_empty()),
+        }
+        let (c, prom) = run(&nonroot, &[flags, &["--format", "prometheus"]].concat());
+        assert_eq!(c, code);
+        assert!(
+            prom.contains(&format!("gpudoctor_status{{status=\"{status}\"}} 1")),
+            "{prom}"
+        );
+        let (c, xml) = run(&nonroot, &[flags, &["--format", "junit"]].concat());
+        assert_eq!(c, code);
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let failures: u64 = doc
+            .root_element()
+            .attribute("failures")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(failures > 0, code == 1, "{flags:?}: {xml}");
+    }
+}
