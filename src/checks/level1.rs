@@ -71,6 +71,18 @@ pub fn findings(r: &ProbeReport, out: &mut Vec<Finding>) {
                 ),
             ));
         }
+        if let Some(a) = &e.remeasured {
+            f = f.with(ev(
+                format!(
+                    "{} x {} B, measured again (the first reading was below the bar)",
+                    method, m.size_bytes
+                ),
+                format!(
+                    "median {:.1} GB/s (min {:.1}, max {:.1}, n={})",
+                    a.median_gbps, a.min_gbps, a.max_gbps, a.n
+                ),
+            ));
+        }
         if let (Some(t), Some(b)) = (e.threshold_gbps, &e.threshold_basis) {
             f = f.with(ev("threshold", format!("{t:.1} GB/s ({b})")));
         }

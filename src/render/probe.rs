@@ -74,7 +74,7 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
         let warm = r.measurements.first().map(|m| m.warmup).unwrap_or(0);
         let _ = writeln!(
             out,
-            "GB/s; each sample one transfer of {size} bytes timed with CUDA events, after {warm} warm-up transfers"
+            "GB/s; each sample one transfer of {size} bytes between its own CUDA events, all enqueued back to back after {warm} warm-up transfers"
         );
         let mut bases: Vec<&str> = r
             .measurements

@@ -51,6 +51,30 @@ fn recorded_runs_reevaluate_to_the_recorded_verdicts() {
         assert_eq!(again.status, rec.status, "{at}");
         for (a, b) in again.measurements.iter().zip(&rec.measurements) {
             let (ea, eb) = (&a.evaluation, &b.evaluation);
+            if a.method == gpudoctor::probes::Method::SmKernel {
+                // Recorded before SM kernels were judged against the copy engine's reading on
+                // the same path (issue 21): the bar is now 80% of that reading, so it moved.
+                let ce = again
+                    .measurements
+                    .iter()
+                    .find(|c| {
+                        c.method == gpudoctor::probes::Method::CopyEngine
+                            && (c.src.as_str(), c.dst.as_str()) == (a.src.as_str(), a.dst.as_str())
+                    })
+                    .unwrap();
+                let t = 0.8 * ce.settled_median_gbps().unwrap();
+                assert!(close(ea.threshold_gbps.unwrap(), t), "{at} {}", a.id);
+                assert!(
+                    ea.threshold_basis
+                        .as_deref()
+                        .unwrap()
+                        .contains("copy engine's median"),
+                    "{at} {}",
+                    a.id
+                );
+                assert_eq!(ea.status, eb.status, "{at} {}: {}", a.id, ea.reason);
+                continue;
+            }
             assert_eq!(ea.status, eb.status, "{at} {}", a.id);
             assert_eq!(ea.reason, eb.reason, "{at} {}", a.id);
             assert_eq!(ea.threshold_basis, eb.threshold_basis, "{at} {}", a.id);
