@@ -122,6 +122,35 @@ pub enum NvLinkRemote {
     Unknown,
 }
 
+/// Parse `/proc/driver/nvidia/version`'s first line:
+/// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...`
+/// or `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 ...`.
+pub fn parse_nvrm(line: &str) -> (Option<String>, Option<bool>) {
+    let version = line
+        .split_whitespace()
+        .find(|t| {
+            t.split('.').count() >= 2
+                && t.split('.')
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(str::to_string);
+    let open = if line.contains("Open Kernel Module") {
+        Some(true)
+    } else if line.contains("Kernel Module") {
+        Some(false)
+    } else {
+        None
+    };
+    (version, open)
+}
+
+/// `Linux version 6.18.44-fc ...` -> (6, 18).
+pub fn kernel_major_minor(proc_version: &str) -> Option<(u32, u32)> {
+    let v = proc_version.split_whitespace().nth(2)?;
+    let mut it = v.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,5 +76,5 @@ pub fn sysfs_values(data: &[u8]) {
     let _ = crate::facts::LinkLayer::parse(s);
     let _ = crate::facts::GidType::parse(s);
     let _ = s.parse::<crate::pci::Bdf>();
-    let _ = crate::checks::parse_nvrm(s);
+    let _ = crate::facts::parse_nvrm(s);
 }

@@ -132,11 +132,11 @@ pub struct CheckReport {
     /// The node's verdict: what the exit code, the text's `Result:` line, JUnit and
     /// Prometheus say. The worst of pass/warn/fail over all checks (skips do not count; `skip`
     /// when nothing could be judged), then the gate (`--strict`, `--fail-on-skip`) applied.
-    pub status: crate::checks::Status,
+    pub status: crate::findings::Status,
     /// How the gate decided `status`.
     pub gate: Gate,
     pub summary: Summary,
-    pub checks: Vec<crate::checks::Finding>,
+    pub checks: Vec<crate::findings::Finding>,
     pub nvml: NvmlSummary,
     /// Paths that could not be read at all, and why.
     pub unread: Vec<Note>,
@@ -149,7 +149,7 @@ pub struct Gate {
     pub strict: bool,
     pub fail_on_skip: bool,
     /// The worst status over the findings, before the gate.
-    pub findings_status: crate::checks::Status,
+    pub findings_status: crate::findings::Status,
     /// Why the gate made the verdict worse than `findings_status`; empty when it did not.
     pub reasons: Vec<String>,
 }
@@ -157,12 +157,12 @@ pub struct Gate {
 impl Gate {
     /// The verdict for findings whose worst status is `worst`, under these flags.
     pub fn decide(
-        worst: crate::checks::Status,
+        worst: crate::findings::Status,
         summary: &Summary,
         strict: bool,
         fail_on_skip: bool,
-    ) -> (crate::checks::Status, Gate) {
-        use crate::checks::Status;
+    ) -> (crate::findings::Status, Gate) {
+        use crate::findings::Status;
         let mut reasons = Vec::new();
         if strict && worst == Status::Warn {
             reasons.push(format!(
@@ -231,9 +231,9 @@ impl CheckReport {
         source: SourceInfo,
         level: u8,
         inv: &Inventory,
-        checks: Vec<crate::checks::Finding>,
+        checks: Vec<crate::findings::Finding>,
     ) -> Self {
-        use crate::checks::Status;
+        use crate::findings::Status;
         let mut summary = Summary::default();
         for f in &checks {
             match f.status {
@@ -245,20 +245,20 @@ impl CheckReport {
                     if f.skip.is_some_and(|k| k.unjudged()) {
                         summary.unjudged += 1;
                     }
-                    if f.skip == Some(crate::checks::SkipKind::NotRoot) {
+                    if f.skip == Some(crate::findings::SkipKind::NotRoot) {
                         summary.not_root += 1;
                     }
                 }
             }
         }
         let nvml = NvmlSummary::of(&inv.nvml);
-        let worst = crate::checks::overall(&checks);
+        let worst = crate::findings::overall(&checks);
         let (_, gate) = Gate::decide(worst, &summary, false, false);
         let driver_version = inv
             .host
             .nvidia_version_line
             .as_deref()
-            .and_then(|l| crate::checks::parse_nvrm(l).0)
+            .and_then(|l| crate::facts::parse_nvrm(l).0)
             .or_else(|| inv.nvml.driver_version.clone());
         CheckReport {
             schema: CHECK_SCHEMA,
@@ -281,7 +281,7 @@ impl CheckReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::Status;
+    use crate::findings::Status;
 
     /// The gate, table-driven: (worst, warn, unjudged, strict, fail_on_skip) -> verdict, and
     /// whether the gate decided it.

@@ -1,30 +1,9 @@
 //! driver.*: is the NVIDIA driver there, does NVML answer, do the versions and GPU counts agree.
 
 use super::{CheckId, Ctx, Finding, Status, ev};
+use crate::facts::parse_nvrm;
 use crate::nvml::NvmlErrorKind;
 use crate::topo::DeviceKind;
-
-/// Parse `/proc/driver/nvidia/version`'s first line:
-/// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...`
-/// or `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 ...`.
-pub fn parse_nvrm(line: &str) -> (Option<String>, Option<bool>) {
-    let version = line
-        .split_whitespace()
-        .find(|t| {
-            t.split('.').count() >= 2
-                && t.split('.')
-                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
-        })
-        .map(str::to_string);
-    let open = if line.contains("Open Kernel Module") {
-        Some(true)
-    } else if line.contains("Kernel Module") {
-        Some(false)
-    } else {
-        None
-    };
-    (version, open)
-}
 
 const VER: &str = "/proc/driver/nvidia/version";
 

@@ -1,14 +1,7 @@
 //! gdr.*: which memory path GPUDirect RDMA can use: nvidia-peermem, dma-buf, or none.
 
-use super::driver::parse_nvrm;
 use super::{CheckId, Ctx, Evidence, Finding, SkipKind, Status, ev};
-
-/// `Linux version 6.18.44-fc ...` -> (6, 18).
-pub fn kernel_major_minor(proc_version: &str) -> Option<(u32, u32)> {
-    let v = proc_version.split_whitespace().nth(2)?;
-    let mut it = v.split(|c: char| !c.is_ascii_digit());
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-}
+use crate::facts::{kernel_major_minor, parse_nvrm};
 
 /// Where NCCL looks for nvidia-peermem (src/transport/net_ib.cc: memory_peers version files),
 /// plus the module itself (a built-in module has /sys/module/X but no /proc/modules line).

@@ -6,9 +6,7 @@
 //! the reason.
 
 mod driver;
-pub use driver::parse_nvrm;
 mod gdr;
-pub use gdr::kernel_major_minor;
 mod gpu;
 mod gpu_initiated;
 mod host;
@@ -25,131 +23,7 @@ use crate::libs::LibFacts;
 use crate::topo::Topology;
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    Pass,
-    Skip,
-    Warn,
-    Fail,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Skip => "skip",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        }
-    }
-}
-
-/// What was read to reach a verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Evidence {
-    /// The file, register or NVML call read.
-    pub source: String,
-    /// The value seen (or why it could not be read).
-    pub value: String,
-}
-
-pub fn ev(source: impl Into<String>, value: impl Into<String>) -> Evidence {
-    Evidence {
-        source: source.into(),
-        value: value.into(),
-    }
-}
-
-/// One check's verdict on one subject.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub id: CheckId,
-    /// A BDF, an RDMA device (`mlx5_2`, `mlx5_2/1` for a port), a GPU label, or `host`.
-    pub subject: String,
-    pub status: Status,
-    pub message: String,
-    pub evidence: Vec<Evidence>,
-    /// How to fix it; present on every warn and fail.
-    pub remediation: Option<String>,
-    /// Set when `--warn/--deny/--skip` changed the status: the status the check gave.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub original_status: Option<Status>,
-    /// On a skip: why nothing was judged. Only `not-root` and `unknown` mean something that
-    /// should have been judged was not (what `--fail-on-skip` fails on).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub skip: Option<SkipKind>,
-}
-
-/// Why a finding is a skip.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SkipKind {
-    /// Nothing to judge here: no GPUs, no RDMA devices, no port above a GPU on flat virtual
-    /// PCI, a probe that only runs live. Not a gap in what gpudoctor knows.
-    NotApplicable,
-    /// The fact needs root (unprivileged readers see 64 bytes of config space).
-    NotRoot,
-    /// The fact could not be read or was not recorded; the reason is in the message.
-    Unknown,
-    /// `--skip ID`: not judged, as asked.
-    ByRequest,
-}
-
-impl SkipKind {
-    /// Something that should have been judged was not.
-    pub fn unjudged(self) -> bool {
-        matches!(self, SkipKind::NotRoot | SkipKind::Unknown)
-    }
-}
-
-impl Finding {
-    pub fn new(
-        id: CheckId,
-        subject: impl Into<String>,
-        status: Status,
-        message: impl Into<String>,
-    ) -> Self {
-        Finding {
-            id,
-            subject: subject.into(),
-            status,
-            message: message.into(),
-            evidence: Vec::new(),
-            remediation: None,
-            original_status: None,
-            // Unknown unless the check says otherwise: forgetting to mark a skip as not
-            // applicable fails a gate, never passes one.
-            skip: (status == Status::Skip).then_some(SkipKind::Unknown),
-        }
-    }
-    /// A skip because there is nothing to judge here.
-    pub fn not_applicable(mut self) -> Self {
-        if self.status == Status::Skip {
-            self.skip = Some(SkipKind::NotApplicable);
-        }
-        self
-    }
-    /// A skip because the fact needs root.
-    pub fn not_root(mut self) -> Self {
-        if self.status == Status::Skip {
-            self.skip = Some(SkipKind::NotRoot);
-        }
-        self
-    }
-    pub fn with(mut self, e: Evidence) -> Self {
-        self.evidence.push(e);
-        self
-    }
-    pub fn evidence(mut self, e: Vec<Evidence>) -> Self {
-        self.evidence.extend(e);
-        self
-    }
-    pub fn fix(mut self, f: impl Into<String>) -> Self {
-        self.remediation = Some(f.into());
-        self
-    }
-}
+pub use crate::findings::{CheckId, Evidence, Finding, SkipKind, Status, ev, overall};
 
 /// How a check gets its findings.
 #[derive(Clone, Copy)]
@@ -188,20 +62,11 @@ pub struct CheckInfo {
     pub run: Run,
 }
 
-/// Defines `CheckId` (a misspelled id does not compile), `CheckId::as_str` (the permanent
-/// kebab-case id), and `CATALOG`, each entry with its document embedded.
-macro_rules! checks {
+/// Defines `CATALOG`, each entry with its document embedded, in `CheckId`'s variant order (the
+/// ids themselves live in the leaf module `crate::findings`; a compile-time assertion below
+/// keeps the two lists in step).
+macro_rules! catalog {
     ($( $variant:ident = $id:literal, level $level:literal, $sev:ident, $run:expr, $title:literal; )*) => {
-        /// A check id: permanent API, serialized as its kebab-case string.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum CheckId { $( $variant ),* }
-
-        impl CheckId {
-            pub fn as_str(self) -> &'static str {
-                match self { $( CheckId::$variant => $id ),* }
-            }
-        }
-
         pub const CATALOG: &[CheckInfo] = &[
             $( CheckInfo {
                 id: CheckId::$variant,
@@ -212,6 +77,20 @@ macro_rules! checks {
                 run: $run,
             } ),*
         ];
+        // Each entry's document name is its id, and the entries follow CheckId's order.
+        const _: () = {
+            let ids: &[&str] = &[$( $id ),*];
+            assert!(ids.len() == CheckId::ALL.len(), "CATALOG and CheckId differ in length");
+            let mut k = 0;
+            while k < ids.len() {
+                assert!(CATALOG[k].id as usize == k, "CATALOG is not in CheckId order");
+                assert!(
+                    crate::findings::const_str_eq(ids[k], CATALOG[k].id.as_str()),
+                    "a CATALOG document name differs from its CheckId"
+                );
+                k += 1;
+            }
+        };
     };
 }
 
@@ -223,36 +102,7 @@ impl CheckId {
     }
 }
 
-impl std::fmt::Display for CheckId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for CheckId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<CheckId, String> {
-        CATALOG
-            .iter()
-            .find(|c| c.id.as_str() == s)
-            .map(|c| c.id)
-            .ok_or_else(|| format!("no check '{s}'"))
-    }
-}
-
-impl Serialize for CheckId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl PartialEq<&str> for CheckId {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-checks! {
+catalog! {
     DriverNvidiaLoaded = "driver.nvidia-loaded", level 0, Fail, Run::Facts(driver::nvidia_loaded),
         "NVIDIA kernel driver loaded (open or proprietary module)";
     DriverNvml = "driver.nvml", level 0, Fail, Run::Facts(driver::nvml),
@@ -491,15 +341,4 @@ impl Overrides {
             }
         }
     }
-}
-
-/// Overall status: the worst of pass/warn/fail (skips do not count); `skip` when nothing at
-/// all could be judged, because unknown is never pass.
-pub fn overall(findings: &[Finding]) -> Status {
-    findings
-        .iter()
-        .map(|f| f.status)
-        .filter(|s| *s != Status::Skip)
-        .max()
-        .unwrap_or(Status::Skip)
 }

@@ -5,7 +5,7 @@
 //!
 //! Pure: `&CheckReport -> String`, deterministic (no timestamps, no hostnames).
 
-use crate::checks::Status;
+use crate::findings::Status;
 use crate::report::CheckReport;
 use std::fmt::Write;
 

@@ -11,7 +11,7 @@
 //! Pure: `&Report -> String`. No timestamps (node_exporter adds the file's mtime as
 //! `node_textfile_mtime_seconds`), so output is deterministic.
 
-use crate::checks::Status;
+use crate::findings::Status;
 use crate::probes::ProbeReport;
 use crate::report::CheckReport;
 use std::fmt::Write;

@@ -65,8 +65,8 @@ pub enum LinkKind {
     NvLink,
 }
 
-/// A probe's verdict: the project's one vocabulary (`crate::verdict`).
-pub use crate::verdict::Verdict as Status;
+/// A probe's verdict: the project's one vocabulary (`crate::findings`).
+pub use crate::findings::Verdict as Status;
 
 /// The rate a link should carry per direction, and where the number comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@
 //! Nothing here does I/O; the runner (`level3`) gathers the facts and calls these.
 
 use super::memory::Registration;
-use crate::checks::{Evidence, Finding, Status, ev};
+use crate::findings::{Evidence, Finding, Status, ev};
 use crate::topo::{PathType, Topology};
 use crate::verbs::DmabufProbe;
 use serde::Serialize;
@@ -685,7 +685,7 @@ impl GpuMemoryCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::CheckId;
+    use crate::findings::CheckId;
 
     fn gpu(cuda: Result<bool, String>, open: Option<bool>, peermem: Option<bool>) -> GpuRegFacts {
         GpuRegFacts {

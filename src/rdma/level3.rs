@@ -14,8 +14,8 @@ use super::gdr::{
 use super::memory::{GpuTarget, Memory, MemoryError};
 use super::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
 use super::{Role, Sides, WriteBwRequest};
-use crate::checks::Finding;
 use crate::cuda;
+use crate::findings::Finding;
 use crate::inventory::Inventory;
 use crate::sysroot::SysRoot;
 use crate::topo::{PathType, Topology};
@@ -190,7 +190,7 @@ fn kernel(inv: &Inventory) -> Option<(u32, u32)> {
     inv.host
         .kernel_version
         .as_deref()
-        .and_then(crate::checks::kernel_major_minor)
+        .and_then(crate::facts::kernel_major_minor)
 }
 
 /// `--gdr` on host memory: the NIC half of the decision, then level 2's measurement.
@@ -706,7 +706,7 @@ pub fn decide_registration(
                     .host
                     .nvidia_version_line
                     .as_deref()
-                    .and_then(|l| crate::checks::parse_nvrm(l).1),
+                    .and_then(|l| crate::facts::parse_nvrm(l).1),
                 peermem_loaded: peermem_loaded(m.inv),
             }),
         },

@@ -398,7 +398,7 @@ fn lib_result(l: &LibFacts, lib: &str, sym: &str) -> Result<(), String> {
 
 /// PeerMappingOverride from the level-0 finding gdr.peer-mapping (pass: set; warn/fail: not).
 fn peer_mapping(m: &Machine) -> (Option<bool>, Option<String>) {
-    use crate::checks::{CheckId, Status as F};
+    use crate::findings::{CheckId, Status as F};
     let f = m.level0.iter().find(|f| f.id == CheckId::GdrPeerMapping);
     match f {
         Some(f) => (

@@ -133,8 +133,8 @@ pub struct SizeResult {
 }
 
 /// A message size's verdict: pass, fail, or unknown (small message, software device or unknown
-/// line rate: measured, not judged). The project's one vocabulary (`crate::verdict`).
-pub use crate::verdict::Verdict;
+/// line rate: measured, not judged). The project's one vocabulary (`crate::findings`).
+pub use crate::findings::Verdict;
 
 /// Completion timestamps of one size: (ns since the first post, writes completed so far).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

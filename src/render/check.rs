@@ -3,7 +3,7 @@
 //! Laid out as indented blocks (cargo's diagnostics, not a box table) wrapped to the width
 //! given: the terminal's, or 100 columns in a pipe, so logs and snapshots read the same.
 
-use crate::checks::{CheckId, Finding, Status};
+use crate::findings::{CheckId, Finding, Status};
 use crate::report::CheckReport;
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -245,7 +245,7 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<Outcome> {
                         f.id.as_str().starts_with("baseline.")
                             && matches!(
                                 f.status,
-                                crate::checks::Status::Fail | crate::checks::Status::Warn
+                                crate::findings::Status::Fail | crate::findings::Status::Warn
                             )
                     })
                     .map(|f| FindingIn {

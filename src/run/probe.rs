@@ -132,7 +132,7 @@ fn live_gpu_machine(
     crate::source::Source,
     crate::inventory::Inventory,
     crate::topo::Topology,
-    Vec<crate::checks::Finding>,
+    Vec<crate::findings::Finding>,
 )> {
     let source = crate::source::Source::open(&SourceSpec::Live)?;
     let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
