@@ -184,6 +184,16 @@ pub struct CheckArgs {
     /// Compare with a baseline written by `gpudoctor baseline` (findings baseline.*).
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
+    /// Also write DIR/gpudoctor.prom for node_exporter's textfile collector, atomically and
+    /// whatever the verdict: the run's time, exit code and `gpudoctor_up` (0 when gpudoctor
+    /// could not run, with the reason). Standard output is unchanged.
+    #[arg(long, value_name = "DIR")]
+    pub textfile: Option<PathBuf>,
+    /// Prometheus output (--format prometheus, --textfile) with every finding's state set
+    /// (several series per finding); default: per-check counts and one series per finding
+    /// that is not a pass.
+    #[arg(long)]
+    pub all_series: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -68,6 +68,10 @@ pub struct CheckOptions {
     pub format: OutputFormat,
     /// Exit 1 when something that should have been judged was not (`--fail-on-skip`).
     pub fail_on_skip: bool,
+    /// `--textfile DIR`: where gpudoctor.prom is written, whatever the verdict.
+    pub textfile: Option<PathBuf>,
+    /// `--all-series`: every finding's state set in Prometheus output.
+    pub all_series: bool,
 }
 
 impl CheckOptions {
@@ -86,6 +90,8 @@ impl CheckOptions {
             expect: None,
             format: OutputFormat::Json,
             fail_on_skip: false,
+            textfile: None,
+            all_series: false,
         }
     }
 }
@@ -274,6 +280,8 @@ impl Config {
                         overrides,
                         fail_on_skip: c.gate.fail_on_skip,
                         expect,
+                        textfile: c.textfile,
+                        all_series: c.all_series,
                     })),
                 )
             }

@@ -85,6 +85,16 @@ pub enum SkipKind {
 }
 
 impl SkipKind {
+    /// The kebab-case word the JSON uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipKind::NotApplicable => "not-applicable",
+            SkipKind::NotRoot => "not-root",
+            SkipKind::Unknown => "unknown",
+            SkipKind::ByRequest => "by-request",
+        }
+    }
+
     /// Something that should have been judged was not.
     pub fn unjudged(self) -> bool {
         matches!(self, SkipKind::NotRoot | SkipKind::Unknown)

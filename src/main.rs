@@ -17,6 +17,11 @@ fn main() {
             std::process::exit(code);
         }
     };
+    // `check --textfile DIR` records a run that could not judge the node too.
+    let textfile = match &args.command {
+        gpudoctor::cli::Command::Check(c) => c.textfile.clone(),
+        _ => None,
+    };
     let outcome = Config::from_args(args).and_then(|cfg| run::run(&cfg));
     let code = match outcome {
         Ok(out) if out.hung => {
@@ -33,6 +38,11 @@ fn main() {
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
             let _ = writeln!(std::io::stderr(), "gpudoctor: error: {msg}");
+            if let Some(dir) = &textfile
+                && let Err(e) = run::record_failure(dir, &msg, EXIT_ERROR)
+            {
+                let _ = writeln!(std::io::stderr(), "gpudoctor: error: {e:#}");
+            }
             EXIT_ERROR
         }
     };

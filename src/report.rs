@@ -140,6 +140,35 @@ pub struct CheckReport {
     pub nvml: NvmlSummary,
     /// Paths that could not be read at all, and why.
     pub unread: Vec<Note>,
+    /// The GPUs' identities, for exporters that label GPU subjects as DCGM exporter does (the
+    /// JSON has them in `topo --json`).
+    #[serde(skip)]
+    pub gpus: Vec<GpuIdentity>,
+}
+
+/// A GPU as other tools name it: gpudoctor's label and PCI address, NVML's index and UUID,
+/// DCGM exporter's `pci_bus_id` (NVML's bus id form).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuIdentity {
+    pub label: String,
+    pub bdf: String,
+    pub pci_bus_id: String,
+    pub index: Option<u32>,
+    pub uuid: Option<String>,
+    pub name: String,
+}
+
+impl GpuIdentity {
+    pub fn of(g: &crate::topo::Gpu) -> GpuIdentity {
+        GpuIdentity {
+            label: g.label.clone(),
+            bdf: g.bdf.to_string(),
+            pci_bus_id: g.bdf.nvml(),
+            index: g.nvml_index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+        }
+    }
 }
 
 /// The one gate: how `--strict` and `--fail-on-skip` turn the findings' worst status into the
@@ -220,6 +249,19 @@ impl CheckReport {
         self
     }
 
+    /// The GPU a finding's subject names: `GPU3`, `GPU3 (copy-engine)` or the GPU's PCI
+    /// address; None for pairs (`GPU0-GPU1`) and everything else.
+    pub fn gpu_of(&self, subject: &str) -> Option<&GpuIdentity> {
+        let head = subject.split(' ').next().unwrap_or(subject);
+        self.gpus.iter().find(|g| g.label == head || g.bdf == head)
+    }
+
+    /// Who the GPUs are (for exporters' labels).
+    pub fn with_gpus(mut self, topo: &crate::topo::Topology) -> Self {
+        self.gpus = topo.gpus.iter().map(GpuIdentity::of).collect();
+        self
+    }
+
     /// Name the node and the time its facts were read.
     pub fn at(mut self, hostname: Option<String>, time: Option<String>) -> Self {
         self.hostname = hostname;
@@ -274,6 +316,7 @@ impl CheckReport {
             checks,
             nvml,
             unread: inv.notes.clone(),
+            gpus: Vec::new(),
         }
     }
 }

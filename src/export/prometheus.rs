@@ -8,8 +8,9 @@
 //! disappears leaves a 0 rather than a gap. Bandwidth is in bytes per second (Prometheus base
 //! units; decimal, as the reports are).
 //!
-//! Pure: `&Report -> String`. No timestamps (node_exporter adds the file's mtime as
-//! `node_textfile_mtime_seconds`), so output is deterministic.
+//! Pure: `&Report -> String`. `--format prometheus` carries no timestamps (node_exporter adds
+//! the file's mtime as `node_textfile_mtime_seconds`), so its output is deterministic; the
+//! `--textfile` document adds the run's time, exit code and `gpudoctor_up` (`RunRecord`).
 
 use crate::findings::Status;
 use crate::probes::ProbeReport;
@@ -41,6 +42,9 @@ pub fn escape(v: &str) -> String {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> String {
+    if pairs.is_empty() {
+        return String::new();
+    }
     let inner: Vec<String> = pairs
         .iter()
         .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
@@ -89,8 +93,14 @@ fn info(out: &mut String, command: &str, schema: &str, source: &str, extra: &[(&
     sample(out, "gpudoctor_info", &l, 1.0);
 }
 
-/// `gpudoctor check --format prometheus`.
-pub fn check(r: &CheckReport) -> String {
+/// `gpudoctor check --format prometheus` (and the body of `--textfile`).
+///
+/// By default: the node's verdict, counts per status and per check, and one series per finding
+/// that is not a pass (`gpudoctor_finding`), labelled as DCGM exporter labels GPUs where the
+/// subject is one, so an alert joins both. A healthy DGX-class node is a few dozen lines and a
+/// failing one a few more per problem. `all_series` adds every finding's state set
+/// (`gpudoctor_check_status`: four series per finding, over a thousand on an 8-GPU node).
+pub fn check(r: &CheckReport, all_series: bool) -> String {
     let mut out = String::new();
     let level = r.level.to_string();
     let source = source_kind(&r.source);
@@ -104,7 +114,7 @@ pub fn check(r: &CheckReport) -> String {
     family(
         &mut out,
         "gpudoctor_status",
-        "Overall verdict of the node (state set: 1 for the current status).",
+        "Overall verdict of the node (state set: 1 for the current status), the gate (--strict, --fail-on-skip) applied.",
     );
     for s in CHECK_STATUSES {
         sample(
@@ -114,6 +124,17 @@ pub fn check(r: &CheckReport) -> String {
             f64::from(u8::from(r.status == s)),
         );
     }
+    family(
+        &mut out,
+        "gpudoctor_gate_decided",
+        "1 when --strict or --fail-on-skip, not a failing check, made the verdict a failure.",
+    );
+    sample(
+        &mut out,
+        "gpudoctor_gate_decided",
+        &[],
+        f64::from(u8::from(r.gate.decided())),
+    );
     family(
         &mut out,
         "gpudoctor_checks",
@@ -134,6 +155,84 @@ pub fn check(r: &CheckReport) -> String {
     }
     family(
         &mut out,
+        "gpudoctor_checks_unjudged",
+        "Number of skips of something that should have been judged (not root, or a fact unknown): what --fail-on-skip fails on.",
+    );
+    sample(
+        &mut out,
+        "gpudoctor_checks_unjudged",
+        &[],
+        r.summary.unjudged as f64,
+    );
+    family(
+        &mut out,
+        "gpudoctor_check_findings",
+        "Number of findings of one check with each status (checks that reported anything).",
+    );
+    let mut per_check: Vec<(&str, [usize; 4])> = Vec::new();
+    for f in &r.checks {
+        let id = f.id.as_str();
+        let i = match per_check.iter().position(|(c, _)| *c == id) {
+            Some(i) => i,
+            None => {
+                per_check.push((id, [0; 4]));
+                per_check.len() - 1
+            }
+        };
+        per_check[i].1[CHECK_STATUSES
+            .iter()
+            .position(|s| *s == f.status)
+            .unwrap_or(0)] += 1;
+    }
+    for (id, counts) in &per_check {
+        for (s, n) in CHECK_STATUSES.iter().zip(counts) {
+            sample(
+                &mut out,
+                "gpudoctor_check_findings",
+                &[("check", id), ("status", s.as_str())],
+                *n as f64,
+            );
+        }
+    }
+    family(
+        &mut out,
+        "gpudoctor_finding",
+        "One finding that is not a pass (always 1): a warning, a failure, or a skip of something that should have been judged (skip=\"unknown\"|\"not-root\"). GPU subjects carry DCGM exporter's labels (gpu, UUID, pci_bus_id) so that alerts join both. `gpudoctor explain CHECK` documents each check.",
+    );
+    for f in &r.checks {
+        let unjudged = f.skip.filter(|k| k.unjudged());
+        if f.status == Status::Pass || (f.status == Status::Skip && unjudged.is_none()) {
+            continue;
+        }
+        let mut l: Vec<(&str, String)> = vec![
+            ("check", f.id.as_str().to_string()),
+            ("subject", f.subject.clone()),
+            ("status", f.status.as_str().to_string()),
+        ];
+        if let Some(k) = unjudged {
+            l.push(("skip", k.as_str().to_string()));
+        }
+        if let Some(g) = r.gpu_of(&f.subject) {
+            if let Some(i) = g.index {
+                l.push(("gpu", i.to_string()));
+            }
+            if let Some(u) = &g.uuid {
+                l.push(("UUID", u.clone()));
+            }
+            l.push(("pci_bus_id", g.pci_bus_id.clone()));
+        }
+        sample(&mut out, "gpudoctor_finding", &borrow(&l), 1.0);
+    }
+    if all_series {
+        check_state_sets(r, &mut out);
+    }
+    out
+}
+
+/// Every (check, subject)'s state set (`--all-series`).
+fn check_state_sets(r: &CheckReport, out: &mut String) {
+    family(
+        out,
         "gpudoctor_check_status",
         "Verdict of one check on one subject (state set: 1 for the current status). `gpudoctor explain CHECK` documents each check.",
     );
@@ -155,13 +254,78 @@ pub fn check(r: &CheckReport) -> String {
         let st = worst[&k];
         for s in CHECK_STATUSES {
             sample(
-                &mut out,
+                out,
                 "gpudoctor_check_status",
                 &[("check", k.0), ("subject", k.1), ("status", s.as_str())],
                 f64::from(u8::from(st == s)),
             );
         }
     }
+}
+
+/// What `--textfile` adds to a run's series: when it ran, how it ended, whether it judged.
+pub struct RunRecord<'a> {
+    /// Seconds since the epoch, when the run ended.
+    pub timestamp_seconds: f64,
+    pub exit_code: i32,
+    /// Why gpudoctor could not run (exit 2) or did not finish; None when it judged the node.
+    pub error: Option<&'a str>,
+}
+
+fn run_series(out: &mut String, run: &RunRecord) {
+    family(
+        out,
+        "gpudoctor_up",
+        "1 when gpudoctor ran and judged the node, 0 when it could not run (gpudoctor_error_info says why).",
+    );
+    sample(
+        out,
+        "gpudoctor_up",
+        &[],
+        f64::from(u8::from(run.error.is_none())),
+    );
+    family(
+        out,
+        "gpudoctor_last_run_timestamp_seconds",
+        "When the run that wrote this file ended (seconds since the epoch).",
+    );
+    sample(
+        out,
+        "gpudoctor_last_run_timestamp_seconds",
+        &[],
+        run.timestamp_seconds.floor(),
+    );
+    family(
+        out,
+        "gpudoctor_exit_code",
+        "The run's exit code: 0 healthy, 1 a check failed, 2 gpudoctor could not run.",
+    );
+    sample(out, "gpudoctor_exit_code", &[], f64::from(run.exit_code));
+    if let Some(e) = run.error {
+        family(
+            out,
+            "gpudoctor_error_info",
+            "Why the last run could not judge the node (always 1).",
+        );
+        let reason: String = e.chars().take(300).collect();
+        sample(out, "gpudoctor_error_info", &[("reason", &reason)], 1.0);
+    }
+}
+
+/// The whole `--textfile` document for a run that produced a report.
+pub fn textfile(r: &CheckReport, all_series: bool, run: &RunRecord) -> String {
+    let mut out = check(r, all_series);
+    run_series(&mut out, run);
+    out
+}
+
+/// The whole `--textfile` document for a run that produced no report (exit 2, or a hung
+/// device): `gpudoctor_up 0` and the reason, so that a node that cannot be checked alerts
+/// instead of serving the last verdict for ever.
+pub fn textfile_without_report(run: &RunRecord) -> String {
+    let mut out = String::new();
+    info(&mut out, "check", crate::report::CHECK_SCHEMA, "none", &[]);
+    run_series(&mut out, run);
     out
 }
 
@@ -279,7 +443,7 @@ fn measurement_labels(m: &crate::probes::Measurement) -> [(&'static str, String)
     ]
 }
 
-fn borrow<'a>(k: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+fn borrow<'a>(k: &'a [(&'a str, String)]) -> Vec<(&'a str, &'a str)> {
     k.iter().map(|(a, b)| (*a, b.as_str())).collect()
 }
 

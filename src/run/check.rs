@@ -86,6 +86,7 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
     opts.overrides.apply(&mut findings);
     Ok(
         CheckReport::new(source.info.clone(), opts.level, &inv, findings)
+            .with_gpus(&topo)
             .at(source.hostname.clone(), source.time.clone())
             .gated(opts.strict, opts.fail_on_skip),
     )

@@ -97,6 +97,50 @@ pub fn with_deadline<T: Send + 'static>(
     }
 }
 
+fn now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// `--textfile DIR`: DIR/gpudoctor.prom replaced atomically (a temporary file beside it, which
+/// the textfile collector ignores, renamed over it), readable by node_exporter's user.
+pub fn write_textfile(dir: &std::path::Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let target = dir.join("gpudoctor.prom");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".gpudoctor.prom.")
+        .tempfile_in(dir)
+        .with_context(|| format!("--textfile {}: cannot create a file there", dir.display()))?;
+    tmp.write_all(text.as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .and_then(|()| {
+            tmp.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(0o644))
+        })
+        .with_context(|| format!("writing {}", tmp.path().display()))?;
+    tmp.persist(&target)
+        .map_err(|e| e.error)
+        .with_context(|| format!("replacing {}", target.display()))?;
+    Ok(())
+}
+
+/// `--textfile DIR` for a run that produced no report: `gpudoctor_up 0` and why, so that a
+/// node gpudoctor cannot check alerts instead of serving its last verdict for ever.
+pub fn record_failure(dir: &std::path::Path, reason: &str, exit_code: i32) -> Result<()> {
+    let run = crate::export::prometheus::RunRecord {
+        timestamp_seconds: now_seconds(),
+        exit_code,
+        error: Some(reason),
+    };
+    write_textfile(
+        dir,
+        &crate::export::prometheus::textfile_without_report(&run),
+    )
+}
+
 pub fn run(cfg: &Config) -> Result<Outcome> {
     let style = Style {
         width: cfg.width,
@@ -115,29 +159,51 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             ))
         }
         Action::Check(opts) => match check_report(&cfg.source, opts) {
-            Ok(r) => Ok(Outcome::new(
-                match opts.format {
-                    OutputFormat::Json => render::json(&r),
-                    OutputFormat::Table => render::check_text(
-                        &r,
-                        &render::TextStyle {
-                            width: cfg.width,
-                            all: opts.all_rows,
-                            quiet: opts.quiet,
-                            color: opts.color,
-                        },
-                    ),
-                    OutputFormat::Prometheus => crate::export::prometheus::check(&r),
-                    OutputFormat::Junit => crate::export::junit::check(&r),
-                },
-                check_exit_code(&r),
-            )),
+            Ok(r) => {
+                let code = check_exit_code(&r);
+                if let Some(dir) = &opts.textfile {
+                    let run = crate::export::prometheus::RunRecord {
+                        timestamp_seconds: now_seconds(),
+                        exit_code: code,
+                        error: None,
+                    };
+                    write_textfile(
+                        dir,
+                        &crate::export::prometheus::textfile(&r, opts.all_series, &run),
+                    )?;
+                }
+                Ok(Outcome::new(
+                    match opts.format {
+                        OutputFormat::Json => render::json(&r),
+                        OutputFormat::Table => render::check_text(
+                            &r,
+                            &render::TextStyle {
+                                width: cfg.width,
+                                all: opts.all_rows,
+                                quiet: opts.quiet,
+                                color: opts.color,
+                            },
+                        ),
+                        OutputFormat::Prometheus => {
+                            crate::export::prometheus::check(&r, opts.all_series)
+                        }
+                        OutputFormat::Junit => crate::export::junit::check(&r),
+                    },
+                    code,
+                ))
+            }
             Err(e) => match e.downcast::<check::Hung>() {
-                Ok(h) => Ok(Outcome {
-                    stdout: format!("gpudoctor: {h}\n"),
-                    code: EXIT_FAILED_CHECK,
-                    hung: true,
-                }),
+                Ok(h) => {
+                    if let Some(dir) = &opts.textfile {
+                        // Best effort: the process leaves without joining the hung work.
+                        let _ = record_failure(dir, &h.to_string(), EXIT_FAILED_CHECK);
+                    }
+                    Ok(Outcome {
+                        stdout: format!("gpudoctor: {h}\n"),
+                        code: EXIT_FAILED_CHECK,
+                        hung: true,
+                    })
+                }
                 Err(e) => Err(e),
             },
         },

@@ -69,8 +69,7 @@ fn daemonset_commands_work_on_its_layout() {
     for cmd in [
         "gpudoctor snapshot nvml > /gpudoctor-root/nvml.json",
         "gpudoctor snapshot libs > /gpudoctor-root/libs.json",
-        "gpudoctor --root /gpudoctor-root check --format prometheus",
-        "gpudoctor --root /gpudoctor-root check --json",
+        "gpudoctor --root /gpudoctor-root check --json --textfile /textfile",
     ] {
         assert!(ds.contains(cmd), "daemonset.yaml no longer runs `{cmd}`");
     }
@@ -87,20 +86,28 @@ fn daemonset_commands_work_on_its_layout() {
         assert_eq!(o.status.code(), Some(0));
         std::fs::write(root.join(format!("{what}.json")), o.stdout).unwrap();
     }
-    for format in ["prometheus", "json"] {
-        let o = gpudoctor()
-            .arg("--root")
-            .arg(root)
-            .args(["check", "--format", format])
-            .output()
-            .unwrap();
-        assert!(
-            matches!(o.status.code(), Some(0 | 1)),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(!o.stdout.is_empty());
-    }
+    let textfile = tmp.path().join("textfile");
+    std::fs::create_dir(&textfile).unwrap();
+    let o = gpudoctor()
+        .arg("--root")
+        .arg(root)
+        .args(["check", "--json", "--textfile"])
+        .arg(&textfile)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let prom = std::fs::read_to_string(textfile.join("gpudoctor.prom")).unwrap();
+    let status = report["status"].as_str().unwrap();
+    assert!(
+        prom.contains(&format!("gpudoctor_status{{status=\"{status}\"}} 1")),
+        "{prom}"
+    );
+    assert!(prom.contains("gpudoctor_up 1"), "{prom}");
 }
 
 fn copy_tree(from: &std::path::Path, to: &std::path::Path) {

@@ -65,6 +65,69 @@ fn check_prom(src: &[String]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+fn check_prom_all(src: &[String]) -> String {
+    let o = gpudoctor()
+        .args(src)
+        .args(["check", "--format", "prometheus", "--all-series"])
+        .output()
+        .unwrap();
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{src:?}");
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The default series stay small on a DGX-class node (issue 23's goal: at most 300 lines on
+/// the 8-GPU HGX fixture; the full state sets are over a thousand), and a failing GPU finding
+/// carries DCGM exporter's labels for that GPU.
+#[test]
+fn default_series_are_few_and_join_dcgm() {
+    let src = vec!["--root".to_string(), "fixtures/hgx-h100-8gpu".to_string()];
+    let text = check_prom(&src);
+    let n = text.lines().count();
+    assert!(n <= 300, "{n} lines:\n{text}");
+    assert!(check_prom_all(&src).lines().count() > 1000);
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("gpudoctor_finding{check=\"pcie.link-speed\",subject=\"0000:c3:00.0\"")
+        })
+        .expect("the 8-GPU fixture's Gen4 GPU is a finding");
+    for want in [
+        "status=\"warn\"",
+        "gpu=\"5\"",
+        "UUID=\"GPU-",
+        "pci_bus_id=\"00000000:C3:00.0\"",
+    ] {
+        assert!(line.contains(want), "{want} in {line}");
+    }
+}
+
+/// The shipped alert and recording rules load (`promtool check rules`) and fire on the series
+/// gpudoctor writes (`promtool test rules`: a failing node, a node it cannot check, a stopped
+/// timer; quiet on a healthy node).
+#[test]
+fn shipped_rules_check_and_fire() {
+    if !have("promtool") {
+        return;
+    }
+    let dir = repo().join("deploy/prometheus");
+    for args in [
+        vec!["check", "rules", "gpudoctor.rules.yml"],
+        vec!["test", "rules", "gpudoctor.rules.test.yml"],
+    ] {
+        let o = Command::new("promtool")
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
 #[test]
 fn promtool_accepts_every_fixture() {
     if !have("promtool") {
@@ -72,6 +135,40 @@ fn promtool_accepts_every_fixture() {
     }
     for (n, src) in all_sources() {
         let text = check_prom(&src);
+        let (ok, why) = promtool(&text);
+        assert!(ok && why.trim().is_empty(), "{n}: promtool: {why}\n{text}");
+        // By default no per-finding state sets; every finding that is not a pass (nor a
+        // not-applicable skip) is one series.
+        assert!(!text.contains("gpudoctor_check_status"), "{n}");
+        let report: serde_json::Value = serde_json::from_slice(
+            &gpudoctor()
+                .args(&src)
+                .args(["check", "--json"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let notable = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| {
+                f["status"] == "warn"
+                    || f["status"] == "fail"
+                    || (f["status"] == "skip"
+                        && (f["skip"] == "unknown" || f["skip"] == "not-root"))
+            })
+            .count();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("gpudoctor_finding{"))
+            .count();
+        assert_eq!(
+            series, notable,
+            "{n}: one gpudoctor_finding per notable finding"
+        );
+        let text = check_prom_all(&src);
         let (ok, why) = promtool(&text);
         assert!(ok && why.trim().is_empty(), "{n}: promtool: {why}\n{text}");
         // The state set is complete: exactly one status is 1 per (check, subject).
@@ -170,20 +267,88 @@ fn node_exporter_serves_the_textfile() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = vec![
-        "--bundle".to_string(),
-        "fixtures/variants/pcie-2socket-roce--gpu-x8/bundle.tar.gz".to_string(),
-    ];
-    std::fs::write(dir.path().join("gpudoctor.prom"), check_prom(&src)).unwrap();
+    // The README's recipe: `check --textfile DIR` replaces DIR/gpudoctor.prom whatever the
+    // verdict (here exit 1: a failing node must reach Prometheus).
+    let o = gpudoctor()
+        .args([
+            "--bundle",
+            "fixtures/variants/pcie-2socket-roce--gpu-x8/bundle.tar.gz",
+            "check",
+            "--quiet",
+            "--textfile",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("FAIL"),
+        "stdout keeps the text report"
+    );
+    let body = scrape(dir.path());
+    // node_exporter sorts the labels; the GPU's DCGM labels come with it.
+    assert!(
+        body.lines().any(|l| l.starts_with("gpudoctor_finding{")
+            && l.contains("check=\"pcie.link-width\"")
+            && l.contains("status=\"fail\"")
+            && l.contains("subject=\"0000:21:00.0\"")
+            && l.ends_with(" 1")),
+        "{body}"
+    );
+    assert!(
+        body.contains("gpudoctor_status{status=\"fail\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("gpudoctor_up 1"), "{body}");
+    assert!(body.contains("gpudoctor_exit_code 1"), "{body}");
+    assert!(body.contains("gpudoctor_info{"), "{body}");
+    let ts: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("gpudoctor_last_run_timestamp_seconds "))
+        .expect("timestamp")
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((now - ts).abs() < 600.0, "{ts} vs {now}");
+    // gpudoctor cannot run (no sysfs there): exit 2, and the file says so instead of serving
+    // the last verdict.
+    let o = gpudoctor()
+        .args(["--root", "/nonexistent-tree", "check", "--textfile"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let body = scrape(dir.path());
+    assert!(body.contains("gpudoctor_up 0"), "{body}");
+    assert!(body.contains("gpudoctor_exit_code 2"), "{body}");
+    assert!(body.contains("gpudoctor_error_info{reason=\""), "{body}");
+    assert!(!body.contains("gpudoctor_status{"), "{body}");
+    // Only gpudoctor.prom is left in the directory (no temporary files), readable by others.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["gpudoctor.prom"]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("gpudoctor.prom"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o644);
+}
+
+/// What a real node_exporter serves from `dir` through its textfile collector, scraped over
+/// loopback; it must have read the file without error.
+fn scrape(dir: &std::path::Path) -> String {
     let port = free_port();
     let exporter = Killed(
         Command::new("prometheus-node-exporter")
             .arg("--collector.disable-defaults")
             .arg("--collector.textfile")
-            .arg(format!(
-                "--collector.textfile.directory={}",
-                dir.path().display()
-            ))
+            .arg(format!("--collector.textfile.directory={}", dir.display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -204,19 +369,9 @@ fn node_exporter_serves_the_textfile() {
         body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"),
         "{body}"
     );
-    // The textfile collector read the file without error and served our series.
+    // The textfile collector read the file without error.
     assert!(body.contains("node_textfile_scrape_error 0"), "{body}");
-    assert!(
-        body.contains(
-            "gpudoctor_check_status{check=\"pcie.link-width\",status=\"fail\",subject=\"0000:21:00.0\"} 1"
-        ),
-        "{body}"
-    );
-    assert!(
-        body.contains("gpudoctor_status{status=\"fail\"} 1"),
-        "{body}"
-    );
-    assert!(body.contains("gpudoctor_info{"), "{body}");
+    body
 }
 
 #[test]
