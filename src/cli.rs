@@ -146,7 +146,7 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json, prometheus (node_exporter textfile collector), junit (CI
-    /// test reports).
+    /// test reports), reason (one line naming what failed: a Slurm drain reason).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<OutputFormat>,
     /// Exit 1 on warnings too.
@@ -194,6 +194,10 @@ pub struct CheckArgs {
     /// that is not a pass.
     #[arg(long)]
     pub all_series: bool,
+    /// Also write the JSON report (schema gpudoctor.check/1) to FILE, atomically and whatever
+    /// the verdict, beside what standard output prints (e.g. `--format reason`).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -36,6 +36,9 @@ pub enum OutputFormat {
     Prometheus,
     /// JUnit XML (check only).
     Junit,
+    /// One line naming what failed, subject and observation (check only): a Slurm drain
+    /// reason, a Node Problem Detector condition message.
+    Reason,
 }
 
 impl OutputFormat {
@@ -72,6 +75,8 @@ pub struct CheckOptions {
     pub textfile: Option<PathBuf>,
     /// `--all-series`: every finding's state set in Prometheus output.
     pub all_series: bool,
+    /// `--report FILE`: the JSON report written there too, whatever the verdict.
+    pub report: Option<PathBuf>,
 }
 
 impl CheckOptions {
@@ -92,6 +97,7 @@ impl CheckOptions {
             fail_on_skip: false,
             textfile: None,
             all_series: false,
+            report: None,
         }
     }
 }
@@ -282,6 +288,7 @@ impl Config {
                         expect,
                         textfile: c.textfile,
                         all_series: c.all_series,
+                        report: c.report,
                     })),
                 )
             }
@@ -423,8 +430,15 @@ fn probe_action(
 
 fn probe_format(json: bool, format: Option<OutputFormat>) -> Result<OutputFormat> {
     let f = OutputFormat::resolve(json, format);
-    if f == OutputFormat::Junit {
-        bail!("--format junit is for `check` (probes print table, json or prometheus)");
+    if matches!(f, OutputFormat::Junit | OutputFormat::Reason) {
+        bail!(
+            "--format {} is for `check` (probes print table, json or prometheus)",
+            if f == OutputFormat::Junit {
+                "junit"
+            } else {
+                "reason"
+            }
+        );
     }
     Ok(f)
 }

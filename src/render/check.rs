@@ -293,3 +293,96 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
     );
     out
 }
+
+/// The longest `--format reason` line. Slurm keeps any length, but `sinfo -R` and
+/// `scontrol show node` are read by people and NHC-style reasons stay short.
+pub const REASON_MAX: usize = 200;
+
+/// A finding's message as a short observation: one line, no double quotes, at most `max`
+/// characters cut at a word boundary.
+fn observation(message: &str, max: usize) -> String {
+    let flat: String = message
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('"', "'");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max).collect();
+    let at = cut.rfind(' ').unwrap_or(cut.len());
+    format!("{}...", cut[..at].trim_end_matches([',', ';', ':']))
+}
+
+/// `check --format reason`: one line for a Slurm drain reason or a Node Problem Detector
+/// message. A failing node names each failure as `check subject observation`
+/// (`gpudoctor: rdma.port-state mlx5_2/1 port not usable: state 1: DOWN, ...; pcie.link-width
+/// 0000:21:00.0 GPU1 link trained x8, capable of x16...`); a node the gate failed says so and
+/// names what it counted (`gpudoctor: gate: 3 could not be judged (--fail-on-skip): ...`);
+/// otherwise the verdict and the counts. At most `max` characters, then `(+N more)`.
+pub fn reason(r: &CheckReport, max: usize) -> String {
+    let s = &r.summary;
+    let counts = format!(
+        "{} pass, {} warn, {} fail, {} skip",
+        s.pass, s.warn, s.fail, s.skip
+    );
+    if r.status != Status::Fail {
+        return format!("gpudoctor: {} ({counts})\n", r.status.as_str());
+    }
+    let item = |f: &Finding, what: String| format!("{} {} {}", f.id, f.subject, what);
+    let mut head = String::from("gpudoctor: ");
+    let items: Vec<String> = if s.fail > 0 {
+        r.checks
+            .iter()
+            .filter(|f| f.status == Status::Fail)
+            .map(|f| item(f, observation(&f.message, 60)))
+            .collect()
+    } else {
+        // The gate decided: what it counted (warnings under --strict, unjudged skips under
+        // --fail-on-skip).
+        head.push_str(&format!("gate: {}: ", r.gate.reasons.join(", ")));
+        r.checks
+            .iter()
+            .filter(|f| {
+                (r.gate.strict && f.status == Status::Warn)
+                    || (r.gate.fail_on_skip && f.skip.is_some_and(|k| k.unjudged()))
+            })
+            .map(|f| {
+                let what = match f.status {
+                    Status::Warn => observation(&f.message, 40),
+                    _ => f.skip.map_or("", |k| k.as_str()).to_string(),
+                };
+                item(f, what)
+            })
+            .collect()
+    };
+    let mut line = head;
+    for (i, it) in items.iter().enumerate() {
+        let sep = if i == 0 || line.ends_with(": ") {
+            ""
+        } else {
+            "; "
+        };
+        let more = items.len() - i;
+        // Room for this item, and for the "(+N more)" that would follow a later cut.
+        let tail = if more > 1 { 12 } else { 0 };
+        if line.len() + sep.len() + it.len() + tail > max && i > 0 {
+            line.push_str(&format!(" (+{more} more)"));
+            break;
+        }
+        line.push_str(sep);
+        if line.len() + it.len() > max {
+            let room = max.saturating_sub(line.len() + 3);
+            let cut: String = it.chars().take(room).collect();
+            line.push_str(&cut);
+            line.push_str("...");
+            if more > 1 {
+                line.push_str(&format!(" (+{} more)", more - 1));
+            }
+            break;
+        }
+        line.push_str(it);
+    }
+    line.push('\n');
+    line
+}

@@ -104,16 +104,33 @@ fn now_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// `--textfile DIR`: DIR/gpudoctor.prom replaced atomically (a temporary file beside it, which
-/// the textfile collector ignores, renamed over it), readable by node_exporter's user.
-pub fn write_textfile(dir: &std::path::Path, text: &str) -> Result<()> {
+/// `--textfile DIR` (DIR/gpudoctor.prom) and `--report FILE`: the file replaced atomically (a
+/// hidden temporary file beside it, which the textfile collector ignores, renamed over it),
+/// readable by other users (node_exporter's, a Slurm script's). Only a regular file is
+/// replaced: a directory, device node, FIFO or symlink at the path is refused.
+pub fn write_atomically(target: &std::path::Path, text: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
-    let target = dir.join("gpudoctor.prom");
+    if let Ok(m) = std::fs::symlink_metadata(target)
+        && !m.file_type().is_file()
+    {
+        anyhow::bail!(
+            "{}: exists and is not a regular file; not replaced",
+            target.display()
+        );
+    }
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut tmp = tempfile::Builder::new()
-        .prefix(".gpudoctor.prom.")
+        .prefix(&format!(".{name}."))
         .tempfile_in(dir)
-        .with_context(|| format!("--textfile {}: cannot create a file there", dir.display()))?;
+        .with_context(|| format!("{}: cannot create a file there", dir.display()))?;
     tmp.write_all(text.as_bytes())
         .and_then(|()| tmp.as_file().sync_all())
         .and_then(|()| {
@@ -121,7 +138,7 @@ pub fn write_textfile(dir: &std::path::Path, text: &str) -> Result<()> {
                 .set_permissions(std::fs::Permissions::from_mode(0o644))
         })
         .with_context(|| format!("writing {}", tmp.path().display()))?;
-    tmp.persist(&target)
+    tmp.persist(target)
         .map_err(|e| e.error)
         .with_context(|| format!("replacing {}", target.display()))?;
     Ok(())
@@ -135,8 +152,8 @@ pub fn record_failure(dir: &std::path::Path, reason: &str, exit_code: i32) -> Re
         exit_code,
         error: Some(reason),
     };
-    write_textfile(
-        dir,
+    write_atomically(
+        &dir.join("gpudoctor.prom"),
         &crate::export::prometheus::textfile_without_report(&run),
     )
 }
@@ -167,10 +184,13 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                         exit_code: code,
                         error: None,
                     };
-                    write_textfile(
-                        dir,
+                    write_atomically(
+                        &dir.join("gpudoctor.prom"),
                         &crate::export::prometheus::textfile(&r, opts.all_series, &run),
                     )?;
+                }
+                if let Some(path) = &opts.report {
+                    write_atomically(path, &render::json(&r))?;
                 }
                 Ok(Outcome::new(
                     match opts.format {
@@ -188,6 +208,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                             crate::export::prometheus::check(&r, opts.all_series)
                         }
                         OutputFormat::Junit => crate::export::junit::check(&r),
+                        OutputFormat::Reason => render::reason(&r, render::REASON_MAX),
                     },
                     code,
                 ))

@@ -33,7 +33,9 @@ pub(super) fn cuda(
         OutputFormat::Json => render::json(&run.report),
         OutputFormat::Prometheus => crate::export::prometheus::probe(&run.report),
         // (junit is refused for probes in config)
-        OutputFormat::Table | OutputFormat::Junit => render::probe_table(&run.report, style),
+        OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => {
+            render::probe_table(&run.report, style)
+        }
     };
     let code = if run.interrupted {
         EXIT_ERROR
@@ -72,7 +74,9 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     let stdout = match w.format {
         OutputFormat::Json => render::json(&report),
         OutputFormat::Prometheus => crate::export::prometheus::write_bw(&report),
-        OutputFormat::Table | OutputFormat::Junit => render::write_bw_table(&report),
+        OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => {
+            render::write_bw_table(&report)
+        }
     };
     Ok(Outcome {
         stdout,
@@ -108,7 +112,7 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
         OutputFormat::Json if g.gpu == GpuSelect::Auto => render::json(&reports),
         OutputFormat::Json => render::json(reports[0]),
         OutputFormat::Prometheus => crate::export::prometheus::write_bw(reports[0]),
-        OutputFormat::Table | OutputFormat::Junit => reports
+        OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => reports
             .iter()
             .map(|r| render::write_bw_table(r))
             .collect::<Vec<_>>()

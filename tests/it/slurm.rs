@@ -1,8 +1,11 @@
 //! deploy/slurm/gpudoctor-healthcheck on a real one-machine Slurm cluster (Debian slurm-wlm and
-//! munge: munged, slurmctld and slurmd on localhost, started by tests/slurm/cluster.sh): a
-//! faulty recorded tree ends DRAIN with the failing check ids as the reason, a healthy one
-//! stays IDLE, and a gpudoctor that cannot run (exit 2) changes nothing. Fails (rather than
-//! skips) when GPUDOCTOR_REQUIRE_SLURM=1 and Slurm is missing; scripts/test installs it.
+//! munge: munged, slurmctld and slurmd on localhost, started by tests/slurm/cluster.sh): as a
+//! health check, a faulty recorded tree ends DRAIN with a reason naming each failure and what
+//! was seen, a healthy one stays IDLE, the gate's failures say so, a gpudoctor that cannot run
+//! changes nothing (or drains with GPUDOCTOR_ON_ERROR=drain), and one that runs past
+//! GPUDOCTOR_TIMEOUT is cut with a reason; as a Prolog, a faulty node is drained and the job
+//! requeued held before it starts, and a healthy node runs it. Fails (rather than skips) when
+//! GPUDOCTOR_REQUIRE_SLURM=1 and Slurm is missing; scripts/test installs it.
 
 use crate::repo;
 use std::process::Command;
@@ -27,8 +30,19 @@ fn have_slurm() -> bool {
 }
 
 fn cluster(args: &[&str]) -> (String, String, String) {
+    let (state, reason, report, _) = cluster_with(env!("CARGO_BIN_EXE_gpudoctor"), &[], args);
+    (state, reason, report)
+}
+
+/// The cluster with the script's settings in `env`; also the job line in prolog mode.
+fn cluster_with(
+    bin: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (String, String, String, String) {
     let o = Command::new(repo().join("tests/slurm/cluster.sh"))
-        .arg(env!("CARGO_BIN_EXE_gpudoctor"))
+        .arg(bin)
+        .envs(env.iter().copied())
         .args(args)
         .current_dir(repo())
         .output()
@@ -45,7 +59,12 @@ fn cluster(args: &[&str]) -> (String, String, String) {
             .unwrap_or_default()
             .to_string()
     };
-    (field("state"), field("reason"), field("report"))
+    (
+        field("state"),
+        field("reason"),
+        field("report"),
+        field("job"),
+    )
 }
 
 #[test]
@@ -58,10 +77,14 @@ fn slurm_health_check_drains_faulty_nodes_only() {
         "fixtures/variants/vm-flat-4gpu--gpu-health/bundle.tar.gz",
     ]);
     assert!(state.starts_with("drain"), "state {state}");
-    assert_eq!(
-        reason,
-        "gpudoctor: gpu.ecc,gpu.row-remap,gpu.p2p,gpu.nvlink-down"
+    // Subject and observation, within the reason's length.
+    assert!(
+        reason.starts_with("gpudoctor: gpu.ecc GPU2 3 volatile uncorrectable ECC errors"),
+        "{reason}"
     );
+    assert!(reason.contains("; gpu.row-remap GPU3 "), "{reason}");
+    assert!(reason.ends_with("(+3 more)"), "{reason}");
+    assert!(reason.len() <= 250, "{reason}");
     assert_eq!(report, "kept");
 
     let (state, reason, report) = cluster(&["--root", "fixtures/pcie-2socket-roce"]);
@@ -74,4 +97,76 @@ fn slurm_health_check_drains_faulty_nodes_only() {
     assert_eq!(state, "idle");
     assert_eq!(reason, "");
     assert_eq!(report, "missing");
+}
+
+/// GPUDOCTOR_TIMEOUT cuts a run that does not finish (here a stand-in binary that sleeps) with
+/// a reason; GPUDOCTOR_ON_ERROR=drain drains on it, and a gate failure names the gate.
+#[test]
+fn slurm_timeout_on_error_and_gate_reasons() {
+    if !have_slurm() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("gpudoctor-that-hangs");
+    std::fs::write(&slow, "#!/bin/sh\nsleep 60\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t0 = std::time::Instant::now();
+    let (state, reason, report, _) = cluster_with(
+        slow.to_str().unwrap(),
+        &[("GPUDOCTOR_TIMEOUT", "2"), ("GPUDOCTOR_ON_ERROR", "drain")],
+        &["--root", "fixtures/pcie-2socket-roce"],
+    );
+    assert!(state.starts_with("drain"), "state {state}");
+    assert_eq!(
+        reason,
+        "gpudoctor: could not run: no verdict within GPUDOCTOR_TIMEOUT=2s"
+    );
+    assert_eq!(report, "missing");
+    assert!(t0.elapsed().as_secs() < 50, "the budget cut the run");
+
+    // --strict on a node with warnings only: the gate drains it and says so.
+    let (state, reason, _, _) = cluster_with(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[("GPUDOCTOR_ARGS", "--strict")],
+        &["--root", "fixtures/pcie-2socket-roce"],
+    );
+    assert!(state.starts_with("drain"), "state {state}");
+    assert!(
+        reason.starts_with("gpudoctor: gate: 5 warnings (--strict): gdr.peer-mapping host "),
+        "{reason}"
+    );
+}
+
+/// As a Prolog (GPUDOCTOR_MODE=prolog): a faulty node is drained with gpudoctor's reason and the
+/// job is requeued held instead of starting there; a healthy node runs the job.
+#[test]
+fn slurm_prolog_requeues_the_job_and_drains() {
+    if !have_slurm() {
+        return;
+    }
+    let (state, reason, report, job) = cluster_with(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[("GPUDOCTOR_MODE", "prolog")],
+        &[
+            "--bundle",
+            "fixtures/variants/pcie-2socket-roce--port-down/bundle.tar.gz",
+        ],
+    );
+    assert!(state.starts_with("drain"), "state {state}");
+    assert_eq!(
+        reason,
+        "gpudoctor: rdma.port-state mlx5_2/1 port not usable: state 1: DOWN, physical state 3: Disabled"
+    );
+    assert_eq!(report, "kept");
+    assert_eq!(job, "PENDING held=yes started=no", "requeued and held");
+
+    let (state, reason, _, job) = cluster_with(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[("GPUDOCTOR_MODE", "prolog")],
+        &["--root", "fixtures/pcie-2socket-roce"],
+    );
+    assert!(!state.starts_with("drain"), "state {state}");
+    assert_eq!(reason, "");
+    assert_eq!(job, "COMPLETED held=no started=yes");
 }
