@@ -125,3 +125,50 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// deploy/kubernetes/npd-gpudoctor-plugin.json: a Node Problem Detector custom plugin whose rule
+/// runs gpudoctor, and gpudoctor speaks NPD's custom-plugin protocol (exit 0 OK, 1 NonOK, other
+/// Unknown; the first `max_output_length` bytes of standard output are the condition message):
+/// a failing node gives NonOK with a one-line message naming the failure, a node with warnings
+/// only OK, a tree gpudoctor cannot read Unknown. (No node-problem-detector binary is packaged
+/// for Debian or PyPI, so NPD itself does not run here.)
+#[test]
+fn npd_plugin_speaks_the_custom_plugin_protocol() {
+    let text = std::fs::read_to_string(repo().join("deploy/kubernetes/npd-gpudoctor-plugin.json"))
+        .unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(cfg["plugin"], "custom");
+    let max = cfg["pluginConfig"]["max_output_length"].as_u64().unwrap() as usize;
+    let condition = cfg["conditions"][0]["type"].as_str().unwrap();
+    let rule = &cfg["rules"][0];
+    assert_eq!(rule["type"], "permanent");
+    assert_eq!(rule["condition"], condition);
+    assert!(rule["path"].as_str().unwrap().ends_with("/gpudoctor"));
+    let args: Vec<&str> = rule["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let run = |source: &[&str]| {
+        let o = gpudoctor().args(source).args(&args).output().unwrap();
+        (o.status.code(), String::from_utf8(o.stdout).unwrap())
+    };
+    let (code, out) = run(&[
+        "--bundle",
+        "fixtures/variants/pcie-2socket-roce--port-down/bundle.tar.gz",
+    ]);
+    assert_eq!(code, Some(1), "NonOK");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.len() <= max, "{out}");
+    assert!(
+        out.starts_with("gpudoctor: rdma.port-state mlx5_2/1 "),
+        "{out}"
+    );
+    let (code, out) = run(&["--root", "fixtures/pcie-2socket-roce"]);
+    assert_eq!(code, Some(0), "OK: {out}");
+    assert_eq!(out, "gpudoctor: warn (100 pass, 5 warn, 0 fail, 4 skip)\n");
+    let (code, out) = run(&["--root", "fixtures/no-such-tree"]);
+    assert_eq!(code, Some(2), "Unknown");
+    assert_eq!(out, "");
+}
