@@ -7,14 +7,70 @@ use gpudoctor::config::Config;
 use gpudoctor::run::{self, EXIT_ERROR};
 use std::io::Write;
 
+/// `gpudoctor help [COMMAND...]` is `gpudoctor [COMMAND...] --help`.
+fn argv() -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "help") {
+        argv.remove(1);
+        argv.push("--help".into());
+    }
+    argv
+}
+
+/// A usage error as one line (`gpudoctor: error: ...`), with clap's suggestion where it has one:
+/// the same shape as every other error, for logs and scripts that read one line.
+fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    // The command the error is about, from clap's usage line ("Usage: gpudoctor probe h2d
+    // [OPTIONS]"), so the hint names its help.
+    let command: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: gpudoctor"))
+        .unwrap_or("")
+        .split_whitespace()
+        .take_while(|w| !w.starts_with(['-', '<', '[']))
+        .collect();
+    let help = ["gpudoctor help"]
+        .into_iter()
+        .chain(command.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let path = ["gpudoctor"]
+            .into_iter()
+            .chain(command.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
+        return format!("gpudoctor: error: `{path}` needs a command (see `{help}`)");
+    }
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ");
+    let tips: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("tip: "))
+        .collect();
+    if tips.is_empty() {
+        format!("gpudoctor: error: {first} (see `{help}`)")
+    } else {
+        format!("gpudoctor: error: {first} ({})", tips.join("; "))
+    }
+}
+
 fn main() {
-    let args = match Args::try_parse() {
+    let args = match Args::try_parse_from(argv()) {
         Ok(a) => a,
         Err(e) => {
             // --help and --version are not errors.
-            let code = if e.use_stderr() { EXIT_ERROR } else { 0 };
-            let _ = e.print();
-            std::process::exit(code);
+            if !e.use_stderr() {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            let _ = writeln!(std::io::stderr(), "{}", usage_error(&e));
+            std::process::exit(EXIT_ERROR);
         }
     };
     // `check --textfile DIR` records a run that could not judge the node too.

@@ -207,6 +207,42 @@ pub fn catalog_help() -> String {
     s
 }
 
+/// The check id nearest to a misspelt or partial `id`: the one that contains it (`acs` ->
+/// `pcie.acs-redirect`, when only one does), else the closest by edit distance (at most a
+/// third of the id's length).
+pub fn suggest(id: &str) -> Option<&'static str> {
+    let want = id.trim().to_ascii_lowercase();
+    if want.is_empty() {
+        return None;
+    }
+    let ids: Vec<&'static str> = CATALOG.iter().map(|c| c.id.as_str()).collect();
+    let containing: Vec<&&str> = ids.iter().filter(|c| c.contains(want.as_str())).collect();
+    if containing.len() == 1 {
+        return Some(containing[0]);
+    }
+    let (best, d) = ids
+        .iter()
+        .map(|c| (*c, edit_distance(&want, c)))
+        .min_by_key(|(_, d)| *d)?;
+    (d <= (want.len() / 3).max(1)).then_some(best)
+}
+
+/// Levenshtein distance over bytes (ids are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 /// The check named `id`, if there is one.
 pub fn info(id: &str) -> Option<&'static CheckInfo> {
     id.parse::<CheckId>().ok().map(CheckId::info)
@@ -340,5 +376,22 @@ impl Overrides {
                 f.original_status = Some(before);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_for_misspelt_and_partial_ids() {
+        assert_eq!(suggest("acs"), Some("pcie.acs-redirect"));
+        assert_eq!(suggest("pcie.link-widht"), Some("pcie.link-width"));
+        assert_eq!(suggest("gpu.ec"), Some("gpu.ecc"));
+        // Several contain it and none is near: no guess.
+        assert_eq!(suggest("pcie"), None);
+        assert_eq!(suggest("zzzzzzzz"), None);
+        assert_eq!(suggest(""), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

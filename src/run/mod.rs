@@ -238,7 +238,10 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         )),
         Action::Explain(id) => match crate::checks::info(id) {
             Some(c) => Ok(Outcome::new(render::explain(c), EXIT_OK)),
-            None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
+            None => match crate::checks::suggest(id) {
+                Some(near) => anyhow::bail!("no check '{id}' (did you mean {near}?)"),
+                None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
+            },
         },
         Action::Snapshot(what) => {
             let o = Source::open(&cfg.source)?;

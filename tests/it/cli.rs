@@ -430,3 +430,46 @@ fn gate_verdict_is_the_same_in_every_output() {
         assert_eq!(failures > 0, code == 1, "{flags:?}: {xml}");
     }
 }
+
+/// Every usage error is one line `gpudoctor: error: ...` on stderr, exit 2, nothing on stdout,
+/// with a hint: clap's suggestion where it has one, else the command's help; `gpudoctor help
+/// [COMMAND...]` is `--help` (exit 0); `explain` suggests the nearest check id.
+#[test]
+fn usage_errors_are_one_line_with_a_hint() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["chek"], "(a similar subcommand exists: 'check')"),
+        (
+            &["check", "--levle", "1"],
+            "(a similar argument exists: '--level')",
+        ),
+        (&["check", "--level", "9"], "9 is not in 0..=4"),
+        (
+            &["probe", "h2d", "--root", "F"],
+            "(see `gpudoctor help probe h2d`)",
+        ),
+        (
+            &["probe"],
+            "`gpudoctor probe` needs a command (see `gpudoctor help probe`)",
+        ),
+        (&[], "`gpudoctor` needs a command (see `gpudoctor help`)"),
+        (
+            &["explain", "acs"],
+            "no check 'acs' (did you mean pcie.acs-redirect?)",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = gpudoctor().args(*args).output().unwrap();
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("gpudoctor: error: "), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    for args in [&["help"][..], &["help", "probe", "h2d"], &["help", "check"]] {
+        let o = gpudoctor().args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        let out = String::from_utf8(o.stdout).unwrap();
+        assert!(out.contains("Usage: gpudoctor"), "{args:?}: {out}");
+    }
+}
