@@ -38,7 +38,8 @@ depmod -b "$KTMP" "$KVER"
 R="$CACHE/root.tmp"; rm -rf "$R"
 mkdir -p "$R"/usr/{bin,sbin,lib64,lib/modules} "$R$ARCH_LIB" "$R"/{proc,sys,dev,tmp,run,root,etc,ctl}
 for d in bin sbin lib lib64; do ln -s usr/$d "$R/$d"; done
-mknod -m 600 "$R/dev/console" c 5 1
+# /dev/console is not made with mknod (root only): it is appended to the archive below as a
+# cpio entry, which the kernel unpacks as a device node, so the image builds without root.
 
 # Kernel modules and their dependencies (resolved against the unpacked kernel).
 MODS="rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic crc32-pclmul dummy veth virtio_pci 9pnet_virtio 9p"
@@ -86,8 +87,19 @@ install -m755 /bin/busybox "$R/usr/bin/busybox"
 for a in $(busybox --list-full); do [ -e "$R/$a" ] || [ -L "$R/$a" ] || ln -s /usr/bin/busybox "$R/$a"; done
 install -m755 "$HERE/init" "$R/init"
 
-# 4. Pack.
-(cd "$R" && find . | LC_ALL=C sort | cpio -o -H newc --quiet | zstd -q -T0 -9 -f -o "$CACHE/initrd-$KVER.img.tmp")
+# 4. Pack: the tree (owned by root in the archive, whoever builds it), then a second archive
+# with the console device node (newc: 110-byte header, name and data padded to 4 bytes; the
+# kernel unpacks concatenated archives in turn).
+newc() { # name mode rdevmajor rdevminor
+  local name=$1 n=$((${#1} + 1))
+  printf '070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X' \
+    1 "$2" 0 0 1 0 0 0 0 "$3" "$4" "$n" 0
+  printf '%s\0' "$name"
+  head -c $(( (4 - (110 + n) % 4) % 4 )) /dev/zero
+}
+console_cpio() { newc dev/console $((0x2180)) 5 1; newc 'TRAILER!!!' 0 0 0; }
+{ (cd "$R" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet); console_cpio; } |
+  zstd -q -T0 -9 -f -o "$CACHE/initrd-$KVER.img.tmp"
 mv "$CACHE/initrd-$KVER.img.tmp" "$CACHE/initrd-$KVER.img"
 ln -sfn "vmlinux-$KVER" "$CACHE/vmlinux"; ln -sfn "initrd-$KVER.img" "$CACHE/initrd.img"
 echo "kernel: $CACHE/vmlinux-$KVER  initramfs: $CACHE/initrd-$KVER.img ($(du -h "$CACHE/initrd-$KVER.img" | cut -f1))"
