@@ -27,11 +27,23 @@ struct Opts {
     size: u32,
 }
 
+const USAGE: &str = "usage: gpudoctor-mlx5-kernel build|emulate|bench|queues [--gpu N] [--iters N] [--writes N] [--size B]";
+
+const HELP: &str = "gpudoctor-mlx5-kernel: the level-4 CUDA kernel's test harness for a GPU machine without a ConnectX
+(scripts/gpu-mlx5-kernel runs it; not part of the gpudoctor CLI).
+
+  build    GPU-built WQEs against the Rust builder, byte for byte, over the whole SQ ring
+  emulate  the posting protocol against the NIC stand-in (EMULATED: no adapter is involved)
+  bench    the posting cost alone (no consumer), SQ in host or GPU memory, each fence
+  queues   the DevX path's GPU half: queue memory as level 4 lays it out, read back
+
+Options: --gpu N (0), --iters N (2048), --writes N (512, at most 1024), --size B (64).
+CUDA_HOME / CUDA_PATH name toolkits to look for libnvrtc in.
+Exit: 0 everything as expected, 1 a mismatch or an unexpected outcome, 2 could not run.";
+
 fn parse() -> Result<Opts, String> {
     let mut a = std::env::args().skip(1);
-    let mode = a.next().ok_or(
-        "usage: gpudoctor-mlx5-kernel build|emulate|bench [--gpu N] [--iters N] [--writes N] [--size B]",
-    )?;
+    let mode = a.next().ok_or(USAGE)?;
     let mut o = Opts {
         mode,
         gpu: 0,
@@ -419,6 +431,18 @@ fn queues(l: &k::Loaded, o: &Opts) -> bool {
 }
 
 fn main() -> ExitCode {
+    // Answered before CUDA is loaded: help works on a machine without a GPU.
+    match std::env::args().nth(1).as_deref() {
+        Some("--help" | "-h" | "help") => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Some("--version" | "-V") => {
+            println!("gpudoctor-mlx5-kernel {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
     let o = match parse() {
         Ok(o) => o,
         Err(e) => {

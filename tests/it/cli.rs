@@ -473,3 +473,25 @@ fn usage_errors_are_one_line_with_a_hint() {
         assert!(out.contains("Usage: gpudoctor"), "{args:?}: {out}");
     }
 }
+
+/// The level-4 harness answers --help and --version without CUDA (this machine has none).
+#[test]
+fn harness_help_needs_no_gpu() {
+    for (arg, want) in [
+        (
+            "--help",
+            "gpudoctor-mlx5-kernel: the level-4 CUDA kernel's test harness",
+        ),
+        ("--version", "gpudoctor-mlx5-kernel 0.1.0"),
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpudoctor-mlx5-kernel"))
+            .arg(arg)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{arg}");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).starts_with(want),
+            "{arg}"
+        );
+    }
+}
