@@ -6,7 +6,7 @@
 //! the classification says so (`certain: false` plus a note) instead of guessing.
 
 use crate::facts::{NvLinkRemote, PortState};
-use crate::inventory::{Inventory, PciFunction};
+use crate::inventory::{Inventory, PciFunction, RdmaBacking};
 use crate::numa;
 use crate::nvml::NvmlGpu;
 use crate::pci::config::PortType;
@@ -211,6 +211,14 @@ pub struct SoftRdma {
     pub parent_netdev: Option<String>,
 }
 
+/// An RDMA device whose hardware could not be read (its `device` link or `parent`): neither a
+/// NIC in the matrix nor software RDMA, and unknown to every NIC check (issue 21).
+#[derive(Debug, Clone, Serialize)]
+pub struct UnresolvedRdma {
+    pub rdma_device: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Matrix {
     /// GPU0..GPUn then NIC0..NICm.
@@ -246,6 +254,13 @@ pub struct Topology {
     pub gpus: Vec<Gpu>,
     pub nics: Vec<Nic>,
     pub software_rdma: Vec<SoftRdma>,
+    /// RDMA devices on unknown hardware (see `UnresolvedRdma`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unresolved_rdma: Vec<UnresolvedRdma>,
+    /// Why the list of RDMA devices itself is unknown: /sys/class/infiniband could not be
+    /// listed (None: it was listed, or is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma_unknown: Option<String>,
     pub numa_nodes: Vec<crate::inventory::NumaNode>,
     pub matrix: Matrix,
     pub closest_nics: Vec<Closest>,
@@ -272,6 +287,29 @@ impl Topology {
     /// The PCI function at an address, as a device of the tree.
     pub fn device(&self, bdf: Bdf) -> Option<&Device> {
         self.devices.iter().find(|d| d.bdf == bdf)
+    }
+
+    /// What keeps the NIC list from being known whole, as (subject, why): an unreadable
+    /// /sys/class/infiniband (subject `host`), and each RDMA device on unknown hardware. A NIC
+    /// check says unknown for each, never "no RDMA NICs".
+    pub fn nic_gaps(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(why) = &self.rdma_unknown {
+            out.push((
+                "host".to_string(),
+                format!("RDMA devices unknown: /sys/class/infiniband could not be listed ({why})"),
+            ));
+        }
+        for u in &self.unresolved_rdma {
+            out.push((
+                u.rdma_device.clone(),
+                format!(
+                    "RDMA device {}: PCI function unknown ({})",
+                    u.rdma_device, u.reason
+                ),
+            ));
+        }
+        out
     }
 }
 
@@ -668,14 +706,19 @@ fn gpus(inv: &Inventory, devices: &[Device], notes: &mut Vec<String>) -> Vec<Gpu
     gpus
 }
 
-/// Stage 4: NICs (RDMA devices with a PCI function, natural name order) and software RDMA
-/// devices.
-fn nics(inv: &Inventory, notes: &mut Vec<String>) -> (Vec<Nic>, Vec<SoftRdma>) {
+/// Stage 4: NICs (RDMA devices with a PCI function, natural name order), software RDMA
+/// devices, and devices whose hardware could not be read.
+fn nics(
+    inv: &Inventory,
+    notes: &mut Vec<String>,
+) -> (Vec<Nic>, Vec<SoftRdma>, Vec<UnresolvedRdma>) {
     let mut nics = Vec::new();
     let mut software_rdma = Vec::new();
+    let mut unresolved = Vec::new();
     for r in &inv.rdma {
-        match r.bdf {
-            Some(bdf) => {
+        match &r.backing {
+            RdmaBacking::Pci { bdf } => {
+                let bdf = *bdf;
                 let label = format!("NIC{}", nics.len());
                 let mut netdevs: Vec<String> = inv
                     .netdevs
@@ -711,14 +754,29 @@ fn nics(inv: &Inventory, notes: &mut Vec<String>) -> (Vec<Nic>, Vec<SoftRdma>) {
                     ));
                 }
             }
-            None => software_rdma.push(SoftRdma {
+            RdmaBacking::Software { parent_netdev } => software_rdma.push(SoftRdma {
                 rdma_device: r.name.clone(),
-                parent_netdev: r.parent_netdev.clone(),
+                parent_netdev: Some(parent_netdev.clone()),
             }),
+            RdmaBacking::Unresolved { reason } => {
+                notes.push(format!(
+                    "RDMA device {}: PCI function unknown ({reason}); not in the matrix, its NIC checks are unknown",
+                    r.name
+                ));
+                unresolved.push(UnresolvedRdma {
+                    rdma_device: r.name.clone(),
+                    reason: reason.clone(),
+                });
+            }
         }
     }
+    if let Some(why) = inv.rdma_class.unreadable() {
+        notes.push(format!(
+            "/sys/class/infiniband could not be listed ({why}): RDMA devices unknown, the matrix may lack NICs"
+        ));
+    }
 
-    (nics, software_rdma)
+    (nics, software_rdma, unresolved)
 }
 
 /// Stage 6: each GPU's closest NIC(s), by PCIe path (GPUDirect RDMA never goes over NVLink);
@@ -758,7 +816,7 @@ pub fn build(inv: &Inventory) -> Topology {
     let devices = devices(inv, &roles, &numa);
     let root_complexes = root_complexes(&devices);
     let gpus = gpus(inv, &devices, &mut notes);
-    let (nics, software_rdma) = nics(inv, &mut notes);
+    let (nics, software_rdma, unresolved_rdma) = nics(inv, &mut notes);
     let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
         .nvml
         .gpus
@@ -860,6 +918,8 @@ pub fn build(inv: &Inventory) -> Topology {
         gpus,
         nics,
         software_rdma,
+        unresolved_rdma,
+        rdma_unknown: inv.rdma_class.unreadable().map(str::to_string),
         numa_nodes: inv.numa_nodes.clone(),
         matrix: Matrix {
             uncertain: paths
@@ -927,13 +987,12 @@ mod tests {
     fn nic(name: &str, bdf: &str) -> RdmaDevice {
         RdmaDevice {
             name: name.into(),
-            bdf: Some(b(bdf)),
+            backing: crate::inventory::RdmaBacking::Pci { bdf: b(bdf) },
             node_type: None,
             hca_type: None,
             fw_ver: None,
             node_guid: None,
             board_id: None,
-            parent_netdev: None,
             ports: Vec::new(),
             unread: Default::default(),
         }
@@ -962,6 +1021,8 @@ mod tests {
             host: Default::default(),
             extras: Default::default(),
             notes: Vec::new(),
+            rdma_class: Default::default(),
+            net_class: Default::default(),
         }
     }
 

@@ -125,8 +125,26 @@ fn dmabuf_facts(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
 }
 
 /// Why GPUDirect RDMA cannot be judged here, if it cannot: nothing to judge (no GPUs, no
-/// NICs), or the driver it needs is missing (which driver.nvidia-loaded fails).
-fn not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
+/// NICs), the NICs are unknown (an RDMA device's PCI function or the device list could not be
+/// read), or the driver it needs is missing (which driver.nvidia-loaded fails).
+fn not_applicable(ctx: &Ctx) -> Option<(String, SkipKind)> {
+    let gaps = ctx.topo.nic_gaps();
+    match basic_not_applicable(ctx) {
+        Some(("no RDMA NICs: GPUDirect RDMA not applicable", _)) if !gaps.is_empty() => Some((
+            format!(
+                "no RDMA NIC could be placed: {}",
+                gaps.iter()
+                    .map(|(_, why)| why.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            SkipKind::Unknown,
+        )),
+        other => other.map(|(why, kind)| (why.to_string(), kind)),
+    }
+}
+
+fn basic_not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
     if ctx.topo.gpus.is_empty() {
         Some(("no NVIDIA GPUs", SkipKind::NotApplicable))
     } else if ctx.inv.host.nvidia_version_line.is_none() {
@@ -145,7 +163,7 @@ fn not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
 }
 
 /// The skip for `not_applicable`'s reason.
-fn cannot_judge(id: CheckId, (why, kind): (&str, SkipKind)) -> Finding {
+fn cannot_judge(id: CheckId, (why, kind): (String, SkipKind)) -> Finding {
     let f = Finding::new(id, "host", Status::Skip, why);
     if kind == SkipKind::NotApplicable {
         f.not_applicable()
@@ -198,6 +216,8 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(cannot_judge(id, why));
         return;
     }
+    // A NIC that could not be placed may be some GPU's closest: unknown for it (issue 21).
+    super::rdma::nic_gaps(ctx, id, out);
     let path = match (pm, db) {
         (Some(true), _) => Some("peermem"),
         (_, Some(true)) => Some("dma-buf"),

@@ -16,8 +16,14 @@ fn each_closest(
         out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
+    // A NIC that cannot be placed (its RDMA device's PCI function unknown, or the RDMA
+    // devices unlisted) may be any GPU's closest: an unknown for each, beside the verdicts on
+    // the NICs that were placed (issue 21).
+    let gaps = super::rdma::nic_gaps(ctx, id, out);
     if t.nics.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no RDMA NICs").not_applicable());
+        if !gaps {
+            out.push(Finding::new(id, "host", Status::Skip, "no RDMA NICs").not_applicable());
+        }
         return;
     }
     for c in &t.closest_nics {

@@ -288,7 +288,14 @@ pub fn closest_active_port(topo: &Topology, gpu: &str) -> Result<NicChoice, Stri
     let Some(gi) = m.labels.iter().position(|l| l == gpu) else {
         return Err(format!("{gpu} is not in the topology"));
     };
+    let gaps: Vec<String> = topo.nic_gaps().into_iter().map(|(_, why)| why).collect();
     if topo.nics.is_empty() {
+        if !gaps.is_empty() {
+            return Err(format!(
+                "no RDMA NIC could be placed: {} (issue 21: unknown, not absent)",
+                gaps.join("; ")
+            ));
+        }
         return Err(
             "no RDMA NIC on the PCI bus (software devices such as rxe have no PCIe path to a GPU)"
                 .into(),
@@ -353,6 +360,12 @@ pub fn closest_active_port(topo: &Topology, gpu: &str) -> Result<NicChoice, Stri
     }
     if !closer.is_empty() {
         why.push_str(&format!("; closer ports not ACTIVE: {}", closer.join(", ")));
+    }
+    if !gaps.is_empty() {
+        why.push_str(&format!(
+            "; a closer NIC may be among those that could not be placed: {}",
+            gaps.join("; ")
+        ));
     }
     Ok(NicChoice {
         device: nic.rdma_device.clone(),

@@ -19,6 +19,7 @@ mod mlx5;
 mod mlx5_emu;
 mod mlx5_prm;
 mod probes;
+mod rdma_unknown;
 mod slurm;
 mod sriov;
 mod vm;
