@@ -342,7 +342,10 @@ impl Inventory {
                 .filter_map(|f| {
                     let c = f.class.map(pci::ClassCode)?;
                     let gpu = f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display();
-                    let nic = rdma_bdfs.contains(&f.bdf) && (c.is_bridge_pci() || c.is_network());
+                    // A NIC of an RDMA-capable family is judged with or without its RDMA
+                    // device (issue 28).
+                    let nic = (rdma_bdfs.contains(&f.bdf) || crate::nic::family(f).is_some())
+                        && (c.is_bridge_pci() || c.is_network());
                     (gpu || nic).then_some((f, gpu))
                 })
                 .collect();

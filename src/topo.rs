@@ -211,6 +211,33 @@ pub struct SoftRdma {
     pub parent_netdev: Option<String>,
 }
 
+/// A NIC of an RDMA-capable family (`crate::nic`) on the PCI bus with no RDMA device: shown in
+/// the tree and the NIC table, left out of the matrix (nvidia-smi's rule: the matrix's NICs
+/// are RDMA devices) with a note, and judged by `rdma.driver` (issue 28).
+#[derive(Debug, Clone, Serialize)]
+pub struct RdmalessNic {
+    pub bdf: Bdf,
+    pub name: String,
+    pub family: String,
+    /// The PCI driver bound (None: none).
+    pub driver: Option<String>,
+    /// The module that would provide its RDMA device.
+    pub rdma_module: String,
+    pub netdevs: Vec<String>,
+    /// Why it cannot be told that it has no RDMA device (its device may be among those whose
+    /// PCI function is unknown, or in an unlisted /sys/class/infiniband); None: it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
+}
+
+/// An RDMA-less NIC closer to a GPU than any NIC with an RDMA device.
+#[derive(Debug, Clone, Serialize)]
+pub struct CloserNic {
+    pub bdf: Bdf,
+    pub path: PathType,
+    pub rdma_module: String,
+}
+
 /// An RDMA device whose hardware could not be read (its `device` link or `parent`): neither a
 /// NIC in the matrix nor software RDMA, and unknown to every NIC check (issue 21).
 #[derive(Debug, Clone, Serialize)]
@@ -245,6 +272,10 @@ pub struct Closest {
     /// All NICs at that path type (ties listed), by label and RDMA device name.
     pub nics: Vec<String>,
     pub rdma_devices: Vec<String>,
+    /// NICs without an RDMA device that are closer than `path` (or the closest, when no NIC
+    /// has an RDMA device), closest first (issue 28).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub closer_without_rdma: Vec<CloserNic>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -254,6 +285,9 @@ pub struct Topology {
     pub gpus: Vec<Gpu>,
     pub nics: Vec<Nic>,
     pub software_rdma: Vec<SoftRdma>,
+    /// NICs of RDMA-capable families without an RDMA device (see `RdmalessNic`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nics_without_rdma: Vec<RdmalessNic>,
     /// RDMA devices on unknown hardware (see `UnresolvedRdma`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unresolved_rdma: Vec<UnresolvedRdma>,
@@ -779,6 +813,66 @@ fn nics(
     (nics, software_rdma, unresolved)
 }
 
+/// Stage 4b: NICs of RDMA-capable families that no RDMA device points at (issue 28). Where an
+/// RDMA device's PCI function is unknown, or the devices could not be listed, each one's lack
+/// is unknown rather than a fact.
+fn rdmaless_nics(
+    inv: &Inventory,
+    nics: &[Nic],
+    unresolved: &[UnresolvedRdma],
+    notes: &mut Vec<String>,
+) -> Vec<RdmalessNic> {
+    let unknown = match (inv.rdma_class.unreadable(), unresolved.is_empty()) {
+        (Some(why), _) => Some(format!("/sys/class/infiniband could not be listed ({why})")),
+        (None, false) => Some(format!(
+            "the PCI function of {} is unknown",
+            unresolved
+                .iter()
+                .map(|u| u.rdma_device.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        (None, true) => None,
+    };
+    let mut out = Vec::new();
+    for f in inv.pci.values() {
+        if nics.iter().any(|n| n.bdf == f.bdf) {
+            continue;
+        }
+        let Some(fam) = crate::nic::family(f) else {
+            continue;
+        };
+        let mut netdevs: Vec<String> = inv
+            .netdevs
+            .iter()
+            .filter(|n| n.bdf == Some(f.bdf))
+            .map(|n| n.name.clone())
+            .collect();
+        netdevs.sort_by(|a, b| pci::natural_cmp(a, b));
+        let name = pci_name(f.vendor, f.device);
+        notes.push(match &unknown {
+            None => format!(
+                "NIC {} ({name}): no RDMA device seen ({} would provide it): not in the matrix, see rdma.driver",
+                f.bdf, fam.rdma_module
+            ),
+            Some(why) => format!(
+                "NIC {} ({name}): whether it has an RDMA device is unknown ({why}); not in the matrix",
+                f.bdf
+            ),
+        });
+        out.push(RdmalessNic {
+            bdf: f.bdf,
+            name,
+            family: fam.name.to_string(),
+            driver: f.driver.clone(),
+            rdma_module: fam.rdma_module.to_string(),
+            netdevs,
+            unknown: unknown.clone(),
+        });
+    }
+    out
+}
+
 /// Stage 6: each GPU's closest NIC(s), by PCIe path (GPUDirect RDMA never goes over NVLink);
 /// ties are all kept.
 fn closest_nics(gpus: &[Gpu], nics: &[Nic], paths: &[Vec<Path>]) -> Vec<Closest> {
@@ -799,6 +893,7 @@ fn closest_nics(gpus: &[Gpu], nics: &[Nic], paths: &[Vec<Path>]) -> Vec<Closest>
                     .iter()
                     .map(|ni| nics[*ni].rdma_device.clone())
                     .collect(),
+                closer_without_rdma: Vec::new(),
             }
         })
         .collect()
@@ -817,6 +912,7 @@ pub fn build(inv: &Inventory) -> Topology {
     let root_complexes = root_complexes(&devices);
     let gpus = gpus(inv, &devices, &mut notes);
     let (nics, software_rdma, unresolved_rdma) = nics(inv, &mut notes);
+    let nics_without_rdma = rdmaless_nics(inv, &nics, &unresolved_rdma, &mut notes);
     let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
         .nvml
         .gpus
@@ -908,7 +1004,27 @@ pub fn build(inv: &Inventory) -> Topology {
     let (cpu_affinity, numa_affinity): (Vec<String>, Vec<String>) =
         ends.iter().map(|(b, _, _)| affinity_of(b)).unzip();
 
-    let closest_nics = closest_nics(&gpus, &nics, &paths);
+    let mut closest_nics = closest_nics(&gpus, &nics, &paths);
+    // A NIC without an RDMA device closer than every NIC with one is named (issue 28): the
+    // GPU's GPUDirect partner would be it, once its RDMA module is loaded.
+    for c in &mut closest_nics {
+        let Some(g) = gpus.iter().find(|g| g.label == c.gpu) else {
+            continue;
+        };
+        let mut closer: Vec<CloserNic> = nics_without_rdma
+            .iter()
+            .filter(|n| n.unknown.is_none())
+            .map(|n| (n, graph.pcie_path(g.bdf, n.bdf).0))
+            .filter(|(_, p)| c.path.is_none_or(|best| *p < best))
+            .map(|(n, path)| CloserNic {
+                bdf: n.bdf,
+                path,
+                rdma_module: n.rdma_module.clone(),
+            })
+            .collect();
+        closer.sort_by_key(|x| (x.path, x.bdf));
+        c.closer_without_rdma = closer;
+    }
 
     notes.sort();
     notes.dedup();
@@ -918,6 +1034,7 @@ pub fn build(inv: &Inventory) -> Topology {
         gpus,
         nics,
         software_rdma,
+        nics_without_rdma,
         unresolved_rdma,
         rdma_unknown: inv.rdma_class.unreadable().map(str::to_string),
         numa_nodes: inv.numa_nodes.clone(),

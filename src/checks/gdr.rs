@@ -152,7 +152,7 @@ fn basic_not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
             "NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist",
             SkipKind::Unknown,
         ))
-    } else if ctx.topo.nics.is_empty() {
+    } else if ctx.topo.nics.is_empty() && ctx.topo.nics_without_rdma.is_empty() {
         Some((
             "no RDMA NICs: GPUDirect RDMA not applicable",
             SkipKind::NotApplicable,
@@ -226,6 +226,20 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
     };
     for c in &t.closest_nics {
         let subject = c.gpu.clone();
+        if c.rdma_devices.is_empty() {
+            // NICs there are, none with an RDMA device (issue 28).
+            if let Some(n) = c.closer_without_rdma.first() {
+                out.push(
+                    Finding::new(id, subject, Status::Fail, format!(
+                        "no GPUDirect RDMA path: {}'s closest NIC {} ({}) has no RDMA device ({} would provide it), and no NIC has one",
+                        c.gpu, n.bdf, n.path.as_str(), n.rdma_module
+                    ))
+                    .with(ev("memory path", path.unwrap_or("none")))
+                    .fix(format!("Give the NIC its RDMA device: load {} (see `gpudoctor explain rdma.driver`)", n.rdma_module)),
+                );
+            }
+            continue;
+        }
         let nics = c.rdma_devices.join(", ");
         let f = match path {
             Some("unknown") => Finding::new(id, subject, Status::Skip, format!("GPUDirect path to {nics} unknown (peermem or dma-buf facts unreadable)")),
@@ -233,6 +247,8 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
             None => Finding::new(id, subject, Status::Fail, format!("no GPUDirect RDMA path to {nics}: neither nvidia-peermem nor dma-buf"))
                 .fix("Load nvidia-peermem, or move to the open kernel module + Linux >= 5.12 + rdma-core >= 34 for dma-buf"),
         };
+        let mut f = f;
+        f.message.push_str(&super::placement::closer_note(c));
         out.push(f.with(ev("memory path", path.unwrap_or("none"))));
     }
 }

@@ -269,7 +269,11 @@ pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
                         .fix(format!("Raise the netdev MTU to 9000 (`ip link set {} mtu 9000`, and on the switch ports) so the active RoCE MTU becomes 4096", nd.name))),
                     None => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{} MTU unreadable", nd.name))),
                 },
-                None => out.push(Finding::new(id, subject.clone(), Status::Skip, "no netdev found for this RoCE port")),
+                None => out.push(Finding::new(id, subject.clone(), Status::Skip, match inv.net_class.unreadable() {
+                    // Unknown, not absent: the netdevs could not be listed (issue 21).
+                    Some(why) => format!("no netdev found for this RoCE port: /sys/class/net could not be listed ({why})"),
+                    None => "no netdev found for this RoCE port".to_string(),
+                })),
             }
     });
 }
@@ -365,6 +369,192 @@ pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
                 format!("{model}: one firmware ({desc})"),
             ));
         }
+    }
+}
+
+/// Whether kernel module `name` is loaded: listed in /proc/modules, or a directory in
+/// /sys/module (built-in modules show only there). None when neither list could be read.
+fn module_loaded(h: &crate::inventory::Host, name: &str) -> Option<bool> {
+    let listed = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.iter().any(|m| m == name));
+    match (listed(&h.modules), listed(&h.sys_modules)) {
+        (Some(true), _) | (_, Some(true)) => Some(true),
+        (None, None) => None,
+        _ => Some(false),
+    }
+}
+
+/// rdma.driver: each NIC of an RDMA-capable family (`crate::nic`) on the PCI bus has its RDMA
+/// device; one without names the module that would provide it, whether that module is loaded,
+/// and the fix (issue 28). A recording with neither /sys/class/infiniband nor the module lists
+/// cannot tell a missing module from one it did not capture: unknown.
+pub(super) fn driver(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaDriver;
+    let t = ctx.topo;
+    let h = &ctx.inv.host;
+    let gaps = nic_gaps(ctx, id, out);
+    if t.nics.is_empty() && t.nics_without_rdma.is_empty() {
+        if !gaps {
+            out.push(
+                Finding::new(
+                    id,
+                    "host",
+                    Status::Skip,
+                    "no RDMA-capable NICs on the PCI bus",
+                )
+                .not_applicable(),
+            );
+        }
+        return;
+    }
+    for n in &t.nics {
+        let driver = ctx.inv.pci.get(&n.bdf).and_then(|f| f.driver.clone());
+        out.push(
+            Finding::new(
+                id,
+                n.bdf.to_string(),
+                Status::Pass,
+                format!(
+                    "RDMA device {}{}",
+                    n.rdma_device,
+                    driver.map(|d| format!(" on {d}")).unwrap_or_default()
+                ),
+            )
+            .with(ev(
+                format!("/sys/class/infiniband/{}/device", n.rdma_device),
+                n.bdf.to_string(),
+            )),
+        );
+    }
+    let modules_ev = |m: &str| {
+        ev(
+            format!("/proc/modules, /sys/module/{m}"),
+            match module_loaded(h, m) {
+                Some(true) => "loaded".to_string(),
+                Some(false) => "not loaded".to_string(),
+                None => format!(
+                    "unknown ({}; {})",
+                    h.unread
+                        .get("modules")
+                        .map(String::as_str)
+                        .unwrap_or("not read"),
+                    h.unread
+                        .get("sys_modules")
+                        .map(String::as_str)
+                        .unwrap_or("not read")
+                ),
+            },
+        )
+    };
+    for n in &t.nics_without_rdma {
+        let subject = n.bdf.to_string();
+        let m = n.rdma_module.as_str();
+        let who = format!("{} ({})", n.bdf, n.name);
+        let driver_path = format!("/sys/bus/pci/devices/{}/driver", n.bdf);
+        let driver_ev = ev(
+            driver_path,
+            n.driver.clone().unwrap_or_else(|| "no driver bound".into()),
+        );
+        if let Some(why) = &n.unknown {
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!("{who}: whether it has an RDMA device is unknown ({why})"),
+                )
+                .with(driver_ev),
+            );
+            continue;
+        }
+        let pci_driver = crate::nic::FAMILIES
+            .iter()
+            .find(|f| f.rdma_module == m && f.name == n.family)
+            .map(|f| f.pci_driver)
+            .unwrap_or("its driver");
+        let fix = format!(
+            "`modprobe {m}` (and make it persistent: `echo {m} > /etc/modules-load.d/{m}.conf`); if it does not load, the RDMA stack is incomplete or built for another kernel: install the RDMA kernel modules for the running kernel (inbox: the distribution's rdma-core and kernel modules package, e.g. linux-modules-extra on Ubuntu; MLNX_OFED/DOCA-OFED: reinstall for `uname -r`, `ofed_info -s`) and read `dmesg | grep -i {m}` for unknown-symbol or probe errors"
+        );
+        let Some(drv) = &n.driver else {
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Fail,
+                    format!(
+                        "{who} ({}): no driver bound, so no RDMA device: {pci_driver} does not run it and {m} cannot provide one",
+                        n.family
+                    ),
+                )
+                .with(driver_ev)
+                .with(modules_ev(pci_driver))
+                .fix(format!(
+                    "`modprobe {pci_driver} {m}`; if {pci_driver} does not bind, read `dmesg | grep -i {pci_driver}` (firmware or probe errors). {fix}"
+                )),
+            );
+            continue;
+        };
+        let loaded = module_loaded(h, m);
+        let core = module_loaded(h, "ib_core");
+        let class_absent = ctx.inv.rdma_class == crate::inventory::ClassListing::Absent;
+        let f = match (class_absent, loaded, core) {
+            // A recording without the class directory or the module lists (hwloc's
+            // hwloc-gather-topology saves neither): a missing module and an uncaptured one look
+            // the same.
+            (true, None, _) => Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!(
+                    "{who} on {drv}: no RDMA device seen, but this tree has neither /sys/class/infiniband nor the module lists (/proc/modules, /sys/module): whether {m} is loaded is unknown (a recording that did not capture them)"
+                ),
+            ),
+            (true, _, Some(true)) => Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!(
+                    "{who} on {drv}: ib_core is loaded, yet /sys/class/infiniband is absent: the recording did not capture it, so whether it has an RDMA device is unknown"
+                ),
+            ),
+            (_, Some(false), _) => Finding::new(
+                id,
+                subject,
+                Status::Fail,
+                format!(
+                    "{who} on {drv} has no RDMA device: {m} is not loaded{}; no RDMA and no GPUDirect RDMA through it",
+                    if core == Some(false) { " (nor ib_core)" } else { "" }
+                ),
+            )
+            .fix(fix),
+            (_, Some(true), _) => Finding::new(
+                id,
+                subject,
+                Status::Fail,
+                format!(
+                    "{who} on {drv} has no RDMA device although {m} is loaded: RDMA is disabled for this function or {m} failed to probe it"
+                ),
+            )
+            .fix(format!(
+                "Read `dmesg | grep -i {m}` for probe errors; on ConnectX check `devlink dev param show pci/{} name enable_rdma` (set it true and `devlink dev reload`) and that the port is not in a mode without RDMA; reload with `modprobe -r {m}; modprobe {m}`",
+                n.bdf
+            )),
+            (_, None, _) => Finding::new(
+                id,
+                subject,
+                Status::Fail,
+                format!(
+                    "{who} on {drv} has no RDMA device (other RDMA devices are listed); whether {m} is loaded is unknown (module lists unreadable)"
+                ),
+            )
+            .fix(fix),
+        };
+        out.push(f.with(driver_ev).with(modules_ev(m)).with(ev(
+            "/sys/class/infiniband",
+            match &ctx.inv.rdma_class {
+                crate::inventory::ClassListing::Absent => "not present".to_string(),
+                _ => format!("no device links to {}", n.bdf),
+            },
+        )));
     }
 }
 

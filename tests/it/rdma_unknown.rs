@@ -65,8 +65,10 @@ fn damage(p: &Path, how: &str) {
     }
 }
 
-/// The checks about NICs: each must say unknown (or judge), never "not applicable".
+/// The checks about NICs: each must say unknown (or judge), never "not applicable". (gdr.peermem
+/// and gdr.dmabuf judge host facts once a NIC is seen on the PCI bus, issue 28.)
 const NIC_CHECKS: &[&str] = &[
+    "rdma.driver",
     "rdma.port-state",
     "rdma.roce-gid",
     "rdma.mtu",
@@ -75,7 +77,6 @@ const NIC_CHECKS: &[&str] = &[
     "numa.gpu-nic",
     "topo.gpu-nic-pairing",
     "gdr.path",
-    "gdr.peermem",
     "gdr.peer-mapping",
 ];
 
@@ -284,4 +285,24 @@ fn mlx5dv_unrecorded_symbols_are_unknown() {
             .all(|f| f["status"] == "pass"),
         "control"
     );
+}
+
+/// An unreadable /sys/class/net leaves a RoCE port's netdev unknown: rdma.mtu says so and
+/// names the directory (it said only "no netdev found" before).
+#[test]
+fn unreadable_net_class_is_named() {
+    let (_g, tree) = copy_fixture("pcie-2socket-roce");
+    let class = tree.join("sys/class/net");
+    std::fs::remove_dir_all(&class).unwrap();
+    std::fs::write(&class, "").unwrap();
+    let (_, v) = check(&tree, &[]);
+    let mtu = findings(&v, "rdma.mtu");
+    assert!(!mtu.is_empty());
+    for f in mtu {
+        assert_eq!(f["skip"], "unknown", "{f}");
+        assert!(
+            f["message"].as_str().unwrap().contains("/sys/class/net"),
+            "{f}"
+        );
+    }
 }
