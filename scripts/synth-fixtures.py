@@ -494,6 +494,7 @@ class Machine:
         self.fns = []
         self.rcs = {}                 # (dom, bus) -> node (or -1)
         self.rdma = []
+        self.ib_stack = False         # ib_core & co loaded with no RDMA device (no-mlx5ib)
         self.netdevs = []
         self.gpus = []                # dicts for nvml
         self.nvml_extra = {}
@@ -929,7 +930,7 @@ def write_tree(m, out):
             w.write("sys/kernel/iommu_groups/%d/reserved_regions" % g,
                     "0x00000000fee00000 0x00000000feefffff msi\n")
     # rdma / net
-    if m.rdma:
+    if m.rdma or m.ib_stack:
         w.write("sys/class/infiniband_verbs/abi_version", "6\n")
         w.mkdir("sys/class/infiniband")
     for i, r in enumerate(m.rdma):
@@ -1037,7 +1038,7 @@ def nvidia_params(registry_dwords):
 
 
 def _kernel_bits(m, *, osrelease, version, cmdline, open_module, peermem=True, ofed=None, nvidia=True,
-                 registry_dwords=""):
+                 registry_dwords="", mlx5_ib=True):
     dv = m.driver_version
     f = m.files
     peermem = peermem and nvidia
@@ -1064,16 +1065,18 @@ def _kernel_bits(m, *, osrelease, version, cmdline, open_module, peermem=True, o
         mods += [("nvidia_drm", 122880, [], taint),
                  ("nvidia_modeset", 1355776, ["nvidia_drm"], taint),
                  ("nvidia", 54710272, (["nvidia_peermem"] if peermem else []) + ["nvidia_uvm", "nvidia_modeset"], taint)]
-    if m.rdma:
-        ib_users = ["ib_ipoib", "ib_umad", "rdma_ucm", "rdma_cm", "ib_cm", "iw_cm", "mlx5_ib", "ib_uverbs"]
+    if m.rdma or m.ib_stack:
+        ib5 = ["mlx5_ib"] if mlx5_ib else []
+        ib_users = ["ib_ipoib", "ib_umad", "rdma_ucm", "rdma_cm", "ib_cm", "iw_cm"] + ib5 + ["ib_uverbs"]
         if peermem:
             ib_users = ["nvidia_peermem"] + ib_users
         mods += [("ib_ipoib", 159744, [], "OE" if ofed else ""),
                  ("rdma_ucm", 32768, [], "OE" if ofed else ""),
-                 ("ib_umad", 32768, [], "OE" if ofed else ""),
-                 ("mlx5_ib", 471040, [], "OE" if ofed else ""),
-                 ("ib_uverbs", 176128, ["rdma_ucm", "mlx5_ib"] + (["nvidia_peermem"] if peermem else []), "OE" if ofed else ""),
-                 ("mlx5_core", 2228224, ["mlx5_ib"], "OE" if ofed else ""),
+                 ("ib_umad", 32768, [], "OE" if ofed else "")]
+        if mlx5_ib:
+            mods += [("mlx5_ib", 471040, [], "OE" if ofed else "")]
+        mods += [("ib_uverbs", 176128, ["rdma_ucm"] + ib5 + (["nvidia_peermem"] if peermem else []), "OE" if ofed else ""),
+                 ("mlx5_core", 2228224, ib5, "OE" if ofed else ""),
                  ("rdma_cm", 139264, ["ib_ipoib", "rdma_ucm"], "OE" if ofed else ""),
                  ("iw_cm", 49152, ["rdma_cm"], "OE" if ofed else ""),
                  ("ib_cm", 131072, ["ib_ipoib", "rdma_cm"], "OE" if ofed else ""),
@@ -1921,6 +1924,12 @@ def v_no_driver(m):
                               "symbols": {}}
 
 
+def v_no_mlx5ib(m):
+    m.rdma = []
+    m.ib_stack = True
+    redo_kernel_bits(m, mlx5_ib=False)
+
+
 def p_garbage(m, d):
     rewrite(fn_file(m, d, "0000:41:00.0", "numa_node"), "abc\n")           # the NVMe
     rewrite(fn_file(m, d, "0000:41:00.0", "current_link_width"), "")
@@ -2015,6 +2024,12 @@ VARIANTS = [
      "libs.json says libmlx5.so.1 cannot be loaded (rdma-core's ibverbs-providers not installed, "
      "libibverbs alone is): the ConnectX devices mlx5_0..mlx5_3 have no mlx5 direct verbs, so no "
      "GPU-initiated RDMA; levels 0-2 are unaffected.", v_no_libmlx5, None),
+    ("pcie-2socket-roce", "no-mlx5ib", ["gdr.path", "rdma.driver", "topo.gpu-nic-pairing"], [],
+     "mlx5_ib is not loaded (absent from /proc/modules and /sys/module; ib_core, ib_uverbs and the "
+     "rest of the RDMA core are loaded, /sys/class/infiniband exists and is empty): the two "
+     "ConnectX-6 Dx cards (0000:02:00.0/.1, 0000:c2:00.0/.1) run on mlx5_core with their netdevs "
+     "but have no RDMA device, as when an OFED/DOCA stack is half installed or mlx5_ib is "
+     "blacklisted. No RDMA and no GPUDirect RDMA is possible.", v_no_mlx5ib, None),
     ("pcie-2socket-roce", "garbage", [], [],
      "Malformed sysfs: numa_node `abc` and an empty current_link_width on the NVMe 0000:41:00.0, "
      "class `0xZZ` and a dangling `driver` symlink on the unbound VGA 0000:c3:00.0, and a "

@@ -57,17 +57,80 @@ pub struct Link {
 #[derive(Debug, Clone, Serialize)]
 pub struct RdmaDevice {
     pub name: String,
-    /// PCI function behind it; None for software devices (rxe, siw).
-    pub bdf: Option<Bdf>,
+    /// What the device sits on: a PCI function, a netdev (software RDMA), or unknown.
+    pub backing: RdmaBacking,
     pub node_type: Option<String>,
     pub hca_type: Option<String>,
     pub fw_ver: Option<String>,
     pub node_guid: Option<String>,
     pub board_id: Option<String>,
-    /// Software devices name their netdev in `parent`.
-    pub parent_netdev: Option<String>,
     pub ports: Vec<RdmaPort>,
     pub unread: Unread,
+}
+
+/// What an RDMA device sits on, as read from its `device` link and `parent` attribute. Only a
+/// positive read makes a device software RDMA: a link that cannot be read is `Unresolved`, so
+/// a ConnectX behind a damaged link is never taken for rxe (issue 21).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RdmaBacking {
+    /// Its `device` link resolves to this PCI function.
+    Pci { bdf: Bdf },
+    /// No `device` link, and a `parent` netdev (rxe, siw: the kernel writes `parent` for
+    /// software devices only).
+    Software { parent_netdev: String },
+    /// The `device` link or `parent` could not be read, or the link leads to no PCI function:
+    /// the device's hardware is unknown. `reason` says what was read and how it failed.
+    Unresolved { reason: String },
+}
+
+impl RdmaDevice {
+    /// The PCI function behind it, when that was read.
+    pub fn bdf(&self) -> Option<Bdf> {
+        match self.backing {
+            RdmaBacking::Pci { bdf } => Some(bdf),
+            _ => None,
+        }
+    }
+
+    /// The netdev a software device (rxe, siw) runs on; None unless it is positively software.
+    pub fn software_parent(&self) -> Option<&str> {
+        match &self.backing {
+            RdmaBacking::Software { parent_netdev } => Some(parent_netdev),
+            _ => None,
+        }
+    }
+
+    /// Why its hardware is unknown, when it is.
+    pub fn unresolved(&self) -> Option<&str> {
+        match &self.backing {
+            RdmaBacking::Unresolved { reason } => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// What listing a class directory (`/sys/class/infiniband`, `/sys/class/net`) found: its
+/// entries were read, it is absent (a fact: no such devices, the class driver not loaded), or
+/// it could not be listed (unknown: devices may exist that nothing here can see).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ClassListing {
+    #[default]
+    Listed,
+    Absent,
+    Unreadable {
+        reason: String,
+    },
+}
+
+impl ClassListing {
+    pub fn unreadable(&self) -> Option<&str> {
+        match self {
+            ClassListing::Unreadable { reason } => Some(reason),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -133,6 +196,11 @@ pub struct Inventory {
     /// Per-function extras (AER counters, resources) for GPUs, NICs and bridges.
     pub extras: BTreeMap<Bdf, DeviceExtras>,
     pub notes: Vec<Note>,
+    /// How /sys/class/infiniband was found: an unreadable one leaves every NIC's RDMA device
+    /// unknown, an absent one means none.
+    pub rdma_class: ClassListing,
+    /// How /sys/class/net was found.
+    pub net_class: ClassListing,
 }
 
 /// How much to read.
@@ -208,8 +276,8 @@ impl Inventory {
         let names = sr
             .list_names("/sys/bus/pci/devices")
             .map_err(InventoryError::NoPciBus)?;
-        let net_names = list_class(sr, "/sys/class/net", &mut notes);
-        let rdma_names = list_class(sr, "/sys/class/infiniband", &mut notes);
+        let (net_names, net_class) = list_class(sr, "/sys/class/net", &mut notes);
+        let (rdma_names, rdma_class) = list_class(sr, "/sys/class/infiniband", &mut notes);
         // Every independent read as one job, the long ones first, so that the workers stay
         // busy to the end (no stage waits for the slowest of another).
         let mut jobs = vec![Job::Numa];
@@ -268,13 +336,16 @@ impl Inventory {
             // Only the checks' subjects: pcie.aer judges GPUs and the functions behind RDMA
             // devices, gpu.bar1 reads a GPU's `resource` (bridges and plain NICs: nothing).
             let rdma_bdfs: std::collections::BTreeSet<Bdf> =
-                rdma.iter().filter_map(|r| r.bdf).collect();
+                rdma.iter().filter_map(RdmaDevice::bdf).collect();
             let wanted: Vec<(&PciFunction, bool)> = pci
                 .values()
                 .filter_map(|f| {
                     let c = f.class.map(pci::ClassCode)?;
                     let gpu = f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display();
-                    let nic = rdma_bdfs.contains(&f.bdf) && (c.is_bridge_pci() || c.is_network());
+                    // A NIC of an RDMA-capable family is judged with or without its RDMA
+                    // device (issue 28).
+                    let nic = (rdma_bdfs.contains(&f.bdf) || crate::nic::family(f).is_some())
+                        && (c.is_bridge_pci() || c.is_network());
                     (gpu || nic).then_some((f, gpu))
                 })
                 .collect();
@@ -309,6 +380,8 @@ impl Inventory {
             host,
             extras,
             notes,
+            rdma_class,
+            net_class,
         })
     }
 }
@@ -537,25 +610,34 @@ fn link_from_config(p: &PcieCap, dir: &str, u: &mut Unread) -> Link {
     }
 }
 
-/// The names in a class directory (`/sys/class/net`, `/sys/class/infiniband`); a listing that
-/// fails is a note and no devices.
-fn list_class(sr: &SysRoot, dir: &str, notes: &mut Vec<Note>) -> Vec<String> {
+/// The names in a class directory (`/sys/class/net`, `/sys/class/infiniband`) and how the
+/// listing went: absent (a fact) and unreadable (unknown, with why) are told apart, both noted.
+fn list_class(sr: &SysRoot, dir: &str, notes: &mut Vec<Note>) -> (Vec<String>, ClassListing) {
     match sr.list_names(dir) {
-        Ok(n) => n,
-        Err(ReadError::NotFound(_)) if dir == "/sys/class/infiniband" => {
+        Ok(n) => (n, ClassListing::Listed),
+        Err(ReadError::NotFound(_)) => {
             notes.push(Note {
                 path: dir.into(),
-                reason: "not present: no RDMA devices (ib_core not loaded or no RDMA hardware)"
-                    .into(),
+                reason: if dir == "/sys/class/infiniband" {
+                    "not present: no RDMA devices (ib_core not loaded or no RDMA hardware)"
+                } else {
+                    "not present"
+                }
+                .into(),
             });
-            Vec::new()
+            (Vec::new(), ClassListing::Absent)
         }
         Err(e) => {
             notes.push(Note {
                 path: dir.into(),
-                reason: e.to_string(),
+                reason: format!("{e}: its devices are unknown"),
             });
-            Vec::new()
+            (
+                Vec::new(),
+                ClassListing::Unreadable {
+                    reason: e.to_string(),
+                },
+            )
         }
     }
 }
@@ -599,19 +681,7 @@ pub fn read_rdma_device(sr: &SysRoot, name: &str) -> Option<RdmaDevice> {
 fn read_one_rdma(sr: &SysRoot, name: String) -> RdmaDevice {
     let dir = format!("/sys/class/infiniband/{name}");
     let mut u = Unread::new();
-    let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
-        Ok(b) => b,
-        Err(ReadError::NotFound(_)) => None,
-        Err(e) => {
-            note_err(&mut u, "device", &e);
-            None
-        }
-    };
-    let parent_netdev = if bdf.is_none() {
-        text(sr, &mut u, "parent", &format!("{dir}/parent"))
-    } else {
-        None
-    };
+    let backing = read_backing(sr, &dir, &mut u);
     let node_type = text(sr, &mut u, "node_type", &format!("{dir}/node_type"));
     let hca_type = text(sr, &mut u, "hca_type", &format!("{dir}/hca_type"));
     let fw_ver = text(sr, &mut u, "fw_ver", &format!("{dir}/fw_ver"));
@@ -630,15 +700,45 @@ fn read_one_rdma(sr: &SysRoot, name: String) -> RdmaDevice {
     ports.sort_by_key(|p| p.port);
     RdmaDevice {
         name,
-        bdf,
+        backing,
         node_type,
         hca_type,
         fw_ver,
         node_guid,
         board_id,
-        parent_netdev,
         ports,
         unread: u,
+    }
+}
+
+/// What the RDMA device at `dir` sits on. The `device` link must be a link (a file in its place
+/// is damage, not a device) that resolves to a PCI function; only its positive absence, with a
+/// readable `parent` beside it, makes the device software RDMA. Every other outcome is
+/// `Unresolved`, its reason also recorded in `unread["device"]`.
+fn read_backing(sr: &SysRoot, dir: &str, u: &mut Unread) -> RdmaBacking {
+    let link = format!("{dir}/device");
+    let unresolved = |u: &mut Unread, reason: String| {
+        u.insert("device".into(), reason.clone());
+        RdmaBacking::Unresolved { reason }
+    };
+    match sr.read_link(&link) {
+        Ok(target) => match bdf_of_device_link(sr, &link) {
+            Ok(Some(bdf)) => RdmaBacking::Pci { bdf },
+            Ok(None) => unresolved(u, format!("{link} -> {target}: leads to no PCI function")),
+            Err(e) => unresolved(u, format!("{e} (the link reads {target})")),
+        },
+        Err(ReadError::NotFound(_)) => match sr.read_text(&format!("{dir}/parent")) {
+            Ok(p) if !p.is_empty() => RdmaBacking::Software { parent_netdev: p },
+            Ok(_) => unresolved(u, format!("{link}: not present, and {dir}/parent is empty")),
+            Err(ReadError::NotFound(_)) => unresolved(
+                u,
+                format!(
+                    "{link}: not present, and no {dir}/parent either (a software device names its netdev there)"
+                ),
+            ),
+            Err(e) => unresolved(u, format!("{link}: not present, and {e}")),
+        },
+        Err(e) => unresolved(u, e.to_string()),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod fuzzing;
 pub mod inventory;
 pub mod libs;
+pub mod nic;
 pub mod numa;
 pub mod nvml;
 pub mod pci;

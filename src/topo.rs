@@ -6,7 +6,7 @@
 //! the classification says so (`certain: false` plus a note) instead of guessing.
 
 use crate::facts::{NvLinkRemote, PortState};
-use crate::inventory::{Inventory, PciFunction};
+use crate::inventory::{Inventory, PciFunction, RdmaBacking};
 use crate::numa;
 use crate::nvml::NvmlGpu;
 use crate::pci::config::PortType;
@@ -211,6 +211,41 @@ pub struct SoftRdma {
     pub parent_netdev: Option<String>,
 }
 
+/// A NIC of an RDMA-capable family (`crate::nic`) on the PCI bus with no RDMA device: shown in
+/// the tree and the NIC table, left out of the matrix (nvidia-smi's rule: the matrix's NICs
+/// are RDMA devices) with a note, and judged by `rdma.driver` (issue 28).
+#[derive(Debug, Clone, Serialize)]
+pub struct RdmalessNic {
+    pub bdf: Bdf,
+    pub name: String,
+    pub family: String,
+    /// The PCI driver bound (None: none).
+    pub driver: Option<String>,
+    /// The module that would provide its RDMA device.
+    pub rdma_module: String,
+    pub netdevs: Vec<String>,
+    /// Why it cannot be told that it has no RDMA device (its device may be among those whose
+    /// PCI function is unknown, or in an unlisted /sys/class/infiniband); None: it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
+}
+
+/// An RDMA-less NIC closer to a GPU than any NIC with an RDMA device.
+#[derive(Debug, Clone, Serialize)]
+pub struct CloserNic {
+    pub bdf: Bdf,
+    pub path: PathType,
+    pub rdma_module: String,
+}
+
+/// An RDMA device whose hardware could not be read (its `device` link or `parent`): neither a
+/// NIC in the matrix nor software RDMA, and unknown to every NIC check (issue 21).
+#[derive(Debug, Clone, Serialize)]
+pub struct UnresolvedRdma {
+    pub rdma_device: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Matrix {
     /// GPU0..GPUn then NIC0..NICm.
@@ -237,6 +272,10 @@ pub struct Closest {
     /// All NICs at that path type (ties listed), by label and RDMA device name.
     pub nics: Vec<String>,
     pub rdma_devices: Vec<String>,
+    /// NICs without an RDMA device that are closer than `path` (or the closest, when no NIC
+    /// has an RDMA device), closest first (issue 28).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub closer_without_rdma: Vec<CloserNic>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -246,6 +285,16 @@ pub struct Topology {
     pub gpus: Vec<Gpu>,
     pub nics: Vec<Nic>,
     pub software_rdma: Vec<SoftRdma>,
+    /// NICs of RDMA-capable families without an RDMA device (see `RdmalessNic`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nics_without_rdma: Vec<RdmalessNic>,
+    /// RDMA devices on unknown hardware (see `UnresolvedRdma`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unresolved_rdma: Vec<UnresolvedRdma>,
+    /// Why the list of RDMA devices itself is unknown: /sys/class/infiniband could not be
+    /// listed (None: it was listed, or is absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma_unknown: Option<String>,
     pub numa_nodes: Vec<crate::inventory::NumaNode>,
     pub matrix: Matrix,
     pub closest_nics: Vec<Closest>,
@@ -272,6 +321,29 @@ impl Topology {
     /// The PCI function at an address, as a device of the tree.
     pub fn device(&self, bdf: Bdf) -> Option<&Device> {
         self.devices.iter().find(|d| d.bdf == bdf)
+    }
+
+    /// What keeps the NIC list from being known whole, as (subject, why): an unreadable
+    /// /sys/class/infiniband (subject `host`), and each RDMA device on unknown hardware. A NIC
+    /// check says unknown for each, never "no RDMA NICs".
+    pub fn nic_gaps(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(why) = &self.rdma_unknown {
+            out.push((
+                "host".to_string(),
+                format!("RDMA devices unknown: /sys/class/infiniband could not be listed ({why})"),
+            ));
+        }
+        for u in &self.unresolved_rdma {
+            out.push((
+                u.rdma_device.clone(),
+                format!(
+                    "RDMA device {}: PCI function unknown ({})",
+                    u.rdma_device, u.reason
+                ),
+            ));
+        }
+        out
     }
 }
 
@@ -668,14 +740,19 @@ fn gpus(inv: &Inventory, devices: &[Device], notes: &mut Vec<String>) -> Vec<Gpu
     gpus
 }
 
-/// Stage 4: NICs (RDMA devices with a PCI function, natural name order) and software RDMA
-/// devices.
-fn nics(inv: &Inventory, notes: &mut Vec<String>) -> (Vec<Nic>, Vec<SoftRdma>) {
+/// Stage 4: NICs (RDMA devices with a PCI function, natural name order), software RDMA
+/// devices, and devices whose hardware could not be read.
+fn nics(
+    inv: &Inventory,
+    notes: &mut Vec<String>,
+) -> (Vec<Nic>, Vec<SoftRdma>, Vec<UnresolvedRdma>) {
     let mut nics = Vec::new();
     let mut software_rdma = Vec::new();
+    let mut unresolved = Vec::new();
     for r in &inv.rdma {
-        match r.bdf {
-            Some(bdf) => {
+        match &r.backing {
+            RdmaBacking::Pci { bdf } => {
+                let bdf = *bdf;
                 let label = format!("NIC{}", nics.len());
                 let mut netdevs: Vec<String> = inv
                     .netdevs
@@ -711,14 +788,89 @@ fn nics(inv: &Inventory, notes: &mut Vec<String>) -> (Vec<Nic>, Vec<SoftRdma>) {
                     ));
                 }
             }
-            None => software_rdma.push(SoftRdma {
+            RdmaBacking::Software { parent_netdev } => software_rdma.push(SoftRdma {
                 rdma_device: r.name.clone(),
-                parent_netdev: r.parent_netdev.clone(),
+                parent_netdev: Some(parent_netdev.clone()),
             }),
+            RdmaBacking::Unresolved { reason } => {
+                notes.push(format!(
+                    "RDMA device {}: PCI function unknown ({reason}); not in the matrix, its NIC checks are unknown",
+                    r.name
+                ));
+                unresolved.push(UnresolvedRdma {
+                    rdma_device: r.name.clone(),
+                    reason: reason.clone(),
+                });
+            }
         }
     }
+    if let Some(why) = inv.rdma_class.unreadable() {
+        notes.push(format!(
+            "/sys/class/infiniband could not be listed ({why}): RDMA devices unknown, the matrix may lack NICs"
+        ));
+    }
 
-    (nics, software_rdma)
+    (nics, software_rdma, unresolved)
+}
+
+/// Stage 4b: NICs of RDMA-capable families that no RDMA device points at (issue 28). Where an
+/// RDMA device's PCI function is unknown, or the devices could not be listed, each one's lack
+/// is unknown rather than a fact.
+fn rdmaless_nics(
+    inv: &Inventory,
+    nics: &[Nic],
+    unresolved: &[UnresolvedRdma],
+    notes: &mut Vec<String>,
+) -> Vec<RdmalessNic> {
+    let unknown = match (inv.rdma_class.unreadable(), unresolved.is_empty()) {
+        (Some(why), _) => Some(format!("/sys/class/infiniband could not be listed ({why})")),
+        (None, false) => Some(format!(
+            "the PCI function of {} is unknown",
+            unresolved
+                .iter()
+                .map(|u| u.rdma_device.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        (None, true) => None,
+    };
+    let mut out = Vec::new();
+    for f in inv.pci.values() {
+        if nics.iter().any(|n| n.bdf == f.bdf) {
+            continue;
+        }
+        let Some(fam) = crate::nic::family(f) else {
+            continue;
+        };
+        let mut netdevs: Vec<String> = inv
+            .netdevs
+            .iter()
+            .filter(|n| n.bdf == Some(f.bdf))
+            .map(|n| n.name.clone())
+            .collect();
+        netdevs.sort_by(|a, b| pci::natural_cmp(a, b));
+        let name = pci_name(f.vendor, f.device);
+        notes.push(match &unknown {
+            None => format!(
+                "NIC {} ({name}): no RDMA device seen ({} would provide it): not in the matrix, see rdma.driver",
+                f.bdf, fam.rdma_module
+            ),
+            Some(why) => format!(
+                "NIC {} ({name}): whether it has an RDMA device is unknown ({why}); not in the matrix",
+                f.bdf
+            ),
+        });
+        out.push(RdmalessNic {
+            bdf: f.bdf,
+            name,
+            family: fam.name.to_string(),
+            driver: f.driver.clone(),
+            rdma_module: fam.rdma_module.to_string(),
+            netdevs,
+            unknown: unknown.clone(),
+        });
+    }
+    out
 }
 
 /// Stage 6: each GPU's closest NIC(s), by PCIe path (GPUDirect RDMA never goes over NVLink);
@@ -741,6 +893,7 @@ fn closest_nics(gpus: &[Gpu], nics: &[Nic], paths: &[Vec<Path>]) -> Vec<Closest>
                     .iter()
                     .map(|ni| nics[*ni].rdma_device.clone())
                     .collect(),
+                closer_without_rdma: Vec::new(),
             }
         })
         .collect()
@@ -758,7 +911,8 @@ pub fn build(inv: &Inventory) -> Topology {
     let devices = devices(inv, &roles, &numa);
     let root_complexes = root_complexes(&devices);
     let gpus = gpus(inv, &devices, &mut notes);
-    let (nics, software_rdma) = nics(inv, &mut notes);
+    let (nics, software_rdma, unresolved_rdma) = nics(inv, &mut notes);
+    let nics_without_rdma = rdmaless_nics(inv, &nics, &unresolved_rdma, &mut notes);
     let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
         .nvml
         .gpus
@@ -850,7 +1004,27 @@ pub fn build(inv: &Inventory) -> Topology {
     let (cpu_affinity, numa_affinity): (Vec<String>, Vec<String>) =
         ends.iter().map(|(b, _, _)| affinity_of(b)).unzip();
 
-    let closest_nics = closest_nics(&gpus, &nics, &paths);
+    let mut closest_nics = closest_nics(&gpus, &nics, &paths);
+    // A NIC without an RDMA device closer than every NIC with one is named (issue 28): the
+    // GPU's GPUDirect partner would be it, once its RDMA module is loaded.
+    for c in &mut closest_nics {
+        let Some(g) = gpus.iter().find(|g| g.label == c.gpu) else {
+            continue;
+        };
+        let mut closer: Vec<CloserNic> = nics_without_rdma
+            .iter()
+            .filter(|n| n.unknown.is_none())
+            .map(|n| (n, graph.pcie_path(g.bdf, n.bdf).0))
+            .filter(|(_, p)| c.path.is_none_or(|best| *p < best))
+            .map(|(n, path)| CloserNic {
+                bdf: n.bdf,
+                path,
+                rdma_module: n.rdma_module.clone(),
+            })
+            .collect();
+        closer.sort_by_key(|x| (x.path, x.bdf));
+        c.closer_without_rdma = closer;
+    }
 
     notes.sort();
     notes.dedup();
@@ -860,6 +1034,9 @@ pub fn build(inv: &Inventory) -> Topology {
         gpus,
         nics,
         software_rdma,
+        nics_without_rdma,
+        unresolved_rdma,
+        rdma_unknown: inv.rdma_class.unreadable().map(str::to_string),
         numa_nodes: inv.numa_nodes.clone(),
         matrix: Matrix {
             uncertain: paths
@@ -927,13 +1104,12 @@ mod tests {
     fn nic(name: &str, bdf: &str) -> RdmaDevice {
         RdmaDevice {
             name: name.into(),
-            bdf: Some(b(bdf)),
+            backing: crate::inventory::RdmaBacking::Pci { bdf: b(bdf) },
             node_type: None,
             hca_type: None,
             fw_ver: None,
             node_guid: None,
             board_id: None,
-            parent_netdev: None,
             ports: Vec::new(),
             unread: Default::default(),
         }
@@ -962,6 +1138,8 @@ mod tests {
             host: Default::default(),
             extras: Default::default(),
             notes: Vec::new(),
+            rdma_class: Default::default(),
+            net_class: Default::default(),
         }
     }
 

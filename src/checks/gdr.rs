@@ -118,8 +118,26 @@ fn dmabuf_facts(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
 }
 
 /// Why GPUDirect RDMA cannot be judged here, if it cannot: nothing to judge (no GPUs, no
-/// NICs), or the driver it needs is missing (which driver.nvidia-loaded fails).
-fn not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
+/// NICs), the NICs are unknown (an RDMA device's PCI function or the device list could not be
+/// read), or the driver it needs is missing (which driver.nvidia-loaded fails).
+fn not_applicable(ctx: &Ctx) -> Option<(String, SkipKind)> {
+    let gaps = ctx.topo.nic_gaps();
+    match basic_not_applicable(ctx) {
+        Some(("no RDMA NICs: GPUDirect RDMA not applicable", _)) if !gaps.is_empty() => Some((
+            format!(
+                "no RDMA NIC could be placed: {}",
+                gaps.iter()
+                    .map(|(_, why)| why.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            SkipKind::Unknown,
+        )),
+        other => other.map(|(why, kind)| (why.to_string(), kind)),
+    }
+}
+
+fn basic_not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
     if ctx.topo.gpus.is_empty() {
         Some(("no NVIDIA GPUs", SkipKind::NotApplicable))
     } else if ctx.inv.host.nvidia_version_line.is_none() {
@@ -127,7 +145,7 @@ fn not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
             "NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist",
             SkipKind::Unknown,
         ))
-    } else if ctx.topo.nics.is_empty() {
+    } else if ctx.topo.nics.is_empty() && ctx.topo.nics_without_rdma.is_empty() {
         Some((
             "no RDMA NICs: GPUDirect RDMA not applicable",
             SkipKind::NotApplicable,
@@ -138,7 +156,7 @@ fn not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
 }
 
 /// The skip for `not_applicable`'s reason.
-fn cannot_judge(id: CheckId, (why, kind): (&str, SkipKind)) -> Finding {
+fn cannot_judge(id: CheckId, (why, kind): (String, SkipKind)) -> Finding {
     let f = Finding::new(id, "host", Status::Skip, why);
     if kind == SkipKind::NotApplicable {
         f.not_applicable()
@@ -191,6 +209,8 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(cannot_judge(id, why));
         return;
     }
+    // A NIC that could not be placed may be some GPU's closest: unknown for it (issue 21).
+    super::rdma::nic_gaps(ctx, id, out);
     let path = match (pm, db) {
         (Some(true), _) => Some("peermem"),
         (_, Some(true)) => Some("dma-buf"),
@@ -199,6 +219,20 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
     };
     for c in &t.closest_nics {
         let subject = c.gpu.clone();
+        if c.rdma_devices.is_empty() {
+            // NICs there are, none with an RDMA device (issue 28).
+            if let Some(n) = c.closer_without_rdma.first() {
+                out.push(
+                    Finding::new(id, subject, Status::Fail, format!(
+                        "no GPUDirect RDMA path: {}'s closest NIC {} ({}) has no RDMA device ({} would provide it), and no NIC has one",
+                        c.gpu, n.bdf, n.path.as_str(), n.rdma_module
+                    ))
+                    .with(ev("memory path", path.unwrap_or("none")))
+                    .fix(format!("Give the NIC its RDMA device: load {} (see `gpudoctor explain rdma.driver`)", n.rdma_module)),
+                );
+            }
+            continue;
+        }
         let nics = c.rdma_devices.join(", ");
         let f = match path {
             Some("unknown") => Finding::new(id, subject, Status::Skip, format!("GPUDirect path to {nics} unknown (peermem or dma-buf facts unreadable)")),
@@ -206,6 +240,8 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
             None => Finding::new(id, subject, Status::Fail, format!("no GPUDirect RDMA path to {nics}: neither nvidia-peermem nor dma-buf"))
                 .fix("Load nvidia-peermem, or move to the open kernel module + Linux >= 5.12 + rdma-core >= 34 for dma-buf"),
         };
+        let mut f = f;
+        f.message.push_str(&super::placement::closer_note(c));
         out.push(f.with(ev("memory path", path.unwrap_or("none"))));
     }
 }

@@ -50,15 +50,18 @@ pub(super) fn peer_mapping(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     }
     if ctx.topo.nics.is_empty() {
-        out.push(
-            Finding::new(
-                id,
-                "host",
-                Status::Skip,
-                "no RDMA NICs: GPU-initiated RDMA not applicable",
-            )
-            .not_applicable(),
-        );
+        // No NIC seen: not applicable only when none can hide (issue 21).
+        if !super::rdma::nic_gaps(ctx, id, out) {
+            out.push(
+                Finding::new(
+                    id,
+                    "host",
+                    Status::Skip,
+                    "no RDMA NICs: GPU-initiated RDMA not applicable",
+                )
+                .not_applicable(),
+            );
+        }
         return;
     }
     let Some(params) = &h.nvidia_params else {
@@ -225,18 +228,27 @@ fn library_verdict(ctx: &Ctx, id: CheckId, subject: &str) -> Finding {
         .with(ev(MLX5DV, format!("missing {}", missing.join(", "))))
         .fix(FIX);
     }
-    let note = if unrecorded.is_empty() {
-        String::new()
-    } else {
-        format!(" ({} not recorded)", unrecorded.join(", "))
-    };
+    // Loading proves the library, not its entry points: a lookup never recorded (a libs.json
+    // written without it) is unknown, not a pass (issue 21).
+    if !unrecorded.is_empty() {
+        let what = format!("{} not recorded", unrecorded.join(", "));
+        return Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!(
+                "mlx5_core device and {MLX5DV} loads, but whether it has the direct-verbs entry points is unknown ({what})"
+            ),
+        )
+        .with(ev(MLX5DV, format!("loaded; {what}")));
+    }
     Finding::new(
         id,
         subject,
         Status::Pass,
-        format!("mlx5_core device and {MLX5DV} loads: mlx5 direct verbs available{note}"),
+        format!("mlx5_core device and {MLX5DV} loads: mlx5 direct verbs available"),
     )
-    .with(ev(MLX5DV, format!("loaded{note}")))
+    .with(ev(MLX5DV, "loaded"))
 }
 
 #[cfg(test)]

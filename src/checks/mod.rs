@@ -135,6 +135,8 @@ catalog! {
         "GPU and its closest NIC on the same NUMA node";
     TopoGpuNicPairing = "topo.gpu-nic-pairing", level 0, Fail, Run::Facts(placement::gpu_nic_pairing),
         "Each GPU has a NIC at PIX/PXB";
+    RdmaDriver = "rdma.driver", level 0, Fail, Run::Facts(rdma::driver),
+        "Each RDMA-capable NIC has its RDMA device (its RDMA kernel module loaded)";
     RdmaPortState = "rdma.port-state", level 0, Fail, Run::Facts(rdma::port_state),
         "RDMA port ACTIVE and LinkUp";
     RdmaRoceGid = "rdma.roce-gid", level 0, Fail, Run::Facts(rdma::roce_gid),

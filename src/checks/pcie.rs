@@ -201,7 +201,9 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
 fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
     let mut set = BTreeSet::new();
     for d in &ctx.topo.devices {
-        let is_nic = ctx.topo.nics.iter().any(|n| n.bdf == d.bdf);
+        // A NIC without its RDMA device is still a NIC on the bus (issue 28).
+        let is_nic = ctx.topo.nics.iter().any(|n| n.bdf == d.bdf)
+            || ctx.topo.nics_without_rdma.iter().any(|n| n.bdf == d.bdf);
         if d.kind == DeviceKind::Gpu || is_nic {
             set.insert(d.bdf);
             for u in &d.upstream {
@@ -254,6 +256,11 @@ fn each_link(
                 .map(|n| n.rdma_device.clone())
                 .collect::<Vec<_>>()
                 .join("/"),
+        };
+        let who = if who.is_empty() {
+            "NIC without RDMA device".to_string()
+        } else {
+            who
         };
         if let Some(pf) = f.physfn {
             out.push(vf_not_applicable(id, b, &who, pf, "no PCIe link of its own (its link registers read 0); its physical function's link carries its traffic and is checked"));
@@ -437,6 +444,12 @@ fn each_endpoint(
                 .map(|x| x.rdma_device.clone())
                 .collect();
             subjects.push((n.bdf, names.join("/"), true));
+        }
+    }
+    // A NIC without its RDMA device is still a NIC on the bus (issue 28).
+    for n in &t.nics_without_rdma {
+        if seen.insert(n.bdf) {
+            subjects.push((n.bdf, "NIC without RDMA device".into(), true));
         }
     }
     if subjects.is_empty() {

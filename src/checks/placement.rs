@@ -16,8 +16,55 @@ fn each_closest(
         out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
+    // A NIC that cannot be placed (its RDMA device's PCI function unknown, or the RDMA
+    // devices unlisted) may be any GPU's closest: an unknown for each, beside the verdicts on
+    // the NICs that were placed (issue 21).
+    let gaps = super::rdma::nic_gaps(ctx, id, out);
     if t.nics.is_empty() {
-        out.push(Finding::new(id, "host", Status::Skip, "no RDMA NICs").not_applicable());
+        if id == CheckId::TopoGpuNicPairing && !t.nics_without_rdma.is_empty() {
+            // NICs there are, but none with an RDMA device: each GPU's closest one is named
+            // (issue 28).
+            for c in &t.closest_nics {
+                let Some(n) = c.closer_without_rdma.first() else {
+                    continue;
+                };
+                out.push(
+                    Finding::new(
+                        id,
+                        c.gpu.clone(),
+                        Status::Fail,
+                        format!(
+                            "{}'s closest NIC {} ({}) has no RDMA device ({} would provide it): no NIC can carry its GPUDirect RDMA",
+                            c.gpu,
+                            n.bdf,
+                            n.path.as_str(),
+                            n.rdma_module
+                        ),
+                    )
+                    .with(ev("PCIe path (as nvidia-smi topo -m)", n.path.as_str()))
+                    .fix(format!(
+                        "Give the NIC its RDMA device: load {} (see `gpudoctor explain rdma.driver`)",
+                        n.rdma_module
+                    )),
+                );
+            }
+            return;
+        }
+        if !gaps {
+            out.push(
+                Finding::new(
+                    id,
+                    "host",
+                    Status::Skip,
+                    if t.nics_without_rdma.is_empty() {
+                        "no RDMA NICs".to_string()
+                    } else {
+                        "no NIC has an RDMA device (see rdma.driver)".to_string()
+                    },
+                )
+                .not_applicable(),
+            );
+        }
         return;
     }
     for c in &t.closest_nics {
@@ -81,11 +128,26 @@ pub(super) fn numa_gpu_nic(ctx: &Ctx, out: &mut Vec<Finding>) {
     });
 }
 
+/// What a GPU's closest RDMA NIC does not say: a NIC without an RDMA device is closer.
+pub(super) fn closer_note(c: &Closest) -> String {
+    match c.closer_without_rdma.first() {
+        Some(n) => format!(
+            "; a closer NIC, {} at {}, has no RDMA device ({}: see rdma.driver)",
+            n.bdf,
+            n.path.as_str(),
+            n.rdma_module
+        ),
+        None => String::new(),
+    }
+}
+
 /// topo.gpu-nic-pairing: the GPU's closest NIC at PIX/PXB (NCCL's default GDR level).
 pub(super) fn gpu_nic_pairing(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::TopoGpuNicPairing;
     each_closest(ctx, id, out, |c, _g, _gd, _nics, names, out| {
         let Some(p) = c.path else { return };
+        let closer = closer_note(c);
+        let names = &format!("{names}{closer}");
         let inferred = if c.certain {
             ""
         } else {

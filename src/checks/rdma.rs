@@ -17,27 +17,56 @@ pub fn roce_mtu(netdev_mtu: u32) -> u32 {
 
 /// RDMA devices with a PCI function (rxe/siw on a netdev are not NICs to judge).
 fn pci_rdma<'a>(ctx: &Ctx<'a>) -> Vec<&'a RdmaDevice> {
-    ctx.inv.rdma.iter().filter(|r| r.bdf.is_some()).collect()
+    ctx.inv.rdma.iter().filter(|r| r.bdf().is_some()).collect()
 }
 
-/// The PCI RDMA devices with their functions, or None after one not-applicable skip of `id`
-/// on `host` when there is none.
+/// One unknown skip of `id` for each gap in what is known about the NICs (an unreadable
+/// /sys/class/infiniband, an RDMA device whose PCI function could not be read); true when
+/// there was any. A NIC check calls this before judging, so that a NIC it cannot see is an
+/// unknown, never "no RDMA devices" (issue 21).
+pub(super) fn nic_gaps(ctx: &Ctx, id: CheckId, out: &mut Vec<Finding>) -> bool {
+    let gaps = ctx.topo.nic_gaps();
+    for (subject, why) in &gaps {
+        let source = if subject == "host" {
+            "/sys/class/infiniband".to_string()
+        } else {
+            format!("/sys/class/infiniband/{subject}/device")
+        };
+        out.push(
+            Finding::new(
+                id,
+                subject.clone(),
+                Status::Skip,
+                format!("{why}: not judged"),
+            )
+            .with(ev(source, why.clone())),
+        );
+    }
+    !gaps.is_empty()
+}
+
+/// The PCI RDMA devices with their functions, after an unknown skip of `id` for each gap
+/// (`nic_gaps`); None when there is none to judge, after one not-applicable skip of `id` on
+/// `host` when that is a fact (no gap).
 pub(super) fn pci_rdma_or_skip<'a>(
     ctx: &Ctx<'a>,
     id: CheckId,
     out: &mut Vec<Finding>,
 ) -> Option<Vec<(&'a RdmaDevice, crate::pci::Bdf)>> {
+    let gaps = nic_gaps(ctx, id, out);
     let devices: Vec<_> = ctx
         .inv
         .rdma
         .iter()
-        .filter_map(|r| r.bdf.map(|b| (r, b)))
+        .filter_map(|r| r.bdf().map(|b| (r, b)))
         .collect();
     if devices.is_empty() {
-        out.push(
-            Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
-                .not_applicable(),
-        );
+        if !gaps {
+            out.push(
+                Finding::new(id, "host", Status::Skip, "no RDMA devices on the PCI bus")
+                    .not_applicable(),
+            );
+        }
         return None;
     }
     Some(devices)
@@ -102,12 +131,43 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
             ),
             ev(format!("{pdir}/link_layer"), ll.clone()),
         ];
-        let ib_no_lid = ib
-            && p.lid
-                .as_deref()
-                .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok() == Some(0))
-                .unwrap_or(false);
+        // Whether the LID matters hangs on the link layer, and an InfiniBand port's LID 0 fails:
+        // neither may be guessed (unreadable passed before, issue 21).
+        let unread = |k: &str| {
+            p.unread
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| "not read".into())
+        };
+        let lid_value = p
+            .lid
+            .as_deref()
+            .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok());
+        let unknown = if p.link_layer_kind.is_none() {
+            Some(format!(
+                "link layer unreadable ({}): whether the port needs a LID from a subnet manager is unknown",
+                unread("link_layer")
+            ))
+        } else if ib && lid_value.is_none() {
+            Some(format!(
+                "InfiniBand port's LID unreadable ({}): whether a subnet manager configured it is unknown",
+                unread("lid")
+            ))
+        } else if ib && lid_value == Some(None) {
+            Some(format!(
+                "InfiniBand port's LID unparseable ('{}'): whether a subnet manager configured it is unknown",
+                p.lid.as_deref().unwrap_or_default()
+            ))
+        } else {
+            None
+        };
+        let ib_no_lid = ib && lid_value == Some(Some(0));
         match (active, up) {
+                (Some(true), Some(true)) if unknown.is_some() => out.push(
+                    Finding::new(id, subject.clone(), Status::Skip, unknown.unwrap_or_default())
+                        .evidence(evs)
+                        .with(ev(format!("{pdir}/lid"), p.lid.clone().unwrap_or_else(|| unread("lid")))),
+                ),
                 (Some(true), Some(true)) if ib_no_lid => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, "InfiniBand port ACTIVE but LID 0: no subnet manager has configured it")
                         .evidence(evs)
@@ -198,7 +258,7 @@ pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
         let ndev = p.gids.iter().find_map(|g| g.ndev.clone()).or_else(|| {
             inv.netdevs
                 .iter()
-                .find(|n| n.bdf == r.bdf)
+                .find(|n| n.bdf.is_some() && n.bdf == r.bdf())
                 .map(|n| n.name.clone())
         });
         match ndev.as_ref().and_then(|n| inv.netdevs.iter().find(|x| &x.name == n)) {
@@ -209,37 +269,69 @@ pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
                         .fix(format!("Raise the netdev MTU to 9000 (`ip link set {} mtu 9000`, and on the switch ports) so the active RoCE MTU becomes 4096", nd.name))),
                     None => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{} MTU unreadable", nd.name))),
                 },
-                None => out.push(Finding::new(id, subject.clone(), Status::Skip, "no netdev found for this RoCE port")),
+                None => out.push(Finding::new(id, subject.clone(), Status::Skip, match inv.net_class.unreadable() {
+                    // Unknown, not absent: the netdevs could not be listed (issue 21).
+                    Some(why) => format!("no netdev found for this RoCE port: /sys/class/net could not be listed ({why})"),
+                    None => "no netdev found for this RoCE port".to_string(),
+                })),
             }
     });
 }
 
-/// rdma.fw-consistency: one firmware version per NIC model.
+/// rdma.fw-consistency: one firmware version per NIC model. A NIC whose model or firmware
+/// cannot be read is unknown, and a model it may belong to is not said to run one firmware
+/// (the unread NIC may differ; issue 21).
 pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaFwConsistency;
     let Some(pci_rdma) = pci_rdma_or_skip(ctx, id, out) else {
         return;
     };
     let mut by_model: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    // NICs left out, with the model they are known to be (None: unknown, could be any).
+    let mut unread: Vec<(Option<String>, String)> = Vec::new();
     for (r, _) in &pci_rdma {
-        let (Some(model), Some(fw)) = (r.hca_type.clone().or(r.board_id.clone()), r.fw_ver.clone())
-        else {
-            continue;
+        let model = r.hca_type.clone().or(r.board_id.clone());
+        let dir = format!("/sys/class/infiniband/{}", r.name);
+        let why = |k: &str| {
+            r.unread
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| "not read".into())
         };
-        by_model
-            .entry(model)
-            .or_default()
-            .entry(fw)
-            .or_default()
-            .push(r.name.clone());
-    }
-    if by_model.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            "firmware versions unreadable",
-        ));
+        match (&model, &r.fw_ver) {
+            (Some(m), Some(fw)) => {
+                by_model
+                    .entry(m.clone())
+                    .or_default()
+                    .entry(fw.clone())
+                    .or_default()
+                    .push(r.name.clone());
+            }
+            (m, fw) => {
+                let what = if fw.is_none() {
+                    format!("fw_ver unreadable ({})", why("fw_ver"))
+                } else {
+                    format!(
+                        "model unreadable (hca_type: {}; board_id: {})",
+                        why("hca_type"),
+                        why("board_id")
+                    )
+                };
+                out.push(
+                    Finding::new(
+                        id,
+                        r.name.clone(),
+                        Status::Skip,
+                        format!("{}: {what}: its firmware cannot be compared", r.name),
+                    )
+                    .with(ev(
+                        format!("{dir}/{}", if fw.is_none() { "fw_ver" } else { "hca_type" }),
+                        what.clone(),
+                    )),
+                );
+                unread.push((m.clone(), r.name.clone()));
+            }
+        }
     }
     for (model, fws) in by_model {
         let desc = fws
@@ -247,10 +339,28 @@ pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
             .map(|(fw, devs)| format!("{fw}: {}", devs.join(",")))
             .collect::<Vec<_>>()
             .join("; ");
+        let unknown: Vec<&str> = unread
+            .iter()
+            .filter(|(m, _)| m.as_ref().is_none_or(|m| *m == model))
+            .map(|(_, n)| n.as_str())
+            .collect();
         if fws.len() > 1 {
             out.push(Finding::new(id, model.clone(), Status::Warn, format!("{model} NICs run different firmware ({desc})"))
                 .with(ev("/sys/class/infiniband/*/fw_ver", desc))
                 .fix("Update all NICs of a model to the same firmware (`mlxfwmanager --online -u` or the vendor's tool) so behaviour and bugs are uniform"));
+        } else if !unknown.is_empty() {
+            out.push(
+                Finding::new(
+                    id,
+                    model.clone(),
+                    Status::Skip,
+                    format!(
+                        "{model}: one firmware among the NICs read ({desc}), but {} may be of this model and its firmware is unknown",
+                        unknown.join(", ")
+                    ),
+                )
+                .with(ev("/sys/class/infiniband/*/fw_ver", desc)),
+            );
         } else {
             out.push(Finding::new(
                 id,
@@ -259,6 +369,192 @@ pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
                 format!("{model}: one firmware ({desc})"),
             ));
         }
+    }
+}
+
+/// Whether kernel module `name` is loaded: listed in /proc/modules, or a directory in
+/// /sys/module (built-in modules show only there). None when neither list could be read.
+fn module_loaded(h: &crate::inventory::Host, name: &str) -> Option<bool> {
+    let listed = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.iter().any(|m| m == name));
+    match (listed(&h.modules), listed(&h.sys_modules)) {
+        (Some(true), _) | (_, Some(true)) => Some(true),
+        (None, None) => None,
+        _ => Some(false),
+    }
+}
+
+/// rdma.driver: each NIC of an RDMA-capable family (`crate::nic`) on the PCI bus has its RDMA
+/// device; one without names the module that would provide it, whether that module is loaded,
+/// and the fix (issue 28). A recording with neither /sys/class/infiniband nor the module lists
+/// cannot tell a missing module from one it did not capture: unknown.
+pub(super) fn driver(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaDriver;
+    let t = ctx.topo;
+    let h = &ctx.inv.host;
+    let gaps = nic_gaps(ctx, id, out);
+    if t.nics.is_empty() && t.nics_without_rdma.is_empty() {
+        if !gaps {
+            out.push(
+                Finding::new(
+                    id,
+                    "host",
+                    Status::Skip,
+                    "no RDMA-capable NICs on the PCI bus",
+                )
+                .not_applicable(),
+            );
+        }
+        return;
+    }
+    for n in &t.nics {
+        let driver = ctx.inv.pci.get(&n.bdf).and_then(|f| f.driver.clone());
+        out.push(
+            Finding::new(
+                id,
+                n.bdf.to_string(),
+                Status::Pass,
+                format!(
+                    "RDMA device {}{}",
+                    n.rdma_device,
+                    driver.map(|d| format!(" on {d}")).unwrap_or_default()
+                ),
+            )
+            .with(ev(
+                format!("/sys/class/infiniband/{}/device", n.rdma_device),
+                n.bdf.to_string(),
+            )),
+        );
+    }
+    let modules_ev = |m: &str| {
+        ev(
+            format!("/proc/modules, /sys/module/{m}"),
+            match module_loaded(h, m) {
+                Some(true) => "loaded".to_string(),
+                Some(false) => "not loaded".to_string(),
+                None => format!(
+                    "unknown ({}; {})",
+                    h.unread
+                        .get("modules")
+                        .map(String::as_str)
+                        .unwrap_or("not read"),
+                    h.unread
+                        .get("sys_modules")
+                        .map(String::as_str)
+                        .unwrap_or("not read")
+                ),
+            },
+        )
+    };
+    for n in &t.nics_without_rdma {
+        let subject = n.bdf.to_string();
+        let m = n.rdma_module.as_str();
+        let who = format!("{} ({})", n.bdf, n.name);
+        let driver_path = format!("/sys/bus/pci/devices/{}/driver", n.bdf);
+        let driver_ev = ev(
+            driver_path,
+            n.driver.clone().unwrap_or_else(|| "no driver bound".into()),
+        );
+        if let Some(why) = &n.unknown {
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!("{who}: whether it has an RDMA device is unknown ({why})"),
+                )
+                .with(driver_ev),
+            );
+            continue;
+        }
+        let pci_driver = crate::nic::FAMILIES
+            .iter()
+            .find(|f| f.rdma_module == m && f.name == n.family)
+            .map(|f| f.pci_driver)
+            .unwrap_or("its driver");
+        let fix = format!(
+            "`modprobe {m}` (and make it persistent: `echo {m} > /etc/modules-load.d/{m}.conf`); if it does not load, the RDMA stack is incomplete or built for another kernel: install the RDMA kernel modules for the running kernel (inbox: the distribution's rdma-core and kernel modules package, e.g. linux-modules-extra on Ubuntu; MLNX_OFED/DOCA-OFED: reinstall for `uname -r`, `ofed_info -s`) and read `dmesg | grep -i {m}` for unknown-symbol or probe errors"
+        );
+        let Some(drv) = &n.driver else {
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Fail,
+                    format!(
+                        "{who} ({}): no driver bound, so no RDMA device: {pci_driver} does not run it and {m} cannot provide one",
+                        n.family
+                    ),
+                )
+                .with(driver_ev)
+                .with(modules_ev(pci_driver))
+                .fix(format!(
+                    "`modprobe {pci_driver} {m}`; if {pci_driver} does not bind, read `dmesg | grep -i {pci_driver}` (firmware or probe errors). {fix}"
+                )),
+            );
+            continue;
+        };
+        let loaded = module_loaded(h, m);
+        let core = module_loaded(h, "ib_core");
+        let class_absent = ctx.inv.rdma_class == crate::inventory::ClassListing::Absent;
+        let f = match (class_absent, loaded, core) {
+            // A recording without the class directory or the module lists (hwloc's
+            // hwloc-gather-topology saves neither): a missing module and an uncaptured one look
+            // the same.
+            (true, None, _) => Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!(
+                    "{who} on {drv}: no RDMA device seen, but this tree has neither /sys/class/infiniband nor the module lists (/proc/modules, /sys/module): whether {m} is loaded is unknown (a recording that did not capture them)"
+                ),
+            ),
+            (true, _, Some(true)) => Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!(
+                    "{who} on {drv}: ib_core is loaded, yet /sys/class/infiniband is absent: the recording did not capture it, so whether it has an RDMA device is unknown"
+                ),
+            ),
+            (_, Some(false), _) => Finding::new(
+                id,
+                subject,
+                Status::Fail,
+                format!(
+                    "{who} on {drv} has no RDMA device: {m} is not loaded{}; no RDMA and no GPUDirect RDMA through it",
+                    if core == Some(false) { " (nor ib_core)" } else { "" }
+                ),
+            )
+            .fix(fix),
+            (_, Some(true), _) => Finding::new(
+                id,
+                subject,
+                Status::Fail,
+                format!(
+                    "{who} on {drv} has no RDMA device although {m} is loaded: RDMA is disabled for this function or {m} failed to probe it"
+                ),
+            )
+            .fix(format!(
+                "Read `dmesg | grep -i {m}` for probe errors; on ConnectX check `devlink dev param show pci/{} name enable_rdma` (set it true and `devlink dev reload`) and that the port is not in a mode without RDMA; reload with `modprobe -r {m}; modprobe {m}`",
+                n.bdf
+            )),
+            (_, None, _) => Finding::new(
+                id,
+                subject,
+                Status::Fail,
+                format!(
+                    "{who} on {drv} has no RDMA device (other RDMA devices are listed); whether {m} is loaded is unknown (module lists unreadable)"
+                ),
+            )
+            .fix(fix),
+        };
+        out.push(f.with(driver_ev).with(modules_ev(m)).with(ev(
+            "/sys/class/infiniband",
+            match &ctx.inv.rdma_class {
+                crate::inventory::ClassListing::Absent => "not present".to_string(),
+                _ => format!("no device links to {}", n.bdf),
+            },
+        )));
     }
 }
 

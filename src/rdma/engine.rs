@@ -277,15 +277,11 @@ pub fn open_side(
             (Some(raw), Some(idx))
         }
     };
-    // No PCI function behind it: rxe or siw on top of a netdev.
-    let software_device = if dev.bdf.is_none() {
-        Some(match &dev.parent_netdev {
-            Some(n) => format!("no PCI function, on netdev {n}"),
-            None => "no PCI function".into(),
-        })
-    } else {
-        None
-    };
+    // No PCI function behind it, positively read: rxe or siw on top of a netdev. A device
+    // whose `device` link could not be read is not taken for one (issue 21).
+    let software_device = dev
+        .software_parent()
+        .map(|n| format!("no PCI function, on netdev {n}"));
     let facts = PortFacts {
         device: device.into(),
         port,

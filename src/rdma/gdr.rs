@@ -288,7 +288,31 @@ pub fn closest_active_port(topo: &Topology, gpu: &str) -> Result<NicChoice, Stri
     let Some(gi) = m.labels.iter().position(|l| l == gpu) else {
         return Err(format!("{gpu} is not in the topology"));
     };
+    let gaps: Vec<String> = topo.nic_gaps().into_iter().map(|(_, why)| why).collect();
+    // A NIC without an RDMA device closer than every one with: named (issue 28).
+    let rdmaless = topo
+        .closest_nics
+        .iter()
+        .find(|c| c.gpu == gpu)
+        .and_then(|c| c.closer_without_rdma.first())
+        .map(|n| {
+            format!(
+                "NIC {} at {} has no RDMA device ({} would provide it: see rdma.driver)",
+                n.bdf,
+                n.path.as_str(),
+                n.rdma_module
+            )
+        });
     if topo.nics.is_empty() {
+        if let Some(n) = &rdmaless {
+            return Err(format!("no NIC has an RDMA device: {gpu}'s closest {n}"));
+        }
+        if !gaps.is_empty() {
+            return Err(format!(
+                "no RDMA NIC could be placed: {} (issue 21: unknown, not absent)",
+                gaps.join("; ")
+            ));
+        }
         return Err(
             "no RDMA NIC on the PCI bus (software devices such as rxe have no PCIe path to a GPU)"
                 .into(),
@@ -353,6 +377,15 @@ pub fn closest_active_port(topo: &Topology, gpu: &str) -> Result<NicChoice, Stri
     }
     if !closer.is_empty() {
         why.push_str(&format!("; closer ports not ACTIVE: {}", closer.join(", ")));
+    }
+    if let Some(n) = &rdmaless {
+        why.push_str(&format!("; closer: {n}"));
+    }
+    if !gaps.is_empty() {
+        why.push_str(&format!(
+            "; a closer NIC may be among those that could not be placed: {}",
+            gaps.join("; ")
+        ));
     }
     Ok(NicChoice {
         device: nic.rdma_device.clone(),

@@ -17,6 +17,7 @@ use super::{Role, Sides, WriteBwRequest};
 use crate::cuda;
 use crate::findings::Finding;
 use crate::inventory::Inventory;
+use crate::inventory::RdmaBacking;
 use crate::sysroot::SysRoot;
 use crate::topo::{PathType, Topology};
 use crate::verbs::DmabufProbe;
@@ -147,13 +148,15 @@ pub fn peermem_loaded(inv: &Inventory) -> Option<bool> {
 /// "mlx5_0 (mlx5_core)", "rxe0 (soft-RoCE on rxenet0)": the provider behind an RDMA device.
 fn provider_name(m: &Machine, device: &str) -> String {
     match m.inv.rdma.iter().find(|d| d.name == device) {
-        Some(d) => match (&d.bdf, &d.parent_netdev) {
-            (Some(b), _) => match m.topo.device(*b).and_then(|x| x.driver.clone()) {
+        Some(d) => match &d.backing {
+            RdmaBacking::Pci { bdf } => match m.topo.device(*bdf).and_then(|x| x.driver.clone()) {
                 Some(drv) => format!("{device} ({drv})"),
                 None => device.to_string(),
             },
-            (None, Some(n)) => format!("{device} (soft-RoCE on {n})"),
-            (None, None) => format!("{device} (software device)"),
+            RdmaBacking::Software { parent_netdev } => {
+                format!("{device} (soft-RoCE on {parent_netdev})")
+            }
+            RdmaBacking::Unresolved { .. } => format!("{device} (hardware unknown)"),
         },
         None => device.to_string(),
     }

@@ -338,10 +338,12 @@ pub fn choose_handler(requested: NicHandler, peer_mapping: Option<bool>) -> (Nic
 
 fn device_facts(m: &Machine, name: &str, port: u8) -> Option<DeviceFacts> {
     let d = m.inv.rdma.iter().find(|d| d.name == name)?;
+    // An unresolved device (its `device` link unreadable) has neither: its driver is unknown,
+    // which `device_refusal` says (issue 21).
     let driver = d
-        .bdf
+        .bdf()
         .and_then(|b| m.topo.device(b).and_then(|x| x.driver.clone()));
-    let software = if d.bdf.is_none() {
+    let software = if d.software_parent().is_some() {
         Some(
             if name.starts_with("siw") {
                 "siw"
@@ -374,7 +376,7 @@ fn provider(m: &Machine, d: &DeviceFacts) -> String {
                 .rdma
                 .iter()
                 .find(|x| x.name == d.name)
-                .and_then(|x| x.parent_netdev.clone());
+                .and_then(|x| x.software_parent().map(str::to_string));
             match parent {
                 Some(p) => format!("{} ({sw}, soft-RoCE on {p})", d.name),
                 None => format!("{} ({sw})", d.name),

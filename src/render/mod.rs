@@ -101,6 +101,23 @@ pub fn topo_tree(r: &TopoReport, style: Style) -> String {
             .or_default()
             .push(format!("{} {}{}", n.label, n.rdma_device, nd));
     }
+    // NICs without an RDMA device are NICs all the same (issue 28).
+    for n in &t.nics_without_rdma {
+        let nd = if n.netdevs.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", n.netdevs.join(","))
+        };
+        nic_labels.entry(n.bdf).or_default().push(format!(
+            "NIC ({}, needs {}){nd}",
+            if n.unknown.is_some() {
+                "RDMA device unknown"
+            } else {
+                "no RDMA device seen"
+            },
+            n.rdma_module
+        ));
+    }
     // Interesting functions and everything above them.
     let mut keep: BTreeSet<Bdf> = BTreeSet::new();
     for d in &t.devices {
@@ -189,7 +206,7 @@ pub fn topo_tree(r: &TopoReport, style: Style) -> String {
     }
     out.push('\n');
     out.push_str(&gpu_table(t, &by_bdf, style));
-    if !t.nics.is_empty() {
+    if !t.nics.is_empty() || !t.nics_without_rdma.is_empty() {
         out.push('\n');
         out.push_str(&nic_table(t, &by_bdf, style));
     }
@@ -344,6 +361,23 @@ fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
                 .unwrap_or_default(),
             d.map(|d| link_text(&d.link)).unwrap_or_default(),
             ports,
+        ]);
+    }
+    for n in &t.nics_without_rdma {
+        let d = by_bdf.get(&n.bdf);
+        table.add_row(vec![
+            "-".to_string(),
+            match &n.unknown {
+                Some(_) => format!("unknown ({})", n.rdma_module),
+                None => format!("none seen (needs {})", n.rdma_module),
+            },
+            n.bdf.to_string(),
+            n.name.clone(),
+            n.netdevs.join(", "),
+            d.map(|d| numa_text(d).trim_start_matches("NUMA ").to_string())
+                .unwrap_or_default(),
+            d.map(|d| link_text(&d.link)).unwrap_or_default(),
+            format!("driver {}", n.driver.as_deref().unwrap_or("none")),
         ]);
     }
     format!("{table}\n")

@@ -106,6 +106,20 @@ fn level2(
     }
     let before = findings.len();
     for d in &inv.rdma {
+        // Hardware unknown (its `device` link unreadable): whether a line rate applies (a NIC)
+        // or not (rxe) is unknown, so it is not planned (issue 21).
+        if let Some(why) = d.unresolved() {
+            findings.push(Finding::new(
+                level2::ID,
+                d.name.clone(),
+                Status::Skip,
+                format!(
+                    "RDMA device {}: PCI function unknown ({why}): not measured",
+                    d.name
+                ),
+            ));
+            continue;
+        }
         for p in &d.ports {
             let subject = format!("{}/{}", d.name, p.port);
             if p.state_kind != Some(crate::facts::PortState::Active) {
@@ -127,7 +141,7 @@ fn level2(
             // Short on purpose: 64 KiB and 1 MiB writes, 500 each, validated (about 0.5 GB
             // per port: milliseconds at line rate). A software device (rxe, no PCI function)
             // moves ~50 MB/s under emulation and has no line rate to judge: 32 each.
-            let iters = if d.bdf.is_some() { 500 } else { 32 };
+            let iters = if d.bdf().is_some() { 500 } else { 32 };
             let plan = match Plan::new(vec![65536, 1 << 20], iters, 128, 16, None, 1, true) {
                 Ok(p) => p,
                 Err(e) => {

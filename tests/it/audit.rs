@@ -207,8 +207,15 @@ fn damage_never_creates_a_pass() {
                         ));
                     }
                 }
+                // A non-root recording's config is the 64-byte header alone (hwloc's tree): cut
+                // to 48 bytes it loses the capability pointer to capabilities that were beyond
+                // reach already, and the bridge's link comes from the sysfs attributes as before.
+                let header_only = p.ends_with("/config")
+                    && original.len() <= 64
+                    && matches!(m, Mutation::Truncate);
                 if after.whole == before.whole
                     && judged_from(&before, p)
+                    && !header_only
                     && !UNCHANGED_OK
                         .iter()
                         .any(|(k, how, _)| *k == kind_of(p) && *how == format!("{m:?}"))

@@ -1,0 +1,176 @@
+//! RDMA-capable NIC families: which PCI functions are NICs that should carry an RDMA device,
+//! and which kernel module gives them one (issue 28). A NIC is found on the PCI bus; its RDMA
+//! device (/sys/class/infiniband) is an attribute it has or lacks, and lacking it is a finding
+//! (`rdma.driver`), not an absence.
+//!
+//! Pure lookups over facts already read (vendor, class, bound driver): no I/O here, and nothing
+//! about health (that is `checks`).
+
+use crate::inventory::PciFunction;
+use crate::pci::ClassCode;
+use serde::Serialize;
+
+/// An RDMA-capable NIC family: the PCI driver that runs the NIC and the kernel module that
+/// registers its RDMA device on top of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Family {
+    pub name: &'static str,
+    pub vendor: u16,
+    /// The PCI (Ethernet/InfiniBand) driver, e.g. `mlx5_core`.
+    pub pci_driver: &'static str,
+    /// The module that provides the RDMA device, e.g. `mlx5_ib` (for EFA, the PCI driver
+    /// itself registers it).
+    pub rdma_module: &'static str,
+}
+
+/// Families by the driver that binds them, from each kernel's drivers/infiniband/hw/* (the
+/// RDMA driver names its PCI driver as an auxiliary-bus or netdev-notifier parent). Intel's
+/// X722 (i40e -> irdma, iWARP on LAN-on-motherboard ports) is left out on purpose: those ports
+/// carry management traffic, and a missing RDMA device there is no misconfiguration.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "NVIDIA/Mellanox ConnectX-4 and later, BlueField",
+        vendor: 0x15b3,
+        pci_driver: "mlx5_core",
+        rdma_module: "mlx5_ib",
+    },
+    Family {
+        name: "NVIDIA/Mellanox ConnectX-3",
+        vendor: 0x15b3,
+        pci_driver: "mlx4_core",
+        rdma_module: "mlx4_ib",
+    },
+    Family {
+        name: "Broadcom NetXtreme-E",
+        vendor: 0x14e4,
+        pci_driver: "bnxt_en",
+        rdma_module: "bnxt_re",
+    },
+    Family {
+        name: "Intel E810",
+        vendor: 0x8086,
+        pci_driver: "ice",
+        rdma_module: "irdma",
+    },
+    Family {
+        name: "AWS Elastic Fabric Adapter",
+        vendor: 0x1d0f,
+        pci_driver: "efa",
+        rdma_module: "efa",
+    },
+    Family {
+        name: "Chelsio T5/T6 (iWARP)",
+        vendor: 0x1425,
+        pci_driver: "cxgb4",
+        rdma_module: "iw_cxgb4",
+    },
+    Family {
+        name: "Marvell/QLogic FastLinQ",
+        vendor: 0x1077,
+        pci_driver: "qede",
+        rdma_module: "qedr",
+    },
+    Family {
+        name: "Microsoft Azure MANA",
+        vendor: 0x1414,
+        pci_driver: "mana",
+        rdma_module: "mana_ib",
+    },
+];
+
+/// ConnectX-3 (Pro) device IDs: served by mlx4, every later Mellanox NIC by mlx5.
+const MLX4_DEVICES: &[u16] = &[0x1003, 0x1004, 0x1007];
+/// EFA device IDs (efa0 .. efa3 generations).
+const EFA_DEVICES: std::ops::RangeInclusive<u16> = 0xefa0..=0xefa3;
+
+/// The RDMA-capable family of a PCI function, when it is a NIC of one: a network or
+/// InfiniBand class function bound to a family's driver, or, with no driver bound, a physical
+/// function whose vendor and device say the family (Mellanox: every NIC; AWS: EFA IDs). A
+/// function bound to another driver (vfio-pci for a VM, a DPDK driver) is not one here: its
+/// RDMA device belongs to whoever owns it.
+pub fn family(f: &PciFunction) -> Option<&'static Family> {
+    if !f.class.map(ClassCode).is_some_and(ClassCode::is_network) {
+        return None;
+    }
+    let vendor = f.vendor?;
+    match f.driver.as_deref() {
+        Some(d) => FAMILIES
+            .iter()
+            .find(|fam| fam.pci_driver == d && fam.vendor == vendor),
+        None if f.physfn.is_some() => None,
+        None => {
+            let driver = match (vendor, f.device?) {
+                (0x15b3, d) if MLX4_DEVICES.contains(&d) => "mlx4_core",
+                (0x15b3, _) => "mlx5_core",
+                (0x1d0f, d) if EFA_DEVICES.contains(&d) => "efa",
+                _ => return None,
+            };
+            FAMILIES.iter().find(|fam| fam.pci_driver == driver)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::Link;
+
+    fn f(class: u32, vendor: u16, device: u16, driver: Option<&str>) -> PciFunction {
+        PciFunction {
+            bdf: "0000:1a:00.0".parse().unwrap(),
+            sysfs_path: String::new(),
+            root_complex: "pci0000:00".into(),
+            upstream: Vec::new(),
+            class: Some(class),
+            vendor: Some(vendor),
+            device: Some(device),
+            driver: driver.map(str::to_string),
+            numa_node: None,
+            local_cpulist: None,
+            link: Link::default(),
+            config: None,
+            physfn: None,
+            unread: Default::default(),
+        }
+    }
+
+    #[test]
+    fn families() {
+        let m = |x: Option<&Family>| x.map(|x| x.rdma_module);
+        // ConnectX-4 InfiniBand (hwloc's 32intel64-2p8co2t+8ve), bound or not.
+        assert_eq!(
+            m(family(&f(0x020700, 0x15b3, 0x1013, Some("mlx5_core")))),
+            Some("mlx5_ib")
+        );
+        assert_eq!(
+            m(family(&f(0x020700, 0x15b3, 0x1013, None))),
+            Some("mlx5_ib")
+        );
+        assert_eq!(
+            m(family(&f(0x020000, 0x15b3, 0x1007, None))),
+            Some("mlx4_ib")
+        );
+        assert_eq!(
+            m(family(&f(0x020000, 0x14e4, 0x1750, Some("bnxt_en")))),
+            Some("bnxt_re")
+        );
+        assert_eq!(
+            m(family(&f(0x020000, 0x8086, 0x1593, Some("ice")))),
+            Some("irdma")
+        );
+        assert_eq!(m(family(&f(0x020000, 0x1d0f, 0xefa1, None))), Some("efa"));
+        // Not RDMA NICs here: X722 on i40e, a ConnectX given to a VM, a Broadcom tg3, a
+        // Mellanox function that is no NIC (a BlueField's management function, class 0x0880).
+        assert_eq!(m(family(&f(0x020000, 0x8086, 0x37d2, Some("i40e")))), None);
+        assert_eq!(
+            m(family(&f(0x020000, 0x15b3, 0x101d, Some("vfio-pci")))),
+            None
+        );
+        assert_eq!(m(family(&f(0x020000, 0x14e4, 0x165f, None))), None);
+        assert_eq!(m(family(&f(0x088000, 0x15b3, 0xc2d5, None))), None);
+        // An unbound virtual function: its PF's owner decides.
+        let mut vf = f(0x020000, 0x15b3, 0x101e, None);
+        vf.physfn = Some("0000:1a:00.0".parse().unwrap());
+        assert_eq!(m(family(&vf)), None);
+    }
+}
