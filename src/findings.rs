@@ -185,6 +185,7 @@ check_ids! {
     PcieSlotMismatch = "pcie.slot-mismatch";
     NumaGpuNic = "numa.gpu-nic";
     TopoGpuNicPairing = "topo.gpu-nic-pairing";
+    RdmaDriver = "rdma.driver";
     RdmaPortState = "rdma.port-state";
     RdmaRoceGid = "rdma.roce-gid";
     RdmaMtu = "rdma.mtu";
