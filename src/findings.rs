@@ -49,8 +49,9 @@ pub fn ev(source: impl Into<String>, value: impl Into<String>) -> Evidence {
     }
 }
 
-/// One check's verdict on one subject.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One check's verdict on one subject. Serialized with its fault class (`category`, `action`:
+/// see `FindingJson`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     pub id: CheckId,
     /// A BDF, an RDMA device (`mlx5_2`, `mlx5_2/1` for a port), a GPU label, or `host`.
@@ -61,12 +62,165 @@ pub struct Finding {
     /// How to fix it; present on every warn and fail.
     pub remediation: Option<String>,
     /// Set when `--warn/--deny/--skip` changed the status: the status the check gave.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub original_status: Option<Status>,
     /// On a skip: why nothing was judged. Only `not-root` and `unknown` mean something that
     /// should have been judged was not (what `--fail-on-skip` fails on).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub skip: Option<SkipKind>,
+}
+
+/// A finding as JSON: its fields, then its fault class, derived from the check and the status
+/// at the time it is written (so no later change of status can leave a stale action).
+#[derive(Serialize)]
+struct FindingJson<'a> {
+    id: CheckId,
+    subject: &'a str,
+    status: Status,
+    message: &'a str,
+    evidence: &'a [Evidence],
+    remediation: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    original_status: Option<Status>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skip: Option<SkipKind>,
+    category: Category,
+    action: Action,
+}
+
+impl Serialize for Finding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        FindingJson {
+            id: self.id,
+            subject: &self.subject,
+            status: self.status,
+            message: &self.message,
+            evidence: &self.evidence,
+            remediation: &self.remediation,
+            original_status: self.original_status,
+            skip: self.skip,
+            category: self.id.category(),
+            action: self.action(),
+        }
+        .serialize(s)
+    }
+}
+
+/// Which part of the machine a finding is about (machine-readable fault class, as DCGM's error
+/// catalogue classes its errors): Slurm reasons, Prometheus labels and fleet group by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Category {
+    Pcie,
+    Rdma,
+    Gpu,
+    Driver,
+    Host,
+    Topology,
+}
+
+/// What an operator does about a warn or fail: change a setting (BIOS, kernel, driver, firmware:
+/// `config`), reseat a card or cable (`reseat`), reset the GPU or reboot (`reset`), replace the
+/// part (`replace`); `none` for a pass or a skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    None,
+    Config,
+    Reseat,
+    Reset,
+    Replace,
+}
+
+impl Category {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Pcie => "pcie",
+            Category::Rdma => "rdma",
+            Category::Gpu => "gpu",
+            Category::Driver => "driver",
+            Category::Host => "host",
+            Category::Topology => "topology",
+        }
+    }
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::Config => "config",
+            Action::Reseat => "reseat",
+            Action::Reset => "reset",
+            Action::Replace => "replace",
+        }
+    }
+}
+
+impl CheckId {
+    /// The fault class of this check's findings: what part of the machine, and the first thing
+    /// an operator does when it warns or fails (the remediation text says the rest).
+    pub fn fault_class(self) -> (Category, Action) {
+        use Action::*;
+        use Category::*;
+        match self {
+            CheckId::DriverNvidiaLoaded | CheckId::DriverNvml | CheckId::DriverVersionMatch => {
+                (Driver, Config)
+            }
+            // A GPU missing from NVML or the driver's list fell off the bus or failed to
+            // initialise: reset first.
+            CheckId::DriverGpuCount => (Gpu, Reset),
+            CheckId::GdrPeermem
+            | CheckId::GdrDmabuf
+            | CheckId::GdrPath
+            | CheckId::GdrPeerMapping
+            | CheckId::RdmaMlx5dv
+            | CheckId::ProbeDmabufExport => (Driver, Config),
+            CheckId::PcieAcsRedirect | CheckId::PcieDevctl | CheckId::GpuP2p => (Pcie, Config),
+            CheckId::IommuMode => (Host, Config),
+            CheckId::GpuBar1 | CheckId::GpuPersistence | CheckId::BaselineBar1 => (Gpu, Config),
+            CheckId::PcieLinkWidth
+            | CheckId::PcieLinkSpeed
+            | CheckId::PcieAer
+            | CheckId::ProbeH2d
+            | CheckId::ProbeD2h
+            | CheckId::BaselinePcie
+            | CheckId::BaselineBandwidth => (Pcie, Reseat),
+            CheckId::PcieSlotMismatch => (Topology, Reseat),
+            CheckId::NumaGpuNic | CheckId::TopoGpuNicPairing | CheckId::BaselinePaths => {
+                (Topology, Config)
+            }
+            CheckId::RdmaPortState | CheckId::ProbeWriteBw | CheckId::BaselineNics => {
+                (Rdma, Reseat)
+            }
+            CheckId::RdmaRoceGid
+            | CheckId::RdmaMtu
+            | CheckId::RdmaFwConsistency
+            | CheckId::ProbeGdrWriteBw
+            | CheckId::ProbeGpuWriteBw => (Rdma, Config),
+            // Uncorrectable errors and pending remaps clear with a GPU reset; when they come
+            // back, the remediation says to replace the GPU.
+            CheckId::GpuEcc
+            | CheckId::GpuRowRemap
+            | CheckId::GpuNvlinkDown
+            | CheckId::ProbeP2p
+            | CheckId::BaselineNvlink => (Gpu, Reset),
+            CheckId::BaselineGpus => (Gpu, Reseat),
+            CheckId::BaselineVersions => (Driver, Config),
+        }
+    }
+
+    pub fn category(self) -> Category {
+        self.fault_class().0
+    }
+}
+
+impl Finding {
+    /// What to do about this finding: the check's action on a warn or fail, none otherwise.
+    pub fn action(&self) -> Action {
+        match self.status {
+            Status::Warn | Status::Fail => self.id.fault_class().1,
+            Status::Pass | Status::Skip => Action::None,
+        }
+    }
 }
 
 /// Why a finding is a skip.
@@ -344,6 +498,30 @@ mod tests {
             serde_json::to_string(&Verdict::ALL).unwrap(),
             r#"["pass","skip","warn","unknown","fail"]"#
         );
+    }
+
+    #[test]
+    fn every_finding_carries_its_fault_class() {
+        for id in CheckId::ALL {
+            let (_, action) = id.fault_class();
+            assert_ne!(
+                action,
+                Action::None,
+                "{id}: a warn or fail always says what to do"
+            );
+            for (status, want) in [
+                (Status::Pass, Action::None),
+                (Status::Skip, Action::None),
+                (Status::Warn, action),
+                (Status::Fail, action),
+            ] {
+                let f = Finding::new(*id, "GPU0", status, "m");
+                assert_eq!(f.action(), want);
+                let v = serde_json::to_value(&f).unwrap();
+                assert_eq!(v["action"], want.as_str(), "{id} {status:?}");
+                assert_eq!(v["category"], id.category().as_str());
+            }
+        }
     }
 
     #[test]

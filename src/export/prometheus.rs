@@ -197,7 +197,7 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
     family(
         &mut out,
         "gpudoctor_finding",
-        "One finding that is not a pass (always 1): a warning, a failure, or a skip of something that should have been judged (skip=\"unknown\"|\"not-root\"). GPU subjects carry DCGM exporter's labels (gpu, UUID, pci_bus_id) so that alerts join both. `gpudoctor explain CHECK` documents each check.",
+        "One finding that is not a pass (always 1): a warning, a failure, or a skip of something that should have been judged (skip=\"unknown\"|\"not-root\"), with its fault class (category, action). GPU subjects carry DCGM exporter's labels (gpu, UUID, pci_bus_id) so that alerts join both. `gpudoctor explain CHECK` documents each check.",
     );
     for f in &r.checks {
         let unjudged = f.skip.filter(|k| k.unjudged());
@@ -212,6 +212,8 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
         if let Some(k) = unjudged {
             l.push(("skip", k.as_str().to_string()));
         }
+        l.push(("category", f.id.category().as_str().to_string()));
+        l.push(("action", f.action().as_str().to_string()));
         if let Some(g) = r.gpu_of(&f.subject) {
             if let Some(i) = g.index {
                 l.push(("gpu", i.to_string()));

@@ -315,9 +315,9 @@ fn observation(message: &str, max: usize) -> String {
 }
 
 /// `check --format reason`: one line for a Slurm drain reason or a Node Problem Detector
-/// message. A failing node names each failure as `check subject observation`
-/// (`gpudoctor: rdma.port-state mlx5_2/1 port not usable: state 1: DOWN, ...; pcie.link-width
-/// 0000:21:00.0 GPU1 link trained x8, capable of x16...`); a node the gate failed says so and
+/// message. A failing node names each failure as `check subject [action] observation`
+/// (`gpudoctor: rdma.port-state mlx5_2/1 [reseat] port not usable: state 1: DOWN, ...;
+/// pcie.link-width 0000:21:00.0 [reseat] GPU1 link trained x8, capable of x16...`); a node the gate failed says so and
 /// names what it counted (`gpudoctor: gate: 3 could not be judged (--fail-on-skip): ...`);
 /// otherwise the verdict and the counts. At most `max` characters, then `(+N more)`.
 pub fn reason(r: &CheckReport, max: usize) -> String {
@@ -335,7 +335,12 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
         r.checks
             .iter()
             .filter(|f| f.status == Status::Fail)
-            .map(|f| item(f, observation(&f.message, 60)))
+            .map(|f| {
+                item(
+                    f,
+                    format!("[{}] {}", f.action().as_str(), observation(&f.message, 60)),
+                )
+            })
             .collect()
     } else {
         // The gate decided: what it counted (warnings under --strict, unjudged skips under

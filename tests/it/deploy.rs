@@ -162,7 +162,7 @@ fn npd_plugin_speaks_the_custom_plugin_protocol() {
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.len() <= max, "{out}");
     assert!(
-        out.starts_with("gpudoctor: rdma.port-state mlx5_2/1 "),
+        out.starts_with("gpudoctor: rdma.port-state mlx5_2/1 [reseat] "),
         "{out}"
     );
     let (code, out) = run(&["--root", "fixtures/pcie-2socket-roce"]);

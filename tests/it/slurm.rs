@@ -79,10 +79,10 @@ fn slurm_health_check_drains_faulty_nodes_only() {
     assert!(state.starts_with("drain"), "state {state}");
     // Subject and observation, within the reason's length.
     assert!(
-        reason.starts_with("gpudoctor: gpu.ecc GPU2 3 volatile uncorrectable ECC errors"),
+        reason.starts_with("gpudoctor: gpu.ecc GPU2 [reset] 3 volatile uncorrectable ECC errors"),
         "{reason}"
     );
-    assert!(reason.contains("; gpu.row-remap GPU3 "), "{reason}");
+    assert!(reason.contains("; gpu.row-remap GPU3 [reset] "), "{reason}");
     assert!(reason.ends_with("(+3 more)"), "{reason}");
     assert!(reason.len() <= 250, "{reason}");
     assert_eq!(report, "kept");
@@ -156,7 +156,7 @@ fn slurm_prolog_requeues_the_job_and_drains() {
     assert!(state.starts_with("drain"), "state {state}");
     assert_eq!(
         reason,
-        "gpudoctor: rdma.port-state mlx5_2/1 port not usable: state 1: DOWN, physical state 3: Disabled"
+        "gpudoctor: rdma.port-state mlx5_2/1 [reseat] port not usable: state 1: DOWN, physical state 3: Disabled"
     );
     assert_eq!(report, "kept");
     assert_eq!(job, "PENDING held=yes started=no", "requeued and held");
