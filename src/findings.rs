@@ -173,6 +173,7 @@ impl CheckId {
             | CheckId::GdrPath
             | CheckId::GdrPeerMapping
             | CheckId::RdmaMlx5dv
+            | CheckId::RdmaDriver
             | CheckId::ProbeDmabufExport => (Driver, Config),
             CheckId::PcieAcsRedirect | CheckId::PcieDevctl | CheckId::GpuP2p => (Pcie, Config),
             CheckId::IommuMode => (Host, Config),
