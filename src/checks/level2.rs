@@ -1,8 +1,9 @@
 //! Level 2: a short RDMA-write loopback (`probe write-bw`) on every active RDMA port, as
 //! `probe.write-bw` findings. Pure: turns write-bw reports into findings.
 
-use super::{CheckId, Evidence, Finding, Status, ev};
-use crate::rdma::write_bw::{SizeResult, Status as WStatus, Verdict, WriteBwReport};
+use super::{CheckId, Evidence, Finding, SkipKind, ev};
+use crate::rdma::write_bw::{SizeResult, Threshold, WriteBwReport, judge_run};
+use crate::verdict::Judgement;
 
 pub const ID: CheckId = CheckId::ProbeWriteBw;
 
@@ -24,16 +25,40 @@ pub fn size_evidence(s: &SizeResult) -> Evidence {
 }
 
 pub fn findings(subject: &str, r: &WriteBwReport, out: &mut Vec<Finding>) {
-    let rows: Vec<_> = r.results.iter().map(size_evidence).collect();
-    let judged = r.results.iter().any(|s| s.verdict != Verdict::Unknown);
-    let f = match &r.status {
-        WStatus::Ok if judged => Finding::new(ID, subject, Status::Pass, "RDMA writes reach the line-rate threshold; data validated"),
-        // Software devices (rxe) have no line rate: the port moved and validated data, which is
-        // what this level proves there.
-        WStatus::Ok => Finding::new(ID, subject, Status::Pass, "RDMA writes moved and validated (no line-rate threshold applies to this device)"),
-        WStatus::Skipped { reason } => Finding::new(ID, subject, Status::Skip, reason.clone()),
-        WStatus::Failed { reason } | WStatus::Error { reason } => Finding::new(ID, subject, Status::Fail, reason.clone())
-            .fix("Check the port (rdma.port-state), cables and switch port counters (`perfquery`, `ethtool -S`), PCIe link of the NIC (pcie.link-*), and firmware; `gpudoctor probe write-bw -d DEV --all --validate` gives the full sweep"),
+    out.push(finding(subject, r));
+}
+
+/// The finding for one port's run: the status is the one judge's (`write_bw::judge_run`).
+pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
+    let mut rows: Vec<_> = r.results.iter().map(size_evidence).collect();
+    if let Some(t) = &r.threshold {
+        rows.push(ev("threshold", threshold_text(t)));
+    }
+    let j = judge_run(&r.view());
+    let (status, skip) = j.status.finding();
+    let message = match j.status {
+        Judgement::Pass => "RDMA writes reach the line-rate threshold; data validated".to_string(),
+        _ => j.reason.clone(),
     };
-    out.push(f.evidence(rows));
+    let mut f = Finding::new(ID, subject, status, message);
+    if skip == Some(SkipKind::NotApplicable) {
+        f = f.not_applicable();
+    }
+    if matches!(j.status, Judgement::Fail | Judgement::Warn) {
+        f = f.fix("Check the port (rdma.port-state), cables and switch port counters (`perfquery`, `ethtool -S`), PCIe link of the NIC (pcie.link-*), and firmware; `gpudoctor probe write-bw -d DEV --all --validate` gives the full sweep");
+    }
+    f.evidence(rows)
+}
+
+/// The bar in words, as evidence (levels 2 and 3).
+pub fn threshold_text(t: &Threshold) -> String {
+    match t {
+        Threshold::LineRate {
+            source, min_bytes, ..
+        } => format!("messages >= {min_bytes} B at {source}"),
+        Threshold::Unknown { reason } => format!("none: {reason}"),
+        Threshold::NotApplicable { reason } | Threshold::Delivery { reason } => {
+            format!("none: {reason}")
+        }
+    }
 }

@@ -5,7 +5,8 @@
 
 use super::{CheckId, Finding, Status, ev};
 use crate::rdma::level4::GpuWriteBwReport;
-use crate::rdma::write_bw::Status as WStatus;
+use crate::rdma::write_bw::{Status as WStatus, judge_run};
+use crate::verdict::Judgement;
 
 pub const ID: CheckId = CheckId::ProbeGpuWriteBw;
 
@@ -36,9 +37,18 @@ pub fn finding(subject: &str, r: &GpuWriteBwReport) -> Finding {
     for n in &r.notes {
         e.push(ev("note", n.clone()));
     }
-    let validated = !r.results.is_empty() && r.results.iter().all(|s| s.validated == Some(true));
-    let f = match &r.status {
-        WStatus::Ok if validated => Finding::new(
+    // The status is the one judge's (`write_bw::judge_run`) with level 4's bar: delivery.
+    let j = judge_run(&r.view());
+    let f = match (&r.status, j.status) {
+        (WStatus::Skipped { reason }, _) => {
+            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
+            if r.not_applicable {
+                f.not_applicable()
+            } else {
+                f
+            }
+        }
+        (_, Judgement::Pass) => Finding::new(
             ID,
             subject,
             Status::Pass,
@@ -47,26 +57,15 @@ pub fn finding(subject: &str, r: &GpuWriteBwReport) -> Finding {
                 r.poster.handler.map(|h| h.as_str()).unwrap_or("?")
             ),
         ),
-        // Measured but not validated: not a pass (the check runs with --validate).
-        WStatus::Ok => Finding::new(
-            ID,
-            subject,
-            Status::Skip,
-            "writes posted but the data was not validated: nothing judged",
-        ),
-        WStatus::Skipped { reason } => {
-            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
-            if r.not_applicable {
-                f.not_applicable()
-            } else {
-                f
-            }
-        }
-        WStatus::Failed { reason } | WStatus::Error { reason } => {
-            Finding::new(ID, subject, Status::Fail, reason.clone()).fix(
+        (_, Judgement::Fail | Judgement::Warn) => {
+            Finding::new(ID, subject, Status::Fail, j.reason.clone()).fix(
                 "`gpudoctor probe gpu-write-bw --gpu N --validate` gives the full run; an error \
                  CQE's syndrome names the cause (see `gpudoctor explain probe.gpu-write-bw`)",
             )
+        }
+        // Measured but not validated (or not every size): not a pass.
+        (_, Judgement::Unknown | Judgement::NotApplicable) => {
+            Finding::new(ID, subject, Status::Skip, j.reason.clone())
         }
     };
     f.evidence(e)

@@ -285,7 +285,7 @@ fn borrow<'a>(k: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
 
 /// `gpudoctor probe write-bw --format prometheus`.
 pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
-    use crate::rdma::write_bw::{Status as WStatus, Verdict};
+    use crate::rdma::write_bw::Verdict;
     let mut out = String::new();
     info(
         &mut out,
@@ -309,10 +309,13 @@ pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
         "gpudoctor_probe_status",
         "Verdict of the probe as a whole (state set: 1 for the current status).",
     );
-    let now = match r.status {
-        WStatus::Ok => "pass",
-        WStatus::Failed { .. } | WStatus::Error { .. } => "fail",
-        WStatus::Skipped { .. } => "skip",
+    // The judge's word (`judge_run`), not how the run ended: a completed run whose line rate
+    // is unknown, or a software device, is a skip here, never a pass.
+    use crate::verdict::Judgement;
+    let now = match crate::rdma::write_bw::judge_run(&r.view()).status {
+        Judgement::Pass => "pass",
+        Judgement::Fail | Judgement::Warn => "fail",
+        Judgement::Unknown | Judgement::NotApplicable => "skip",
     };
     for s in ["pass", "skip", "fail"] {
         sample(

@@ -363,9 +363,14 @@ fn finish(
     gpu: Option<(&str, &crate::pci::Bdf)>,
     subject: String,
 ) -> Run {
+    // Beyond PXB NCCL would not use GPUDirect RDMA: no bar on purpose. A path that could not
+    // be placed on the PCI tree leaves the bar unknown (never a pass).
     if !facts.expectation.judged && matches!(report.threshold, Some(Threshold::LineRate { .. })) {
-        report.threshold = Some(Threshold::NotApplicable {
-            reason: facts.expectation.text.clone(),
+        let reason = facts.expectation.text.clone();
+        report.threshold = Some(if facts.nic.path.is_some() {
+            Threshold::NotApplicable { reason }
+        } else {
+            Threshold::Unknown { reason }
         });
     }
     let (mut report, class) = super::conclude(report, &res);

@@ -195,21 +195,22 @@ pub fn measure_with(
     (report, res)
 }
 
-/// Judge the measurements against the report's threshold and set its status; the class says
-/// what a stop means for the exit code.
+/// Fold the stop (if any) into the report's status, judge the run (`write_bw::judge_run`),
+/// and say what that means for the exit code.
 pub fn conclude(
     mut report: WriteBwReport,
     res: &Result<(), ProbeError>,
 ) -> (WriteBwReport, Option<ErrorClass>) {
     match res {
         Ok(()) => {
-            if let Some(t) = &report.threshold {
-                write_bw::evaluate(&mut report.results, t);
-            }
             report.conclude();
-            let class = match report.status {
-                Status::Ok => None,
-                _ => Some(ErrorClass::Machine),
+            // What the judge's word means for the exit code: a failure is the machine's; an
+            // unknown is a skip (exit 1 with --fail-on-skip); pass or not applicable is none.
+            use crate::verdict::Judgement;
+            let class = match report.judgement.as_ref().map(|j| j.status) {
+                Some(Judgement::Fail | Judgement::Warn) => Some(ErrorClass::Machine),
+                Some(Judgement::Unknown) | None => Some(ErrorClass::Skip),
+                Some(Judgement::Pass | Judgement::NotApplicable) => None,
             };
             (report, class)
         }
@@ -220,6 +221,7 @@ pub fn conclude(
                 ErrorClass::Skip => Status::Skipped { reason },
                 _ => Status::Error { reason },
             };
+            report.conclude();
             (report, Some(class))
         }
     }
@@ -341,10 +343,7 @@ fn loopback_connected(
         }
     };
     b.connect(&a_ep)?;
-    report.threshold = Some(write_bw::threshold(
-        a.facts.software_device.as_deref(),
-        a.facts.line_rate.as_ref(),
-    ));
+    report.threshold = Some(write_bw::threshold_for(&a.facts));
     report.local = Some(a.facts.clone());
     poster.prepare(a)?;
     loopback_sizes(req, a, b, &b_ep, report, poster)
@@ -412,10 +411,7 @@ fn client(
     )
     .map_err(&perr)?;
     side.connect(&remote_ep)?;
-    report.threshold = Some(write_bw::threshold(
-        side.facts.software_device.as_deref(),
-        side.facts.line_rate.as_ref(),
-    ));
+    report.threshold = Some(write_bw::threshold_for(&side.facts));
     report.local = Some(side.facts.clone());
     report.remote = Some(remote_facts);
     for (i, &size) in req.plan.sizes.iter().enumerate() {
@@ -590,11 +586,13 @@ fn serve(
             format!(", mismatched: {}", bad.join(", "))
         }
     ));
-    if !bad.is_empty() {
-        report.status = Status::Failed {
-            reason: format!("written data did not match: {}", bad.join(", ")),
-        };
-    }
+    // Facts only: the judge (`conclude`) fails a mismatch.
+    report.served = Some(write_bw::Served {
+        peer: peer.clone(),
+        sizes,
+        validated: checked,
+        mismatched: bad,
+    });
     Ok(())
 }
 

@@ -132,6 +132,13 @@ pub struct SizeResult {
     pub verdict: Verdict,
 }
 
+impl SizeResult {
+    /// The bandwidth this size is judged on, in Gb/s.
+    pub fn rate_gbps(&self) -> f64 {
+        self.average_gbps
+    }
+}
+
 /// A message size's verdict: pass, fail, or unknown (small message, software device or unknown
 /// line rate: measured, not judged). The project's one vocabulary (`crate::verdict`).
 pub use crate::verdict::Verdict;
@@ -195,32 +202,41 @@ pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) 
     }
 }
 
-/// The pass/fail rule in force, and where it comes from.
+/// The rule a run is judged by, and where it comes from. The verdict is the judge's
+/// (`judge_run`, over `crate::verdict::judge`); this only says what the bar is.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Threshold {
-    /// Average bandwidth of messages >= min_bytes must reach `gbps`.
+    /// Bandwidth of messages >= min_bytes must reach `gbps`.
     LineRate {
         fraction: f64,
         gbps: f64,
         min_bytes: u64,
         source: String,
     },
-    NotApplicable {
-        reason: String,
-    },
+    /// No bar could be set (the port's line rate is unknown, or its sources disagree): the run
+    /// is measured and reported, and can never pass.
+    Unknown { reason: String },
+    /// No bar on purpose (a software device, a path NCCL would not use): measured, not judged.
+    NotApplicable { reason: String },
+    /// Level 4: the bar is delivery (every write of every size completed and its bytes
+    /// arrived), not bandwidth: GPU-initiated posting of small messages is not line-rate bound.
+    Delivery { reason: String },
 }
 
-pub fn threshold(software_device: Option<&str>, rate: Option<&LineRate>) -> Threshold {
-    if let Some(driver) = software_device {
+/// The reason a software device is not judged (levels 2 and 3 alike).
+pub const SOFTWARE_NOT_JUDGED: &str = "software RDMA: measured, not judged";
+
+pub fn threshold(software_device: Option<&str>, rate: Result<&LineRate, &str>) -> Threshold {
+    if let Some(what) = software_device {
         return Threshold::NotApplicable {
             reason: format!(
-                "software RDMA device ({driver}): its rate is set by the CPU, no line-rate threshold applies"
+                "{SOFTWARE_NOT_JUDGED} ({what}: the CPU sets its rate, no line rate applies)"
             ),
         };
     }
     match rate {
-        Some(r) => Threshold::LineRate {
+        Ok(r) => Threshold::LineRate {
             fraction: LINE_RATE_FRACTION,
             gbps: r.gbps * LINE_RATE_FRACTION,
             min_bytes: LARGE_MESSAGE_BYTES,
@@ -231,29 +247,206 @@ pub fn threshold(software_device: Option<&str>, rate: Option<&LineRate>) -> Thre
                 r.gbps * LINE_RATE_FRACTION
             ),
         },
-        None => Threshold::NotApplicable {
-            reason: "the port's active speed/width is unknown".into(),
+        Err(why) => Threshold::Unknown {
+            reason: format!("line rate unknown: {why}"),
         },
     }
 }
 
-/// Judge each size against the threshold; a failed validation fails its size.
-pub fn evaluate(results: &mut [SizeResult], t: &Threshold) {
-    for r in results {
-        r.verdict = match t {
-            _ if r.validated == Some(false) => Verdict::Fail,
-            Threshold::LineRate {
-                gbps, min_bytes, ..
-            } if r.bytes >= *min_bytes => {
-                if r.average_gbps >= *gbps {
-                    Verdict::Pass
-                } else {
-                    Verdict::Fail
-                }
+/// The bar for a port, from its facts.
+pub fn threshold_for(f: &PortFacts) -> Threshold {
+    threshold(
+        f.software_device.as_deref(),
+        f.line_rate
+            .as_ref()
+            .ok_or("the port's active speed/width is unknown"),
+    )
+}
+
+/// A write-bw run as the judge reads it: how it ended, what it measured and validated, the
+/// bar, and whether the device is software (levels 2, 3 and 4 each make one).
+pub struct RunView<'a> {
+    pub status: &'a Status,
+    pub results: &'a [SizeResult],
+    /// None: the run stopped before the bar was set.
+    pub threshold: Option<&'a Threshold>,
+    pub software: bool,
+    /// The sizes the plan asked for (a run that measured fewer did not complete them).
+    pub planned_sizes: usize,
+    /// Server mode: what the server checked of the client's writes.
+    pub served: Option<&'a Served>,
+}
+
+/// The judge's word on a run, with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judged {
+    pub status: crate::verdict::Judgement,
+    pub reason: String,
+}
+
+/// What a server checked of its client's writes (two-node mode): facts, judged by `judge_run`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Served {
+    pub peer: String,
+    pub sizes: u32,
+    pub validated: u32,
+    /// "65536 B (first difference at offset 12)".
+    pub mismatched: Vec<String>,
+}
+
+/// A size is judged on its bandwidth (`rate_gbps`) against a line-rate bar when it is at least
+/// `min_bytes`; smaller messages are message-rate bound and not judged.
+fn size_bar(s: &SizeResult, t: Option<&Threshold>) -> crate::verdict::Bar {
+    use crate::verdict::Bar;
+    match t {
+        Some(Threshold::LineRate {
+            gbps, min_bytes, ..
+        }) if s.bytes >= *min_bytes => {
+            if s.rate_gbps() >= *gbps {
+                Bar::Met
+            } else {
+                Bar::Below
             }
-            _ => Verdict::Unknown,
-        };
+        }
+        Some(Threshold::NotApplicable { .. }) => Bar::NotApplicable,
+        Some(Threshold::Delivery { .. }) => Bar::Met,
+        _ => Bar::Unknown,
     }
+}
+
+fn data_of(validated: Option<bool>) -> crate::verdict::Data {
+    use crate::verdict::Data;
+    match validated {
+        Some(true) => Data::Validated,
+        Some(false) => Data::Mismatch,
+        None => Data::NotChecked,
+    }
+}
+
+/// Each size's verdict (the table's column and the JSON's `verdict`), by the one judge.
+pub fn size_verdicts(results: &mut [SizeResult], t: Option<&Threshold>, software: bool) {
+    use crate::verdict::{RunFacts, Weights, judge};
+    for r in results {
+        let f = RunFacts {
+            completed: true,
+            data: data_of(r.validated),
+            bar: size_bar(r, t),
+            software,
+        };
+        r.verdict = judge(&f, Weights::STRICT).verdict();
+    }
+}
+
+/// The one judge of a write-bw run (levels 2, 3 and 4): pure, over the facts the engine
+/// reported. Pass only when the run completed every planned size, every size was validated, a
+/// threshold applied (to at least one size) and every size it applies to met it.
+pub fn judge_run(v: &RunView) -> Judged {
+    use crate::verdict::{Bar, Data, Judgement, RunFacts, Shortfall, Weights, judge};
+    let mk = |status, reason: String| Judged { status, reason };
+    // Could not run here (no libibverbs, no device): unknown by the probe's own account; the
+    // checks narrow it to not applicable where there is nothing to test.
+    let (completed, weights, stop) = match v.status {
+        Status::Skipped { reason } => (
+            false,
+            Weights {
+                broken: Shortfall::Unknown,
+                ..Weights::STRICT
+            },
+            Some(reason.clone()),
+        ),
+        Status::Error { reason } => (false, Weights::STRICT, Some(reason.clone())),
+        Status::Ok | Status::Failed { .. } => (true, Weights::STRICT, None),
+    };
+    let mismatched: Vec<String> = match v.served {
+        Some(s) => s.mismatched.clone(),
+        None => v
+            .results
+            .iter()
+            .filter(|r| r.validated == Some(false))
+            .map(|r| format!("{} B", r.bytes))
+            .collect(),
+    };
+    let data = if !mismatched.is_empty() {
+        Data::Mismatch
+    } else if let Some(s) = v.served {
+        if s.validated > 0 && s.validated == s.sizes {
+            Data::Validated
+        } else {
+            Data::NotChecked
+        }
+    } else if !v.results.is_empty() && v.results.iter().all(|r| r.validated == Some(true)) {
+        Data::Validated
+    } else {
+        Data::NotChecked
+    };
+    let measured_all = v.results.len() >= v.planned_sizes;
+    let below: Vec<&SizeResult> = v
+        .results
+        .iter()
+        .filter(|r| size_bar(r, v.threshold) == Bar::Below)
+        .collect();
+    let judged = v
+        .results
+        .iter()
+        .filter(|r| matches!(size_bar(r, v.threshold), Bar::Met | Bar::Below))
+        .count();
+    let (bar, bar_why) = match v.threshold {
+        _ if v.served.is_some() => (
+            Bar::NotApplicable,
+            "server side: the client measures and judges the bandwidth".to_string(),
+        ),
+        None => (Bar::Unknown, "no threshold was set".to_string()),
+        Some(Threshold::Unknown { reason }) => (Bar::Unknown, reason.clone()),
+        Some(Threshold::NotApplicable { reason }) => (Bar::NotApplicable, reason.clone()),
+        Some(Threshold::Delivery { reason }) if measured_all && !v.results.is_empty() => {
+            (Bar::Met, reason.clone())
+        }
+        Some(Threshold::Delivery { .. }) => (
+            Bar::Unknown,
+            format!(
+                "{} of {} planned size(s) measured",
+                v.results.len(),
+                v.planned_sizes
+            ),
+        ),
+        Some(Threshold::LineRate { min_bytes, .. }) if judged == 0 => (
+            Bar::Unknown,
+            format!(
+                "no message of at least {min_bytes} B was measured: the line-rate threshold applies to none"
+            ),
+        ),
+        Some(Threshold::LineRate { source, .. }) if !below.is_empty() => (
+            Bar::Below,
+            format!(
+                "{} (threshold {source})",
+                below
+                    .iter()
+                    .map(|r| format!("{} B: {:.2} Gb/s", r.bytes, r.rate_gbps()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
+        Some(Threshold::LineRate { source, .. }) => (Bar::Met, format!("threshold {source}")),
+    };
+    let facts = RunFacts {
+        completed,
+        data,
+        bar,
+        software: v.software,
+    };
+    let status = judge(&facts, weights);
+    let reason = match status {
+        _ if !completed => stop.unwrap_or_default(),
+        Judgement::Fail if data == Data::Mismatch => {
+            format!("written data did not match: {}", mismatched.join(", "))
+        }
+        Judgement::NotApplicable if v.software => SOFTWARE_NOT_JUDGED.to_string(),
+        Judgement::Unknown if data == Data::NotChecked && bar == Bar::Met => {
+            "the written data was not validated: nothing judged".to_string()
+        }
+        _ => bar_why,
+    };
+    mk(status, reason)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -285,7 +478,8 @@ pub struct PortFacts {
 pub enum Status {
     /// Measured; see verdicts.
     Ok,
-    /// Measured and at least one size failed its threshold or validation.
+    /// Measured, and the judge failed it (a size below its threshold, or data that did not
+    /// match): set by `WriteBwReport::conclude`, never by the engine.
     Failed { reason: String },
     /// The probe could not run on this machine (no libibverbs, no device, port down...).
     Skipped { reason: String },
@@ -308,6 +502,11 @@ pub struct WriteBwReport {
     /// Plain statements about the run (e.g. what a server served).
     pub notes: Vec<String>,
     pub status: Status,
+    /// The judge's verdict on the run (`judge_run`); None until judged.
+    pub judgement: Option<Judged>,
+    /// Server mode: what this side checked of the client's writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served: Option<Served>,
     /// Where the buffers were (host or GPU memory, how registered); absent in reports made
     /// before level 3.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -341,35 +540,43 @@ impl WriteBwReport {
             results: Vec::new(),
             notes: Vec::new(),
             status: Status::Ok,
+            judgement: None,
+            served: None,
             memory: None,
             gdr: None,
         }
     }
 
-    /// Set the overall status from the verdicts (after `evaluate`).
+    /// The facts of this run as the judge reads them.
+    pub fn view(&self) -> RunView<'_> {
+        RunView {
+            status: &self.status,
+            results: &self.results,
+            threshold: self.threshold.as_ref(),
+            software: self
+                .local
+                .as_ref()
+                .is_some_and(|l| l.software_device.is_some()),
+            planned_sizes: match self.mode {
+                Mode::Server => 0,
+                _ => self.plan.sizes.len(),
+            },
+            served: self.served.as_ref(),
+        }
+    }
+
+    /// Judge the run (`judge_run`): each size's verdict, the run's judgement, and a `failed`
+    /// status where the judge failed a run that completed.
     pub fn conclude(&mut self) {
-        if !matches!(self.status, Status::Ok) {
-            return;
+        let software = self.view().software;
+        size_verdicts(&mut self.results, self.threshold.as_ref(), software);
+        let j = judge_run(&self.view());
+        if matches!(self.status, Status::Ok) && j.status == crate::verdict::Judgement::Fail {
+            self.status = Status::Failed {
+                reason: j.reason.clone(),
+            };
         }
-        let failed: Vec<String> = self
-            .results
-            .iter()
-            .filter(|r| r.verdict == Verdict::Fail)
-            .map(|r| {
-                if r.validated == Some(false) {
-                    format!("{} B: written data did not match", r.bytes)
-                } else {
-                    format!("{} B: {:.2} Gb/s", r.bytes, r.average_gbps)
-                }
-            })
-            .collect();
-        if !failed.is_empty() {
-            let mut reason = failed.join("; ");
-            if let Some(Threshold::LineRate { source, .. }) = &self.threshold {
-                reason = format!("{reason} (threshold {source})");
-            }
-            self.status = Status::Failed { reason };
-        }
+        self.judgement = Some(j);
     }
 }
 
@@ -426,16 +633,8 @@ mod tests {
         assert!(r.peak_mb_per_s >= r.average_mb_per_s);
     }
 
-    #[test]
-    fn verdicts() {
-        let t = threshold(
-            None,
-            Some(&LineRate {
-                gbps: 200.0,
-                source: "4X HDR".into(),
-            }),
-        );
-        let mk = |bytes, gbps| SizeResult {
+    fn mk(bytes: u64, gbps: f64, validated: Option<bool>) -> SizeResult {
+        SizeResult {
             bytes,
             iterations: 1,
             elapsed_ns: 1,
@@ -444,21 +643,123 @@ mod tests {
             average_mb_per_s: 0.0,
             average_gbps: gbps,
             msg_rate_mpps: 0.0,
-            validated: None,
+            validated,
             verdict: Verdict::Unknown,
-        };
-        let mut rs = vec![mk(64, 1.0), mk(65536, 185.0), mk(1 << 20, 170.0)];
-        evaluate(&mut rs, &t);
+        }
+    }
+
+    fn hdr() -> LineRate {
+        LineRate {
+            gbps: 200.0,
+            source: "4X HDR".into(),
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let t = threshold(None, Ok(&hdr()));
+        let mut rs = vec![
+            mk(64, 1.0, None),
+            mk(65536, 185.0, None),
+            mk(1 << 20, 170.0, None),
+        ];
+        size_verdicts(&mut rs, Some(&t), false);
+        // Not validated: the judged sizes below the bar fail, those above are unknown.
+        assert_eq!(
+            rs.iter().map(|r| r.verdict).collect::<Vec<_>>(),
+            vec![Verdict::Unknown, Verdict::Unknown, Verdict::Fail]
+        );
+        for r in &mut rs {
+            r.validated = Some(true);
+        }
+        size_verdicts(&mut rs, Some(&t), false);
         assert_eq!(
             rs.iter().map(|r| r.verdict).collect::<Vec<_>>(),
             vec![Verdict::Unknown, Verdict::Pass, Verdict::Fail]
         );
-        let soft = threshold(Some("rxe"), None);
-        let mut rs = vec![mk(1 << 20, 0.4)];
-        evaluate(&mut rs, &soft);
-        assert_eq!(rs[0].verdict, Verdict::Unknown);
+        let soft = threshold(Some("no PCI function"), Err("x"));
+        let mut rs = vec![mk(1 << 20, 0.4, Some(true))];
+        size_verdicts(&mut rs, Some(&soft), true);
+        assert_eq!(rs[0].verdict, Verdict::Skip);
         rs[0].validated = Some(false);
-        evaluate(&mut rs, &soft);
+        size_verdicts(&mut rs, Some(&soft), true);
         assert_eq!(rs[0].verdict, Verdict::Fail);
+    }
+
+    /// The run-level judge over report facts (levels 2 and 3): unknown rate, software device,
+    /// small messages only, unvalidated data and an incomplete run are never a pass.
+    #[test]
+    fn run_judge() {
+        use crate::verdict::Judgement as J;
+        let plan = Plan::new(vec![65536, 1 << 20], 10, 128, 16, None, 1, true).unwrap();
+        let run = |t: Option<Threshold>, results: Vec<SizeResult>, software: bool| {
+            let mut r = WriteBwReport::new(Mode::Loopback, plan.clone());
+            r.threshold = t;
+            r.results = results;
+            let v = RunView {
+                software,
+                ..r.view()
+            };
+            judge_run(&v)
+        };
+        let good = || vec![mk(65536, 190.0, Some(true)), mk(1 << 20, 195.0, Some(true))];
+        let rate = || Some(threshold(None, Ok(&hdr())));
+        assert_eq!(run(rate(), good(), false).status, J::Pass);
+        let slow = vec![mk(65536, 190.0, Some(true)), mk(1 << 20, 100.0, Some(true))];
+        let j = run(rate(), slow, false);
+        assert_eq!(j.status, J::Fail);
+        assert!(j.reason.contains("1048576 B: 100.00 Gb/s"), "{}", j.reason);
+        let unknown = Some(threshold(
+            None,
+            Err("ibv_query_port says 4X HDR, sysfs 100 Gb/s"),
+        ));
+        let j = run(unknown, good(), false);
+        assert_eq!(j.status, J::Unknown);
+        assert!(j.reason.starts_with("line rate unknown: "), "{}", j.reason);
+        let soft = Some(threshold(Some("no PCI function"), Err("x")));
+        let j = run(soft.clone(), good(), true);
+        assert_eq!(
+            (j.status, j.reason.as_str()),
+            (J::NotApplicable, SOFTWARE_NOT_JUDGED)
+        );
+        let bad = vec![mk(65536, 0.4, Some(false)), mk(1 << 20, 0.4, Some(true))];
+        let j = run(soft, bad, true);
+        assert_eq!(j.status, J::Fail);
+        assert!(j.reason.contains("did not match: 65536 B"), "{}", j.reason);
+        // Only small messages: the threshold applied to none.
+        let j = run(
+            rate(),
+            vec![mk(64, 1.0, Some(true)), mk(4096, 9.0, Some(true))],
+            false,
+        );
+        assert_eq!(j.status, J::Unknown);
+        // Not validated, or fewer sizes than planned.
+        let nv = vec![mk(65536, 190.0, None), mk(1 << 20, 195.0, None)];
+        assert_eq!(run(rate(), nv, false).status, J::Unknown);
+        assert_eq!(run(rate(), Vec::new(), false).status, J::Unknown);
+        // Broke off: a failure; could not run: unknown.
+        let mut r = WriteBwReport::new(Mode::Loopback, plan.clone());
+        r.status = Status::Error {
+            reason: "completion error".into(),
+        };
+        assert_eq!(judge_run(&r.view()).status, J::Fail);
+        r.status = Status::Skipped {
+            reason: "no libibverbs".into(),
+        };
+        assert_eq!(judge_run(&r.view()).status, J::Unknown);
+        // Server side: facts of the client's writes; the bandwidth is the client's to judge.
+        let mut s = WriteBwReport::new(Mode::Server, plan);
+        s.served = Some(Served {
+            peer: "10.0.0.1".into(),
+            sizes: 2,
+            validated: 2,
+            mismatched: Vec::new(),
+        });
+        assert_eq!(judge_run(&s.view()).status, J::NotApplicable);
+        if let Some(x) = s.served.as_mut() {
+            x.mismatched
+                .push("4096 B (first difference at offset 0)".into());
+        }
+        assert_eq!(judge_run(&s.view()).status, J::Fail);
     }
 }

@@ -56,7 +56,11 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         }) => {
             let _ = writeln!(o, " Threshold: messages >= {min_bytes} B at {source}");
         }
-        Some(Threshold::NotApplicable { reason }) => {
+        Some(
+            Threshold::NotApplicable { reason }
+            | Threshold::Unknown { reason }
+            | Threshold::Delivery { reason },
+        ) => {
             let _ = writeln!(o, " Threshold: none ({reason})");
         }
         None => {}
@@ -107,7 +111,10 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         let _ = writeln!(o, "   Fix: {}", c.remediation);
     }
     let _ = match &r.status {
-        Status::Ok => writeln!(o, " write-bw: ok"),
+        Status::Ok => match &r.judgement {
+            Some(j) => writeln!(o, " write-bw: ok ({}: {})", j.status.as_str(), j.reason),
+            None => writeln!(o, " write-bw: ok"),
+        },
         Status::Failed { reason } => writeln!(o, " write-bw: FAILED: {reason}"),
         Status::Skipped { reason } => writeln!(o, " write-bw: skipped: {reason}"),
         Status::Error { reason } => writeln!(o, " write-bw: ERROR: {reason}"),
