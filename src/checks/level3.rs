@@ -219,6 +219,7 @@ mod tests {
             addressing: crate::rdma::path::Addressing::Lid { lid: 0 },
             software_device: Some("no PCI function".into()),
             line_rate: None,
+            line_rate_unknown: None,
         });
         let f = finding("GPU0", &r);
         assert_eq!(

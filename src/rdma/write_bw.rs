@@ -257,9 +257,11 @@ pub fn threshold(software_device: Option<&str>, rate: Result<&LineRate, &str>) -
 pub fn threshold_for(f: &PortFacts) -> Threshold {
     threshold(
         f.software_device.as_deref(),
-        f.line_rate
-            .as_ref()
-            .ok_or("the port's active speed/width is unknown"),
+        f.line_rate.as_ref().ok_or(
+            f.line_rate_unknown
+                .as_deref()
+                .unwrap_or("the port's speed and width are unknown"),
+        ),
     )
 }
 
@@ -470,7 +472,11 @@ pub struct PortFacts {
     pub addressing: Addressing,
     /// Some(driver) for software devices (no PCI function behind them).
     pub software_device: Option<String>,
+    /// The line rate verbs and sysfs agree on; None: see `line_rate_unknown`.
     pub line_rate: Option<LineRate>,
+    /// Why the line rate is unknown (unreadable, undefined, or verbs and sysfs disagree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line_rate_unknown: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
