@@ -7,14 +7,20 @@ use crate::verdict::Judgement;
 
 pub const ID: CheckId = CheckId::ProbeWriteBw;
 
-/// One message size's measurement as evidence (levels 2 and 3).
+/// One message size's measurement as evidence (levels 2 and 3): n, median, min and max of
+/// its timed repetitions.
 pub fn size_evidence(s: &SizeResult) -> Evidence {
+    let rate = match &s.stats {
+        Some(st) => format!(
+            "median {:.1} MB/s ({:.2} Gb/s), min {:.1}, max {:.1} (n {})",
+            st.median_mb_per_s, st.median_gbps, st.min_mb_per_s, st.max_mb_per_s, st.n
+        ),
+        None => "no samples".to_string(),
+    };
     ev(
         format!("{} B x {} writes", s.bytes, s.iterations),
         format!(
-            "{:.1} MB/s average ({:.2} Gb/s), data {}",
-            s.average_mb_per_s,
-            s.average_gbps,
+            "{rate}, data {}",
             match s.validated {
                 Some(true) => "validated",
                 Some(false) => "CORRUPT",

@@ -122,18 +122,14 @@ mod tests {
     fn report(path: Option<PathType>, status: WStatus, gbps: f64) -> WriteBwReport {
         let plan = Plan::new(vec![1 << 20], 500, 128, 16, None, 1, true).unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
-        r.results.push(SizeResult {
-            bytes: 1 << 20,
-            iterations: 500,
+        let rep = crate::rdma::write_bw::Repetition {
             elapsed_ns: 1,
-            peak_mb_per_s: 1.0,
+            mb_per_s: gbps * 1e3 / 8.0,
+            peak_mb_per_s: gbps * 1e3 / 8.0,
             peak_window: 1,
-            average_mb_per_s: 1.0,
-            average_gbps: gbps,
-            msg_rate_mpps: 1.0,
-            validated: Some(true),
-            verdict: crate::rdma::write_bw::Verdict::Unknown,
-        });
+        };
+        r.results
+            .push(SizeResult::new(1 << 20, 500, vec![rep], Some(true)));
         r.status = status;
         let expectation = gdr::expectation(path);
         let rate = crate::rdma::path::LineRate {
@@ -187,7 +183,7 @@ mod tests {
         let f = finding("GPU0", &report(Some(PathType::PIX), WStatus::Ok, 100.0));
         assert_eq!(f.status, Status::Fail);
         assert!(
-            f.message.contains("1048576 B: 100.00 Gb/s"),
+            f.message.contains("1048576 B: median 100.00 Gb/s"),
             "{}",
             f.message
         );

@@ -77,7 +77,7 @@ mod tests {
     use crate::checks::SkipKind;
     use crate::rdma::level3::GpuSelect;
     use crate::rdma::level4::{GpuWriteRequest, NicHandler};
-    use crate::rdma::write_bw::{SizeResult, Verdict};
+    use crate::rdma::write_bw::SizeResult;
 
     fn report(status: WStatus, not_applicable: bool, validated: Option<bool>) -> GpuWriteBwReport {
         let mut r = GpuWriteBwReport::new(&GpuWriteRequest {
@@ -93,18 +93,13 @@ mod tests {
         });
         r.status = status;
         r.not_applicable = not_applicable;
-        r.results = vec![SizeResult {
-            bytes: 64,
-            iterations: 2048,
+        let rep = crate::rdma::write_bw::Repetition {
             elapsed_ns: 1,
+            mb_per_s: 1.0,
             peak_mb_per_s: 1.0,
             peak_window: 1,
-            average_mb_per_s: 1.0,
-            average_gbps: 0.008,
-            msg_rate_mpps: 1.0,
-            validated,
-            verdict: Verdict::Unknown,
-        }];
+        };
+        r.results = vec![SizeResult::new(64, 2048, vec![rep], validated)];
         r
     }
 

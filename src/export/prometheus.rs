@@ -329,15 +329,16 @@ pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
         family(
             &mut out,
             "gpudoctor_write_bw_bytes_per_second",
-            "RDMA-write bandwidth for one message size (average over the run, decimal bytes per second).",
+            "RDMA-write bandwidth for one message size (median over its timed repetitions, decimal bytes per second).",
         );
         for x in &r.results {
             let size = x.bytes.to_string();
+            let Some(st) = &x.stats else { continue };
             sample(
                 &mut out,
                 "gpudoctor_write_bw_bytes_per_second",
                 &[("device", &device), ("port", &port), ("size_bytes", &size)],
-                x.average_mb_per_s * 1e6,
+                st.median_mb_per_s * 1e6,
             );
         }
         family(

@@ -778,7 +778,8 @@ mod tests {
         assert_eq!(failure_of(&Err(ProbeError::Interrupted), &empty), None);
         assert_eq!(failure_of(&Ok(()), &empty), None);
         let mut r = empty.clone();
-        let mut s = crate::rdma::write_bw::summarise(64, 1, 1, &Default::default());
+        let rep = crate::rdma::write_bw::summarise(64, 1, 1, &Default::default());
+        let mut s = crate::rdma::write_bw::SizeResult::new(64, 1, vec![rep], Some(true));
         s.verdict = Verdict::Fail;
         r.results.push(s.clone());
         assert_eq!(failure_of(&Ok(()), &r), Some(Failure::BelowThreshold));

@@ -5,7 +5,9 @@
 use super::path::{Addressing, LineRate};
 use serde::{Deserialize, Serialize};
 
-pub const WRITE_BW_SCHEMA: &str = "gpudoctor.write-bw/2";
+/// /3: each size keeps its timed repetitions (`samples`) and their n/median/min/max (`stats`);
+/// the run carries the judge's `judgement`.
+pub const WRITE_BW_SCHEMA: &str = "gpudoctor.write-bw/3";
 
 /// perftest's default sweep for `-a`: 2 B to 8 MiB.
 pub const ALL_SIZES: std::ops::RangeInclusive<u32> = 1..=23;
@@ -18,6 +20,10 @@ pub const LARGE_MESSAGE_BYTES: u64 = 65536;
 pub const LINE_RATE_FRACTION: f64 = 0.90;
 /// Largest message: 1 GiB is far past any useful sweep and bounds the registered buffers.
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+/// Timed repetitions per size: a size is judged on the median of their rates, as level 1
+/// judges a copy on the median of its samples, not on one run's average.
+pub const DEFAULT_REPETITIONS: u32 = 5;
+pub const MAX_REPETITIONS: u32 = 1000;
 
 /// What to run, resolved from the arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +37,8 @@ pub struct Plan {
     pub post_list: Option<u32>,
     pub qps: u32,
     pub validate: bool,
+    /// Timed repetitions of `iterations` writes per size (`DEFAULT_REPETITIONS`).
+    pub repetitions: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +53,8 @@ pub enum PlanError {
     Size(u64),
     #[error("--iters {iters} is not a multiple of --qps {qps}")]
     ItersPerQp { iters: u32, qps: u32 },
+    #[error("--reps must be between 1 and 1000")]
+    Repetitions,
 }
 
 impl Plan {
@@ -85,6 +95,18 @@ impl Plan {
             post_list: post_list.map(|l| l.clamp(1, tx_depth)),
             qps,
             validate,
+            repetitions: DEFAULT_REPETITIONS,
+        })
+    }
+
+    /// The same plan with `n` timed repetitions per size.
+    pub fn with_repetitions(self, n: u32) -> Result<Plan, PlanError> {
+        if !(1..=MAX_REPETITIONS).contains(&n) {
+            return Err(PlanError::Repetitions);
+        }
+        Ok(Plan {
+            repetitions: n,
+            ..self
         })
     }
 
@@ -113,29 +135,81 @@ pub fn all_sizes() -> Vec<u64> {
     ALL_SIZES.map(|p| 1u64 << p).collect()
 }
 
-/// One message size, measured.
+/// One timed repetition of a message size: `iterations` writes, from the first post to the
+/// last completion.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SizeResult {
-    pub bytes: u64,
-    pub iterations: u64,
-    /// From the first post to the last completion.
+pub struct Repetition {
     pub elapsed_ns: u64,
+    /// The repetition's average (decimal MB/s): one sample of the size's bandwidth.
+    pub mb_per_s: f64,
     /// Best rate over any window of at least `peak_window` consecutive writes, timed between
     /// signalled completions.
     pub peak_mb_per_s: f64,
     pub peak_window: u64,
-    pub average_mb_per_s: f64,
-    pub average_gbps: f64,
-    pub msg_rate_mpps: f64,
-    /// Some(true/false) when --validate compared the written bytes.
+}
+
+/// n, median, min and max of a size's samples (decimal MB/s; the median also in Gb/s and as
+/// a message rate).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SizeStats {
+    pub n: usize,
+    pub median_mb_per_s: f64,
+    pub min_mb_per_s: f64,
+    pub max_mb_per_s: f64,
+    pub median_gbps: f64,
+    pub median_msg_rate_mpps: f64,
+}
+
+/// One message size, measured: every timed repetition, and what they add up to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SizeResult {
+    pub bytes: u64,
+    /// Writes per repetition.
+    pub iterations: u64,
+    /// Every timed repetition, in the order taken (the raw samples).
+    pub samples: Vec<Repetition>,
+    /// Over the samples' rates; None when there is none. The size is judged on the median.
+    pub stats: Option<SizeStats>,
+    /// The best windowed rate of any repetition.
+    pub peak_mb_per_s: f64,
+    /// Some(true/false) when --validate compared the written bytes (after every repetition:
+    /// false if any did not match).
     pub validated: Option<bool>,
     pub verdict: Verdict,
 }
 
 impl SizeResult {
-    /// The bandwidth this size is judged on, in Gb/s.
-    pub fn rate_gbps(&self) -> f64 {
-        self.average_gbps
+    pub fn new(
+        bytes: u64,
+        iterations: u64,
+        samples: Vec<Repetition>,
+        validated: Option<bool>,
+    ) -> SizeResult {
+        let rates: Vec<f64> = samples.iter().map(|r| r.mb_per_s).collect();
+        let finite: Vec<f64> = rates.iter().copied().filter(|x| x.is_finite()).collect();
+        // Level 1's median (mean of the middle two for even n), so both levels say the same.
+        let stats = crate::probes::median(&rates).map(|m| SizeStats {
+            n: finite.len(),
+            median_mb_per_s: m,
+            min_mb_per_s: finite.iter().copied().fold(f64::INFINITY, f64::min),
+            max_mb_per_s: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            median_gbps: m * 8.0 / 1e3,
+            median_msg_rate_mpps: if bytes == 0 { 0.0 } else { m / bytes as f64 },
+        });
+        SizeResult {
+            bytes,
+            iterations,
+            peak_mb_per_s: samples.iter().map(|r| r.peak_mb_per_s).fold(0.0, f64::max),
+            samples,
+            stats,
+            validated,
+            verdict: Verdict::Unknown,
+        }
+    }
+
+    /// The bandwidth this size is judged on: the median over its repetitions, in Gb/s.
+    pub fn rate_gbps(&self) -> Option<f64> {
+        self.stats.as_ref().map(|s| s.median_gbps)
     }
 }
 
@@ -158,9 +232,10 @@ pub fn mb_per_s(bytes: f64, ns: u64) -> f64 {
     bytes / (ns as f64 / 1e9) / 1e6
 }
 
-/// Summarise one size from its timeline. The peak window is at least an eighth of the run and
-/// two moderation batches, so that two completions reaped in one poll do not make a peak.
-pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) -> SizeResult {
+/// Summarise one repetition from its timeline. The peak window is at least an eighth of the
+/// run and two moderation batches, so that two completions reaped in one poll do not make a
+/// peak.
+pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) -> Repetition {
     let elapsed_ns = t.marks.last().map(|m| m.0).unwrap_or(0);
     let total = bytes as f64 * iterations as f64;
     let average = mb_per_s(total, elapsed_ns);
@@ -184,21 +259,11 @@ pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) 
             peak = peak.max(mb_per_s(bytes as f64 * n as f64, dt));
         }
     }
-    SizeResult {
-        bytes,
-        iterations,
+    Repetition {
         elapsed_ns,
+        mb_per_s: average,
         peak_mb_per_s: peak.max(average),
         peak_window: window,
-        average_mb_per_s: average,
-        average_gbps: average * 8.0 / 1e3,
-        msg_rate_mpps: if elapsed_ns == 0 {
-            0.0
-        } else {
-            iterations as f64 / (elapsed_ns as f64 / 1e9) / 1e6
-        },
-        validated: None,
-        verdict: Verdict::Unknown,
     }
 }
 
@@ -303,13 +368,11 @@ fn size_bar(s: &SizeResult, t: Option<&Threshold>) -> crate::verdict::Bar {
     match t {
         Some(Threshold::LineRate {
             gbps, min_bytes, ..
-        }) if s.bytes >= *min_bytes => {
-            if s.rate_gbps() >= *gbps {
-                Bar::Met
-            } else {
-                Bar::Below
-            }
-        }
+        }) if s.bytes >= *min_bytes => match s.rate_gbps() {
+            Some(r) if r >= *gbps => Bar::Met,
+            Some(_) => Bar::Below,
+            None => Bar::Unknown,
+        },
         Some(Threshold::NotApplicable { .. }) => Bar::NotApplicable,
         Some(Threshold::Delivery { .. }) => Bar::Met,
         _ => Bar::Unknown,
@@ -423,7 +486,17 @@ pub fn judge_run(v: &RunView) -> Judged {
                 "{} (threshold {source})",
                 below
                     .iter()
-                    .map(|r| format!("{} B: {:.2} Gb/s", r.bytes, r.rate_gbps()))
+                    .map(|r| match &r.stats {
+                        Some(st) => format!(
+                            "{} B: median {:.2} Gb/s (n {}, min {:.2}, max {:.2})",
+                            r.bytes,
+                            st.median_gbps,
+                            st.n,
+                            st.min_mb_per_s * 8.0 / 1e3,
+                            st.max_mb_per_s * 8.0 / 1e3
+                        ),
+                        None => format!("{} B: no samples", r.bytes),
+                    })
                     .collect::<Vec<_>>()
                     .join("; ")
             ),
@@ -621,11 +694,58 @@ mod tests {
         // 1000 writes of 1 MB (decimal) in 1 s: 1000 MB/s, 8 Gb/s, 0.001 Mpps.
         let marks = (1..=10).map(|i| (i * 100_000_000, i * 100)).collect();
         let r = summarise(1_000_000, 1000, 100, &Timeline { marks });
-        assert!((r.average_mb_per_s - 1000.0).abs() < 1e-6);
-        assert!((r.average_gbps - 8.0).abs() < 1e-9);
-        assert!((r.msg_rate_mpps - 0.001).abs() < 1e-12);
+        assert!((r.mb_per_s - 1000.0).abs() < 1e-6);
         assert!((r.peak_mb_per_s - 1000.0).abs() < 1e-6);
         assert_eq!(r.peak_window, 200);
+        let s = SizeResult::new(1_000_000, 1000, vec![r], None);
+        let st = s.stats.unwrap();
+        assert!((st.median_gbps - 8.0).abs() < 1e-9);
+        assert!((st.median_msg_rate_mpps - 0.001).abs() < 1e-12);
+    }
+
+    /// A size is judged on the median of its repetitions, and every sample is kept.
+    #[test]
+    fn per_size_samples() {
+        let rep = |mb| Repetition {
+            elapsed_ns: 1,
+            mb_per_s: mb,
+            peak_mb_per_s: mb * 1.1,
+            peak_window: 1,
+        };
+        let s = SizeResult::new(
+            1 << 20,
+            500,
+            [24_000.0, 10_000.0, 23_000.0, 24_500.0, 23_500.0]
+                .map(rep)
+                .to_vec(),
+            Some(true),
+        );
+        let st = s.stats.as_ref().unwrap();
+        assert_eq!(
+            (st.n, st.median_mb_per_s, st.min_mb_per_s, st.max_mb_per_s),
+            (5, 23_500.0, 10_000.0, 24_500.0)
+        );
+        assert_eq!(s.rate_gbps(), Some(188.0));
+        assert_eq!(s.samples.len(), 5);
+        assert!((s.peak_mb_per_s - 24_500.0 * 1.1).abs() < 1e-6);
+        // One slow repetition does not fail a 200 Gb/s port (180 Gb/s bar); its median would.
+        let hdr = LineRate {
+            gbps: 200.0,
+            source: "4X HDR".into(),
+        };
+        let mut rs = vec![s];
+        size_verdicts(&mut rs, Some(&threshold(None, Ok(&hdr))), false);
+        assert_eq!(rs[0].verdict, Verdict::Pass);
+        let json = serde_json::to_value(&rs[0]).unwrap();
+        assert_eq!(json["stats"]["n"], 5);
+        assert_eq!(json["samples"][1]["mb_per_s"], 10_000.0);
+        assert!(SizeResult::new(64, 1, Vec::new(), None).stats.is_none());
+        assert_eq!(
+            Plan::new(vec![64], 10, 128, 100, None, 1, false)
+                .unwrap()
+                .with_repetitions(0),
+            Err(PlanError::Repetitions)
+        );
     }
 
     #[test]
@@ -635,23 +755,18 @@ mod tests {
         let r = summarise(1000, 200, 50, &Timeline { marks });
         // 50 writes 1 ns apart would be a 50000x peak; over >= 100 writes it stays near average.
         assert_eq!(r.peak_window, 100);
-        assert!(r.peak_mb_per_s <= 2.0 * r.average_mb_per_s, "{r:?}");
-        assert!(r.peak_mb_per_s >= r.average_mb_per_s);
+        assert!(r.peak_mb_per_s <= 2.0 * r.mb_per_s, "{r:?}");
+        assert!(r.peak_mb_per_s >= r.mb_per_s);
     }
 
     fn mk(bytes: u64, gbps: f64, validated: Option<bool>) -> SizeResult {
-        SizeResult {
-            bytes,
-            iterations: 1,
+        let rep = Repetition {
             elapsed_ns: 1,
-            peak_mb_per_s: 0.0,
+            mb_per_s: gbps * 1e3 / 8.0,
+            peak_mb_per_s: gbps * 1e3 / 8.0,
             peak_window: 1,
-            average_mb_per_s: 0.0,
-            average_gbps: gbps,
-            msg_rate_mpps: 0.0,
-            validated,
-            verdict: Verdict::Unknown,
-        }
+        };
+        SizeResult::new(bytes, 1, vec![rep], validated)
     }
 
     fn hdr() -> LineRate {
@@ -714,7 +829,11 @@ mod tests {
         let slow = vec![mk(65536, 190.0, Some(true)), mk(1 << 20, 100.0, Some(true))];
         let j = run(rate(), slow, false);
         assert_eq!(j.status, J::Fail);
-        assert!(j.reason.contains("1048576 B: 100.00 Gb/s"), "{}", j.reason);
+        assert!(
+            j.reason.contains("1048576 B: median 100.00 Gb/s (n 1"),
+            "{}",
+            j.reason
+        );
         let unknown = Some(threshold(
             None,
             Err("ibv_query_port says 4X HDR, sysfs 100 Gb/s"),
