@@ -68,3 +68,92 @@ pub fn threshold_text(t: &Threshold) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::Status;
+    use crate::rdma::path::{Addressing, LineRate};
+    use crate::rdma::write_bw::{Mode, Plan, PortFacts, Repetition};
+
+    /// A completed, validated level-2 run at `gbps` (median of 5) on a port whose facts say
+    /// `software` and `rate`: the finding the check makes of it.
+    fn run(gbps: f64, software: bool, rate: Result<f64, &str>) -> Finding {
+        let plan = Plan::new(vec![65536, 1 << 20], 500, 128, 16, None, 1, true).unwrap();
+        let mut r = WriteBwReport::new(Mode::Loopback, plan);
+        let line = rate.map(|g| LineRate {
+            gbps: g,
+            source: "4X HDR".into(),
+        });
+        r.local = Some(PortFacts {
+            device: "mlx5_0".into(),
+            port: 1,
+            state: "ACTIVE".into(),
+            link_layer: "InfiniBand".into(),
+            mtu_bytes: 4096,
+            addressing: Addressing::Lid { lid: 1 },
+            software_device: software.then(|| "no PCI function".into()),
+            line_rate: line.clone().ok(),
+            line_rate_unknown: line.clone().err().map(String::from),
+        });
+        r.threshold = Some(crate::rdma::write_bw::threshold_for(
+            r.local.as_ref().unwrap(),
+        ));
+        for bytes in [65536, 1 << 20] {
+            let reps = (0..5)
+                .map(|i| Repetition {
+                    elapsed_ns: 1,
+                    mb_per_s: (gbps + f64::from(i) - 2.0) * 1e3 / 8.0,
+                    peak_mb_per_s: gbps * 1e3 / 8.0,
+                    peak_window: 1,
+                })
+                .collect();
+            r.results
+                .push(SizeResult::new(bytes, 500, reps, Some(true)));
+        }
+        r.conclude();
+        finding("mlx5_0/1", &r)
+    }
+
+    /// Unknown is never a pass: a line rate that is unknown (or whose sources disagree) and a
+    /// software device are skips, of the right kind, with the measurement kept as evidence.
+    #[test]
+    fn level2_findings() {
+        let f = run(190.0, false, Ok(200.0));
+        assert_eq!(f.status, Status::Pass);
+        assert!(
+            f.evidence.iter().any(|e| e.value.contains("(n 5)")),
+            "{f:?}"
+        );
+        let f = run(150.0, false, Ok(200.0));
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.message.contains("median 150.00 Gb/s (n 5"),
+            "{}",
+            f.message
+        );
+        assert!(f.remediation.is_some());
+        let f = run(
+            190.0,
+            false,
+            Err("ibv_query_port says 4X NDR (400 Gb/s), sysfs rate says \"800 Gb/sec (4X XDR)\""),
+        );
+        assert_eq!((f.status, f.skip), (Status::Skip, Some(SkipKind::Unknown)));
+        assert!(
+            f.message
+                .starts_with("line rate unknown: ibv_query_port says 4X NDR"),
+            "{}",
+            f.message
+        );
+        assert!(f.evidence.iter().any(|e| e.value.contains("median")));
+        let f = run(0.4, true, Err("x"));
+        assert_eq!(
+            (f.status, f.skip, f.message.as_str()),
+            (
+                Status::Skip,
+                Some(SkipKind::NotApplicable),
+                "software RDMA: measured, not judged"
+            )
+        );
+    }
+}

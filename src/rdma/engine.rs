@@ -1,6 +1,6 @@
 //! The verbs side of write-bw: open a port, set up QPs and buffers, connect them, and run the
 //! post/poll loop for one message size. It measures and reports facts; it must not judge them
-//! (that is `write_bw::evaluate`) nor print anything.
+//! (that is `write_bw::judge_run`, over `verdict::judge`) nor print anything.
 
 use super::memory::{Memory, MemoryError, Region};
 use super::path::{self, Addressing, GidError};

@@ -1,5 +1,6 @@
 //! The write-bw probe's plan, result model and evaluation: what to measure, what was measured,
-//! and whether it passes. Pure: the verbs side is in `engine`, the TCP side in `oob`, the
+//! and whether it passes (`judge_run`, the one judge of levels 2-4, over
+//! `crate::verdict::judge`). Pure: the verbs side is in `engine`, the TCP side in `oob`, the
 //! table in `render`. Nothing here does I/O.
 
 use super::path::{Addressing, LineRate};
@@ -213,8 +214,9 @@ impl SizeResult {
     }
 }
 
-/// A message size's verdict: pass, fail, or unknown (small message, software device or unknown
-/// line rate: measured, not judged). The project's one vocabulary (`crate::verdict`).
+/// A message size's verdict (`size_verdicts`, by the one judge): pass, fail, unknown (a small
+/// message, an unknown line rate, data not validated) or skip (a software device: measured,
+/// not judged). The project's one vocabulary (`crate::verdict`).
 pub use crate::verdict::Verdict;
 
 /// Completion timestamps of one size: (ns since the first post, writes completed so far).
