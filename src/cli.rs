@@ -391,9 +391,13 @@ pub struct WriteBwArgs {
     /// Sweep all powers of two from 2 B to 8 MiB (perftest's -a).
     #[arg(long, short = 'a')]
     pub all: bool,
-    /// Writes per message size (over all QPs).
+    /// Writes per message size (over all QPs) in each timed repetition.
     #[arg(long, short = 'n', default_value_t = 5000, value_name = "N")]
     pub iters: u32,
+    /// Timed repetitions per message size: a size is judged on the median of their
+    /// bandwidths; n, median, min, max and every sample are reported.
+    #[arg(long, default_value_t = crate::rdma::write_bw::DEFAULT_REPETITIONS, value_name = "N")]
+    pub reps: u32,
     /// Writes in flight per QP.
     #[arg(long, short = 't', default_value_t = 128, value_name = "N")]
     pub tx_depth: u32,
@@ -411,7 +415,7 @@ pub struct WriteBwArgs {
     /// Check that the written bytes arrived intact after each size.
     #[arg(long)]
     pub validate: bool,
-    /// Print one JSON document (schema gpudoctor.write-bw/2).
+    /// Print one JSON document (schema gpudoctor.write-bw/3).
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json or prometheus (node_exporter textfile collector).

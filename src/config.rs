@@ -527,6 +527,7 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
         w.qps,
         w.validate,
     )
+    .and_then(|p| p.with_repetitions(w.reps))
     .context("probe write-bw")?;
     let token = || {
         w.token

@@ -19,9 +19,11 @@ ib() {  # size iters round
   [ -n "$line" ] && echo "ib_write_bw $1 $3 $(awk -v m="$line" 'BEGIN {printf "%.4f", m * 1.048576}')" >> "$OUT/samples" ||
     echo "ib_write_bw $1 $3 failed" >> "$OUT/errors"
 }
+# One timed repetition (--reps 1), as one ib_write_bw run is: its median is that run's average,
+# and the rounds supply the medians on both sides, as before.
 gd() {
-  v=$(/tmp/gpudoctor probe write-bw -d rxe0 -x 0 --sizes "$1" --iters "$2" --tx-depth "$TXD" --cq-mod "$CQM" --json |
-      awk -F: '/"average_mb_per_s"/ {gsub(/[ ,]/, "", $2); print $2}')
+  v=$(/tmp/gpudoctor probe write-bw -d rxe0 -x 0 --sizes "$1" --iters "$2" --reps 1 --tx-depth "$TXD" --cq-mod "$CQM" --json |
+      awk -F: '/"median_mb_per_s"/ {gsub(/[ ,]/, "", $2); print $2}')
   case "$v" in ""|0|0.0) v=;; esac
   [ -n "$v" ] && echo "gpudoctor $1 $3 $v" >> "$OUT/samples" || echo "gpudoctor $1 $3 failed" >> "$OUT/errors"
 }

@@ -3,7 +3,8 @@
 //! write-bw reports into findings.
 
 use super::{CheckId, Finding, Status, ev};
-use crate::rdma::write_bw::{Status as WStatus, Verdict, WriteBwReport};
+use crate::findings::Judgement;
+use crate::rdma::write_bw::{Status as WStatus, WriteBwReport, judge_run};
 
 pub const ID: CheckId = CheckId::ProbeGdrWriteBw;
 
@@ -49,15 +50,28 @@ pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
     if let Some(c) = g.and_then(|g| g.cause.as_ref()) {
         e.extend(c.evidence.iter().cloned());
     }
-    let judged = r.results.iter().any(|s| s.verdict != Verdict::Unknown);
+    if let Some(t) = &r.threshold {
+        e.push(ev("threshold", super::level2::threshold_text(t)));
+    }
     let via = g
         .and_then(|g| g.registration.as_ref())
         .and_then(|d| d.used)
         .map(|u| u.as_str())
         .unwrap_or("?");
     let beyond_pxb = g.is_some_and(|g| !g.expectation.judged && g.nic.path.is_some());
-    let f = match &r.status {
-        WStatus::Ok if judged => Finding::new(
+    // The status is the one judge's (`write_bw::judge_run`); level 3 adds its words, the
+    // beyond-PXB warning and the cause of a failure.
+    let j = judge_run(&r.view());
+    let f = match (&r.status, j.status) {
+        (WStatus::Skipped { reason }, _) => {
+            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
+            if g.is_none_or(|g| g.not_applicable) {
+                f.not_applicable()
+            } else {
+                f
+            }
+        }
+        (_, Judgement::Pass) => Finding::new(
             ID,
             subject,
             Status::Pass,
@@ -65,7 +79,7 @@ pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
         ),
         // Beyond PXB NCCL would not use GPUDirect RDMA: say so, as a warning (--deny makes it
         // a failure).
-        WStatus::Ok if beyond_pxb => Finding::new(
+        (_, Judgement::NotApplicable) if beyond_pxb && !r.view().software => Finding::new(
             ID,
             subject,
             Status::Warn,
@@ -75,25 +89,15 @@ pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
             ),
         )
         .fix("Put the GPU and its NIC behind one PCIe switch (PIX/PXB), or let NCCL stage through host memory there (its default beyond PXB)"),
-        WStatus::Ok => Finding::new(
-            ID,
-            subject,
-            Status::Pass,
-            format!("GPUDirect RDMA writes via {via} moved and validated (no line-rate threshold applies to this port)"),
-        ),
-        WStatus::Skipped { reason } => {
-            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
-            if g.is_none_or(|g| g.not_applicable) {
-                f.not_applicable()
-            } else {
-                f
-            }
+        (_, Judgement::NotApplicable) => {
+            Finding::new(ID, subject, Status::Skip, j.reason.clone()).not_applicable()
         }
-        WStatus::Failed { reason } | WStatus::Error { reason } => {
+        (_, Judgement::Unknown) => Finding::new(ID, subject, Status::Skip, j.reason.clone()),
+        (_, Judgement::Fail | Judgement::Warn) => {
             let c = g.and_then(|g| g.cause.as_ref());
             let msg = match c {
-                Some(c) => format!("{reason}: {}", c.summary),
-                None => reason.clone(),
+                Some(c) => format!("{}: {}", j.reason, c.summary),
+                None => j.reason.clone(),
             };
             Finding::new(ID, subject, Status::Fail, msg).fix(
                 c.map(|c| c.remediation.clone()).unwrap_or_else(|| {
@@ -110,25 +114,37 @@ mod tests {
     use super::*;
     use crate::checks::SkipKind;
     use crate::rdma::gdr::{self, GdrFacts, GpuFacts, NicChoice};
-    use crate::rdma::write_bw::{Mode, Plan, SizeResult};
+    use crate::rdma::write_bw::{Mode, Plan, SizeResult, Threshold};
     use crate::topo::PathType;
 
-    fn report(path: Option<PathType>, status: WStatus, verdict: Verdict) -> WriteBwReport {
+    /// A 1 MiB run at `gbps` on a 200 Gb/s port (threshold 180 Gb/s), as level 3's `finish`
+    /// leaves it (the path's expectation decides whether the line rate applies).
+    fn report(path: Option<PathType>, status: WStatus, gbps: f64) -> WriteBwReport {
         let plan = Plan::new(vec![1 << 20], 500, 128, 16, None, 1, true).unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
-        r.results.push(SizeResult {
-            bytes: 1 << 20,
-            iterations: 500,
+        let rep = crate::rdma::write_bw::Repetition {
             elapsed_ns: 1,
-            peak_mb_per_s: 1.0,
+            mb_per_s: gbps * 1e3 / 8.0,
+            peak_mb_per_s: gbps * 1e3 / 8.0,
             peak_window: 1,
-            average_mb_per_s: 1.0,
-            average_gbps: 1.0,
-            msg_rate_mpps: 1.0,
-            validated: Some(true),
-            verdict,
-        });
+        };
+        r.results
+            .push(SizeResult::new(1 << 20, 500, vec![rep], Some(true)));
         r.status = status;
+        let expectation = gdr::expectation(path);
+        let rate = crate::rdma::path::LineRate {
+            gbps: 200.0,
+            source: "4X HDR".into(),
+        };
+        r.threshold = Some(match path {
+            _ if expectation.judged => crate::rdma::write_bw::threshold(None, Ok(&rate)),
+            Some(_) => Threshold::NotApplicable {
+                reason: expectation.text.clone(),
+            },
+            None => Threshold::Unknown {
+                reason: expectation.text.clone(),
+            },
+        });
         r.gdr = Some(GdrFacts {
             gpu: Some(GpuFacts {
                 label: "GPU0".into(),
@@ -143,7 +159,7 @@ mod tests {
                 path_certain: true,
                 why: "closest".into(),
             },
-            expectation: gdr::expectation(path),
+            expectation,
             registration: None,
             gpu_memory: None,
             gpu_buffer: None,
@@ -155,31 +171,68 @@ mod tests {
 
     #[test]
     fn every_verdict() {
-        let f = finding(
-            "GPU0",
-            &report(Some(PathType::PIX), WStatus::Ok, Verdict::Pass),
-        );
+        let f = finding("GPU0", &report(Some(PathType::PIX), WStatus::Ok, 190.0));
         assert_eq!(f.status, Status::Pass);
         assert!(f.message.contains("line-rate threshold"));
         // Beyond PXB: works, but a warning that names NCCL's rule.
-        let f = finding(
-            "GPU0",
-            &report(Some(PathType::SYS), WStatus::Ok, Verdict::Unknown),
-        );
+        let f = finding("GPU0", &report(Some(PathType::SYS), WStatus::Ok, 20.0));
         assert_eq!(f.status, Status::Warn);
         assert!(f.message.contains("ncclTopoCheckGdr"), "{}", f.message);
         assert!(f.remediation.is_some());
-        // Path unknown (not on the PCI tree): moved and validated is the pass.
-        let f = finding("GPU0", &report(None, WStatus::Ok, Verdict::Unknown));
-        assert_eq!(f.status, Status::Pass);
-        assert!(f.message.contains("no line-rate threshold"));
+        // Below the line rate within PXB: a failure.
+        let f = finding("GPU0", &report(Some(PathType::PIX), WStatus::Ok, 100.0));
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.message.contains("1048576 B: median 100.00 Gb/s"),
+            "{}",
+            f.message
+        );
+        // Path unknown (not on the PCI tree): measured, and an unknown skip, never a pass.
+        let f = finding("GPU0", &report(None, WStatus::Ok, 190.0));
+        assert_eq!((f.status, f.skip), (Status::Skip, Some(SkipKind::Unknown)));
+        assert!(f.message.contains("GPU-NIC path unknown"), "{}", f.message);
+        // Line rate unknown: the same.
+        let mut r = report(Some(PathType::PIX), WStatus::Ok, 190.0);
+        r.threshold = Some(crate::rdma::write_bw::threshold(None, Err("no rate")));
+        let f = finding("GPU0", &r);
+        assert_eq!((f.status, f.skip), (Status::Skip, Some(SkipKind::Unknown)));
+        assert!(
+            f.message.starts_with("line rate unknown: "),
+            "{}",
+            f.message
+        );
+        // A software device: measured, not judged.
+        r.threshold = Some(crate::rdma::write_bw::threshold(
+            Some("no PCI function"),
+            Err("x"),
+        ));
+        r.local = Some(crate::rdma::write_bw::PortFacts {
+            device: "rxe0".into(),
+            port: 1,
+            state: "ACTIVE".into(),
+            link_layer: "Ethernet".into(),
+            mtu_bytes: 1024,
+            addressing: crate::rdma::path::Addressing::Lid { lid: 0 },
+            software_device: Some("no PCI function".into()),
+            line_rate: None,
+            line_rate_unknown: None,
+        });
+        let f = finding("GPU0", &r);
+        assert_eq!(
+            (f.status, f.skip, f.message.as_str()),
+            (
+                Status::Skip,
+                Some(SkipKind::NotApplicable),
+                "software RDMA: measured, not judged"
+            )
+        );
         // Failure with a cause: the cause's summary and fix.
         let mut r = report(
             Some(PathType::PIX),
             WStatus::Error {
                 reason: "mlx5_0: ibv_reg_mr failed".into(),
             },
-            Verdict::Unknown,
+            0.0,
         );
         if let Some(g) = r.gdr.as_mut() {
             g.cause = Some(gdr::Cause {
@@ -206,7 +259,7 @@ mod tests {
                 WStatus::Failed {
                     reason: "slow".into(),
                 },
-                Verdict::Fail,
+                100.0,
             ),
         );
         assert_eq!(f.status, Status::Fail);
@@ -217,7 +270,7 @@ mod tests {
             WStatus::Skipped {
                 reason: "no RDMA NIC".into(),
             },
-            Verdict::Unknown,
+            0.0,
         );
         assert_eq!(finding("GPU0", &r).skip, Some(SkipKind::Unknown));
         if let Some(g) = r.gdr.as_mut() {

@@ -4,8 +4,9 @@
 //! not-applicable only where there is nothing to judge (no GPU, no mlx5 port).
 
 use super::{CheckId, Finding, Status, ev};
+use crate::findings::Judgement;
 use crate::rdma::level4::GpuWriteBwReport;
-use crate::rdma::write_bw::Status as WStatus;
+use crate::rdma::write_bw::{Status as WStatus, judge_run};
 
 pub const ID: CheckId = CheckId::ProbeGpuWriteBw;
 
@@ -36,9 +37,18 @@ pub fn finding(subject: &str, r: &GpuWriteBwReport) -> Finding {
     for n in &r.notes {
         e.push(ev("note", n.clone()));
     }
-    let validated = !r.results.is_empty() && r.results.iter().all(|s| s.validated == Some(true));
-    let f = match &r.status {
-        WStatus::Ok if validated => Finding::new(
+    // The status is the one judge's (`write_bw::judge_run`) with level 4's bar: delivery.
+    let j = judge_run(&r.view());
+    let f = match (&r.status, j.status) {
+        (WStatus::Skipped { reason }, _) => {
+            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
+            if r.not_applicable {
+                f.not_applicable()
+            } else {
+                f
+            }
+        }
+        (_, Judgement::Pass) => Finding::new(
             ID,
             subject,
             Status::Pass,
@@ -47,26 +57,15 @@ pub fn finding(subject: &str, r: &GpuWriteBwReport) -> Finding {
                 r.poster.handler.map(|h| h.as_str()).unwrap_or("?")
             ),
         ),
-        // Measured but not validated: not a pass (the check runs with --validate).
-        WStatus::Ok => Finding::new(
-            ID,
-            subject,
-            Status::Skip,
-            "writes posted but the data was not validated: nothing judged",
-        ),
-        WStatus::Skipped { reason } => {
-            let f = Finding::new(ID, subject, Status::Skip, reason.clone());
-            if r.not_applicable {
-                f.not_applicable()
-            } else {
-                f
-            }
-        }
-        WStatus::Failed { reason } | WStatus::Error { reason } => {
-            Finding::new(ID, subject, Status::Fail, reason.clone()).fix(
+        (_, Judgement::Fail | Judgement::Warn) => {
+            Finding::new(ID, subject, Status::Fail, j.reason.clone()).fix(
                 "`gpudoctor probe gpu-write-bw --gpu N --validate` gives the full run; an error \
                  CQE's syndrome names the cause (see `gpudoctor explain probe.gpu-write-bw`)",
             )
+        }
+        // Measured but not validated (or not every size): not a pass.
+        (_, Judgement::Unknown | Judgement::NotApplicable) => {
+            Finding::new(ID, subject, Status::Skip, j.reason.clone())
         }
     };
     f.evidence(e)
@@ -78,7 +77,7 @@ mod tests {
     use crate::checks::SkipKind;
     use crate::rdma::level3::GpuSelect;
     use crate::rdma::level4::{GpuWriteRequest, NicHandler};
-    use crate::rdma::write_bw::{SizeResult, Verdict};
+    use crate::rdma::write_bw::SizeResult;
 
     fn report(status: WStatus, not_applicable: bool, validated: Option<bool>) -> GpuWriteBwReport {
         let mut r = GpuWriteBwReport::new(&GpuWriteRequest {
@@ -94,18 +93,13 @@ mod tests {
         });
         r.status = status;
         r.not_applicable = not_applicable;
-        r.results = vec![SizeResult {
-            bytes: 64,
-            iterations: 2048,
+        let rep = crate::rdma::write_bw::Repetition {
             elapsed_ns: 1,
+            mb_per_s: 1.0,
             peak_mb_per_s: 1.0,
             peak_window: 1,
-            average_mb_per_s: 1.0,
-            average_gbps: 0.008,
-            msg_rate_mpps: 1.0,
-            validated,
-            verdict: Verdict::Unknown,
-        }];
+        };
+        r.results = vec![SizeResult::new(64, 2048, vec![rep], validated)];
         r
     }
 

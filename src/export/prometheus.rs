@@ -451,7 +451,7 @@ fn borrow<'a>(k: &'a [(&'a str, String)]) -> Vec<(&'a str, &'a str)> {
 
 /// `gpudoctor probe write-bw --format prometheus`.
 pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
-    use crate::rdma::write_bw::{Status as WStatus, Verdict};
+    use crate::rdma::write_bw::Verdict;
     let mut out = String::new();
     info(
         &mut out,
@@ -475,10 +475,13 @@ pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
         "gpudoctor_probe_status",
         "Verdict of the probe as a whole (state set: 1 for the current status).",
     );
-    let now = match r.status {
-        WStatus::Ok => "pass",
-        WStatus::Failed { .. } | WStatus::Error { .. } => "fail",
-        WStatus::Skipped { .. } => "skip",
+    // The judge's word (`judge_run`), not how the run ended: a completed run whose line rate
+    // is unknown, or a software device, is a skip here, never a pass.
+    use crate::findings::Judgement;
+    let now = match crate::rdma::write_bw::judge_run(&r.view()).status {
+        Judgement::Pass => "pass",
+        Judgement::Fail | Judgement::Warn => "fail",
+        Judgement::Unknown | Judgement::NotApplicable => "skip",
     };
     for s in ["pass", "skip", "fail"] {
         sample(
@@ -492,15 +495,16 @@ pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
         family(
             &mut out,
             "gpudoctor_write_bw_bytes_per_second",
-            "RDMA-write bandwidth for one message size (average over the run, decimal bytes per second).",
+            "RDMA-write bandwidth for one message size (median over its timed repetitions, decimal bytes per second).",
         );
         for x in &r.results {
             let size = x.bytes.to_string();
+            let Some(st) = &x.stats else { continue };
             sample(
                 &mut out,
                 "gpudoctor_write_bw_bytes_per_second",
                 &[("device", &device), ("port", &port), ("size_bytes", &size)],
-                x.average_mb_per_s * 1e6,
+                st.median_mb_per_s * 1e6,
             );
         }
         family(

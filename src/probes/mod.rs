@@ -247,7 +247,8 @@ pub fn stats(samples: &[f64]) -> Option<Stats> {
     })
 }
 
-/// Judge samples against their bar: pure, the one place level-1 thresholds are applied.
+/// Judge samples against their bar: pure, the one place level-1 thresholds are applied. The
+/// status is `crate::findings::judge`'s (the rule levels 2-4 share); this says what the facts are:
 ///
 /// - a measurement that broke off fails (a hung or failing copy is the machine's fault; an
 ///   SM kernel that broke off is unknown: NVRTC failing, say, leaves the link unjudged);
@@ -266,63 +267,88 @@ pub fn evaluate(
     bar: &Result<Bar, String>,
     error: Option<&str>,
 ) -> Evaluation {
+    use crate::findings::{Bar as B, Data, RunFacts, Shortfall, Weights, judge};
     let st = stats(samples_gbps);
     let again = stats(remeasured_gbps);
     let (threshold_gbps, threshold_basis) = match bar {
         Ok(b) => (Some(b.threshold_gbps), Some(b.basis.clone())),
         Err(_) => (None, None),
     };
-    let mk = |status, reason: String| Evaluation {
-        status,
-        stats: st.clone(),
-        threshold_gbps,
-        threshold_basis: threshold_basis.clone(),
-        remeasured: again.clone(),
-        reason,
-    };
     let short = match method {
-        Method::CopyEngine => Status::Fail,
-        Method::SmKernel => Status::Warn,
+        Method::CopyEngine => Shortfall::Fail,
+        Method::SmKernel => Shortfall::Warn,
     };
-    if let Some(e) = error {
-        let status = match method {
-            Method::CopyEngine => Status::Fail,
-            Method::SmKernel => Status::Unknown,
-        };
-        return mk(status, format!("measurement failed: {e}"));
-    }
-    let Some(s) = &st else {
-        return mk(Status::Unknown, "no samples".to_string());
+    // An SM kernel that broke off is unknown: NVRTC failing, say, leaves the link unjudged.
+    let broken = match method {
+        Method::CopyEngine => Shortfall::Fail,
+        Method::SmKernel => Shortfall::Unknown,
     };
-    let t = match bar {
-        Ok(b) => b.threshold_gbps,
-        Err(why) => return mk(Status::Unknown, format!("expected rate unknown: {why}")),
-    };
-    if s.median_gbps >= t {
-        return mk(
-            Status::Pass,
-            format!("median {:.1} GB/s >= {:.1} GB/s", s.median_gbps, t),
-        );
-    }
-    match &again {
-        None => mk(
-            short,
-            format!("median {:.1} GB/s < {:.1} GB/s", s.median_gbps, t),
-        ),
-        Some(a) if a.median_gbps >= t => mk(
-            Status::Warn,
-            format!(
-                "unstable bandwidth: median {:.1} GB/s < {t:.1} GB/s, then {:.1} GB/s measured again (n={})",
-                s.median_gbps, a.median_gbps, a.n
+    // The facts and their words; the status is the one judge's (`crate::findings::judge`).
+    let (completed, bar_met, below, reason) = if let Some(e) = error {
+        (false, B::Unknown, short, format!("measurement failed: {e}"))
+    } else {
+        match (&st, bar) {
+            (None, _) => (true, B::Unknown, short, "no samples".to_string()),
+            (Some(_), Err(why)) => (
+                true,
+                B::Unknown,
+                short,
+                format!("expected rate unknown: {why}"),
             ),
-        ),
-        Some(a) => mk(
-            short,
-            format!(
-                "median {:.1} GB/s < {t:.1} GB/s, and {:.1} GB/s measured again (n={})",
-                s.median_gbps, a.median_gbps, a.n
+            (Some(s), Ok(b)) if s.median_gbps >= b.threshold_gbps => (
+                true,
+                B::Met,
+                short,
+                format!(
+                    "median {:.1} GB/s >= {:.1} GB/s",
+                    s.median_gbps, b.threshold_gbps
+                ),
             ),
-        ),
+            (Some(s), Ok(b)) => {
+                let t = b.threshold_gbps;
+                match &again {
+                    None => (
+                        true,
+                        B::Below,
+                        short,
+                        format!("median {:.1} GB/s < {:.1} GB/s", s.median_gbps, t),
+                    ),
+                    Some(a) if a.median_gbps >= t => (
+                        true,
+                        B::Below,
+                        Shortfall::Warn,
+                        format!(
+                            "unstable bandwidth: median {:.1} GB/s < {t:.1} GB/s, then {:.1} GB/s measured again (n={})",
+                            s.median_gbps, a.median_gbps, a.n
+                        ),
+                    ),
+                    Some(a) => (
+                        true,
+                        B::Below,
+                        short,
+                        format!(
+                            "median {:.1} GB/s < {t:.1} GB/s, and {:.1} GB/s measured again (n={})",
+                            s.median_gbps, a.median_gbps, a.n
+                        ),
+                    ),
+                }
+            }
+        }
+    };
+    let facts = RunFacts {
+        completed,
+        // Copies carry no data check: level 1 is judged on bandwidth alone.
+        data: Data::NotPart,
+        bar: bar_met,
+        software: false,
+    };
+    Evaluation {
+        status: judge(&facts, Weights { broken, below }).verdict(),
+        stats: st,
+        threshold_gbps,
+        threshold_basis,
+        remeasured: again,
+        reason,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The verbs side of write-bw: open a port, set up QPs and buffers, connect them, and run the
 //! post/poll loop for one message size. It measures and reports facts; it must not judge them
-//! (that is `write_bw::evaluate`) nor print anything.
+//! (that is `write_bw::judge_run`, over `findings::judge`) nor print anything.
 
 use super::memory::{Memory, MemoryError, Region};
 use super::path::{self, Addressing, GidError};
@@ -282,6 +282,21 @@ pub fn open_side(
     let software_device = dev
         .software_parent()
         .map(|n| format!("no PCI function, on netdev {n}"));
+    // The line rate from verbs (active_speed_ex for XDR), agreed by sysfs `rate`.
+    let sysfs_rate = match &sport.rate {
+        Some(t) => Ok(t.as_str()),
+        None => Err(sport
+            .unread
+            .get("rate")
+            .map(String::as_str)
+            .unwrap_or("not read")),
+    };
+    let line_rate = path::port_line_rate(
+        pattr.active_speed,
+        pattr.active_speed_ex,
+        pattr.active_width,
+        sysfs_rate,
+    );
     let facts = PortFacts {
         device: device.into(),
         port,
@@ -294,7 +309,8 @@ pub fn open_side(
         mtu_bytes: pattr.active_mtu_bytes(),
         addressing,
         software_device,
-        line_rate: path::line_rate(pattr.active_speed, pattr.active_width),
+        line_rate: line_rate.as_ref().ok().cloned(),
+        line_rate_unknown: line_rate.err(),
     };
 
     let pd = ctx.alloc_pd().map_err(verbs_err(device))?;

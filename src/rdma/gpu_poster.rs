@@ -30,7 +30,7 @@ use super::mlx5::{self, Syndrome};
 use super::mlx5_emu::{Proxy, QueueMemory, RawQueues};
 use super::mlx5_kernel::{self as k, Fence, HostMap, PostArgs, PostResult};
 use super::mlx5_prm as prm;
-use super::write_bw::{self, SizeResult, Timeline};
+use super::write_bw::{self, Repetition, Timeline};
 use super::{Poster, WriteBwRequest};
 use crate::cuda::{self, CudaError, HostRegistration, PinnedBuffer};
 use crate::verbs::mlx5dv_sys as dv;
@@ -639,7 +639,7 @@ impl Poster for GpuPoster {
         peer: &Endpoint,
         req: &WriteBwRequest,
         size: u64,
-    ) -> Result<SizeResult, ProbeError> {
+    ) -> Result<Repetition, ProbeError> {
         let (writes, iters) = (self.writes, self.iters);
         let span = self.buffer_len(size);
         if span > peer.len {
@@ -838,7 +838,7 @@ mod tests {
         assert_eq!(t.marks, vec![(1000, 512), (2000, 1024), (3000, 1536)]);
         let r = write_bw::summarise(4096, 1536, 512, &t);
         // 1536 x 4096 B in 3 us.
-        assert!((r.average_mb_per_s - 1536.0 * 4096.0 / 3000.0 * 1000.0).abs() < 1.0);
+        assert!((r.mb_per_s - 1536.0 * 4096.0 / 3000.0 * 1000.0).abs() < 1.0);
         assert_eq!(r.elapsed_ns, 3000);
     }
 }

@@ -366,9 +366,14 @@ fn finish(
     gpu: Option<(&str, &crate::pci::Bdf)>,
     subject: String,
 ) -> Run {
+    // Beyond PXB NCCL would not use GPUDirect RDMA: no bar on purpose. A path that could not
+    // be placed on the PCI tree leaves the bar unknown (never a pass).
     if !facts.expectation.judged && matches!(report.threshold, Some(Threshold::LineRate { .. })) {
-        report.threshold = Some(Threshold::NotApplicable {
-            reason: facts.expectation.text.clone(),
+        let reason = facts.expectation.text.clone();
+        report.threshold = Some(if facts.nic.path.is_some() {
+            Threshold::NotApplicable { reason }
+        } else {
+            Threshold::Unknown { reason }
         });
     }
     let (mut report, class) = super::conclude(report, &res);
@@ -776,7 +781,8 @@ mod tests {
         assert_eq!(failure_of(&Err(ProbeError::Interrupted), &empty), None);
         assert_eq!(failure_of(&Ok(()), &empty), None);
         let mut r = empty.clone();
-        let mut s = crate::rdma::write_bw::summarise(64, 1, 1, &Default::default());
+        let rep = crate::rdma::write_bw::summarise(64, 1, 1, &Default::default());
+        let mut s = crate::rdma::write_bw::SizeResult::new(64, 1, vec![rep], Some(true));
         s.verdict = Verdict::Fail;
         r.results.push(s.clone());
         assert_eq!(failure_of(&Ok(()), &r), Some(Failure::BelowThreshold));

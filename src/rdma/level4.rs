@@ -191,6 +191,8 @@ pub struct GpuWriteBwReport {
     pub results: Vec<SizeResult>,
     pub notes: Vec<String>,
     pub status: Status,
+    /// The bar (delivery: every write of every size completed, its bytes validated).
+    pub threshold: super::write_bw::Threshold,
     /// A skip with nothing to judge here (no GPU, no mlx5 port): not a gap in the check.
     pub not_applicable: bool,
 }
@@ -226,6 +228,12 @@ impl GpuWriteBwReport {
             notes: Vec::new(),
             status: Status::Skipped {
                 reason: String::new(),
+            },
+            threshold: super::write_bw::Threshold::Delivery {
+                reason: "every write of every size completes and its bytes arrive (validated); \
+                         bandwidth is reported, not judged: GPU-initiated posting of small \
+                         messages is not line-rate bound"
+                    .into(),
             },
             not_applicable: false,
         }
@@ -428,6 +436,21 @@ fn stop(mut report: GpuWriteBwReport, subject: &str, class: ErrorClass, reason: 
         subject: subject.into(),
         report,
         class: Some(class),
+    }
+}
+
+impl GpuWriteBwReport {
+    /// The facts of this run as the judge (`write_bw::judge_run`) reads them. Level 4's bar
+    /// is delivery, not bandwidth: a software device never gets this far (refused as not mlx5).
+    pub fn view(&self) -> super::write_bw::RunView<'_> {
+        super::write_bw::RunView {
+            status: &self.status,
+            results: &self.results,
+            threshold: Some(&self.threshold),
+            software: false,
+            planned_sizes: self.plan.sizes.len(),
+            served: None,
+        }
     }
 }
 

@@ -137,14 +137,19 @@ pub trait Poster {
     /// Once, after the last size or the error that stopped the run, while both sides (their
     /// QPs, CQ and buffers) are still alive: undo what `prepare` set up on them.
     fn finish(&mut self) {}
-    /// Post and complete every write of one size from `source` into `peer`.
+    /// Post and complete every write of one timed repetition of one size from `source` into
+    /// `peer` (the engine repeats it `plan.repetitions` times).
     fn write_size(
         &mut self,
         source: &Side,
         peer: &engine::Endpoint,
         req: &WriteBwRequest,
         size: u64,
-    ) -> Result<write_bw::SizeResult, ProbeError>;
+    ) -> Result<write_bw::Repetition, ProbeError>;
+    /// Writes per repetition of `size`, as the report states them.
+    fn iterations(&self, req: &WriteBwRequest) -> u64 {
+        u64::from(req.plan.iterations / req.plan.qps * req.plan.qps)
+    }
 }
 
 /// The CPU posts (ibv_post_send with the plan's TX depth, CQ moderation and post lists).
@@ -157,7 +162,7 @@ impl Poster for CpuPoster {
         peer: &engine::Endpoint,
         req: &WriteBwRequest,
         size: u64,
-    ) -> Result<write_bw::SizeResult, ProbeError> {
+    ) -> Result<write_bw::Repetition, ProbeError> {
         measure_one(source, peer, req, size)
     }
 }
@@ -195,21 +200,22 @@ pub fn measure_with(
     (report, res)
 }
 
-/// Judge the measurements against the report's threshold and set its status; the class says
-/// what a stop means for the exit code.
+/// Fold the stop (if any) into the report's status, judge the run (`write_bw::judge_run`),
+/// and say what that means for the exit code.
 pub fn conclude(
     mut report: WriteBwReport,
     res: &Result<(), ProbeError>,
 ) -> (WriteBwReport, Option<ErrorClass>) {
     match res {
         Ok(()) => {
-            if let Some(t) = &report.threshold {
-                write_bw::evaluate(&mut report.results, t);
-            }
             report.conclude();
-            let class = match report.status {
-                Status::Ok => None,
-                _ => Some(ErrorClass::Machine),
+            // What the judge's word means for the exit code: a failure is the machine's; an
+            // unknown is a skip (exit 1 with --fail-on-skip); pass or not applicable is none.
+            use crate::findings::Judgement;
+            let class = match report.judgement.as_ref().map(|j| j.status) {
+                Some(Judgement::Fail | Judgement::Warn) => Some(ErrorClass::Machine),
+                Some(Judgement::Unknown) | None => Some(ErrorClass::Skip),
+                Some(Judgement::Pass | Judgement::NotApplicable) => None,
             };
             (report, class)
         }
@@ -220,6 +226,7 @@ pub fn conclude(
                 ErrorClass::Skip => Status::Skipped { reason },
                 _ => Status::Error { reason },
             };
+            report.conclude();
             (report, Some(class))
         }
     }
@@ -253,7 +260,7 @@ fn measure_one(
     peer: &engine::Endpoint,
     req: &WriteBwRequest,
     size: u64,
-) -> Result<write_bw::SizeResult, ProbeError> {
+) -> Result<write_bw::Repetition, ProbeError> {
     let t = side.write_size(peer, &req.plan, size, req.timeout)?;
     let per_qp = u64::from(req.plan.iterations / req.plan.qps);
     Ok(write_bw::summarise(
@@ -341,10 +348,7 @@ fn loopback_connected(
         }
     };
     b.connect(&a_ep)?;
-    report.threshold = Some(write_bw::threshold(
-        a.facts.software_device.as_deref(),
-        a.facts.line_rate.as_ref(),
-    ));
+    report.threshold = Some(write_bw::threshold_for(&a.facts));
     report.local = Some(a.facts.clone());
     poster.prepare(a)?;
     loopback_sizes(req, a, b, &b_ep, report, poster)
@@ -359,20 +363,33 @@ fn loopback_sizes(
     poster: &mut dyn Poster,
 ) -> Result<(), ProbeError> {
     for (i, &size) in req.plan.sizes.iter().enumerate() {
-        stop_if_interrupted()?;
         show_progress(req, i, size);
         let seed = seed_for(size);
         // What the writes of this size cover (level 4: one message per thread, side by side).
         let span = poster.buffer_len(size);
         if req.plan.validate {
             a.fill(span, seed)?;
-            b.zero(span)?;
         }
-        let mut r = poster.write_size(a, b_ep, req, size)?;
-        if req.plan.validate {
-            r.validated = Some(b.check(span, seed)?.is_none());
+        let mut reps = Vec::new();
+        let mut validated = req.plan.validate.then_some(true);
+        for _ in 0..req.plan.repetitions {
+            stop_if_interrupted()?;
+            // Every repetition writes into zeroes and is checked: a later one cannot hide an
+            // earlier one's damage.
+            if req.plan.validate {
+                b.zero(span)?;
+            }
+            reps.push(poster.write_size(a, b_ep, req, size)?);
+            if req.plan.validate && b.check(span, seed)?.is_some() {
+                validated = Some(false);
+            }
         }
-        report.results.push(r);
+        report.results.push(write_bw::SizeResult::new(
+            size,
+            poster.iterations(req),
+            reps,
+            validated,
+        ));
     }
     Ok(())
 }
@@ -412,40 +429,48 @@ fn client(
     )
     .map_err(&perr)?;
     side.connect(&remote_ep)?;
-    report.threshold = Some(write_bw::threshold(
-        side.facts.software_device.as_deref(),
-        side.facts.line_rate.as_ref(),
-    ));
+    report.threshold = Some(write_bw::threshold_for(&side.facts));
     report.local = Some(side.facts.clone());
     report.remote = Some(remote_facts);
+    let iterations = u64::from(req.plan.iterations / req.plan.qps * req.plan.qps);
     for (i, &size) in req.plan.sizes.iter().enumerate() {
-        stop_if_interrupted()?;
         show_progress(req, i, size);
         let seed = seed_for(size);
         if req.plan.validate {
             side.fill(size, seed)?;
         }
-        let iterations = u64::from(req.plan.iterations / req.plan.qps * req.plan.qps);
-        chan.send(&Msg::Prepare { size, iterations })
+        let mut reps = Vec::new();
+        let mut validated = req.plan.validate.then_some(true);
+        for _ in 0..req.plan.repetitions {
+            stop_if_interrupted()?;
+            // The server zeroes its buffer on Prepare, and checks after each repetition.
+            chan.send(&Msg::Prepare { size, iterations })
+                .map_err(&perr)?;
+            expect(&mut chan, "prepared", req.timeout, |m| {
+                matches!(m, Msg::Prepared)
+            })
             .map_err(&perr)?;
-        expect(&mut chan, "prepared", req.timeout, |m| {
-            matches!(m, Msg::Prepared)
-        })
-        .map_err(&perr)?;
-        let mut r = measure_one(&side, &remote_ep, req, size)?;
-        if req.plan.validate {
-            chan.send(&Msg::Check { size, seed }).map_err(&perr)?;
-            match chan.recv("the peer's check", req.timeout).map_err(&perr)? {
-                Msg::Checked { first_mismatch } => r.validated = Some(first_mismatch.is_none()),
-                other => {
-                    return Err(perr(OobError::Unexpected {
-                        want: "checked",
-                        got: format!("{other:?}"),
-                    }));
+            reps.push(measure_one(&side, &remote_ep, req, size)?);
+            if req.plan.validate {
+                chan.send(&Msg::Check { size, seed }).map_err(&perr)?;
+                match chan.recv("the peer's check", req.timeout).map_err(&perr)? {
+                    Msg::Checked { first_mismatch } => {
+                        if first_mismatch.is_some() {
+                            validated = Some(false);
+                        }
+                    }
+                    other => {
+                        return Err(perr(OobError::Unexpected {
+                            want: "checked",
+                            got: format!("{other:?}"),
+                        }));
+                    }
                 }
             }
         }
-        report.results.push(r);
+        report
+            .results
+            .push(write_bw::SizeResult::new(size, iterations, reps, validated));
     }
     chan.send(&Msg::Bye).map_err(&perr)?;
     Ok(())
@@ -552,22 +577,30 @@ fn serve(
     .map_err(&perr)?;
     report.remote = Some(client_facts);
     let mut wait = req.timeout;
-    let (mut sizes, mut checked, mut bad) = (0u32, 0u32, Vec::new());
+    // Distinct sizes: the client repeats each (Prepare, writes, Check) per timed repetition.
+    let (mut sizes, mut checked, mut bad) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeMap::new(),
+    );
+    let mut runs = 0u32;
     loop {
         stop_if_interrupted()?;
         match chan.recv("the client's next step", wait).map_err(&perr)? {
             Msg::Prepare { size, iterations } => {
                 side.zero(size)?;
                 chan.send(&Msg::Prepared).map_err(&perr)?;
-                sizes += 1;
+                sizes.insert(size);
+                runs += 1;
                 wait = size_deadline(req.timeout, size, iterations);
             }
             Msg::Check { size, seed } => {
                 let first_mismatch = side.check(size, seed)?;
                 if let Some(off) = first_mismatch {
-                    bad.push(format!("{size} B (first difference at offset {off})"));
+                    bad.entry(size)
+                        .or_insert(format!("{size} B (first difference at offset {off})"));
                 }
-                checked += 1;
+                checked.insert(size);
                 chan.send(&Msg::Checked { first_mismatch }).map_err(&perr)?;
                 wait = req.timeout;
             }
@@ -580,8 +613,10 @@ fn serve(
             }
         }
     }
+    let bad: Vec<String> = bad.into_values().collect();
+    let (sizes, checked) = (sizes.len() as u32, checked.len() as u32);
     report.notes.push(format!(
-        "served {peer}: {sizes} size(s) written into {} port {}, {checked} validated{}",
+        "served {peer}: {sizes} size(s) written into {} port {} in {runs} timed run(s), {checked} validated{}",
         req.device,
         req.port,
         if bad.is_empty() {
@@ -590,11 +625,13 @@ fn serve(
             format!(", mismatched: {}", bad.join(", "))
         }
     ));
-    if !bad.is_empty() {
-        report.status = Status::Failed {
-            reason: format!("written data did not match: {}", bad.join(", ")),
-        };
-    }
+    // Facts only: the judge (`conclude`) fails a mismatch.
+    report.served = Some(write_bw::Served {
+        peer: peer.clone(),
+        sizes,
+        validated: checked,
+        mismatched: bad,
+    });
     Ok(())
 }
 

@@ -651,6 +651,7 @@ mod tests {
             addressing: Addressing::Lid { lid: 3 },
             software_device: Some("rxe".into()),
             line_rate: None,
+            line_rate_unknown: None,
         }
     }
 

@@ -116,7 +116,8 @@ pub fn choose_addressing(
     })
 }
 
-/// The data rate a port should carry, from ibv_port_attr's active_speed and active_width codes.
+/// The data rate a port should carry, from ibv_port_attr's speed and width codes, agreed by
+/// sysfs `ports/N/rate` (`port_line_rate`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LineRate {
     pub gbps: f64,
@@ -124,32 +125,88 @@ pub struct LineRate {
     pub source: String,
 }
 
-/// Per-lane data rates after line coding, from the IBTA spec (vol. 2, physical layer) as the
-/// kernel's `enum ib_port_speed` names them; RoCE ports report the same codes (100GbE = 4X EDR).
-pub fn line_rate(active_speed: u8, active_width: u8) -> Option<LineRate> {
-    let (name, lane_gbps, note) = match active_speed {
-        1 => ("SDR", 2.0, "2.5 Gb/s signalling, 8b/10b"),
-        2 => ("DDR", 4.0, "5 Gb/s signalling, 8b/10b"),
-        4 => ("QDR", 8.0, "10 Gb/s signalling, 8b/10b"),
-        8 => ("FDR10", 10.0, "10.3125 Gb/s signalling, 64b/66b"),
-        16 => ("FDR", 13.64, "14.0625 Gb/s signalling, 64b/66b"),
-        32 => ("EDR", 25.0, "25.78125 Gb/s signalling, 64b/66b"),
-        64 => ("HDR", 50.0, "53.125 Gb/s signalling, PAM4 64b/66b"),
-        128 => ("NDR", 100.0, "106.25 Gb/s signalling, PAM4"),
+/// One speed code (`enum ib_port_speed`): its name, data rate per lane after line coding, the
+/// rate the kernel's sysfs `rate` prints per lane, and the signalling note.
+fn speed(code: u32) -> Option<(&'static str, f64, f64, &'static str)> {
+    // Data rates from the IBTA spec (vol. 2, physical layer); the sysfs column is the kernel's
+    // rate_show (drivers/infiniband/core/sysfs.c: SDR 25 ... NDR 1000, XDR 2000, in 0.1 Gb/s).
+    // RoCE ports report the same codes (100GbE = 4X EDR).
+    Some(match code {
+        1 => ("SDR", 2.0, 2.5, "2.5 Gb/s signalling, 8b/10b"),
+        2 => ("DDR", 4.0, 5.0, "5 Gb/s signalling, 8b/10b"),
+        4 => ("QDR", 8.0, 10.0, "10 Gb/s signalling, 8b/10b"),
+        8 => ("FDR10", 10.0, 10.0, "10.3125 Gb/s signalling, 64b/66b"),
+        16 => ("FDR", 13.64, 14.0, "14.0625 Gb/s signalling, 64b/66b"),
+        32 => ("EDR", 25.0, 25.0, "25.78125 Gb/s signalling, 64b/66b"),
+        64 => ("HDR", 50.0, 50.0, "53.125 Gb/s signalling, PAM4 64b/66b"),
+        128 => ("NDR", 100.0, 100.0, "106.25 Gb/s signalling, PAM4"),
+        // active_speed_ex only (rdma-core >= 49, Linux >= 6.6): the 8-bit field says NDR.
+        256 => ("XDR", 200.0, 200.0, "212.5 Gb/s signalling, PAM4"),
         _ => return None,
-    };
-    let lanes: u32 = match active_width {
+    })
+}
+
+fn lanes(active_width: u8) -> Option<u32> {
+    Some(match active_width {
         1 => 1,
         2 => 4,
         4 => 8,
         8 => 12,
         16 => 2,
         _ => return None,
-    };
+    })
+}
+
+/// The data rate from the speed code in force (active_speed_ex where filled, else
+/// active_speed, as rdma-core's ibv_devinfo reads them) and the width code; None for codes no
+/// spec defines.
+pub fn line_rate(speed_code: u32, active_width: u8) -> Option<LineRate> {
+    let (name, lane_gbps, _, note) = speed(speed_code)?;
+    let lanes = lanes(active_width)?;
     let gbps = lane_gbps * f64::from(lanes);
     Some(LineRate {
         gbps,
         source: format!("{lanes}X {name}: {lanes} lane(s) x {lane_gbps} Gb/s data rate ({note})"),
+    })
+}
+
+/// The port's line rate, from verbs and cross-checked with sysfs: both must say the same
+/// speed and width, else the rate is unknown (Err: why), never guessed. `sysfs_rate` is the
+/// `ports/N/rate` text (Err: why it could not be read). The kernel prints an undefined speed
+/// code as SDR there, so a garbage code cannot agree by accident with a real one.
+pub fn port_line_rate(
+    active_speed: u8,
+    active_speed_ex: u32,
+    active_width: u8,
+    sysfs_rate: Result<&str, &str>,
+) -> Result<LineRate, String> {
+    let code = if active_speed_ex != 0 {
+        active_speed_ex
+    } else {
+        u32::from(active_speed)
+    };
+    let codes = format!(
+        "ibv_query_port active_speed {active_speed}, active_speed_ex {active_speed_ex}, active_width {active_width}"
+    );
+    let (Some((name, _, sysfs_lane, _)), Some(n)) = (speed(code), lanes(active_width)) else {
+        return Err(format!("{codes}: not a speed and width the IBTA defines"));
+    };
+    let rate = line_rate(code, active_width).ok_or_else(|| codes.clone())?;
+    let text = sysfs_rate
+        .map_err(|why| format!("sysfs rate unreadable ({why}): no cross-check for {codes}"))?;
+    let text = text.trim();
+    let want_gbps = sysfs_lane * f64::from(n);
+    let label = format!("({n}X {name})");
+    let agrees = crate::facts::rate_gbps(text).is_some_and(|g| (g - want_gbps).abs() < 0.01)
+        && text.ends_with(&label);
+    if !agrees {
+        return Err(format!(
+            "ibv_query_port says {n}X {name} ({want_gbps} Gb/s), sysfs rate says {text:?} ({codes})"
+        ));
+    }
+    Ok(LineRate {
+        gbps: rate.gbps,
+        source: format!("{}; sysfs rate {text:?} agrees", rate.source),
     })
 }
 
@@ -250,8 +307,66 @@ mod tests {
     fn rates() {
         assert_eq!(line_rate(64, 2).unwrap().gbps, 200.0);
         assert_eq!(line_rate(128, 2).unwrap().gbps, 400.0);
+        assert_eq!(line_rate(256, 2).unwrap().gbps, 800.0);
         assert_eq!(line_rate(1, 1).unwrap().gbps, 2.0);
         assert!(line_rate(3, 2).is_none());
         assert!(line_rate(64, 3).is_none());
+    }
+
+    /// Verbs and sysfs must agree; XDR comes from active_speed_ex (the 8-bit field says NDR);
+    /// anything else is unknown with both readings in the reason.
+    #[test]
+    fn line_rate_cross_check() {
+        let r = port_line_rate(64, 0, 2, Ok("200 Gb/sec (4X HDR)\n")).unwrap();
+        assert_eq!(r.gbps, 200.0);
+        assert!(
+            r.source
+                .contains("sysfs rate \"200 Gb/sec (4X HDR)\" agrees"),
+            "{}",
+            r.source
+        );
+        // XDR: active_speed 128 (NDR) with active_speed_ex 256.
+        let r = port_line_rate(128, 256, 2, Ok("800 Gb/sec (4X XDR)")).unwrap();
+        assert_eq!(r.gbps, 800.0);
+        assert!(r.source.starts_with("4X XDR"), "{}", r.source);
+        // An old rdma-core on an XDR port: verbs says NDR, sysfs says XDR: unknown.
+        let e = port_line_rate(128, 0, 2, Ok("800 Gb/sec (4X XDR)")).unwrap_err();
+        assert!(
+            e.contains(
+                "ibv_query_port says 4X NDR (400 Gb/s), sysfs rate says \"800 Gb/sec (4X XDR)\""
+            ),
+            "{e}"
+        );
+        // FDR, QDR: sysfs prints the signalling-era nominal rate (14, 10 per lane).
+        assert_eq!(
+            port_line_rate(16, 0, 2, Ok("56 Gb/sec (4X FDR)"))
+                .unwrap()
+                .gbps,
+            54.56
+        );
+        assert_eq!(
+            port_line_rate(4, 0, 2, Ok("40 Gb/sec (4X QDR)"))
+                .unwrap()
+                .gbps,
+            32.0
+        );
+        assert!(port_line_rate(4, 0, 2, Ok("40 Gb/sec (4X FDR10)")).is_err());
+        assert_eq!(
+            port_line_rate(1, 0, 1, Ok("2.5 Gb/sec (1X SDR)"))
+                .unwrap()
+                .gbps,
+            2.0
+        );
+        // Width disagrees, sysfs unreadable or garbage, codes undefined: unknown.
+        assert!(port_line_rate(64, 0, 1, Ok("200 Gb/sec (4X HDR)")).is_err());
+        let e = port_line_rate(64, 0, 2, Err("Permission denied")).unwrap_err();
+        assert!(
+            e.starts_with("sysfs rate unreadable (Permission denied)"),
+            "{e}"
+        );
+        assert!(port_line_rate(64, 0, 2, Ok("fast")).is_err());
+        let e = port_line_rate(3, 0, 2, Ok("2.5 Gb/sec (1X SDR)")).unwrap_err();
+        assert!(e.contains("not a speed and width the IBTA defines"), "{e}");
+        assert!(port_line_rate(64, 512, 2, Ok("200 Gb/sec (4X HDR)")).is_err());
     }
 }

@@ -1,11 +1,14 @@
 //! The write-bw probe's plan, result model and evaluation: what to measure, what was measured,
-//! and whether it passes. Pure: the verbs side is in `engine`, the TCP side in `oob`, the
+//! and whether it passes (`judge_run`, the one judge of levels 2-4, over
+//! `crate::findings::judge`). Pure: the verbs side is in `engine`, the TCP side in `oob`, the
 //! table in `render`. Nothing here does I/O.
 
 use super::path::{Addressing, LineRate};
 use serde::{Deserialize, Serialize};
 
-pub const WRITE_BW_SCHEMA: &str = "gpudoctor.write-bw/2";
+/// /3: each size keeps its timed repetitions (`samples`) and their n/median/min/max (`stats`);
+/// the run carries the judge's `judgement`.
+pub const WRITE_BW_SCHEMA: &str = "gpudoctor.write-bw/3";
 
 /// perftest's default sweep for `-a`: 2 B to 8 MiB.
 pub const ALL_SIZES: std::ops::RangeInclusive<u32> = 1..=23;
@@ -18,6 +21,10 @@ pub const LARGE_MESSAGE_BYTES: u64 = 65536;
 pub const LINE_RATE_FRACTION: f64 = 0.90;
 /// Largest message: 1 GiB is far past any useful sweep and bounds the registered buffers.
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+/// Timed repetitions per size: a size is judged on the median of their rates, as level 1
+/// judges a copy on the median of its samples, not on one run's average.
+pub const DEFAULT_REPETITIONS: u32 = 5;
+pub const MAX_REPETITIONS: u32 = 1000;
 
 /// What to run, resolved from the arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +38,8 @@ pub struct Plan {
     pub post_list: Option<u32>,
     pub qps: u32,
     pub validate: bool,
+    /// Timed repetitions of `iterations` writes per size (`DEFAULT_REPETITIONS`).
+    pub repetitions: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +54,8 @@ pub enum PlanError {
     Size(u64),
     #[error("--iters {iters} is not a multiple of --qps {qps}")]
     ItersPerQp { iters: u32, qps: u32 },
+    #[error("--reps must be between 1 and 1000")]
+    Repetitions,
 }
 
 impl Plan {
@@ -85,6 +96,18 @@ impl Plan {
             post_list: post_list.map(|l| l.clamp(1, tx_depth)),
             qps,
             validate,
+            repetitions: DEFAULT_REPETITIONS,
+        })
+    }
+
+    /// The same plan with `n` timed repetitions per size.
+    pub fn with_repetitions(self, n: u32) -> Result<Plan, PlanError> {
+        if !(1..=MAX_REPETITIONS).contains(&n) {
+            return Err(PlanError::Repetitions);
+        }
+        Ok(Plan {
+            repetitions: n,
+            ..self
         })
     }
 
@@ -113,27 +136,87 @@ pub fn all_sizes() -> Vec<u64> {
     ALL_SIZES.map(|p| 1u64 << p).collect()
 }
 
-/// One message size, measured.
+/// One timed repetition of a message size: `iterations` writes, from the first post to the
+/// last completion.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SizeResult {
-    pub bytes: u64,
-    pub iterations: u64,
-    /// From the first post to the last completion.
+pub struct Repetition {
     pub elapsed_ns: u64,
+    /// The repetition's average (decimal MB/s): one sample of the size's bandwidth.
+    pub mb_per_s: f64,
     /// Best rate over any window of at least `peak_window` consecutive writes, timed between
     /// signalled completions.
     pub peak_mb_per_s: f64,
     pub peak_window: u64,
-    pub average_mb_per_s: f64,
-    pub average_gbps: f64,
-    pub msg_rate_mpps: f64,
-    /// Some(true/false) when --validate compared the written bytes.
+}
+
+/// n, median, min and max of a size's samples (decimal MB/s; the median also in Gb/s and as
+/// a message rate).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SizeStats {
+    pub n: usize,
+    pub median_mb_per_s: f64,
+    pub min_mb_per_s: f64,
+    pub max_mb_per_s: f64,
+    pub median_gbps: f64,
+    pub median_msg_rate_mpps: f64,
+}
+
+/// One message size, measured: every timed repetition, and what they add up to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SizeResult {
+    pub bytes: u64,
+    /// Writes per repetition.
+    pub iterations: u64,
+    /// Every timed repetition, in the order taken (the raw samples).
+    pub samples: Vec<Repetition>,
+    /// Over the samples' rates; None when there is none. The size is judged on the median.
+    pub stats: Option<SizeStats>,
+    /// The best windowed rate of any repetition.
+    pub peak_mb_per_s: f64,
+    /// Some(true/false) when --validate compared the written bytes (after every repetition:
+    /// false if any did not match).
     pub validated: Option<bool>,
     pub verdict: Verdict,
 }
 
-/// A message size's verdict: pass, fail, or unknown (small message, software device or unknown
-/// line rate: measured, not judged). The project's one vocabulary (`crate::findings`).
+impl SizeResult {
+    pub fn new(
+        bytes: u64,
+        iterations: u64,
+        samples: Vec<Repetition>,
+        validated: Option<bool>,
+    ) -> SizeResult {
+        let rates: Vec<f64> = samples.iter().map(|r| r.mb_per_s).collect();
+        let finite: Vec<f64> = rates.iter().copied().filter(|x| x.is_finite()).collect();
+        // Level 1's median (mean of the middle two for even n), so both levels say the same.
+        let stats = crate::probes::median(&rates).map(|m| SizeStats {
+            n: finite.len(),
+            median_mb_per_s: m,
+            min_mb_per_s: finite.iter().copied().fold(f64::INFINITY, f64::min),
+            max_mb_per_s: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            median_gbps: m * 8.0 / 1e3,
+            median_msg_rate_mpps: if bytes == 0 { 0.0 } else { m / bytes as f64 },
+        });
+        SizeResult {
+            bytes,
+            iterations,
+            peak_mb_per_s: samples.iter().map(|r| r.peak_mb_per_s).fold(0.0, f64::max),
+            samples,
+            stats,
+            validated,
+            verdict: Verdict::Unknown,
+        }
+    }
+
+    /// The bandwidth this size is judged on: the median over its repetitions, in Gb/s.
+    pub fn rate_gbps(&self) -> Option<f64> {
+        self.stats.as_ref().map(|s| s.median_gbps)
+    }
+}
+
+/// A message size's verdict (`size_verdicts`, by the one judge): pass, fail, unknown (a small
+/// message, an unknown line rate, data not validated) or skip (a software device: measured,
+/// not judged). The project's one vocabulary (`crate::findings`).
 pub use crate::findings::Verdict;
 
 /// Completion timestamps of one size: (ns since the first post, writes completed so far).
@@ -151,9 +234,10 @@ pub fn mb_per_s(bytes: f64, ns: u64) -> f64 {
     bytes / (ns as f64 / 1e9) / 1e6
 }
 
-/// Summarise one size from its timeline. The peak window is at least an eighth of the run and
-/// two moderation batches, so that two completions reaped in one poll do not make a peak.
-pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) -> SizeResult {
+/// Summarise one repetition from its timeline. The peak window is at least an eighth of the
+/// run and two moderation batches, so that two completions reaped in one poll do not make a
+/// peak.
+pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) -> Repetition {
     let elapsed_ns = t.marks.last().map(|m| m.0).unwrap_or(0);
     let total = bytes as f64 * iterations as f64;
     let average = mb_per_s(total, elapsed_ns);
@@ -177,50 +261,49 @@ pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) 
             peak = peak.max(mb_per_s(bytes as f64 * n as f64, dt));
         }
     }
-    SizeResult {
-        bytes,
-        iterations,
+    Repetition {
         elapsed_ns,
+        mb_per_s: average,
         peak_mb_per_s: peak.max(average),
         peak_window: window,
-        average_mb_per_s: average,
-        average_gbps: average * 8.0 / 1e3,
-        msg_rate_mpps: if elapsed_ns == 0 {
-            0.0
-        } else {
-            iterations as f64 / (elapsed_ns as f64 / 1e9) / 1e6
-        },
-        validated: None,
-        verdict: Verdict::Unknown,
     }
 }
 
-/// The pass/fail rule in force, and where it comes from.
+/// The rule a run is judged by, and where it comes from. The verdict is the judge's
+/// (`judge_run`, over `crate::findings::judge`); this only says what the bar is.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Threshold {
-    /// Average bandwidth of messages >= min_bytes must reach `gbps`.
+    /// Bandwidth of messages >= min_bytes must reach `gbps`.
     LineRate {
         fraction: f64,
         gbps: f64,
         min_bytes: u64,
         source: String,
     },
-    NotApplicable {
-        reason: String,
-    },
+    /// No bar could be set (the port's line rate is unknown, or its sources disagree): the run
+    /// is measured and reported, and can never pass.
+    Unknown { reason: String },
+    /// No bar on purpose (a software device, a path NCCL would not use): measured, not judged.
+    NotApplicable { reason: String },
+    /// Level 4: the bar is delivery (every write of every size completed and its bytes
+    /// arrived), not bandwidth: GPU-initiated posting of small messages is not line-rate bound.
+    Delivery { reason: String },
 }
 
-pub fn threshold(software_device: Option<&str>, rate: Option<&LineRate>) -> Threshold {
-    if let Some(driver) = software_device {
+/// The reason a software device is not judged (levels 2 and 3 alike).
+pub const SOFTWARE_NOT_JUDGED: &str = "software RDMA: measured, not judged";
+
+pub fn threshold(software_device: Option<&str>, rate: Result<&LineRate, &str>) -> Threshold {
+    if let Some(what) = software_device {
         return Threshold::NotApplicable {
             reason: format!(
-                "software RDMA device ({driver}): its rate is set by the CPU, no line-rate threshold applies"
+                "{SOFTWARE_NOT_JUDGED} ({what}: the CPU sets its rate, no line rate applies)"
             ),
         };
     }
     match rate {
-        Some(r) => Threshold::LineRate {
+        Ok(r) => Threshold::LineRate {
             fraction: LINE_RATE_FRACTION,
             gbps: r.gbps * LINE_RATE_FRACTION,
             min_bytes: LARGE_MESSAGE_BYTES,
@@ -231,29 +314,216 @@ pub fn threshold(software_device: Option<&str>, rate: Option<&LineRate>) -> Thre
                 r.gbps * LINE_RATE_FRACTION
             ),
         },
-        None => Threshold::NotApplicable {
-            reason: "the port's active speed/width is unknown".into(),
+        Err(why) => Threshold::Unknown {
+            reason: format!("line rate unknown: {why}"),
         },
     }
 }
 
-/// Judge each size against the threshold; a failed validation fails its size.
-pub fn evaluate(results: &mut [SizeResult], t: &Threshold) {
-    for r in results {
-        r.verdict = match t {
-            _ if r.validated == Some(false) => Verdict::Fail,
-            Threshold::LineRate {
-                gbps, min_bytes, ..
-            } if r.bytes >= *min_bytes => {
-                if r.average_gbps >= *gbps {
-                    Verdict::Pass
-                } else {
-                    Verdict::Fail
-                }
-            }
-            _ => Verdict::Unknown,
-        };
+/// The bar for a port, from its facts.
+pub fn threshold_for(f: &PortFacts) -> Threshold {
+    threshold(
+        f.software_device.as_deref(),
+        f.line_rate.as_ref().ok_or(
+            f.line_rate_unknown
+                .as_deref()
+                .unwrap_or("the port's speed and width are unknown"),
+        ),
+    )
+}
+
+/// A write-bw run as the judge reads it: how it ended, what it measured and validated, the
+/// bar, and whether the device is software (levels 2, 3 and 4 each make one).
+pub struct RunView<'a> {
+    pub status: &'a Status,
+    pub results: &'a [SizeResult],
+    /// None: the run stopped before the bar was set.
+    pub threshold: Option<&'a Threshold>,
+    pub software: bool,
+    /// The sizes the plan asked for (a run that measured fewer did not complete them).
+    pub planned_sizes: usize,
+    /// Server mode: what the server checked of the client's writes.
+    pub served: Option<&'a Served>,
+}
+
+/// The judge's word on a run, with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judged {
+    pub status: crate::findings::Judgement,
+    pub reason: String,
+}
+
+/// What a server checked of its client's writes (two-node mode): facts, judged by `judge_run`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Served {
+    pub peer: String,
+    pub sizes: u32,
+    pub validated: u32,
+    /// "65536 B (first difference at offset 12)".
+    pub mismatched: Vec<String>,
+}
+
+/// A size is judged on its bandwidth (`rate_gbps`) against a line-rate bar when it is at least
+/// `min_bytes`; smaller messages are message-rate bound and not judged.
+fn size_bar(s: &SizeResult, t: Option<&Threshold>) -> crate::findings::Bar {
+    use crate::findings::Bar;
+    match t {
+        Some(Threshold::LineRate {
+            gbps, min_bytes, ..
+        }) if s.bytes >= *min_bytes => match s.rate_gbps() {
+            Some(r) if r >= *gbps => Bar::Met,
+            Some(_) => Bar::Below,
+            None => Bar::Unknown,
+        },
+        Some(Threshold::NotApplicable { .. }) => Bar::NotApplicable,
+        Some(Threshold::Delivery { .. }) => Bar::Met,
+        _ => Bar::Unknown,
     }
+}
+
+fn data_of(validated: Option<bool>) -> crate::findings::Data {
+    use crate::findings::Data;
+    match validated {
+        Some(true) => Data::Validated,
+        Some(false) => Data::Mismatch,
+        None => Data::NotChecked,
+    }
+}
+
+/// Each size's verdict (the table's column and the JSON's `verdict`), by the one judge.
+pub fn size_verdicts(results: &mut [SizeResult], t: Option<&Threshold>, software: bool) {
+    use crate::findings::{RunFacts, Weights, judge};
+    for r in results {
+        let f = RunFacts {
+            completed: true,
+            data: data_of(r.validated),
+            bar: size_bar(r, t),
+            software,
+        };
+        r.verdict = judge(&f, Weights::STRICT).verdict();
+    }
+}
+
+/// The one judge of a write-bw run (levels 2, 3 and 4): pure, over the facts the engine
+/// reported. Pass only when the run completed every planned size, every size was validated, a
+/// threshold applied (to at least one size) and every size it applies to met it.
+pub fn judge_run(v: &RunView) -> Judged {
+    use crate::findings::{Bar, Data, Judgement, RunFacts, Shortfall, Weights, judge};
+    let mk = |status, reason: String| Judged { status, reason };
+    // Could not run here (no libibverbs, no device): unknown by the probe's own account; the
+    // checks narrow it to not applicable where there is nothing to test.
+    let (completed, weights, stop) = match v.status {
+        Status::Skipped { reason } => (
+            false,
+            Weights {
+                broken: Shortfall::Unknown,
+                ..Weights::STRICT
+            },
+            Some(reason.clone()),
+        ),
+        Status::Error { reason } => (false, Weights::STRICT, Some(reason.clone())),
+        Status::Ok | Status::Failed { .. } => (true, Weights::STRICT, None),
+    };
+    let mismatched: Vec<String> = match v.served {
+        Some(s) => s.mismatched.clone(),
+        None => v
+            .results
+            .iter()
+            .filter(|r| r.validated == Some(false))
+            .map(|r| format!("{} B", r.bytes))
+            .collect(),
+    };
+    let data = if !mismatched.is_empty() {
+        Data::Mismatch
+    } else if let Some(s) = v.served {
+        if s.validated > 0 && s.validated == s.sizes {
+            Data::Validated
+        } else {
+            Data::NotChecked
+        }
+    } else if !v.results.is_empty() && v.results.iter().all(|r| r.validated == Some(true)) {
+        Data::Validated
+    } else {
+        Data::NotChecked
+    };
+    let measured_all = v.results.len() >= v.planned_sizes;
+    let below: Vec<&SizeResult> = v
+        .results
+        .iter()
+        .filter(|r| size_bar(r, v.threshold) == Bar::Below)
+        .collect();
+    let judged = v
+        .results
+        .iter()
+        .filter(|r| matches!(size_bar(r, v.threshold), Bar::Met | Bar::Below))
+        .count();
+    let (bar, bar_why) = match v.threshold {
+        _ if v.served.is_some() => (
+            Bar::NotApplicable,
+            "server side: the client measures and judges the bandwidth".to_string(),
+        ),
+        None => (Bar::Unknown, "no threshold was set".to_string()),
+        Some(Threshold::Unknown { reason }) => (Bar::Unknown, reason.clone()),
+        Some(Threshold::NotApplicable { reason }) => (Bar::NotApplicable, reason.clone()),
+        Some(Threshold::Delivery { reason }) if measured_all && !v.results.is_empty() => {
+            (Bar::Met, reason.clone())
+        }
+        Some(Threshold::Delivery { .. }) => (
+            Bar::Unknown,
+            format!(
+                "{} of {} planned size(s) measured",
+                v.results.len(),
+                v.planned_sizes
+            ),
+        ),
+        Some(Threshold::LineRate { min_bytes, .. }) if judged == 0 => (
+            Bar::Unknown,
+            format!(
+                "no message of at least {min_bytes} B was measured: the line-rate threshold applies to none"
+            ),
+        ),
+        Some(Threshold::LineRate { source, .. }) if !below.is_empty() => (
+            Bar::Below,
+            format!(
+                "{} (threshold {source})",
+                below
+                    .iter()
+                    .map(|r| match &r.stats {
+                        Some(st) => format!(
+                            "{} B: median {:.2} Gb/s (n {}, min {:.2}, max {:.2})",
+                            r.bytes,
+                            st.median_gbps,
+                            st.n,
+                            st.min_mb_per_s * 8.0 / 1e3,
+                            st.max_mb_per_s * 8.0 / 1e3
+                        ),
+                        None => format!("{} B: no samples", r.bytes),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
+        Some(Threshold::LineRate { source, .. }) => (Bar::Met, format!("threshold {source}")),
+    };
+    let facts = RunFacts {
+        completed,
+        data,
+        bar,
+        software: v.software,
+    };
+    let status = judge(&facts, weights);
+    let reason = match status {
+        _ if !completed => stop.unwrap_or_default(),
+        Judgement::Fail if data == Data::Mismatch => {
+            format!("written data did not match: {}", mismatched.join(", "))
+        }
+        Judgement::NotApplicable if v.software => SOFTWARE_NOT_JUDGED.to_string(),
+        Judgement::Unknown if data == Data::NotChecked && bar == Bar::Met => {
+            "the written data was not validated: nothing judged".to_string()
+        }
+        _ => bar_why,
+    };
+    mk(status, reason)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -277,7 +547,11 @@ pub struct PortFacts {
     pub addressing: Addressing,
     /// Some(driver) for software devices (no PCI function behind them).
     pub software_device: Option<String>,
+    /// The line rate verbs and sysfs agree on; None: see `line_rate_unknown`.
     pub line_rate: Option<LineRate>,
+    /// Why the line rate is unknown (unreadable, undefined, or verbs and sysfs disagree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line_rate_unknown: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -285,7 +559,8 @@ pub struct PortFacts {
 pub enum Status {
     /// Measured; see verdicts.
     Ok,
-    /// Measured and at least one size failed its threshold or validation.
+    /// Measured, and the judge failed it (a size below its threshold, or data that did not
+    /// match): set by `WriteBwReport::conclude`, never by the engine.
     Failed { reason: String },
     /// The probe could not run on this machine (no libibverbs, no device, port down...).
     Skipped { reason: String },
@@ -308,6 +583,11 @@ pub struct WriteBwReport {
     /// Plain statements about the run (e.g. what a server served).
     pub notes: Vec<String>,
     pub status: Status,
+    /// The judge's verdict on the run (`judge_run`); None until judged.
+    pub judgement: Option<Judged>,
+    /// Server mode: what this side checked of the client's writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served: Option<Served>,
     /// Where the buffers were (host or GPU memory, how registered); absent in reports made
     /// before level 3.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -341,35 +621,43 @@ impl WriteBwReport {
             results: Vec::new(),
             notes: Vec::new(),
             status: Status::Ok,
+            judgement: None,
+            served: None,
             memory: None,
             gdr: None,
         }
     }
 
-    /// Set the overall status from the verdicts (after `evaluate`).
+    /// The facts of this run as the judge reads them.
+    pub fn view(&self) -> RunView<'_> {
+        RunView {
+            status: &self.status,
+            results: &self.results,
+            threshold: self.threshold.as_ref(),
+            software: self
+                .local
+                .as_ref()
+                .is_some_and(|l| l.software_device.is_some()),
+            planned_sizes: match self.mode {
+                Mode::Server => 0,
+                _ => self.plan.sizes.len(),
+            },
+            served: self.served.as_ref(),
+        }
+    }
+
+    /// Judge the run (`judge_run`): each size's verdict, the run's judgement, and a `failed`
+    /// status where the judge failed a run that completed.
     pub fn conclude(&mut self) {
-        if !matches!(self.status, Status::Ok) {
-            return;
+        let software = self.view().software;
+        size_verdicts(&mut self.results, self.threshold.as_ref(), software);
+        let j = judge_run(&self.view());
+        if matches!(self.status, Status::Ok) && j.status == crate::findings::Judgement::Fail {
+            self.status = Status::Failed {
+                reason: j.reason.clone(),
+            };
         }
-        let failed: Vec<String> = self
-            .results
-            .iter()
-            .filter(|r| r.verdict == Verdict::Fail)
-            .map(|r| {
-                if r.validated == Some(false) {
-                    format!("{} B: written data did not match", r.bytes)
-                } else {
-                    format!("{} B: {:.2} Gb/s", r.bytes, r.average_gbps)
-                }
-            })
-            .collect();
-        if !failed.is_empty() {
-            let mut reason = failed.join("; ");
-            if let Some(Threshold::LineRate { source, .. }) = &self.threshold {
-                reason = format!("{reason} (threshold {source})");
-            }
-            self.status = Status::Failed { reason };
-        }
+        self.judgement = Some(j);
     }
 }
 
@@ -408,11 +696,58 @@ mod tests {
         // 1000 writes of 1 MB (decimal) in 1 s: 1000 MB/s, 8 Gb/s, 0.001 Mpps.
         let marks = (1..=10).map(|i| (i * 100_000_000, i * 100)).collect();
         let r = summarise(1_000_000, 1000, 100, &Timeline { marks });
-        assert!((r.average_mb_per_s - 1000.0).abs() < 1e-6);
-        assert!((r.average_gbps - 8.0).abs() < 1e-9);
-        assert!((r.msg_rate_mpps - 0.001).abs() < 1e-12);
+        assert!((r.mb_per_s - 1000.0).abs() < 1e-6);
         assert!((r.peak_mb_per_s - 1000.0).abs() < 1e-6);
         assert_eq!(r.peak_window, 200);
+        let s = SizeResult::new(1_000_000, 1000, vec![r], None);
+        let st = s.stats.unwrap();
+        assert!((st.median_gbps - 8.0).abs() < 1e-9);
+        assert!((st.median_msg_rate_mpps - 0.001).abs() < 1e-12);
+    }
+
+    /// A size is judged on the median of its repetitions, and every sample is kept.
+    #[test]
+    fn per_size_samples() {
+        let rep = |mb| Repetition {
+            elapsed_ns: 1,
+            mb_per_s: mb,
+            peak_mb_per_s: mb * 1.1,
+            peak_window: 1,
+        };
+        let s = SizeResult::new(
+            1 << 20,
+            500,
+            [24_000.0, 10_000.0, 23_000.0, 24_500.0, 23_500.0]
+                .map(rep)
+                .to_vec(),
+            Some(true),
+        );
+        let st = s.stats.as_ref().unwrap();
+        assert_eq!(
+            (st.n, st.median_mb_per_s, st.min_mb_per_s, st.max_mb_per_s),
+            (5, 23_500.0, 10_000.0, 24_500.0)
+        );
+        assert_eq!(s.rate_gbps(), Some(188.0));
+        assert_eq!(s.samples.len(), 5);
+        assert!((s.peak_mb_per_s - 24_500.0 * 1.1).abs() < 1e-6);
+        // One slow repetition does not fail a 200 Gb/s port (180 Gb/s bar); its median would.
+        let hdr = LineRate {
+            gbps: 200.0,
+            source: "4X HDR".into(),
+        };
+        let mut rs = vec![s];
+        size_verdicts(&mut rs, Some(&threshold(None, Ok(&hdr))), false);
+        assert_eq!(rs[0].verdict, Verdict::Pass);
+        let json = serde_json::to_value(&rs[0]).unwrap();
+        assert_eq!(json["stats"]["n"], 5);
+        assert_eq!(json["samples"][1]["mb_per_s"], 10_000.0);
+        assert!(SizeResult::new(64, 1, Vec::new(), None).stats.is_none());
+        assert_eq!(
+            Plan::new(vec![64], 10, 128, 100, None, 1, false)
+                .unwrap()
+                .with_repetitions(0),
+            Err(PlanError::Repetitions)
+        );
     }
 
     #[test]
@@ -422,43 +757,136 @@ mod tests {
         let r = summarise(1000, 200, 50, &Timeline { marks });
         // 50 writes 1 ns apart would be a 50000x peak; over >= 100 writes it stays near average.
         assert_eq!(r.peak_window, 100);
-        assert!(r.peak_mb_per_s <= 2.0 * r.average_mb_per_s, "{r:?}");
-        assert!(r.peak_mb_per_s >= r.average_mb_per_s);
+        assert!(r.peak_mb_per_s <= 2.0 * r.mb_per_s, "{r:?}");
+        assert!(r.peak_mb_per_s >= r.mb_per_s);
+    }
+
+    fn mk(bytes: u64, gbps: f64, validated: Option<bool>) -> SizeResult {
+        let rep = Repetition {
+            elapsed_ns: 1,
+            mb_per_s: gbps * 1e3 / 8.0,
+            peak_mb_per_s: gbps * 1e3 / 8.0,
+            peak_window: 1,
+        };
+        SizeResult::new(bytes, 1, vec![rep], validated)
+    }
+
+    fn hdr() -> LineRate {
+        LineRate {
+            gbps: 200.0,
+            source: "4X HDR".into(),
+        }
     }
 
     #[test]
     fn verdicts() {
-        let t = threshold(
-            None,
-            Some(&LineRate {
-                gbps: 200.0,
-                source: "4X HDR".into(),
-            }),
+        let t = threshold(None, Ok(&hdr()));
+        let mut rs = vec![
+            mk(64, 1.0, None),
+            mk(65536, 185.0, None),
+            mk(1 << 20, 170.0, None),
+        ];
+        size_verdicts(&mut rs, Some(&t), false);
+        // Not validated: the judged sizes below the bar fail, those above are unknown.
+        assert_eq!(
+            rs.iter().map(|r| r.verdict).collect::<Vec<_>>(),
+            vec![Verdict::Unknown, Verdict::Unknown, Verdict::Fail]
         );
-        let mk = |bytes, gbps| SizeResult {
-            bytes,
-            iterations: 1,
-            elapsed_ns: 1,
-            peak_mb_per_s: 0.0,
-            peak_window: 1,
-            average_mb_per_s: 0.0,
-            average_gbps: gbps,
-            msg_rate_mpps: 0.0,
-            validated: None,
-            verdict: Verdict::Unknown,
-        };
-        let mut rs = vec![mk(64, 1.0), mk(65536, 185.0), mk(1 << 20, 170.0)];
-        evaluate(&mut rs, &t);
+        for r in &mut rs {
+            r.validated = Some(true);
+        }
+        size_verdicts(&mut rs, Some(&t), false);
         assert_eq!(
             rs.iter().map(|r| r.verdict).collect::<Vec<_>>(),
             vec![Verdict::Unknown, Verdict::Pass, Verdict::Fail]
         );
-        let soft = threshold(Some("rxe"), None);
-        let mut rs = vec![mk(1 << 20, 0.4)];
-        evaluate(&mut rs, &soft);
-        assert_eq!(rs[0].verdict, Verdict::Unknown);
+        let soft = threshold(Some("no PCI function"), Err("x"));
+        let mut rs = vec![mk(1 << 20, 0.4, Some(true))];
+        size_verdicts(&mut rs, Some(&soft), true);
+        assert_eq!(rs[0].verdict, Verdict::Skip);
         rs[0].validated = Some(false);
-        evaluate(&mut rs, &soft);
+        size_verdicts(&mut rs, Some(&soft), true);
         assert_eq!(rs[0].verdict, Verdict::Fail);
+    }
+
+    /// The run-level judge over report facts (levels 2 and 3): unknown rate, software device,
+    /// small messages only, unvalidated data and an incomplete run are never a pass.
+    #[test]
+    fn run_judge() {
+        use crate::findings::Judgement as J;
+        let plan = Plan::new(vec![65536, 1 << 20], 10, 128, 16, None, 1, true).unwrap();
+        let run = |t: Option<Threshold>, results: Vec<SizeResult>, software: bool| {
+            let mut r = WriteBwReport::new(Mode::Loopback, plan.clone());
+            r.threshold = t;
+            r.results = results;
+            let v = RunView {
+                software,
+                ..r.view()
+            };
+            judge_run(&v)
+        };
+        let good = || vec![mk(65536, 190.0, Some(true)), mk(1 << 20, 195.0, Some(true))];
+        let rate = || Some(threshold(None, Ok(&hdr())));
+        assert_eq!(run(rate(), good(), false).status, J::Pass);
+        let slow = vec![mk(65536, 190.0, Some(true)), mk(1 << 20, 100.0, Some(true))];
+        let j = run(rate(), slow, false);
+        assert_eq!(j.status, J::Fail);
+        assert!(
+            j.reason.contains("1048576 B: median 100.00 Gb/s (n 1"),
+            "{}",
+            j.reason
+        );
+        let unknown = Some(threshold(
+            None,
+            Err("ibv_query_port says 4X HDR, sysfs 100 Gb/s"),
+        ));
+        let j = run(unknown, good(), false);
+        assert_eq!(j.status, J::Unknown);
+        assert!(j.reason.starts_with("line rate unknown: "), "{}", j.reason);
+        let soft = Some(threshold(Some("no PCI function"), Err("x")));
+        let j = run(soft.clone(), good(), true);
+        assert_eq!(
+            (j.status, j.reason.as_str()),
+            (J::NotApplicable, SOFTWARE_NOT_JUDGED)
+        );
+        let bad = vec![mk(65536, 0.4, Some(false)), mk(1 << 20, 0.4, Some(true))];
+        let j = run(soft, bad, true);
+        assert_eq!(j.status, J::Fail);
+        assert!(j.reason.contains("did not match: 65536 B"), "{}", j.reason);
+        // Only small messages: the threshold applied to none.
+        let j = run(
+            rate(),
+            vec![mk(64, 1.0, Some(true)), mk(4096, 9.0, Some(true))],
+            false,
+        );
+        assert_eq!(j.status, J::Unknown);
+        // Not validated, or fewer sizes than planned.
+        let nv = vec![mk(65536, 190.0, None), mk(1 << 20, 195.0, None)];
+        assert_eq!(run(rate(), nv, false).status, J::Unknown);
+        assert_eq!(run(rate(), Vec::new(), false).status, J::Unknown);
+        // Broke off: a failure; could not run: unknown.
+        let mut r = WriteBwReport::new(Mode::Loopback, plan.clone());
+        r.status = Status::Error {
+            reason: "completion error".into(),
+        };
+        assert_eq!(judge_run(&r.view()).status, J::Fail);
+        r.status = Status::Skipped {
+            reason: "no libibverbs".into(),
+        };
+        assert_eq!(judge_run(&r.view()).status, J::Unknown);
+        // Server side: facts of the client's writes; the bandwidth is the client's to judge.
+        let mut s = WriteBwReport::new(Mode::Server, plan);
+        s.served = Some(Served {
+            peer: "10.0.0.1".into(),
+            sizes: 2,
+            validated: 2,
+            mismatched: Vec::new(),
+        });
+        assert_eq!(judge_run(&s.view()).status, J::NotApplicable);
+        if let Some(x) = s.served.as_mut() {
+            x.mismatched
+                .push("4096 B (first difference at offset 0)".into());
+        }
+        assert_eq!(judge_run(&s.view()).status, J::Fail);
     }
 }

@@ -56,7 +56,11 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         }) => {
             let _ = writeln!(o, " Threshold: messages >= {min_bytes} B at {source}");
         }
-        Some(Threshold::NotApplicable { reason }) => {
+        Some(
+            Threshold::NotApplicable { reason }
+            | Threshold::Unknown { reason }
+            | Threshold::Delivery { reason },
+        ) => {
             let _ = writeln!(o, " Threshold: none ({reason})");
         }
         None => {}
@@ -65,13 +69,16 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
     if !r.results.is_empty() {
         let _ = writeln!(
             o,
-            " {:<10} {:<14} {:<18} {:<20} {:<15} {:<19} verdict",
+            " {:<10} {:<14} {:<4} {:<18} {:<19} {:<16} {:<16} {:<15} {:<18} verdict",
             "#bytes",
             "#iterations",
+            "n",
             "BW peak[MB/sec]",
-            "BW average[MB/sec]",
+            "BW median[MB/sec]",
+            "BW min[MB/sec]",
+            "BW max[MB/sec]",
             "MsgRate[Mpps]",
-            "BW average[Gb/sec]",
+            "BW median[Gb/sec]",
         );
         for s in &r.results {
             let verdict = match (s.verdict, s.validated) {
@@ -82,18 +89,32 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
                 (Verdict::Unknown | Verdict::Skip, Some(true)) => "- (data ok)",
                 (Verdict::Unknown | Verdict::Skip, _) => "-",
             };
-            let _ = writeln!(
-                o,
-                " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:<19.3} {}",
-                s.bytes,
-                s.iterations,
-                s.peak_mb_per_s,
-                s.average_mb_per_s,
-                s.msg_rate_mpps,
-                s.average_gbps,
-                verdict
-            );
+            let _ = match &s.stats {
+                Some(st) => writeln!(
+                    o,
+                    " {:<10} {:<14} {:<4} {:<18.2} {:<19.2} {:<16.2} {:<16.2} {:<15.6} {:<18.3} {}",
+                    s.bytes,
+                    s.iterations,
+                    st.n,
+                    s.peak_mb_per_s,
+                    st.median_mb_per_s,
+                    st.min_mb_per_s,
+                    st.max_mb_per_s,
+                    st.median_msg_rate_mpps,
+                    st.median_gbps,
+                    verdict
+                ),
+                None => writeln!(
+                    o,
+                    " {:<10} {:<14} 0    no samples {}",
+                    s.bytes, s.iterations, verdict
+                ),
+            };
         }
+        let _ = writeln!(
+            o,
+            " n timed repetitions per size; the median is what a size is judged on"
+        );
         let _ = writeln!(o, "{rule}");
     }
     for n in &r.notes {
@@ -107,7 +128,10 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         let _ = writeln!(o, "   Fix: {}", c.remediation);
     }
     let _ = match &r.status {
-        Status::Ok => writeln!(o, " write-bw: ok"),
+        Status::Ok => match &r.judgement {
+            Some(j) => writeln!(o, " write-bw: ok ({}: {})", j.status.as_str(), j.reason),
+            None => writeln!(o, " write-bw: ok"),
+        },
         Status::Failed { reason } => writeln!(o, " write-bw: FAILED: {reason}"),
         Status::Skipped { reason } => writeln!(o, " write-bw: skipped: {reason}"),
         Status::Error { reason } => writeln!(o, " write-bw: ERROR: {reason}"),
@@ -265,15 +289,32 @@ pub fn gpu_write_bw_table(r: &crate::rdma::level4::GpuWriteBwReport) -> String {
         let _ = writeln!(o, "{rule}");
         let _ = writeln!(
             o,
-            " {:<10} {:<14} {:<18} {:<20} {:<15}",
-            "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
+            " {:<10} {:<14} {:<4} {:<18} {:<19} {:<16} {:<16} {:<15}",
+            "#bytes",
+            "#iterations",
+            "n",
+            "BW peak[MB/sec]",
+            "BW median[MB/sec]",
+            "BW min[MB/sec]",
+            "BW max[MB/sec]",
+            "MsgRate[Mpps]"
         );
         for s in &r.results {
-            let _ = writeln!(
-                o,
-                " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6}",
-                s.bytes, s.iterations, s.peak_mb_per_s, s.average_mb_per_s, s.msg_rate_mpps
-            );
+            let _ = match &s.stats {
+                Some(st) => writeln!(
+                    o,
+                    " {:<10} {:<14} {:<4} {:<18.2} {:<19.2} {:<16.2} {:<16.2} {:<15.6}",
+                    s.bytes,
+                    s.iterations,
+                    st.n,
+                    s.peak_mb_per_s,
+                    st.median_mb_per_s,
+                    st.min_mb_per_s,
+                    st.max_mb_per_s,
+                    st.median_msg_rate_mpps
+                ),
+                None => writeln!(o, " {:<10} {:<14} 0    no samples", s.bytes, s.iterations),
+            };
         }
     }
     if let Some(t) = &r.poster.posting_ns {

@@ -298,9 +298,31 @@ pub struct PortAttr {
     pub lid: u16,
     pub gid_tbl_len: i32,
     pub active_width: u8,
+    /// The 8-bit speed code: NDR (128) on a faster port, whose speed is in `active_speed_ex`.
     pub active_speed: u8,
+    /// The 32-bit speed code (XDR = 256), 0 where the library or kernel does not fill it
+    /// ("if it is 0 refer to active_speed instead", ibv_query_port(3)).
+    pub active_speed_ex: u32,
     pub link_layer: u8,
 }
+
+/// `struct ibv_port_attr` as rdma-core >= 49 declares it: the generated bindings are from
+/// Debian 12's libibverbs-dev 44, which ends at `port_cap_flags2`; rdma-core 91b4ed8dd
+/// ("verbs: Add support for XDR speed in ibv_query_port", v49.0) appended `uint32_t
+/// active_speed_ex`. The extended query_port takes the caller's struct size; a library that
+/// knows the shorter struct zeroes the whole buffer first and fills its part
+/// (libibverbs/verbs.c `__lib_query_port`), so `active_speed_ex` reads 0 there.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PortAttrEx {
+    attr: sys::ibv_port_attr,
+    active_speed_ex: u32,
+}
+
+// The C layout: 52 bytes up to port_cap_flags2's padding, then the u32 at offset 52.
+const _: () = assert!(std::mem::size_of::<sys::ibv_port_attr>() == 52);
+const _: () = assert!(std::mem::offset_of!(PortAttrEx, active_speed_ex) == 52);
+const _: () = assert!(std::mem::size_of::<PortAttrEx>() == 56);
 
 impl PortAttr {
     pub fn is_active(&self) -> bool {
@@ -352,15 +374,17 @@ impl Context {
     }
 
     /// verbs.h's `static inline ___ibv_query_port`, by hand: use the extended context's
-    /// query_port when the provider has one (it fills the whole struct), else the exported
-    /// compat ibv_query_port, which fills the leading `_compat_ibv_port_attr` part.
+    /// query_port when the provider has one (it fills the whole struct, `active_speed_ex`
+    /// included from rdma-core 49 on: `PortAttrEx`), else the exported compat ibv_query_port,
+    /// which fills the leading `_compat_ibv_port_attr` part.
     pub fn query_port(&self, port: u8) -> Result<PortAttr, VerbsError> {
-        // SAFETY: ibv_port_attr is plain data (all-zero is valid). verbs_context embeds
+        // SAFETY: PortAttrEx is plain data (all-zero is valid) laid out as rdma-core 49+ declares
+        // ibv_port_attr (checked above), and its size is what we pass. verbs_context embeds
         // ibv_context as its last member; abi_compat == VERBS_ABI_IS_EXTENDED says this context
         // was allocated as a verbs_context (verbs.h verbs_get_ctx), and `sz` says how much of it
         // the provider knows about (verbs_get_ctx_op).
         unsafe {
-            let mut attr: sys::ibv_port_attr = std::mem::zeroed();
+            let mut ex: PortAttrEx = std::mem::zeroed();
             let ctx = self.ptr();
             let mut rc = None;
             if (*ctx).abi_compat as usize == VERBS_ABI_IS_EXTENDED {
@@ -374,8 +398,8 @@ impl Context {
                     rc = Some(f(
                         ctx,
                         port,
-                        &mut attr,
-                        std::mem::size_of::<sys::ibv_port_attr>(),
+                        &mut ex as *mut PortAttrEx as *mut sys::ibv_port_attr,
+                        std::mem::size_of::<PortAttrEx>(),
                     ));
                 }
             }
@@ -384,12 +408,13 @@ impl Context {
                 None => self.lib().ibv_query_port(
                     ctx,
                     port,
-                    &mut attr as *mut _ as *mut sys::_compat_ibv_port_attr,
+                    &mut ex.attr as *mut _ as *mut sys::_compat_ibv_port_attr,
                 ),
             };
             if rc != 0 {
                 return Err(VerbsError::rc("ibv_query_port", rc));
             }
+            let attr = ex.attr;
             Ok(PortAttr {
                 state: attr.state,
                 active_mtu: attr.active_mtu,
@@ -397,6 +422,7 @@ impl Context {
                 gid_tbl_len: attr.gid_tbl_len,
                 active_width: attr.active_width,
                 active_speed: attr.active_speed,
+                active_speed_ex: ex.active_speed_ex,
                 link_layer: attr.link_layer,
             })
         }
@@ -1050,6 +1076,7 @@ mod tests {
             gid_tbl_len: 1,
             active_width: 1,
             active_speed: 1,
+            active_speed_ex: 0,
             link_layer: 2,
         };
         assert_eq!(p.active_mtu_bytes(), 1024);

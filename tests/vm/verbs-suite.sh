@@ -16,7 +16,7 @@ G="$BIN probe write-bw"
 cat /sys/class/infiniband/rxe0/ports/1/gids/0 > "$OUT/sysfs-rxe0-gid0"
 
 # Loopback on rxe0: the default sweep, validated; JSON and table.
-case_ loopback      $G -d rxe0 --iters 64 --validate --json
+case_ loopback      $G -d rxe0 --iters 64 --reps 3 --validate --json
 case_ loopback-tbl  $G -d rxe0 --sizes 4096 --iters 32 --validate
 case_ loopback-qps  $G -d rxe0 --sizes 65536 --iters 64 --qps 4 --tx-depth 16 --cq-mod 4 --validate --json
 # check --level 2 inside a machine with a real kernel RDMA stack: the write-bw loopback on rxe0's
