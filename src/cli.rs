@@ -215,8 +215,9 @@ pub struct CheckArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
-    /// NCCL topology XML (for NCCL_TOPO_FILE): CPUs (NUMA nodes with their CPU masks), the
-    /// PCI bridges down to each GPU and RDMA NIC with link speed and width, NVLinks, nets.
+    /// NCCL topology XML (for NCCL_TOPO_FILE): CPUs (NUMA nodes with their CPU masks), under
+    /// them one PCI node per switch (as NCCL's own detection builds the tree) and each GPU and
+    /// RDMA NIC with link speed and width, NVLinks, nets.
     /// Gives NCCL the real topology inside VMs and containers that hide it.
     NcclTopo {
         #[command(flatten)]
