@@ -384,8 +384,22 @@ fn differences(
     let has_entity = |m: &BTreeMap<String, String>, e: &str| {
         m.keys().any(|k| k == e || k.starts_with(&format!("{e}.")))
     };
+    // GPUs and NICs one side lacks: their paths are part of that one difference.
+    let gone: BTreeSet<String> = fields
+        .iter()
+        .filter(|f| f.starts_with("gpus[") || f.starts_with("nics["))
+        .map(|f| entity_of(f))
+        .filter(|e| has_entity(reference, e) != has_entity(ours, e))
+        .map(|e| split_field(&e).1)
+        .collect();
     let mut grouped: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
     for f in fields {
+        if f.starts_with("paths[") {
+            let ends = split_field(f).1;
+            if ends.split("<->").any(|end| gone.contains(end)) {
+                continue;
+            }
+        }
         let want = reference.get(f).map_or(MISSING, String::as_str);
         let got = ours.get(f).map_or(MISSING, String::as_str);
         if want == got {
