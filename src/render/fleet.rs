@@ -14,7 +14,16 @@ fn list(v: &[String]) -> String {
 pub fn fleet_table(r: &FleetReport) -> String {
     let mut s = String::new();
     let st: Vec<String> = r.status.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let _ = writeln!(s, "{} nodes: {}", r.nodes, st.join(", "));
+    let _ = writeln!(
+        s,
+        "{} nodes: {}",
+        r.nodes,
+        if st.is_empty() {
+            "no check reports".to_string()
+        } else {
+            st.join(", ")
+        }
+    );
     let _ = writeln!(s, "\nGroups (compared within, never across):");
     for g in &r.groups {
         let _ = writeln!(
