@@ -918,4 +918,96 @@ mod tests {
         assert_eq!(kind, "none (all equal)");
         assert_eq!(z, vec![0.0, 0.0]);
     }
+
+    fn node(name: &str, gbps: f64) -> NodeData {
+        NodeData {
+            name: name.into(),
+            bandwidth_gbps: [("h2d host->GPU0 copy-engine".to_string(), gbps)].into(),
+            ..Default::default()
+        }
+    }
+
+    /// The case: 20 nodes with +-0.3% noise, one at 97% of the median: an outlier far
+    /// beyond |z| 3.5, and not drained under the default 5% floor; drained under 2%.
+    #[test]
+    fn tolerance_floor_keeps_a_near_outlier_in_service() {
+        let mut nodes: Vec<NodeData> = (0..20)
+            .map(|i| {
+                node(
+                    &format!("n{i:02}"),
+                    50.0 * (1.0 + ((i % 7) as f64 - 3.0) * 0.001),
+                )
+            })
+            .collect();
+        nodes.push(node("near", 50.0 * 0.97));
+        let r = summarize(&nodes, &FleetOptions::default());
+        let o = &r.probes[0].outliers;
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].node, "near");
+        assert!(o[0].z < -10.0, "{o:?}");
+        assert!(!o[0].drain);
+        assert!(r.drain.is_empty());
+        let strict = FleetOptions {
+            min_deviation: 0.02,
+            ..FleetOptions::default()
+        };
+        let r = summarize(&nodes, &strict);
+        assert_eq!(r.drain.len(), 1);
+        assert_eq!(r.drain[0].node, "near");
+    }
+
+    #[test]
+    fn fields_split_into_pattern_subjects_and_entity() {
+        let (p, s, e) = split_field("nics[pci0000:15/01.0][port 1].rate");
+        assert_eq!(p, "nics[*][*].rate");
+        assert_eq!(s, "pci0000:15/01.0][port 1");
+        assert_eq!(e, "nics[pci0000:15/01.0]");
+        let d = Difference {
+            node: "n".into(),
+            group: "g".into(),
+            field: "nics[*].ports[*].rate".into(),
+            subjects: vec!["a][port 1".into()],
+            expected: "400".into(),
+            got: "200".into(),
+            drain: true,
+        };
+        assert_eq!(d.describe(), "nics[a].ports[port 1].rate: 400 -> 200");
+        let (p, s, e) = split_field("versions.kernel.value");
+        assert_eq!(
+            (p.as_str(), s.as_str(), e.as_str()),
+            ("versions.kernel.value", "", "versions")
+        );
+    }
+
+    #[test]
+    fn diff_orders_worse_first_and_hides_one_sided_passes() {
+        let f = |id: &str, st: &str| FindingIn {
+            id: id.into(),
+            subject: "host".into(),
+            status: st.into(),
+            message: String::new(),
+        };
+        let a = NodeData {
+            findings: vec![
+                f("a.better", "fail"),
+                f("b.worse", "pass"),
+                f("c.only-a", "pass"),
+            ],
+            ..Default::default()
+        };
+        let b = NodeData {
+            findings: vec![
+                f("a.better", "pass"),
+                f("b.worse", "warn"),
+                f("d.only-b", "pass"),
+                f("e.new-fail", "fail"),
+            ],
+            ..Default::default()
+        };
+        let d = diff(&a, &b, None, false);
+        let ids: Vec<&str> = d.checks.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["e.new-fail", "b.worse", "a.better"]);
+        assert_eq!(d.hidden, 2);
+        assert_eq!(diff(&a, &b, None, true).checks.len(), 5);
+    }
 }
