@@ -81,18 +81,31 @@ pub enum Command {
     /// floors. Compare other nodes with `check --expect FILE`.
     Baseline(BaselineArgs),
     /// Summarize many nodes: check reports (`check --json`), probe reports (`probe ... --json`),
-    /// baselines and bundles, or directories of them. Per check the nodes that fail, warn or
-    /// skip; per probe measurement the median and robust-z outliers; per shape field (bundles)
-    /// the nodes that differ from the majority; the nodes to drain. Files of one node share
-    /// the name before the first dot (node17.check.json, node17.h2d.json, node17.tar.gz).
-    /// Exit 1 when a node should be drained.
+    /// baselines and bundles, or directories of them. Nodes are grouped by server model (the
+    /// GPU and NIC models of their bundles) or by --expect baseline. Per check the nodes that
+    /// fail, warn or skip; per probe measurement and group the median, the robust-z outliers
+    /// and the nodes below gpudoctor's bar; per node one line per difference of its shape from
+    /// its group's (majority or baseline); the nodes to drain. Files of one node share the name
+    /// before the first dot (node17.check.json, node17.h2d.json, node17.tar.gz). Exit 1 when a
+    /// node should be drained.
     Fleet {
         /// Reports, bundles or directories.
         #[arg(required = true, value_name = "REPORT|BUNDLE|DIR")]
         inputs: Vec<PathBuf>,
-        /// Print one JSON document (schema gpudoctor.fleet/1).
-        #[arg(long)]
+        /// Print one JSON document (schema gpudoctor.fleet/2); the same as --format json.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// Output format: table, json, md (Markdown for a ticket).
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: Option<FleetFormat>,
+        /// A low bandwidth outlier (modified z < -3.5) is drained only when it is also more
+        /// than PERCENT below its group's median.
+        #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
+        min_deviation: f64,
+        /// Compare the nodes of this baseline's server model (`gpudoctor baseline`) with it
+        /// instead of with their majority (repeatable, one per model).
+        #[arg(long, value_name = "FILE")]
+        expect: Vec<PathBuf>,
     },
     /// What differs between two nodes, or one node before and after a change: check verdicts,
     /// probe bandwidth, and (two bundles) B's shape against A's by PCI position. Exit 1 when
@@ -102,9 +115,12 @@ pub enum Command {
         a: PathBuf,
         /// Report or bundle B.
         b: PathBuf,
-        /// Print one JSON document (schema gpudoctor.diff/1).
+        /// Print one JSON document (schema gpudoctor.diff/2).
         #[arg(long)]
         json: bool,
+        /// Also list subjects judged pass in one node and not at all in the other.
+        #[arg(long)]
+        all: bool,
     },
     /// Write the machine in the formats of other tools: `nccl-topo` for NCCL_TOPO_FILE.
     #[command(subcommand, disable_help_subcommand = true)]
@@ -124,6 +140,17 @@ pub enum Command {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+}
+
+/// How `fleet` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FleetFormat {
+    /// Human table.
+    Table,
+    /// One JSON document.
+    Json,
+    /// Markdown (for a ticket).
+    Md,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -202,8 +229,9 @@ pub struct CheckArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
-    /// NCCL topology XML (for NCCL_TOPO_FILE): CPUs (NUMA nodes with their CPU masks), the
-    /// PCI bridges down to each GPU and RDMA NIC with link speed and width, NVLinks, nets.
+    /// NCCL topology XML (for NCCL_TOPO_FILE): CPUs (NUMA nodes with their CPU masks), under
+    /// them one PCI node per switch (as NCCL's own detection builds the tree) and each GPU and
+    /// RDMA NIC with link speed and width, NVLinks, nets.
     /// Gives NCCL the real topology inside VMs and containers that hide it.
     NcclTopo {
         #[command(flatten)]

@@ -158,12 +158,16 @@ pub enum Action {
     Man(PathBuf),
     Fleet {
         inputs: Vec<PathBuf>,
-        json: bool,
+        format: crate::cli::FleetFormat,
+        /// Fraction (0.05 = 5%).
+        min_deviation: f64,
+        expect: Vec<PathBuf>,
     },
     Diff {
         a: PathBuf,
         b: PathBuf,
         json: bool,
+        all: bool,
     },
     /// `export nccl-topo`.
     ExportNcclTopo {
@@ -342,8 +346,34 @@ impl Config {
                     },
                 )
             }
-            Command::Fleet { inputs, json } => (None, Action::Fleet { inputs, json }),
-            Command::Diff { a, b, json } => (None, Action::Diff { a, b, json }),
+            Command::Fleet {
+                inputs,
+                json,
+                format,
+                min_deviation,
+                expect,
+            } => {
+                if !(0.0..100.0).contains(&min_deviation) {
+                    bail!(
+                        "--min-deviation is a percentage from 0 to below 100, not {min_deviation}"
+                    );
+                }
+                let format = match (json, format) {
+                    (_, Some(f)) => f,
+                    (true, None) => crate::cli::FleetFormat::Json,
+                    (false, None) => crate::cli::FleetFormat::Table,
+                };
+                (
+                    None,
+                    Action::Fleet {
+                        inputs,
+                        format,
+                        min_deviation: min_deviation / 100.0,
+                        expect,
+                    },
+                )
+            }
+            Command::Diff { a, b, json, all } => (None, Action::Diff { a, b, json, all }),
             Command::Export(crate::cli::ExportCommand::NcclTopo { source, output }) => {
                 (Some(source), Action::ExportNcclTopo { output })
             }

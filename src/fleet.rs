@@ -14,11 +14,16 @@ use crate::baseline::Baseline;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-pub const FLEET_SCHEMA: &str = "gpudoctor.fleet/1";
-pub const DIFF_SCHEMA: &str = "gpudoctor.diff/1";
+pub const FLEET_SCHEMA: &str = "gpudoctor.fleet/2";
+pub const DIFF_SCHEMA: &str = "gpudoctor.diff/2";
 
 /// Modified z-score beyond which a value is an outlier (Iglewicz and Hoaglin, 1993).
 pub const OUTLIER_Z: f64 = 3.5;
+
+/// How far below its group's median a statistical outlier must also be to be drained: a tight
+/// fleet (run-to-run noise of 0.3%) makes a node 3% slow a z -15 outlier, and draining it
+/// would take a healthy node out. SuperBench's default rules allow -5% against the baseline.
+pub const DEFAULT_MIN_DEVIATION: f64 = 0.05;
 
 /// The part of a `gpudoctor.check/1` report the fleet view reads.
 #[derive(Debug, Clone, Deserialize)]
@@ -50,6 +55,26 @@ pub struct NodeData {
     pub shape: Option<Baseline>,
     /// Probe measurement id ("h2d host->GPU0 copy-engine") -> median GB/s.
     pub bandwidth_gbps: BTreeMap<String, f64>,
+    /// Probe measurement id -> gpudoctor's bar for it (the probe's threshold, e.g. 80% of the
+    /// PCIe link rate), where the probe report has one.
+    pub floor_gbps: BTreeMap<String, f64>,
+}
+
+/// How `summarize` judges: the tolerance floor of the outlier rule and the baselines nodes
+/// are compared with (`fleet --expect`; name, baseline).
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    pub min_deviation: f64,
+    pub expect: Vec<(String, Baseline)>,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        FleetOptions {
+            min_deviation: DEFAULT_MIN_DEVIATION,
+            expect: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -66,10 +91,23 @@ pub struct Outlier {
     pub node: String,
     pub gbps: f64,
     pub z: f64,
+    /// (gbps - median) / median.
+    pub deviation: f64,
+    /// Low by |z| > 3.5 and by more than the tolerance floor: the node is drained.
+    pub drain: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BelowFloor {
+    pub node: String,
+    pub gbps: f64,
+    pub floor_gbps: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbeRow {
+    /// The group (model) the statistics are over.
+    pub group: String,
     pub measurement: String,
     pub n: usize,
     pub median_gbps: f64,
@@ -77,15 +115,48 @@ pub struct ProbeRow {
     pub spread_gbps: f64,
     pub spread: &'static str,
     pub outliers: Vec<Outlier>,
+    /// Nodes below gpudoctor's own bar for the measurement, whatever the fleet's median.
+    pub below_floor: Vec<BelowFloor>,
 }
 
+/// Nodes compared with one another: one server model (the set of GPU and NIC PCI ids), and
+/// what their shape is compared with.
 #[derive(Debug, Clone, Serialize)]
-pub struct ShapeRow {
+pub struct Group {
+    pub name: String,
+    /// GPU and NIC models (names, or PCI ids where no name is known).
+    pub model: String,
+    /// "majority" (each field's value on more than half the group's nodes) or
+    /// "baseline NAME" (`--expect`).
+    pub reference: String,
+    pub nodes: Vec<String>,
+}
+
+/// One difference of one node's shape from its group's reference. Fields that differ the same
+/// way on several GPUs, NICs or paths of the node are one difference (`field` then has `[*]`
+/// where the position was, `subjects` lists the positions).
+#[derive(Debug, Clone, Serialize)]
+pub struct Difference {
+    pub node: String,
+    pub group: String,
     pub field: String,
-    pub majority: String,
-    pub majority_nodes: usize,
-    /// node -> its value (absent: "(missing)").
-    pub differ: BTreeMap<String, String>,
+    pub subjects: Vec<String>,
+    /// The reference's value; "(missing)" where it has none.
+    pub expected: String,
+    /// The node's value; "(missing)" where it has none.
+    pub got: String,
+    /// Drained for it (GPUs, NICs and paths; version differences are listed only).
+    pub drain: bool,
+}
+
+/// A field where no value is held by more than half of a group's nodes (majority reference):
+/// no node is judged on it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Undecided {
+    pub group: String,
+    pub field: String,
+    /// value -> nodes.
+    pub values: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -99,13 +170,18 @@ pub struct FleetReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
     pub nodes: usize,
+    /// The outlier rule's tolerance floor (fraction below the group median).
+    pub min_deviation: f64,
     /// Nodes per overall status (nodes without a check report are not counted).
     pub status: BTreeMap<String, usize>,
+    pub groups: Vec<Group>,
     pub checks: Vec<CheckRow>,
     pub probes: Vec<ProbeRow>,
-    /// Nodes with a known shape (bundles) and the fields where some differ from the majority.
+    /// Nodes with a known shape (bundles and baselines).
     pub shape_nodes: usize,
-    pub shape: Vec<ShapeRow>,
+    /// One entry per node and difference from its group's reference.
+    pub shape: Vec<Difference>,
+    pub undecided: Vec<Undecided>,
     pub drain: Vec<Drain>,
 }
 
@@ -151,10 +227,11 @@ pub fn flatten(b: &Baseline) -> BTreeMap<String, String> {
             serde_json::Value::Object(o) => {
                 for (k, x) in o {
                     // Informational fields differ between identical nodes (a model name is
-                    // NVML's or the PCI database's; pci_id is compared).
+                    // NVML's or the PCI database's; pci_id is compared); `enforce` is how a
+                    // baseline judges a version, not the node's shape.
                     if matches!(
                         k.as_str(),
-                        "was" | "written_by" | "recorded_from" | "basis" | "model"
+                        "was" | "written_by" | "recorded_from" | "basis" | "model" | "enforce"
                     ) {
                         continue;
                     }
@@ -180,15 +257,22 @@ pub fn flatten(b: &Baseline) -> BTreeMap<String, String> {
                             x.get("src").and_then(|m| m.as_str()).unwrap_or("?"),
                             x.get("dst").and_then(|m| m.as_str()).unwrap_or("?")
                         ),
-                        _ => i.to_string(),
+                        _ => match x.get("port") {
+                            Some(p) => format!("port {p}"),
+                            None => i.to_string(),
+                        },
                     };
                     walk(&format!("{prefix}[{key}]"), x, out);
                 }
             }
+            serde_json::Value::Null => {}
             other => {
                 out.insert(
                     prefix.trim_start_matches('.').to_string(),
-                    other.to_string(),
+                    match other {
+                        serde_json::Value::String(s) => s.clone(),
+                        o => o.to_string(),
+                    },
                 );
             }
         }
@@ -199,12 +283,250 @@ pub fn flatten(b: &Baseline) -> BTreeMap<String, String> {
     m
 }
 
-pub fn summarize(nodes: &[NodeData]) -> FleetReport {
+/// The server model of a shape: its GPUs' and NICs' PCI ids (a set: a node that lost one of
+/// eight GPUs is still that model, and its shape shows the missing one).
+fn model_key(b: &Baseline) -> (BTreeSet<String>, BTreeSet<String>) {
+    let ids = |v: Option<Vec<Option<String>>>| -> BTreeSet<String> {
+        v.unwrap_or_default()
+            .into_iter()
+            .map(|x| x.unwrap_or_else(|| "?".into()))
+            .collect()
+    };
+    (
+        ids(b
+            .gpus
+            .as_ref()
+            .map(|g| g.iter().map(|g| g.pci_id.clone()).collect())),
+        ids(b
+            .nics
+            .as_ref()
+            .map(|g| g.iter().map(|g| g.pci_id.clone()).collect())),
+    )
+}
+
+/// "2x NVIDIA H100 80GB HBM3; NICs: ConnectX-7" (models by name where known, else PCI id).
+fn model_name(b: &Baseline) -> String {
+    let names = |v: Vec<(Option<String>, Option<String>)>| -> String {
+        let mut c: BTreeMap<String, usize> = BTreeMap::new();
+        for (m, id) in v {
+            *c.entry(m.or(id).unwrap_or_else(|| "?".into())).or_default() += 1;
+        }
+        if c.is_empty() {
+            return "none".into();
+        }
+        c.iter()
+            .map(|(k, n)| format!("{n}x {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "GPUs: {}; NICs: {}",
+        names(
+            b.gpus
+                .iter()
+                .flatten()
+                .map(|g| (g.model.clone(), g.pci_id.clone()))
+                .collect()
+        ),
+        names(
+            b.nics
+                .iter()
+                .flatten()
+                .map(|g| (g.model.clone(), g.pci_id.clone()))
+                .collect()
+        )
+    )
+}
+
+/// `gpus[pci0000:20/01.1/00.0].pcie.cur_width` -> (`gpus[*].pcie.cur_width`,
+/// `pci0000:20/01.1/00.0`, the entity `gpus[pci0000:20/01.1/00.0]`); nested positions are
+/// joined by `][`.
+fn split_field(field: &str) -> (String, String, String) {
+    let mut pattern = String::new();
+    let mut subjects = Vec::new();
+    let mut rest = field;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']') else {
+            break;
+        };
+        pattern.push_str(&rest[..open]);
+        pattern.push_str("[*]");
+        subjects.push(rest[open + 1..open + close].to_string());
+        rest = &rest[open + close + 1..];
+    }
+    pattern.push_str(rest);
+    let subjects = subjects.join("][");
+    let entity = match field.find(']') {
+        Some(i) => field[..=i].to_string(),
+        None => field.split('.').next().unwrap_or(field).to_string(),
+    };
+    (pattern, subjects, entity)
+}
+
+/// The differences of one node's flat shape from a reference, one per entity that is missing
+/// or extra and one per (field pattern, expected, got) otherwise. `only`: where the reference
+/// is a baseline, the top-level sections it pins (others are not compared).
+fn differences(
+    node: &str,
+    group: &str,
+    reference: &BTreeMap<String, String>,
+    ours: &BTreeMap<String, String>,
+    only: Option<&BTreeSet<String>>,
+) -> Vec<Difference> {
+    const MISSING: &str = "(missing)";
+    let section = |f: &str| f.split(['.', '[']).next().unwrap_or(f).to_string();
+    let fields: BTreeSet<&String> = reference
+        .keys()
+        .chain(ours.keys())
+        .filter(|f| only.is_none_or(|o| o.contains(&section(f))))
+        .collect();
+    let entity_of = |f: &str| split_field(f).2;
+    let has_entity = |m: &BTreeMap<String, String>, e: &str| {
+        m.keys().any(|k| k == e || k.starts_with(&format!("{e}.")))
+    };
+    // GPUs and NICs one side lacks: their paths are part of that one difference.
+    let gone: BTreeSet<String> = fields
+        .iter()
+        .filter(|f| f.starts_with("gpus[") || f.starts_with("nics["))
+        .map(|f| entity_of(f))
+        .filter(|e| has_entity(reference, e) != has_entity(ours, e))
+        .map(|e| split_field(&e).1)
+        .collect();
+    let mut grouped: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
+    for f in fields {
+        if f.starts_with("paths[") {
+            let ends = split_field(f).1;
+            if ends.split("<->").any(|end| gone.contains(end)) {
+                continue;
+            }
+        }
+        let want = reference.get(f).map_or(MISSING, String::as_str);
+        let got = ours.get(f).map_or(MISSING, String::as_str);
+        if want == got {
+            continue;
+        }
+        let e = entity_of(f);
+        let (in_ref, in_ours) = (has_entity(reference, &e), has_entity(ours, &e));
+        // A GPU, NIC or path the one has and the other has not is one difference, not one
+        // per field of it.
+        let (field, want, got) = if e.contains('[') && in_ref != in_ours {
+            if in_ref {
+                (e, "present", MISSING)
+            } else {
+                (e, MISSING, "present")
+            }
+        } else {
+            (f.clone(), want, got)
+        };
+        let (pattern, subject, _) = split_field(&field);
+        let subjects = grouped
+            .entry((pattern, want.to_string(), got.to_string()))
+            .or_default();
+        if !subjects.contains(&subject) {
+            subjects.push(subject);
+        }
+    }
+    grouped
+        .into_iter()
+        .map(|((pattern, want, got), subjects)| Difference {
+            node: node.to_string(),
+            group: group.to_string(),
+            // Versions are listed, not drained (a rolling upgrade is not a broken node), and
+            // a path the node could not class (a NUMA node unknown: the `numa.*` checks say
+            // so) is unknown, not drift; everything else is the hardware's shape.
+            drain: !(pattern.starts_with("versions")
+                || (pattern.starts_with("paths") && got == MISSING)),
+            field: pattern,
+            subjects,
+            expected: want,
+            got,
+        })
+        .collect()
+}
+
+impl Difference {
+    /// For a drain reason: "paths[*].path: NODE -> SYS (x3)".
+    pub fn brief(&self) -> String {
+        match self.subjects.len() {
+            1 => self.describe(),
+            n => format!("{}: {} -> {} (x{n})", self.field, self.expected, self.got),
+        }
+    }
+
+    /// "nics[pci0000:28/01.0/00.0]: present -> (missing)", "paths[*].path: NODE -> ? (12: ...)".
+    pub fn describe(&self) -> String {
+        // One subject: the field as it is (`nics[pos].ports[port 1].rate`).
+        let field = match self.subjects.as_slice() {
+            [one] => one.split("][").fold(self.field.clone(), |f, s| {
+                f.replacen("[*]", &format!("[{s}]"), 1)
+            }),
+            _ => self.field.clone(),
+        };
+        let mut s = format!("{field}: {} -> {}", self.expected, self.got);
+        if self.subjects.len() > 1 {
+            let shown: Vec<&str> = self.subjects.iter().take(4).map(String::as_str).collect();
+            s.push_str(&format!(
+                " ({} of them: {}{})",
+                self.subjects.len(),
+                shown.join(", "),
+                if self.subjects.len() > 4 { ", ..." } else { "" }
+            ));
+        }
+        s
+    }
+}
+
+pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
     let mut status: BTreeMap<String, usize> = BTreeMap::new();
     for n in nodes {
         if let Some(s) = &n.status {
             *status.entry(s.clone()).or_default() += 1;
         }
+    }
+    // Groups: by --expect baseline where a node's model is the baseline's, else by model;
+    // nodes without a shape (reports only) are one group.
+    const NO_SHAPE: &str = "(no shape: reports only)";
+    let expect_keys: Vec<_> = opts.expect.iter().map(|(_, b)| model_key(b)).collect();
+    let mut group_of: BTreeMap<&str, String> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    let mut model_groups: BTreeMap<(BTreeSet<String>, BTreeSet<String>), String> = BTreeMap::new();
+    for n in nodes {
+        let (gname, model, reference) = match &n.shape {
+            None => (
+                NO_SHAPE.to_string(),
+                "unknown".to_string(),
+                "none".to_string(),
+            ),
+            Some(b) => {
+                let key = model_key(b);
+                match expect_keys.iter().position(|k| *k == key) {
+                    Some(i) => (
+                        format!("baseline {}", opts.expect[i].0),
+                        model_name(&opts.expect[i].1),
+                        format!("baseline {}", opts.expect[i].0),
+                    ),
+                    None => {
+                        let next = model_groups.len();
+                        let name = model_groups
+                            .entry(key)
+                            .or_insert_with(|| format!("model {}", next + 1))
+                            .clone();
+                        (name, model_name(b), "majority".to_string())
+                    }
+                }
+            }
+        };
+        groups
+            .entry(gname.clone())
+            .or_insert_with(|| Group {
+                name: gname.clone(),
+                model,
+                reference,
+                nodes: Vec::new(),
+            })
+            .nodes
+            .push(n.name.clone());
+        group_of.insert(n.name.as_str(), gname);
     }
     // Per check: worst status per node.
     let mut per_check: BTreeMap<&str, BTreeMap<&str, u8>> = BTreeMap::new();
@@ -246,51 +568,7 @@ pub fn summarize(nodes: &[NodeData]) -> FleetReport {
             row
         })
         .collect();
-    // Probes.
-    let mut per_m: BTreeMap<&str, Vec<(&str, f64)>> = BTreeMap::new();
-    for n in nodes {
-        for (m, v) in &n.bandwidth_gbps {
-            if v.is_finite() {
-                per_m
-                    .entry(m.as_str())
-                    .or_default()
-                    .push((n.name.as_str(), *v));
-            }
-        }
-    }
     let mut drain: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let probes: Vec<ProbeRow> = per_m
-        .into_iter()
-        .map(|(m, vals)| {
-            let xs: Vec<f64> = vals.iter().map(|(_, v)| *v).collect();
-            let (z, med, spread, kind) = robust_z(&xs);
-            let mut outliers: Vec<Outlier> = vals
-                .iter()
-                .zip(&z)
-                .filter(|(_, z)| z.abs() > OUTLIER_Z)
-                .map(|((node, v), z)| Outlier {
-                    node: node.to_string(),
-                    gbps: *v,
-                    z: *z,
-                })
-                .collect();
-            outliers.sort_by(|a, b| a.z.total_cmp(&b.z));
-            for o in outliers.iter().filter(|o| o.z < -OUTLIER_Z) {
-                drain.entry(o.node.clone()).or_default().push(format!(
-                    "{m}: {:.1} GB/s, fleet median {med:.1} (z {:.1})",
-                    o.gbps, o.z
-                ));
-            }
-            ProbeRow {
-                measurement: m.to_string(),
-                n: vals.len(),
-                median_gbps: med,
-                spread_gbps: spread,
-                spread: kind,
-                outliers,
-            }
-        })
-        .collect();
     for c in &checks {
         for n in &c.fail {
             drain
@@ -299,51 +577,174 @@ pub fn summarize(nodes: &[NodeData]) -> FleetReport {
                 .push(format!("{} failed", c.id));
         }
     }
-    // Shape: majority value per field over nodes with a shape.
-    let shaped: Vec<(&str, BTreeMap<String, String>)> = nodes
-        .iter()
-        .filter_map(|n| n.shape.as_ref().map(|s| (n.name.as_str(), flatten(s))))
-        .collect();
-    let fields: BTreeSet<&String> = shaped.iter().flat_map(|(_, f)| f.keys()).collect();
-    let mut shape = Vec::new();
-    for field in fields {
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for (_, f) in &shaped {
-            *counts
-                .entry(f.get(field).map_or("(missing)", String::as_str))
-                .or_default() += 1;
+    // Probes, per group and measurement.
+    // (group, measurement) -> [(node, GB/s, gpudoctor's bar)].
+    type Readings<'a> = Vec<(&'a str, f64, Option<f64>)>;
+    let mut per_m: BTreeMap<(&str, &str), Readings> = BTreeMap::new();
+    for n in nodes {
+        let g = group_of[n.name.as_str()].as_str();
+        for (m, v) in &n.bandwidth_gbps {
+            if v.is_finite() {
+                per_m.entry((g, m.as_str())).or_default().push((
+                    n.name.as_str(),
+                    *v,
+                    n.floor_gbps.get(m).copied(),
+                ));
+            }
         }
-        if counts.len() < 2 {
+    }
+    let probes: Vec<ProbeRow> = per_m
+        .into_iter()
+        .map(|((g, m), vals)| {
+            let xs: Vec<f64> = vals.iter().map(|(_, v, _)| *v).collect();
+            let (z, med, spread, kind) = robust_z(&xs);
+            let mut outliers: Vec<Outlier> = vals
+                .iter()
+                .zip(&z)
+                .filter(|(_, z)| z.abs() > OUTLIER_Z)
+                .map(|((node, v, _), z)| {
+                    let deviation = if med > 0.0 { (v - med) / med } else { 0.0 };
+                    Outlier {
+                        node: node.to_string(),
+                        gbps: *v,
+                        z: *z,
+                        deviation,
+                        drain: *z < -OUTLIER_Z && deviation < -opts.min_deviation,
+                    }
+                })
+                .collect();
+            outliers.sort_by(|a, b| a.z.total_cmp(&b.z));
+            for o in outliers.iter().filter(|o| o.drain) {
+                drain.entry(o.node.clone()).or_default().push(format!(
+                    "{m}: {:.1} GB/s, {:+.1}% from the median {med:.1} (z {:.1})",
+                    o.gbps,
+                    o.deviation * 100.0,
+                    o.z
+                ));
+            }
+            let below_floor: Vec<BelowFloor> = vals
+                .iter()
+                .filter_map(|(node, v, floor)| {
+                    let f = (*floor)?;
+                    (*v < f).then(|| BelowFloor {
+                        node: node.to_string(),
+                        gbps: *v,
+                        floor_gbps: f,
+                    })
+                })
+                .collect();
+            for b in &below_floor {
+                drain.entry(b.node.clone()).or_default().push(format!(
+                    "{m}: {:.1} GB/s, below gpudoctor's bar {:.1}",
+                    b.gbps, b.floor_gbps
+                ));
+            }
+            ProbeRow {
+                group: g.to_string(),
+                measurement: m.to_string(),
+                n: vals.len(),
+                median_gbps: med,
+                spread_gbps: spread,
+                spread: kind,
+                outliers,
+                below_floor,
+            }
+        })
+        .collect();
+    // Shape: each node against its group's reference (a baseline, or each field's majority).
+    let mut shape = Vec::new();
+    let mut undecided = Vec::new();
+    let mut shape_nodes = 0;
+    for g in groups.values() {
+        let members: Vec<(&str, BTreeMap<String, String>)> = nodes
+            .iter()
+            .filter(|n| g.nodes.contains(&n.name))
+            .filter_map(|n| n.shape.as_ref().map(|s| (n.name.as_str(), flatten(s))))
+            .collect();
+        shape_nodes += members.len();
+        if members.is_empty() {
             continue;
         }
-        let (majority, majority_nodes) = counts
+        let baseline = opts
+            .expect
             .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
-            .map(|(v, c)| (v.to_string(), *c))
-            .unwrap_or_default();
-        let differ = shaped
-            .iter()
-            .filter_map(|(n, f)| {
-                let v = f.get(field).map_or("(missing)", String::as_str);
-                (v != majority).then(|| (n.to_string(), v.to_string()))
-            })
-            .collect();
-        shape.push(ShapeRow {
-            field: field.clone(),
-            majority,
-            majority_nodes,
-            differ,
-        });
+            .find(|(name, _)| g.reference == format!("baseline {name}"));
+        let mut unjudged: BTreeSet<String> = BTreeSet::new();
+        let (reference, only) = match baseline {
+            Some((_, b)) => {
+                let flat = flatten(b);
+                let sections: BTreeSet<String> = flat
+                    .keys()
+                    .map(|f| f.split(['.', '[']).next().unwrap_or(f).to_string())
+                    .collect();
+                (flat, Some(sections))
+            }
+            None => {
+                let fields: BTreeSet<&String> =
+                    members.iter().flat_map(|(_, f)| f.keys()).collect();
+                let mut reference = BTreeMap::new();
+                for field in fields {
+                    let mut by_value: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+                    for (n, f) in &members {
+                        by_value
+                            .entry(f.get(field).map_or("(missing)", String::as_str))
+                            .or_default()
+                            .push(n.to_string());
+                    }
+                    if by_value.len() < 2 {
+                        if let Some(v) = members[0].1.get(field) {
+                            reference.insert(field.clone(), v.clone());
+                        }
+                        continue;
+                    }
+                    match by_value.iter().find(|(_, ns)| ns.len() * 2 > members.len()) {
+                        Some((v, _)) if *v != "(missing)" => {
+                            reference.insert(field.clone(), v.to_string());
+                        }
+                        Some(_) => {}
+                        None => {
+                            undecided.push(Undecided {
+                                group: g.name.clone(),
+                                field: field.clone(),
+                                values: by_value
+                                    .into_iter()
+                                    .map(|(k, v)| (k.to_string(), v))
+                                    .collect(),
+                            });
+                            // Not judged: no node is compared on it.
+                            unjudged.insert(field.clone());
+                        }
+                    }
+                }
+                (reference, None)
+            }
+        };
+        for (n, f) in &members {
+            let mut ours = f.clone();
+            ours.retain(|k, _| !unjudged.contains(k));
+            for d in differences(n, &g.name, &reference, &ours, only.as_ref()) {
+                if d.drain {
+                    drain
+                        .entry(d.node.clone())
+                        .or_default()
+                        .push(format!("shape: {}", d.brief()));
+                }
+                shape.push(d);
+            }
+        }
     }
     FleetReport {
         schema: FLEET_SCHEMA,
         gpudoctor_version: env!("CARGO_PKG_VERSION"),
         nodes: nodes.len(),
+        min_deviation: opts.min_deviation,
         status,
+        groups: groups.into_values().collect(),
         checks,
         probes,
-        shape_nodes: shaped.len(),
+        shape_nodes,
         shape,
+        undecided,
         drain: drain
             .into_iter()
             .map(|(node, reasons)| Drain { node, reasons })
@@ -358,6 +759,8 @@ pub struct FindingChange {
     /// "(absent)" where the node has no such finding.
     pub a: String,
     pub b: String,
+    /// "worse" (B's verdict ranks lower: pass < skip < warn < fail), "better", or "other".
+    pub change: &'static str,
     pub message_b: String,
 }
 
@@ -377,7 +780,11 @@ pub struct DiffReport {
     pub a: String,
     pub b: String,
     pub status: [Option<String>; 2],
+    /// Worse verdicts first, then better ones.
     pub checks: Vec<FindingChange>,
+    /// Changes not listed (`diff --all` lists them): a subject judged pass in one node and not
+    /// judged at all in the other (another GPU count, a NIC only one has).
+    pub hidden: usize,
     /// B judged against A's shape (bundles): the baseline.* findings that are not pass.
     pub shape: Option<Vec<FindingIn>>,
     pub bandwidth: Vec<BandwidthChange>,
@@ -387,7 +794,8 @@ pub struct DiffReport {
 /// spread on the recorded machines is within 2%).
 pub const BANDWIDTH_NOISE: f64 = 0.05;
 
-pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>) -> DiffReport {
+/// `all`: also list the changes between a pass and no finding (see `DiffReport::hidden`).
+pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>, all: bool) -> DiffReport {
     let key = |n: &NodeData| -> BTreeMap<(String, String), FindingIn> {
         n.findings
             .iter()
@@ -397,6 +805,13 @@ pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>) -> DiffRe
     let (ka, kb) = (key(a), key(b));
     let keys: BTreeSet<&(String, String)> = ka.keys().chain(kb.keys()).collect();
     let mut checks = Vec::new();
+    let mut hidden = 0;
+    let rank = |s: &str| match s {
+        "fail" => 3u8,
+        "warn" => 2,
+        "skip" => 1,
+        _ => 0,
+    };
     for k in keys {
         let sa = ka
             .get(k)
@@ -404,16 +819,42 @@ pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>) -> DiffRe
         let sb = kb
             .get(k)
             .map_or("(absent)".to_string(), |f| f.status.clone());
-        if sa != sb {
-            checks.push(FindingChange {
-                id: k.0.clone(),
-                subject: k.1.clone(),
-                a: sa,
-                b: sb,
-                message_b: kb.get(k).map(|f| f.message.clone()).unwrap_or_default(),
-            });
+        if sa == sb {
+            continue;
         }
+        let one_sided_pass = matches!(
+            (sa.as_str(), sb.as_str()),
+            ("(absent)", "pass") | ("pass", "(absent)")
+        );
+        if one_sided_pass && !all {
+            hidden += 1;
+            continue;
+        }
+        let (ra, rb) = (rank(&sa), rank(&sb));
+        checks.push(FindingChange {
+            id: k.0.clone(),
+            subject: k.1.clone(),
+            change: match rb.cmp(&ra) {
+                std::cmp::Ordering::Greater => "worse",
+                std::cmp::Ordering::Less => "better",
+                std::cmp::Ordering::Equal => "other",
+            },
+            message_b: kb.get(k).map(|f| f.message.clone()).unwrap_or_default(),
+            a: sa,
+            b: sb,
+        });
     }
+    // Worse first (the worst B verdict first), then better, then the rest; by id within.
+    let order = |c: &FindingChange| match c.change {
+        "worse" => (0, 3 - rank(&c.b)),
+        "better" => (1, 0),
+        _ => (2, 0),
+    };
+    checks.sort_by(|x, y| {
+        order(x)
+            .cmp(&order(y))
+            .then_with(|| (&x.id, &x.subject).cmp(&(&y.id, &y.subject)))
+    });
     let ms: BTreeSet<&String> = a
         .bandwidth_gbps
         .keys()
@@ -446,6 +887,7 @@ pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>) -> DiffRe
         b: b.name.clone(),
         status: [a.status.clone(), b.status.clone()],
         checks,
+        hidden,
         shape,
         bandwidth,
     }
@@ -475,5 +917,97 @@ mod tests {
         let (z, _, _, kind) = robust_z(&[1.0, 1.0]);
         assert_eq!(kind, "none (all equal)");
         assert_eq!(z, vec![0.0, 0.0]);
+    }
+
+    fn node(name: &str, gbps: f64) -> NodeData {
+        NodeData {
+            name: name.into(),
+            bandwidth_gbps: [("h2d host->GPU0 copy-engine".to_string(), gbps)].into(),
+            ..Default::default()
+        }
+    }
+
+    /// The case: 20 nodes with +-0.3% noise, one at 97% of the median: an outlier far
+    /// beyond |z| 3.5, and not drained under the default 5% floor; drained under 2%.
+    #[test]
+    fn tolerance_floor_keeps_a_near_outlier_in_service() {
+        let mut nodes: Vec<NodeData> = (0..20)
+            .map(|i| {
+                node(
+                    &format!("n{i:02}"),
+                    50.0 * (1.0 + ((i % 7) as f64 - 3.0) * 0.001),
+                )
+            })
+            .collect();
+        nodes.push(node("near", 50.0 * 0.97));
+        let r = summarize(&nodes, &FleetOptions::default());
+        let o = &r.probes[0].outliers;
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].node, "near");
+        assert!(o[0].z < -10.0, "{o:?}");
+        assert!(!o[0].drain);
+        assert!(r.drain.is_empty());
+        let strict = FleetOptions {
+            min_deviation: 0.02,
+            ..FleetOptions::default()
+        };
+        let r = summarize(&nodes, &strict);
+        assert_eq!(r.drain.len(), 1);
+        assert_eq!(r.drain[0].node, "near");
+    }
+
+    #[test]
+    fn fields_split_into_pattern_subjects_and_entity() {
+        let (p, s, e) = split_field("nics[pci0000:15/01.0][port 1].rate");
+        assert_eq!(p, "nics[*][*].rate");
+        assert_eq!(s, "pci0000:15/01.0][port 1");
+        assert_eq!(e, "nics[pci0000:15/01.0]");
+        let d = Difference {
+            node: "n".into(),
+            group: "g".into(),
+            field: "nics[*].ports[*].rate".into(),
+            subjects: vec!["a][port 1".into()],
+            expected: "400".into(),
+            got: "200".into(),
+            drain: true,
+        };
+        assert_eq!(d.describe(), "nics[a].ports[port 1].rate: 400 -> 200");
+        let (p, s, e) = split_field("versions.kernel.value");
+        assert_eq!(
+            (p.as_str(), s.as_str(), e.as_str()),
+            ("versions.kernel.value", "", "versions")
+        );
+    }
+
+    #[test]
+    fn diff_orders_worse_first_and_hides_one_sided_passes() {
+        let f = |id: &str, st: &str| FindingIn {
+            id: id.into(),
+            subject: "host".into(),
+            status: st.into(),
+            message: String::new(),
+        };
+        let a = NodeData {
+            findings: vec![
+                f("a.better", "fail"),
+                f("b.worse", "pass"),
+                f("c.only-a", "pass"),
+            ],
+            ..Default::default()
+        };
+        let b = NodeData {
+            findings: vec![
+                f("a.better", "pass"),
+                f("b.worse", "warn"),
+                f("d.only-b", "pass"),
+                f("e.new-fail", "fail"),
+            ],
+            ..Default::default()
+        };
+        let d = diff(&a, &b, None, false);
+        let ids: Vec<&str> = d.checks.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["e.new-fail", "b.worse", "a.better"]);
+        assert_eq!(d.hidden, 2);
+        assert_eq!(diff(&a, &b, None, true).checks.len(), 5);
     }
 }

@@ -1,7 +1,9 @@
 //! The machine as an NCCL topology file (`NCCL_TOPO_FILE`): `<system version="1">` holding one
-//! `<cpu numaid=.. affinity=..>` per NUMA node, under it the chain of PCI bridges down to each
-//! GPU (`<pci ..><gpu><nvlink ../></gpu></pci>`) and RDMA NIC (`<pci ..><nic><net name=..
-//! ../></nic></pci>`), with link speed and width as NCCL reads them from sysfs.
+//! `<cpu numaid=.. affinity=..>` per NUMA node, under it one `<pci>` per PCIe switch (its
+//! upstream port) and under those each GPU (`<pci ..><gpu><nvlink ../></gpu></pci>`) and RDMA
+//! NIC (`<pci ..><nic><net name=.. ../></nic></pci>`), with link speed and width as NCCL reads
+//! them from sysfs: the tree NCCL's own `ncclTopoGetXmlFromSys` builds, so that NCCL's path
+//! classes on the file are the ones it computes on the machine (and gpudoctor's matrix gives).
 //!
 //! Written from reading NCCL's src/graph/xml.cc and topo.cc (no code taken): its parser wants
 //! no XML declaration, double-quoted attributes separated by one space, and one element per
@@ -144,6 +146,29 @@ fn pci_element(inv: &Inventory, bdf: Bdf) -> Element {
     e
 }
 
+/// The `<pci>` NCCL puts a NIC's nets under: function 0 of the physical function (see
+/// `topo_xml`), where the inventory has that function; else the function itself.
+fn nccl_nic_bdf(inv: &Inventory, bdf: Bdf) -> Bdf {
+    let base = inv.pci.get(&bdf).and_then(|f| f.physfn).unwrap_or(bdf);
+    let merged = Bdf {
+        function: 0,
+        ..base
+    };
+    if inv.pci.contains_key(&merged) {
+        merged
+    } else {
+        base
+    }
+}
+
+/// NCCL's parent of a PCI function: the bridge two levels up its chain of upstream bridges
+/// (`upstream` runs from the root port down to the direct parent); `None`: the CPU (the
+/// chain is shorter than two, so NCCL's walk up the sysfs path met the root complex).
+fn nccl_parent(inv: &Inventory, bdf: Bdf) -> Option<Bdf> {
+    let up = &inv.pci.get(&bdf)?.upstream;
+    up.len().checked_sub(2).map(|i| up[i])
+}
+
 /// Render the topology file.
 pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
     // Leaves: GPUs and RDMA NICs with a PCI function.
@@ -192,13 +217,15 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
         pci.children.push(gpu);
         leaves.insert(g.bdf, pci);
     }
-    // An SR-IOV virtual function's nets go under its physical function's NIC, as NCCL puts
-    // them (NCCL_IB_MERGE_VFS=1, the default: ncclIbGetPciPath zeroes the device and function
-    // digits of a VF's PCI path, so a PF and its VFs are one PCI device to the topology).
+    // NICs as NCCL's IB transport names their PCI device (src/transport/net_ib/init.cc,
+    // ncclIbGetPciPath): the function digit of the sysfs path zeroed, so the ports of a
+    // multi-port NIC (0000:29:00.0 and .1) are one `<pci>` with two `<net>`s; and an SR-IOV
+    // virtual function under its physical function (NCCL_IB_MERGE_VFS=1, the default, zeroes
+    // the device digits too; gpudoctor reads the VF's physfn link instead).
     let mut nics: BTreeMap<Bdf, Element> = BTreeMap::new();
     for n in &topo.nics {
         let r = inv.rdma.iter().find(|r| r.name == n.rdma_device);
-        let host = inv.pci.get(&n.bdf).and_then(|f| f.physfn).unwrap_or(n.bdf);
+        let host = nccl_nic_bdf(inv, n.bdf);
         let nic = nics.entry(host).or_insert_with(|| Element::new("nic"));
         for p in &n.ports {
             let mut net = Element::new("net")
@@ -228,48 +255,46 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
         leaves.insert(bdf, pci);
     }
 
-    // The bridge chains above the leaves, merged into one tree per NUMA node.
-    #[derive(Default)]
-    struct Node {
-        children: BTreeSet<Bdf>,
-    }
-    let mut tree: BTreeMap<Bdf, Node> = BTreeMap::new();
+    // The tree NCCL builds from sysfs (src/graph/xml.cc, ncclTopoGetXmlFromSys): a device's
+    // parent is the bridge two levels up its sysfs path (past the switch's downstream port,
+    // to the switch's upstream port), or the CPU of its NUMA node where the path reaches the
+    // root complex first. So there is one `<pci>` per switch and none per root port or
+    // downstream port, and NCCL's path rules (src/graph/paths.cc: one hop between two PCI
+    // nodes is PXB, a hop through a CPU PHB) give the classes gpudoctor's matrix gives.
+    let mut children: BTreeMap<Bdf, BTreeSet<Bdf>> = BTreeMap::new();
     let mut tops: BTreeMap<String, BTreeSet<Bdf>> = BTreeMap::new();
-    for &bdf in leaves.keys() {
-        let Some(f) = inv.pci.get(&bdf) else { continue };
-        let chain: Vec<Bdf> = f.upstream.iter().copied().chain([bdf]).collect();
-        for w in chain.windows(2) {
-            tree.entry(w[0]).or_default().children.insert(w[1]);
+    let mut todo: Vec<Bdf> = leaves.keys().copied().collect();
+    let mut seen: BTreeSet<Bdf> = BTreeSet::new();
+    while let Some(bdf) = todo.pop() {
+        if !seen.insert(bdf) {
+            continue;
         }
-        let top = chain[0];
-        let numa = inv
-            .pci
-            .get(&top)
-            .and_then(|t| t.numa_node)
-            .map_or("-1".to_string(), |n| n.to_string());
-        tops.entry(numa).or_default().insert(top);
+        match nccl_parent(inv, bdf) {
+            Some(parent) => {
+                children.entry(parent).or_default().insert(bdf);
+                todo.push(parent);
+            }
+            None => {
+                // NCCL takes the NUMA node of the device whose parent is the CPU.
+                let numa = inv
+                    .pci
+                    .get(&bdf)
+                    .and_then(|t| t.numa_node)
+                    .map_or("-1".to_string(), |n| n.to_string());
+                tops.entry(numa).or_default().insert(bdf);
+            }
+        }
     }
     fn build(
         bdf: Bdf,
         inv: &Inventory,
-        tree: &BTreeMap<Bdf, Node>,
+        children: &BTreeMap<Bdf, BTreeSet<Bdf>>,
         leaves: &mut BTreeMap<Bdf, Element>,
     ) -> Element {
-        if let Some(leaf) = leaves.remove(&bdf) {
-            // A leaf can itself have leaves below only in odd topologies; NCCL nests them too.
-            let mut leaf = leaf;
-            if let Some(n) = tree.get(&bdf) {
-                for c in &n.children {
-                    leaf.children.push(build(*c, inv, tree, leaves));
-                }
-            }
-            return leaf;
-        }
-        let mut e = pci_element(inv, bdf);
-        if let Some(n) = tree.get(&bdf) {
-            for c in &n.children {
-                e.children.push(build(*c, inv, tree, leaves));
-            }
+        // A leaf can itself have leaves below only in odd topologies; NCCL nests them too.
+        let mut e = leaves.remove(&bdf).unwrap_or_else(|| pci_element(inv, bdf));
+        for c in children.get(&bdf).into_iter().flatten() {
+            e.children.push(build(*c, inv, children, leaves));
         }
         e
     }
@@ -291,7 +316,7 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
             cpu = cpu.attr("affinity", map);
         }
         for top in &tops[numa] {
-            cpu.children.push(build(*top, inv, &tree, &mut leaves));
+            cpu.children.push(build(*top, inv, &children, &mut leaves));
         }
         system.children.push(cpu);
     }

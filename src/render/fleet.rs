@@ -3,17 +3,38 @@
 use crate::fleet::{BANDWIDTH_NOISE, DiffReport, FleetReport, OUTLIER_Z};
 use std::fmt::Write;
 
+fn list(v: &[String]) -> String {
+    if v.len() > 8 {
+        format!("{} ... (+{})", v[..8].join(" "), v.len() - 8)
+    } else {
+        v.join(" ")
+    }
+}
+
 pub fn fleet_table(r: &FleetReport) -> String {
     let mut s = String::new();
     let st: Vec<String> = r.status.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let _ = writeln!(s, "{} nodes: {}", r.nodes, st.join(", "));
-    let list = |v: &[String]| -> String {
-        if v.len() > 8 {
-            format!("{} ... (+{})", v[..8].join(" "), v.len() - 8)
+    let _ = writeln!(
+        s,
+        "{} nodes: {}",
+        r.nodes,
+        if st.is_empty() {
+            "no check reports".to_string()
         } else {
-            v.join(" ")
+            st.join(", ")
         }
-    };
+    );
+    let _ = writeln!(s, "\nGroups (compared within, never across):");
+    for g in &r.groups {
+        let _ = writeln!(
+            s,
+            "  {}: {} nodes, {} (reference: {})",
+            g.name,
+            g.nodes.len(),
+            g.model,
+            g.reference
+        );
+    }
     let _ = writeln!(s, "\nChecks (nodes failing / warning / skipping):");
     let mut any = false;
     for c in &r.checks {
@@ -43,24 +64,47 @@ pub fn fleet_table(r: &FleetReport) -> String {
     if !r.probes.is_empty() {
         let _ = writeln!(
             s,
-            "\nProbes (median over nodes, GB/s = 10^9 B/s; outliers |modified z| > {OUTLIER_Z}):"
+            "\nProbes (median per group, GB/s = 10^9 B/s; outliers |modified z| > {OUTLIER_Z}, drained when also more than {:.1}% below the median; * drained):",
+            r.min_deviation * 100.0
         );
+        let groups: std::collections::BTreeSet<&str> =
+            r.probes.iter().map(|p| p.group.as_str()).collect();
         for p in &r.probes {
-            let o: Vec<String> = p
+            let mut notes: Vec<String> = p
                 .outliers
                 .iter()
-                .map(|o| format!("{} {:.1} (z {:.1})", o.node, o.gbps, o.z))
+                .map(|o| {
+                    format!(
+                        "{}{} {:.1} ({:+.1}%, z {:.1})",
+                        if o.drain { "*" } else { "" },
+                        o.node,
+                        o.gbps,
+                        o.deviation * 100.0,
+                        o.z
+                    )
+                })
                 .collect();
+            notes.extend(p.below_floor.iter().map(|b| {
+                format!(
+                    "*{} {:.1} below the bar {:.1}",
+                    b.node, b.gbps, b.floor_gbps
+                )
+            }));
             let _ = writeln!(
                 s,
-                "  {:<36} n {:>4}  median {:>7.1}  {}",
+                "  {}{:<36} n {:>4}  median {:>7.1}  {}",
+                if groups.len() > 1 {
+                    format!("[{}] ", p.group)
+                } else {
+                    String::new()
+                },
                 p.measurement,
                 p.n,
                 p.median_gbps,
-                if o.is_empty() {
+                if notes.is_empty() {
                     "no outliers".to_string()
                 } else {
-                    format!("outliers: {}", o.join(", "))
+                    notes.join(", ")
                 }
             );
         }
@@ -68,27 +112,158 @@ pub fn fleet_table(r: &FleetReport) -> String {
     if r.shape_nodes > 0 {
         let _ = writeln!(
             s,
-            "\nShape ({} nodes from bundles; fields where nodes differ from the majority):",
+            "\nShape ({} nodes from bundles and baselines; one line per node and difference from its group's reference; * drained):",
             r.shape_nodes
         );
-        if r.shape.is_empty() {
+        if r.shape.is_empty() && r.undecided.is_empty() {
             let _ = writeln!(s, "  all alike");
         }
-        for f in &r.shape {
-            let d: Vec<String> = f.differ.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        let width = r.shape.iter().map(|d| d.node.len()).max().unwrap_or(0);
+        for d in &r.shape {
             let _ = writeln!(
                 s,
-                "  {}: majority {} ({} nodes); differ: {}",
-                f.field,
-                f.majority,
-                f.majority_nodes,
-                list(&d)
+                "  {}{:<width$}  {}",
+                if d.drain { "*" } else { " " },
+                d.node,
+                d.describe()
+            );
+        }
+        for u in &r.undecided {
+            let v: Vec<String> = u
+                .values
+                .iter()
+                .map(|(k, n)| format!("{k}: {}", list(n)))
+                .collect();
+            let _ = writeln!(
+                s,
+                "   no majority in {}: {} ({}); not judged",
+                u.group,
+                u.field,
+                v.join("; ")
             );
         }
     }
     let _ = writeln!(s, "\nDrain ({} nodes):", r.drain.len());
     for d in &r.drain {
         let _ = writeln!(s, "  {}: {}", d.node, d.reasons.join("; "));
+    }
+    s
+}
+
+/// Markdown for a ticket: the nodes to drain and why first, then what the fleet looked like.
+pub fn fleet_markdown(r: &FleetReport) -> String {
+    let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
+    let mut s = String::new();
+    let st: Vec<String> = r.status.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let _ = writeln!(
+        s,
+        "## gpudoctor fleet: {} nodes, {} to drain\n",
+        r.nodes,
+        r.drain.len()
+    );
+    if !st.is_empty() {
+        let _ = writeln!(s, "Check verdicts: {}.\n", st.join(", "));
+    }
+    let _ = writeln!(s, "### Drain\n");
+    if r.drain.is_empty() {
+        let _ = writeln!(s, "No node to drain.\n");
+    } else {
+        let _ = writeln!(s, "| Node | Reason |\n|---|---|");
+        for d in &r.drain {
+            for reason in &d.reasons {
+                let _ = writeln!(s, "| `{}` | {} |", cell(&d.node), cell(reason));
+            }
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(
+        s,
+        "### Groups\n\n| Group | Nodes | Model | Reference |\n|---|---|---|---|"
+    );
+    for g in &r.groups {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            cell(&g.name),
+            g.nodes.len(),
+            cell(&g.model),
+            cell(&g.reference)
+        );
+    }
+    let failing: Vec<_> = r
+        .checks
+        .iter()
+        .filter(|c| !c.fail.is_empty() || !c.warn.is_empty())
+        .collect();
+    if !failing.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n### Checks\n\n| Check | Fail | Warn | Pass |\n|---|---|---|---|"
+        );
+        for c in failing {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {} |",
+                c.id,
+                cell(&list(&c.fail)),
+                cell(&list(&c.warn)),
+                c.pass
+            );
+        }
+    }
+    let flagged: Vec<_> = r
+        .probes
+        .iter()
+        .filter(|p| !p.outliers.is_empty() || !p.below_floor.is_empty())
+        .collect();
+    if !flagged.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n### Bandwidth (GB/s)\n\n| Group | Measurement | Median | Node | GB/s | From median | z | Drained |\n|---|---|---|---|---|---|---|---|"
+        );
+        for p in flagged {
+            for o in &p.outliers {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {:.1} | `{}` | {:.1} | {:+.1}% | {:.1} | {} |",
+                    cell(&p.group),
+                    cell(&p.measurement),
+                    p.median_gbps,
+                    cell(&o.node),
+                    o.gbps,
+                    o.deviation * 100.0,
+                    o.z,
+                    if o.drain { "yes" } else { "no" }
+                );
+            }
+            for b in &p.below_floor {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {:.1} | `{}` | {:.1} | below the bar {:.1} | | yes |",
+                    cell(&p.group),
+                    cell(&p.measurement),
+                    p.median_gbps,
+                    cell(&b.node),
+                    b.gbps,
+                    b.floor_gbps
+                );
+            }
+        }
+    }
+    if !r.shape.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n### Shape differences\n\n| Node | Difference | Drained |\n|---|---|---|"
+        );
+        for d in &r.shape {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} |",
+                cell(&d.node),
+                cell(&d.describe()),
+                if d.drain { "yes" } else { "no" }
+            );
+        }
     }
     s
 }
@@ -121,7 +296,19 @@ pub fn diff_table(d: &DiffReport) -> String {
             let _ = writeln!(s, "\nShape: not compared (needs two bundles)");
         }
     }
-    let _ = writeln!(s, "\nChecks whose verdict differs ({}):", d.checks.len());
+    let _ = writeln!(
+        s,
+        "\nChecks whose verdict differs ({}, worse first){}:",
+        d.checks.len(),
+        if d.hidden > 0 {
+            format!(
+                "; {} subjects judged pass in one node only not shown (--all)",
+                d.hidden
+            )
+        } else {
+            String::new()
+        }
+    );
     for c in &d.checks {
         let _ = writeln!(
             s,

@@ -14,7 +14,7 @@ mod probe;
 mod write_bw;
 
 pub use check::{PIPE_WIDTH, REASON_MAX, TextStyle, check_text, reason};
-pub use fleet::{diff_table, fleet_table};
+pub use fleet::{diff_table, fleet_markdown, fleet_table};
 pub use probe::table as probe_table;
 pub use write_bw::{gpu_write_bw_table, write_bw_table};
 

@@ -2,6 +2,7 @@
 //! summarize (`crate::fleet`).
 
 use super::{EXIT_FAILED_CHECK, EXIT_OK, Outcome};
+use crate::cli::FleetFormat;
 use crate::config::CheckOptions;
 use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
 use crate::probes::{ProbeKind, ProbeReport};
@@ -53,19 +54,21 @@ fn expand(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     Ok(out)
 }
 
-fn bandwidth_of(r: &ProbeReport, into: &mut BTreeMap<String, f64>) {
+/// Each measurement's median, and gpudoctor's bar for it where the probe had one.
+fn bandwidth_of(r: &ProbeReport, n: &mut NodeData) {
     for m in &r.measurements {
         if let Some(s) = &m.evaluation.stats {
-            into.insert(
-                format!(
-                    "{} {}->{} {}",
-                    m.probe.as_str(),
-                    m.src,
-                    m.dst,
-                    m.method.as_str()
-                ),
-                s.median_gbps,
+            let id = format!(
+                "{} {}->{} {}",
+                m.probe.as_str(),
+                m.src,
+                m.dst,
+                m.method.as_str()
             );
+            if let Some(t) = m.evaluation.threshold_gbps.filter(|t| t.is_finite()) {
+                n.floor_gbps.insert(id.clone(), t);
+            }
+            n.bandwidth_gbps.insert(id, s.median_gbps);
         }
     }
 }
@@ -101,7 +104,7 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         let mut probes = Vec::new();
         for kind in [ProbeKind::H2d, ProbeKind::D2h, ProbeKind::P2p] {
             if let RecordedProbe::Report(r) = source.recorded_probe(kind)? {
-                bandwidth_of(&r, &mut n.bandwidth_gbps);
+                bandwidth_of(&r, &mut n);
                 probes.push(*r);
             }
         }
@@ -122,7 +125,7 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         "gpudoctor.probe/1" => {
             let r: ProbeReport = serde_json::from_value(v)
                 .with_context(|| format!("{}: malformed probe report", p.display()))?;
-            bandwidth_of(&r, &mut n.bandwidth_gbps);
+            bandwidth_of(&r, &mut n);
         }
         crate::baseline::BASELINE_SCHEMA => {
             n.shape = Some(
@@ -196,6 +199,7 @@ pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
                         m.shape = n.shape;
                     }
                     m.bandwidth_gbps.extend(n.bandwidth_gbps);
+                    m.floor_gbps.extend(n.floor_gbps);
                 }
             }
         }
@@ -206,25 +210,41 @@ pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
     Ok(by_name.into_values().collect())
 }
 
-pub fn fleet(inputs: &[PathBuf], json: bool) -> Result<Outcome> {
+pub fn fleet(
+    inputs: &[PathBuf],
+    format: FleetFormat,
+    min_deviation: f64,
+    expect: &[PathBuf],
+) -> Result<Outcome> {
+    let mut opts = fleet::FleetOptions {
+        min_deviation,
+        expect: Vec::new(),
+    };
+    for p in expect {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let b =
+            crate::baseline::Baseline::parse(&text).with_context(|| format!("{}", p.display()))?;
+        opts.expect.push((node_name(p), b));
+    }
     let nodes = load(inputs)?;
-    let r = fleet::summarize(&nodes);
+    let r = fleet::summarize(&nodes, &opts);
     let code = if r.drain.is_empty() {
         EXIT_OK
     } else {
         EXIT_FAILED_CHECK
     };
     Ok(Outcome::new(
-        if json {
-            crate::render::json(&r)
-        } else {
-            crate::render::fleet_table(&r)
+        match format {
+            FleetFormat::Json => crate::render::json(&r),
+            FleetFormat::Table => crate::render::fleet_table(&r),
+            FleetFormat::Md => crate::render::fleet_markdown(&r),
         },
         code,
     ))
 }
 
-pub fn diff(a: &Path, b: &Path, json: bool) -> Result<Outcome> {
+pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
     let one = |p: &Path| -> Result<NodeData> {
         read_one(p, false)?.with_context(|| format!("{}: nothing to compare", p.display()))
     };
@@ -259,7 +279,7 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<Outcome> {
         }
         _ => None,
     };
-    let mut d = fleet::diff(&na, &nb, shape);
+    let mut d = fleet::diff(&na, &nb, shape, all);
     d.a = a.display().to_string();
     d.b = b.display().to_string();
     let same =

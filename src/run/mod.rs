@@ -280,8 +280,13 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             level,
             probe,
         } => baseline::write(&cfg.source, output.as_deref(), *level, probe),
-        Action::Fleet { inputs, json } => fleet::fleet(inputs, *json),
-        Action::Diff { a, b, json } => fleet::diff(a, b, *json),
+        Action::Fleet {
+            inputs,
+            format,
+            min_deviation,
+            expect,
+        } => fleet::fleet(inputs, *format, *min_deviation, expect),
+        Action::Diff { a, b, json, all } => fleet::diff(a, b, *json, *all),
         Action::ExportNcclTopo { output } => export::nccl_topo(&cfg.source, output.as_deref()),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

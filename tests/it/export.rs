@@ -441,10 +441,26 @@ fn junit_is_refused_for_probes() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--format junit is for `check`"));
 }
 
-/// `export nccl-topo` on every fixture: the tree NCCL would build (GPUs and NICs under their
-/// own chain of bridges, under the NUMA node of the top bridge), in the narrow lexical form
-/// NCCL's hand-written parser reads (src/graph/xml.cc: no declaration, one element per line,
-/// double-quoted attributes separated by single spaces).
+/// NCCL's parent chain of a device (src/graph/xml.cc, ncclTopoGetXmlFromSys): the bridge two
+/// levels up its upstream chain, then that bridge's, and so on; the CPU where fewer than two
+/// bridges are left. Returns the kept bridges nearest first, and the device whose parent is
+/// the CPU (its NUMA node is the `<cpu>`'s).
+fn nccl_chain(upstream: &[String], bdf: &str) -> (Vec<String>, String) {
+    let mut kept = Vec::new();
+    let mut k = upstream.len();
+    let mut top = bdf.to_string();
+    while k >= 2 {
+        k -= 2;
+        kept.push(upstream[k].clone());
+        top = upstream[k].clone();
+    }
+    (kept, top)
+}
+
+/// `export nccl-topo` on every fixture: the tree NCCL builds (each GPU and NIC under its
+/// switch's upstream port, or the CPU of its NUMA node; no root ports, no downstream ports),
+/// in the narrow lexical form NCCL's hand-written parser reads (src/graph/xml.cc: no
+/// declaration, one element per line, double-quoted attributes separated by single spaces).
 #[test]
 fn nccl_topo_export_matches_the_topology() {
     for (n, src) in all_sources() {
@@ -487,41 +503,38 @@ fn nccl_topo_export_matches_the_topology() {
                 .unwrap()
                 .clone()
         };
-        let check_leaf = |bdf: &str, child: &str| -> roxmltree::Node {
-            let pci = doc
-                .descendants()
-                .find(|e| e.has_tag_name("pci") && e.attribute("busid") == Some(bdf))
-                .unwrap_or_else(|| panic!("{n}: {bdf} not exported"));
-            assert!(
-                pci.children().any(|c| c.has_tag_name(child)),
-                "{n}: {bdf} has no <{child}>"
-            );
-            // Ancestors: the device's upstream bridges, then a cpu.
+        let check_pci = |pci: roxmltree::Node, bdf: &str| {
             let d = device(bdf);
-            let want: Vec<String> = d["upstream"]
+            let up: Vec<String> = d["upstream"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .rev()
                 .map(|b| b.as_str().unwrap().to_string())
                 .collect();
+            let (want, top) = nccl_chain(&up, bdf);
             let got: Vec<String> = pci
                 .ancestors()
                 .skip(1)
                 .filter(|a| a.has_tag_name("pci"))
                 .map(|a| a.attribute("busid").unwrap().to_string())
                 .collect();
-            assert_eq!(got, want, "{n}: bridges above {bdf}");
+            assert_eq!(got, want, "{n}: NCCL's parents of {bdf}");
             let cpu = pci.ancestors().find(|a| a.has_tag_name("cpu")).unwrap();
-            let top = want.last().map_or(d.clone(), |b| device(b));
-            let numa = top["numa"]["node"]
+            let numa = device(&top)["numa"]["node"]
                 .as_u64()
                 .map_or("-1".to_string(), |v| v.to_string());
             assert_eq!(cpu.attribute("numaid"), Some(numa.as_str()), "{n}: {bdf}");
-            pci
+        };
+        let pci_of = |bdf: &str| {
+            doc.descendants()
+                .find(|e| e.has_tag_name("pci") && e.attribute("busid") == Some(bdf))
+                .unwrap_or_else(|| panic!("{n}: {bdf} not exported"))
         };
         for g in topo["gpus"].as_array().unwrap() {
-            let pci = check_leaf(g["bdf"].as_str().unwrap(), "gpu");
+            let bdf = g["bdf"].as_str().unwrap();
+            let pci = pci_of(bdf);
+            assert!(pci.children().any(|c| c.has_tag_name("gpu")), "{n}: {bdf}");
+            check_pci(pci, bdf);
             let links: u64 = pci
                 .descendants()
                 .filter(|e| e.has_tag_name("nvlink"))
@@ -530,26 +543,291 @@ fn nccl_topo_export_matches_the_topology() {
             assert_eq!(
                 links,
                 g["nvlinks_active"].as_u64().unwrap_or(0),
-                "{n}: NVLinks of {}",
-                g["bdf"]
+                "{n}: NVLinks of {bdf}"
             );
         }
         for nic in topo["nics"].as_array().unwrap() {
-            let pci = check_leaf(nic["bdf"].as_str().unwrap(), "nic");
-            assert!(
-                pci.descendants()
-                    .any(|e| e.has_tag_name("net")
-                        && e.attribute("name") == nic["rdma_device"].as_str()),
-                "{n}: net name"
+            // Under its `<pci>`: the NIC's own function, or function 0 where NCCL merges the
+            // ports of a multi-port NIC (and an SR-IOV VF's physical function).
+            let net = doc
+                .descendants()
+                .find(|e| {
+                    e.has_tag_name("net") && e.attribute("name") == nic["rdma_device"].as_str()
+                })
+                .unwrap_or_else(|| panic!("{n}: net {} not exported", nic["rdma_device"]));
+            let pci = net.ancestors().find(|a| a.has_tag_name("pci")).unwrap();
+            let busid = pci.attribute("busid").unwrap();
+            let bdf = nic["bdf"].as_str().unwrap();
+            assert_eq!(
+                busid[..busid.len() - 1],
+                bdf[..bdf.len() - 1],
+                "{n}: {bdf} under {busid}"
             );
+            check_pci(pci, busid);
         }
-        if n == "pcie-2socket-roce" || n == "h200x2-live" {
+        let (compared, differ) = nccl_paths_agree(&doc, topo);
+        assert!(
+            differ.is_empty(),
+            "{n}: NCCL's path classes on the export differ from gpudoctor's matrix ({} of {compared} pairs):\n{}",
+            differ.len(),
+            differ.join("\n")
+        );
+        if n == "hgx-h100-8gpu" {
+            assert_eq!(compared, 8 * 12, "{n}: every GPU-NIC pair is PCIe");
+        }
+        if n == "hgx-h100-8gpu--nic-numa-wrong" {
+            assert_eq!(compared, 8 * 11, "{n}: all but mlx5_0's pairs");
+        }
+        if n == "pcie-2socket-roce" || n == "h200x2-live" || n == "hgx-h100-8gpu" {
             insta::assert_snapshot!(
                 format!("nccl_topo_{n}"),
                 xml.replace(env!("CARGO_PKG_VERSION"), "[version]")
             );
         }
     }
+}
+
+/// NCCL's node types for the path rules.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum NcclNode {
+    Cpu,
+    Pci,
+    Gpu,
+    Nic,
+}
+
+/// NCCL's path class between every two GPUs/NICs of the exported tree, by the rules of
+/// src/graph/paths.cc (ncclTopoSetPaths), written here independently of the exporter: a hop
+/// between two PCI switch nodes is PXB, a PCIe hop from or to a CPU is PHB, a hop between two
+/// CPUs SYS, any other PCIe hop PIX; a path is as bad as its worst hop (NCCL's BFS keeps the
+/// best path; in a tree under a clique of CPUs there is one). Compared with gpudoctor's matrix
+/// for every pair of a GPU and a NIC and of two GPUs without NVLink: NCCL has no NODE (one
+/// CPU node per NUMA node holds all its host bridges), so NODE is PHB to it. Pairs of NICs are
+/// left out (NCCL makes the ports of one NIC one device). A pair where a device's own
+/// numa_node differs from its `<cpu>`'s is not compared: NCCL takes the NUMA node of the node
+/// it hangs under the CPU (the switch), gpudoctor the device's own (the nic-numa-wrong variant
+/// plants exactly that). Returns (pairs compared, differences).
+fn nccl_paths_agree(doc: &roxmltree::Document, topo: &serde_json::Value) -> (usize, Vec<String>) {
+    const PIX: u8 = 4;
+    const PXB: u8 = 5;
+    const PHB: u8 = 8;
+    const SYS: u8 = 9;
+    let kind = |e: roxmltree::Node| -> Option<NcclNode> {
+        if e.has_tag_name("cpu") {
+            return Some(NcclNode::Cpu);
+        }
+        if !e.has_tag_name("pci") {
+            return None;
+        }
+        if e.children().any(|c| c.has_tag_name("gpu")) {
+            Some(NcclNode::Gpu)
+        } else if e.children().any(|c| c.has_tag_name("nic")) {
+            Some(NcclNode::Nic)
+        } else {
+            Some(NcclNode::Pci)
+        }
+    };
+    // Each device's chain of NCCL nodes up to its CPU.
+    let chain = |leaf: roxmltree::Node| -> Vec<(roxmltree::NodeId, NcclNode)> {
+        leaf.ancestors()
+            .filter_map(|a| kind(a).map(|k| (a.id(), k)))
+            .collect()
+    };
+    let class = |a: &[(roxmltree::NodeId, NcclNode)], b: &[(roxmltree::NodeId, NcclNode)]| -> u8 {
+        let hop = |x: NcclNode, y: NcclNode| match (x, y) {
+            (NcclNode::Cpu, NcclNode::Cpu) => SYS,
+            (NcclNode::Cpu, _) | (_, NcclNode::Cpu) => PHB,
+            (NcclNode::Pci, NcclNode::Pci) => PXB,
+            _ => PIX,
+        };
+        // Up from a to the lowest common node, then down to b; two CPUs are joined directly.
+        let common = a.iter().position(|x| b.iter().any(|y| y.0 == x.0));
+        let mut hops: Vec<(NcclNode, NcclNode)> = Vec::new();
+        let (up_a, up_b) = match common {
+            Some(i) => {
+                let j = b.iter().position(|y| y.0 == a[i].0).unwrap();
+                (&a[..=i], &b[..=j])
+            }
+            None => {
+                hops.push((NcclNode::Cpu, NcclNode::Cpu));
+                (a, b)
+            }
+        };
+        for w in up_a.windows(2).chain(up_b.windows(2)) {
+            hops.push((w[0].1, w[1].1));
+        }
+        hops.into_iter().map(|(x, y)| hop(x, y)).max().unwrap_or(0)
+    };
+    let name = |c: u8| match c {
+        PIX => "PIX",
+        PXB => "PXB",
+        PHB => "PHB",
+        SYS => "SYS",
+        _ => "?",
+    };
+    let labels: Vec<&str> = topo["matrix"]["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let cells = topo["matrix"]["cells"].as_array().unwrap();
+    // Label -> the device's NCCL chain, and whether its own NUMA node is its <cpu>'s.
+    let mut chains: Vec<Option<Vec<(roxmltree::NodeId, NcclNode)>>> = Vec::new();
+    let mut numa_agrees: Vec<bool> = Vec::new();
+    for l in &labels {
+        let bdf = topo["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(topo["nics"].as_array().unwrap())
+            .find(|d| d["label"] == *l)
+            .and_then(|d| d["bdf"].as_str());
+        let own = topo["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["bdf"].as_str() == bdf)
+            .map_or("-1".to_string(), |d| {
+                d["numa"]["node"]
+                    .as_u64()
+                    .map_or("-1".to_string(), |v| v.to_string())
+            });
+        let found = if l.starts_with("GPU") {
+            topo["gpus"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["label"] == *l)
+                .and_then(|g| {
+                    doc.descendants().find(|e| {
+                        e.has_tag_name("pci") && e.attribute("busid") == g["bdf"].as_str()
+                    })
+                })
+        } else {
+            topo["nics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["label"] == *l)
+                .and_then(|x| {
+                    doc.descendants()
+                        .find(|e| {
+                            e.has_tag_name("net")
+                                && e.attribute("name") == x["rdma_device"].as_str()
+                        })
+                        .and_then(|net| net.ancestors().find(|a| a.has_tag_name("pci")))
+                })
+        };
+        let cpu = found
+            .and_then(|f| f.ancestors().find(|a| a.has_tag_name("cpu")))
+            .and_then(|c| c.attribute("numaid"));
+        numa_agrees.push(cpu == Some(own.as_str()));
+        chains.push(found.map(chain));
+    }
+    let (mut compared, mut differ) = (0, Vec::new());
+    for i in 0..labels.len() {
+        for j in 0..labels.len() {
+            let (li, lj) = (labels[i], labels[j]);
+            if !li.starts_with("GPU") || i == j {
+                continue;
+            }
+            let ours = cells[i][j].as_str().unwrap();
+            if ours.starts_with("NV") || (lj.starts_with("GPU") && j < i) {
+                continue;
+            }
+            let want = match ours {
+                "PIX" => PIX,
+                "PXB" => PXB,
+                "PHB" | "NODE" => PHB,
+                "SYS" => SYS,
+                _ => continue,
+            };
+            if !numa_agrees[i] || !numa_agrees[j] {
+                continue;
+            }
+            let (Some(a), Some(b)) = (&chains[i], &chains[j]) else {
+                differ.push(format!("{li}-{lj}: not in the export"));
+                continue;
+            };
+            compared += 1;
+            let got = class(a, b);
+            if got != want {
+                differ.push(format!("{li}-{lj}: gpudoctor {ours}, NCCL {}", name(got)));
+            }
+        }
+    }
+    (compared, differ)
+}
+
+/// The structure of the export against a topology NCCL itself dumped on an 8-GPU H100 HGX with
+/// Broadcom PEX switches (tests/reference/nccl-dump-hgx-h100.xml, an extract of a public dump,
+/// source in its first line): there every GPU and NIC hangs under a `<pci>` of class 0x060400
+/// (the switch's upstream port) directly under a `<cpu>`; the export of the fixture of the same
+/// design must have that shape: the same ancestor classes above every GPU and NIC, the same
+/// vendor/device on the switch, and GPUs sharing a switch with a NIC.
+#[test]
+fn nccl_topo_export_has_the_shape_of_a_real_nccl_dump() {
+    let reference =
+        std::fs::read_to_string(repo().join("tests/reference/nccl-dump-hgx-h100.xml")).unwrap();
+    let o = gpudoctor()
+        .args(["--root", "fixtures/hgx-h100-8gpu", "export", "nccl-topo"])
+        .output()
+        .unwrap();
+    let ours = String::from_utf8(o.stdout).unwrap();
+    // For each GPU/NIC: the path of (tag, class, vendor, device) from the system down.
+    fn shapes(xml: &str) -> std::collections::BTreeSet<String> {
+        let doc = roxmltree::Document::parse(xml).unwrap();
+        doc.descendants()
+            .filter(|e| e.has_tag_name("gpu") || e.has_tag_name("nic"))
+            .map(|leaf| {
+                let mut v: Vec<String> = leaf
+                    .ancestors()
+                    .filter(|a| a.is_element() && !a.has_tag_name("system"))
+                    .map(|a| {
+                        if a.has_tag_name("pci") {
+                            let class = a.attribute("class").unwrap_or("?");
+                            if class == "0x060400" {
+                                format!(
+                                    "pci bridge {}:{}",
+                                    a.attribute("vendor").unwrap_or("?"),
+                                    a.attribute("device").unwrap_or("?")
+                                )
+                            } else {
+                                format!("pci {class}")
+                            }
+                        } else {
+                            a.tag_name().name().to_string()
+                        }
+                    })
+                    .collect();
+                v.reverse();
+                v.join(" > ")
+            })
+            .collect()
+    }
+    let want = shapes(&reference);
+    let got = shapes(&ours);
+    assert_eq!(
+        want,
+        std::collections::BTreeSet::from([
+            "cpu > pci bridge 0x1000:0xc030 > pci 0x030200 > gpu".to_string(),
+            "cpu > pci bridge 0x1000:0xc030 > pci 0x020700 > nic".to_string(),
+        ]),
+        "the reference dump"
+    );
+    // The fixture also has a dual-port Ethernet NIC on a root port (no switch): NCCL puts it
+    // under the CPU directly; the switched devices must have exactly the reference's shape.
+    let switched: std::collections::BTreeSet<String> = got
+        .iter()
+        .filter(|s| s.contains("bridge"))
+        .cloned()
+        .collect();
+    assert_eq!(switched, want, "export of hgx-h100-8gpu:\n{ours}");
+    assert!(
+        got.iter().all(|s| s.matches("pci").count() <= 2),
+        "no bridge under a bridge: {got:#?}"
+    );
 }
 
 /// One line as NCCL's parser reads it: `<name a="v" b="v">`, `<name .../>` or `</name>`.
