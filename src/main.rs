@@ -43,12 +43,19 @@ fn usage_error(e: &clap::Error) -> String {
             .join(" ");
         return format!("gpudoctor: error: `{path}` needs a command (see `{help}`)");
     }
+    // The error's first paragraph, joined: "the following required arguments were not
+    // provided:" is followed by the arguments on lines of their own.
     let first = text
         .lines()
         .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("invalid arguments")
-        .trim_start_matches("error: ");
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let first = match first.trim_start_matches("error: ") {
+        "" => "invalid arguments",
+        f => f,
+    };
     let tips: Vec<&str> = text
         .lines()
         .filter_map(|l| l.trim().strip_prefix("tip: "))
