@@ -794,14 +794,40 @@ pub struct DeviceExtras {
     pub resources: Option<Vec<(u64, u64, u64)>>,
 }
 
-const AER_FILES: [&str; 3] = ["aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal"];
+/// The AER counter files of a function (drivers/pci/pcie/aer.c).
+pub const AER_FILES: [&str; 3] = ["aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal"];
 
-/// The TOTAL_ERR_* line of an AER counter file (kernel >= 4.19 format: `NAME count` lines).
-pub fn parse_aer_total(s: &str) -> Option<u64> {
-    s.lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(k, _)| k.starts_with("TOTAL_ERR"))
-        .and_then(|(_, v)| v.trim().parse().ok())
+/// The TOTAL_ERR_* count of an AER counter file (kernel >= 4.19 format: `NAME count` lines,
+/// the last `TOTAL_ERR_COR`/`TOTAL_ERR_FATAL`/`TOTAL_ERR_NONFATAL`). Every line must be a name
+/// and a count and there must be exactly one total: a file with any other line is garbled, and
+/// none of its counts is believed (why: the error).
+pub fn parse_aer_total(s: &str) -> Result<u64, String> {
+    let mut total = None;
+    for l in s.lines().filter(|l| !l.trim().is_empty()) {
+        let mut it = l.split_whitespace();
+        let (Some(name), Some(count), None) = (it.next(), it.next(), it.next()) else {
+            return Err(format!("line '{}' is not `NAME count`", shown(l)));
+        };
+        let Ok(n) = count.parse::<u64>() else {
+            return Err(format!(
+                "line '{}': '{}' is not a count",
+                shown(l),
+                shown(count)
+            ));
+        };
+        if name.starts_with("TOTAL_ERR") {
+            if total.is_some() {
+                return Err("more than one TOTAL_ERR line".into());
+            }
+            total = Some(n);
+        }
+    }
+    total.ok_or_else(|| "no TOTAL_ERR line".to_string())
+}
+
+/// At most 40 characters of something read, for a message.
+fn shown(s: &str) -> String {
+    s.chars().take(40).collect()
 }
 
 /// A `resource` file: one `0xstart 0xend 0xflags` line per BAR/ROM/bridge window.
@@ -825,11 +851,11 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, U
         let path = format!("{}/{name}", f.sysfs_path);
         match sr.read_text(&path) {
             Ok(s) => match parse_aer_total(&s) {
-                Some(v) => {
+                Ok(v) => {
                     x.aer.insert(name.to_string(), v);
                 }
-                None => {
-                    u.insert(name.into(), format!("{path}: no TOTAL_ERR line"));
+                Err(why) => {
+                    u.insert(name.into(), format!("{path}: {why}"));
                 }
             },
             Err(e) => note_err(&mut u, name, &e),
@@ -967,4 +993,28 @@ pub fn read_host(sr: &SysRoot) -> Host {
     };
     h.unread = u;
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_aer_total;
+
+    /// Every line a name and a count, exactly one total (issue 21: a garbled line passed).
+    #[test]
+    fn aer_counter_files() {
+        assert_eq!(
+            parse_aer_total("RxErr 0\nBadTLP 3\nTOTAL_ERR_COR 3\n"),
+            Ok(3)
+        );
+        for garbled in [
+            "TOTAL_ERR_FATAL 7 garbage\n",
+            "Undefined x\nTOTAL_ERR_FATAL 0\n",
+            "TOTAL_ERR_FATAL 0\nTOTAL_ERR_FATAL 0\n",
+            "RxErr 0\n",
+            "",
+            "\u{fffd} garbage\n",
+        ] {
+            assert!(parse_aer_total(garbled).is_err(), "{garbled:?}");
+        }
+    }
 }

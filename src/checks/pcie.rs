@@ -520,18 +520,53 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::PcieAer;
     each_endpoint(ctx, id, out, |b, f, who, _is_nic, out| {
         let subject = b.to_string();
-        match ctx.inv.extras.get(&b) {
-            Some(x) if !x.aer.is_empty() => {
-                let total: u64 = x.aer.values().sum();
-                let evs = x
-                    .aer
+        let counted = ctx
+            .inv
+            .extras
+            .get(&b)
+            .map(|x| &x.aer)
+            .filter(|a| !a.is_empty());
+        // A counter file that could not be read or parsed: its count is unknown, and so is
+        // "no errors" (only errors that were counted are a fact).
+        let unread: Vec<String> = crate::inventory::AER_FILES
+            .iter()
+            .filter(|n| counted.is_none_or(|a| !a.contains_key(**n)))
+            .map(|n| {
+                f.unread
+                    .get(*n)
+                    .cloned()
+                    .unwrap_or_else(|| format!("{n}: not read"))
+            })
+            .collect();
+        match counted {
+            Some(aer) => {
+                let total: u64 = aer.values().sum();
+                let evs = aer
                     .iter()
                     .map(|(k, v)| ev(format!("{}/{k} TOTAL", f.sysfs_path), v.to_string()))
+                    .chain(
+                        unread
+                            .iter()
+                            .map(|w| ev("unreadable AER counters", w.clone())),
+                    )
                     .collect();
                 if total > 0 {
                     out.push(Finding::new(id, subject, Status::Warn, format!("{who}: {total} PCIe errors counted since boot"))
                         .evidence(evs)
                         .fix("Check `dmesg` for AER reports; correctable errors that keep growing mean a marginal link (reseat, replace riser/cable, update firmware); any fatal/non-fatal error needs hardware service"));
+                } else if !unread.is_empty() {
+                    out.push(
+                        Finding::new(
+                            id,
+                            subject,
+                            Status::Skip,
+                            format!(
+                                "{who}: AER counters partly unreadable ({})",
+                                unread.join("; ")
+                            ),
+                        )
+                        .evidence(evs),
+                    );
                 } else {
                     out.push(
                         Finding::new(
