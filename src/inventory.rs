@@ -873,6 +873,10 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, U
     (x, u)
 }
 
+/// What an IOMMU group's `type` says (drivers/iommu/iommu.c, iommu_group_show_type); its
+/// "unknown" (no default domain) is the kernel not knowing, so it is not among them.
+const IOMMU_DOMAIN_TYPES: [&str; 5] = ["blocked", "identity", "unmanaged", "DMA", "DMA-FQ"];
+
 /// The IOMMU group of each of `judged` (from its `iommu_group` link: one readlink, where
 /// listing every group's members costs a directory per group) and the type of those groups.
 pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
@@ -905,9 +909,20 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
     let groups: std::collections::BTreeSet<u32> =
         h.iommu_group_of.values().flatten().copied().collect();
     for g in groups {
-        match sr.read_text(&format!("/sys/kernel/iommu_groups/{g}/type")) {
-            Ok(t) => {
+        let path = format!("/sys/kernel/iommu_groups/{g}/type");
+        match sr.read_text(&path) {
+            Ok(t) if IOMMU_DOMAIN_TYPES.contains(&t.trim()) => {
                 h.iommu_group_types.insert(g, t);
+            }
+            Ok(t) => {
+                let shown: String = t.chars().take(40).collect();
+                h.unread.insert(
+                    format!("iommu_group.{g}.type"),
+                    format!(
+                        "{path}: '{shown}' is not a domain type the kernel writes ({})",
+                        IOMMU_DOMAIN_TYPES.join(", ")
+                    ),
+                );
             }
             Err(e) => note_err(&mut h.unread, &format!("iommu_group.{g}.type"), &e),
         }
