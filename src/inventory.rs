@@ -263,6 +263,7 @@ impl Inventory {
         }
         netdevs.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
         rdma.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
+        check_numa_nodes(&mut pci, &numa_nodes, &notes);
         let mut extras = BTreeMap::new();
         if scope == Scope::Checks {
             // Only the checks' subjects: pcie.aer judges GPUs and the functions behind RDMA
@@ -310,6 +311,36 @@ impl Inventory {
             extras,
             notes,
         })
+    }
+}
+
+/// A function's `numa_node` must name one of the host's nodes: a number the node directory
+/// does not list (4095 on a two-node host) is not a fact. Where the node directory could not be
+/// listed there is nothing to hold the numbers against, and they stay as read.
+fn check_numa_nodes(pci: &mut BTreeMap<Bdf, PciFunction>, nodes: &[NumaNode], notes: &[Note]) {
+    if notes.iter().any(|n| n.path == "/sys/devices/system/node") {
+        return;
+    }
+    let ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
+    for f in pci.values_mut() {
+        if let Some(n) = f.numa_node.filter(|n| !ids.contains(n)) {
+            f.numa_node = None;
+            f.unread.insert(
+                "numa_node".into(),
+                format!(
+                    "{}/numa_node: node {n} is not one of the host's NUMA nodes ({})",
+                    f.sysfs_path,
+                    if ids.is_empty() {
+                        "none listed under /sys/devices/system/node".to_string()
+                    } else {
+                        ids.iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ),
+            );
+        }
     }
 }
 
@@ -515,17 +546,71 @@ fn link_from_files(sr: &SysRoot, dir: &str, u: &mut Unread) -> Link {
 fn link_from_config(p: &PcieCap, dir: &str, u: &mut Unread) -> Link {
     let sta = format!("{dir}/config Link Status @0x{:02x}", p.offset + 0x12);
     let cap = format!("{dir}/config Link Capabilities @0x{:02x}", p.offset + 0x0c);
-    for (v, key, at) in [
-        (p.link_cur_gen.is_none(), "current_link_speed", &sta),
-        (p.link_cur_width.is_none(), "current_link_width", &sta),
-        (p.link_max_gen.is_none(), "max_link_speed", &cap),
-        (p.link_max_width.is_none(), "max_link_width", &cap),
+    let sta_speed = u32::from(p.link_status) & 0xf;
+    let sta_width = (u32::from(p.link_status) >> 4) & 0x3f;
+    let cap_width = (p.link_caps >> 4) & 0x3f;
+    let down = "0, not a valid value (no link trained: empty slot or link down; a virtual function has no link of its own)";
+    let regs = format!(
+        "Link Capabilities 0x{:08x}, Link Status 0x{:04x}",
+        p.link_caps, p.link_status
+    );
+    let width_bad = |w: u32| {
+        format!(
+            "x{w} ({regs}) is not a width a PCIe link can report ({}): a dead or absent device reads all ones",
+            pci::LINK_WIDTHS.map(|w| format!("x{w}")).join(", ")
+        )
+    };
+    let gen_bad = |g: u32| {
+        format!(
+            "Gen{g} ({regs}) is not a speed a PCIe link can report (Gen1 to Gen{}): a dead or absent device reads all ones",
+            pci::MAX_GEN
+        )
+    };
+    for (missing, key, at, raw, bad) in [
+        (
+            p.link_cur_gen.is_none(),
+            "current_link_speed",
+            &sta,
+            sta_speed,
+            &gen_bad as &dyn Fn(u32) -> String,
+        ),
+        (
+            p.link_cur_width.is_none(),
+            "current_link_width",
+            &sta,
+            sta_width,
+            &width_bad,
+        ),
+        (
+            p.link_max_gen.is_none(),
+            "max_link_speed",
+            &cap,
+            0,
+            &gen_bad,
+        ),
+        (
+            p.link_max_width.is_none(),
+            "max_link_width",
+            &cap,
+            cap_width,
+            &width_bad,
+        ),
     ] {
-        if v {
-            u.insert(
-                key.into(),
-                format!("{at}: 0, not a valid value (no link trained: empty slot or link down; a virtual function has no link of its own)"),
-            );
+        if missing {
+            let why = match (key, raw) {
+                // The maximum speed comes from a vector (Link Capabilities 2): say the register.
+                ("max_link_speed", _) if p.link_caps & 0xf > u32::from(pci::MAX_GEN) => {
+                    gen_bad(p.link_caps & 0xf)
+                }
+                ("max_link_speed", _) if p.link_caps & 0xf == 0 => down.to_string(),
+                ("max_link_speed", _) => {
+                    "no generation the Supported Link Speeds vector and Max Link Speed agree on"
+                        .to_string()
+                }
+                (_, 0) => down.to_string(),
+                (_, v) => bad(v),
+            };
+            u.insert(key.into(), format!("{at}: {why}"));
         }
     }
     Link {
