@@ -411,8 +411,10 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     // are what the `vendor`/`device` attributes show, so those two files are read only when
     // config space cannot say: unreadable, or 0xffff as a virtual function reads (the kernel
     // takes a VF's IDs from its PF's SR-IOV capability).
+    // A config space cut short of its 64-byte header (or garbage in its place) says nothing.
     let config_ids = config
         .as_ref()
+        .filter(|c| c.coverage != crate::pci::config::Coverage::Truncated)
         .and_then(|c| c.vendor_id.zip(c.device_id))
         .filter(|(v, _)| *v != 0xffff && *v != 0);
     let (vendor, device) = match config_ids {
@@ -422,8 +424,19 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
             parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16),
         ),
     };
-    let driver = match sr.link_name(&format!("{dir}/driver")) {
-        Ok(d) => Some(d),
+    let driver = match sr.read_link(&format!("{dir}/driver")) {
+        Ok(t) => {
+            match pci_driver_name(&t) {
+                Some(d) => Some(d),
+                None => {
+                    u.insert(
+                    "driver".into(),
+                    format!("{dir}/driver: link to '{}' names no PCI driver (…/bus/pci/drivers/NAME)", shown(&t)),
+                );
+                    None
+                }
+            }
+        }
         Err(ReadError::NotFound(_)) => {
             u.insert("driver".into(), "no driver bound".into());
             None
@@ -499,6 +512,18 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         physfn,
         unread: u,
     })
+}
+
+/// The driver a function's `driver` link names: the kernel links it to
+/// `../../../bus/pci/drivers/NAME`; a link anywhere else (to itself, out of the tree) names none.
+fn pci_driver_name(target: &str) -> Option<String> {
+    let parts: Vec<&str> = target.split('/').filter(|p| !p.is_empty()).collect();
+    match parts.as_slice() {
+        [.., "bus", "pci", "drivers", name] if !matches!(*name, "." | "..") => {
+            Some(name.to_string())
+        }
+        _ => None,
+    }
 }
 
 /// The link from the kernel's attributes (`current_link_speed`, `current_link_width`,
