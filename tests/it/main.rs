@@ -21,6 +21,7 @@ mod mlx5_prm;
 mod probes;
 mod slurm;
 mod sriov;
+mod unreadable;
 mod vm;
 
 use std::path::{Path, PathBuf};
