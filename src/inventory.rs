@@ -331,6 +331,7 @@ impl Inventory {
         }
         netdevs.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
         rdma.sort_by(|a, b| pci::natural_cmp(&a.name, &b.name));
+        check_numa_nodes(&mut pci, &numa_nodes, &notes);
         let mut extras = BTreeMap::new();
         if scope == Scope::Checks {
             // Only the checks' subjects: pcie.aer judges GPUs and the functions behind RDMA
@@ -383,6 +384,36 @@ impl Inventory {
             rdma_class,
             net_class,
         })
+    }
+}
+
+/// A function's `numa_node` must name one of the host's nodes: a number the node directory
+/// does not list (4095 on a two-node host) is not a fact. Where the node directory could not be
+/// listed there is nothing to hold the numbers against, and they stay as read.
+fn check_numa_nodes(pci: &mut BTreeMap<Bdf, PciFunction>, nodes: &[NumaNode], notes: &[Note]) {
+    if notes.iter().any(|n| n.path == "/sys/devices/system/node") {
+        return;
+    }
+    let ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
+    for f in pci.values_mut() {
+        if let Some(n) = f.numa_node.filter(|n| !ids.contains(n)) {
+            f.numa_node = None;
+            f.unread.insert(
+                "numa_node".into(),
+                format!(
+                    "{}/numa_node: node {n} is not one of the host's NUMA nodes ({})",
+                    f.sysfs_path,
+                    if ids.is_empty() {
+                        "none listed under /sys/devices/system/node".to_string()
+                    } else {
+                        ids.iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ),
+            );
+        }
     }
 }
 
@@ -453,8 +484,10 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     // are what the `vendor`/`device` attributes show, so those two files are read only when
     // config space cannot say: unreadable, or 0xffff as a virtual function reads (the kernel
     // takes a VF's IDs from its PF's SR-IOV capability).
+    // A config space cut short of its 64-byte header (or garbage in its place) says nothing.
     let config_ids = config
         .as_ref()
+        .filter(|c| c.coverage != crate::pci::config::Coverage::Truncated)
         .and_then(|c| c.vendor_id.zip(c.device_id))
         .filter(|(v, _)| *v != 0xffff && *v != 0);
     let (vendor, device) = match config_ids {
@@ -464,8 +497,19 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
             parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16),
         ),
     };
-    let driver = match sr.link_name(&format!("{dir}/driver")) {
-        Ok(d) => Some(d),
+    let driver = match sr.read_link(&format!("{dir}/driver")) {
+        Ok(t) => {
+            match pci_driver_name(&t) {
+                Some(d) => Some(d),
+                None => {
+                    u.insert(
+                    "driver".into(),
+                    format!("{dir}/driver: link to '{}' names no PCI driver (…/bus/pci/drivers/NAME)", shown(&t)),
+                );
+                    None
+                }
+            }
+        }
         Err(ReadError::NotFound(_)) => {
             u.insert("driver".into(), "no driver bound".into());
             None
@@ -543,6 +587,18 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     })
 }
 
+/// The driver a function's `driver` link names: the kernel links it to
+/// `../../../bus/pci/drivers/NAME`; a link anywhere else (to itself, out of the tree) names none.
+fn pci_driver_name(target: &str) -> Option<String> {
+    let parts: Vec<&str> = target.split('/').filter(|p| !p.is_empty()).collect();
+    match parts.as_slice() {
+        [.., "bus", "pci", "drivers", name] if !matches!(*name, "." | "..") => {
+            Some(name.to_string())
+        }
+        _ => None,
+    }
+}
+
 /// The link from the kernel's attributes (`current_link_speed`, `current_link_width`,
 /// `max_link_speed`, `max_link_width`): when config space does not reach the PCI Express
 /// capability (a non-root reader gets 64 bytes, a recording may lack `config`).
@@ -588,17 +644,71 @@ fn link_from_files(sr: &SysRoot, dir: &str, u: &mut Unread) -> Link {
 fn link_from_config(p: &PcieCap, dir: &str, u: &mut Unread) -> Link {
     let sta = format!("{dir}/config Link Status @0x{:02x}", p.offset + 0x12);
     let cap = format!("{dir}/config Link Capabilities @0x{:02x}", p.offset + 0x0c);
-    for (v, key, at) in [
-        (p.link_cur_gen.is_none(), "current_link_speed", &sta),
-        (p.link_cur_width.is_none(), "current_link_width", &sta),
-        (p.link_max_gen.is_none(), "max_link_speed", &cap),
-        (p.link_max_width.is_none(), "max_link_width", &cap),
+    let sta_speed = u32::from(p.link_status) & 0xf;
+    let sta_width = (u32::from(p.link_status) >> 4) & 0x3f;
+    let cap_width = (p.link_caps >> 4) & 0x3f;
+    let down = "0, not a valid value (no link trained: empty slot or link down; a virtual function has no link of its own)";
+    let regs = format!(
+        "Link Capabilities 0x{:08x}, Link Status 0x{:04x}",
+        p.link_caps, p.link_status
+    );
+    let width_bad = |w: u32| {
+        format!(
+            "x{w} ({regs}) is not a width a PCIe link can report ({}): a dead or absent device reads all ones",
+            pci::LINK_WIDTHS.map(|w| format!("x{w}")).join(", ")
+        )
+    };
+    let gen_bad = |g: u32| {
+        format!(
+            "Gen{g} ({regs}) is not a speed a PCIe link can report (Gen1 to Gen{}): a dead or absent device reads all ones",
+            pci::MAX_GEN
+        )
+    };
+    for (missing, key, at, raw, bad) in [
+        (
+            p.link_cur_gen.is_none(),
+            "current_link_speed",
+            &sta,
+            sta_speed,
+            &gen_bad as &dyn Fn(u32) -> String,
+        ),
+        (
+            p.link_cur_width.is_none(),
+            "current_link_width",
+            &sta,
+            sta_width,
+            &width_bad,
+        ),
+        (
+            p.link_max_gen.is_none(),
+            "max_link_speed",
+            &cap,
+            0,
+            &gen_bad,
+        ),
+        (
+            p.link_max_width.is_none(),
+            "max_link_width",
+            &cap,
+            cap_width,
+            &width_bad,
+        ),
     ] {
-        if v {
-            u.insert(
-                key.into(),
-                format!("{at}: 0, not a valid value (no link trained: empty slot or link down; a virtual function has no link of its own)"),
-            );
+        if missing {
+            let why = match (key, raw) {
+                // The maximum speed comes from a vector (Link Capabilities 2): say the register.
+                ("max_link_speed", _) if p.link_caps & 0xf > u32::from(pci::MAX_GEN) => {
+                    gen_bad(p.link_caps & 0xf)
+                }
+                ("max_link_speed", _) if p.link_caps & 0xf == 0 => down.to_string(),
+                ("max_link_speed", _) => {
+                    "no generation the Supported Link Speeds vector and Max Link Speed agree on"
+                        .to_string()
+                }
+                (_, 0) => down.to_string(),
+                (_, v) => bad(v),
+            };
+            u.insert(key.into(), format!("{at}: {why}"));
         }
     }
     Link {
@@ -894,14 +1004,40 @@ pub struct DeviceExtras {
     pub resources: Option<Vec<(u64, u64, u64)>>,
 }
 
-const AER_FILES: [&str; 3] = ["aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal"];
+/// The AER counter files of a function (drivers/pci/pcie/aer.c).
+pub const AER_FILES: [&str; 3] = ["aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal"];
 
-/// The TOTAL_ERR_* line of an AER counter file (kernel >= 4.19 format: `NAME count` lines).
-pub fn parse_aer_total(s: &str) -> Option<u64> {
-    s.lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(k, _)| k.starts_with("TOTAL_ERR"))
-        .and_then(|(_, v)| v.trim().parse().ok())
+/// The TOTAL_ERR_* count of an AER counter file (kernel >= 4.19 format: `NAME count` lines,
+/// the last `TOTAL_ERR_COR`/`TOTAL_ERR_FATAL`/`TOTAL_ERR_NONFATAL`). Every line must be a name
+/// and a count and there must be exactly one total: a file with any other line is garbled, and
+/// none of its counts is believed (why: the error).
+pub fn parse_aer_total(s: &str) -> Result<u64, String> {
+    let mut total = None;
+    for l in s.lines().filter(|l| !l.trim().is_empty()) {
+        let mut it = l.split_whitespace();
+        let (Some(name), Some(count), None) = (it.next(), it.next(), it.next()) else {
+            return Err(format!("line '{}' is not `NAME count`", shown(l)));
+        };
+        let Ok(n) = count.parse::<u64>() else {
+            return Err(format!(
+                "line '{}': '{}' is not a count",
+                shown(l),
+                shown(count)
+            ));
+        };
+        if name.starts_with("TOTAL_ERR") {
+            if total.is_some() {
+                return Err("more than one TOTAL_ERR line".into());
+            }
+            total = Some(n);
+        }
+    }
+    total.ok_or_else(|| "no TOTAL_ERR line".to_string())
+}
+
+/// At most 40 characters of something read, for a message.
+fn shown(s: &str) -> String {
+    s.chars().take(40).collect()
 }
 
 /// A `resource` file: one `0xstart 0xend 0xflags` line per BAR/ROM/bridge window.
@@ -925,11 +1061,11 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, U
         let path = format!("{}/{name}", f.sysfs_path);
         match sr.read_text(&path) {
             Ok(s) => match parse_aer_total(&s) {
-                Some(v) => {
+                Ok(v) => {
                     x.aer.insert(name.to_string(), v);
                 }
-                None => {
-                    u.insert(name.into(), format!("{path}: no TOTAL_ERR line"));
+                Err(why) => {
+                    u.insert(name.into(), format!("{path}: {why}"));
                 }
             },
             Err(e) => note_err(&mut u, name, &e),
@@ -946,6 +1082,10 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, U
     }
     (x, u)
 }
+
+/// What an IOMMU group's `type` says (drivers/iommu/iommu.c, iommu_group_show_type); its
+/// "unknown" (no default domain) is the kernel not knowing, so it is not among them.
+const IOMMU_DOMAIN_TYPES: [&str; 5] = ["blocked", "identity", "unmanaged", "DMA", "DMA-FQ"];
 
 /// The IOMMU group of each of `judged` (from its `iommu_group` link: one readlink, where
 /// listing every group's members costs a directory per group) and the type of those groups.
@@ -979,9 +1119,20 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
     let groups: std::collections::BTreeSet<u32> =
         h.iommu_group_of.values().flatten().copied().collect();
     for g in groups {
-        match sr.read_text(&format!("/sys/kernel/iommu_groups/{g}/type")) {
-            Ok(t) => {
+        let path = format!("/sys/kernel/iommu_groups/{g}/type");
+        match sr.read_text(&path) {
+            Ok(t) if IOMMU_DOMAIN_TYPES.contains(&t.trim()) => {
                 h.iommu_group_types.insert(g, t);
+            }
+            Ok(t) => {
+                let shown: String = t.chars().take(40).collect();
+                h.unread.insert(
+                    format!("iommu_group.{g}.type"),
+                    format!(
+                        "{path}: '{shown}' is not a domain type the kernel writes ({})",
+                        IOMMU_DOMAIN_TYPES.join(", ")
+                    ),
+                );
             }
             Err(e) => note_err(&mut h.unread, &format!("iommu_group.{g}.type"), &e),
         }
@@ -1067,4 +1218,28 @@ pub fn read_host(sr: &SysRoot) -> Host {
     };
     h.unread = u;
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_aer_total;
+
+    /// Every line a name and a count, exactly one total (issue 21: a garbled line passed).
+    #[test]
+    fn aer_counter_files() {
+        assert_eq!(
+            parse_aer_total("RxErr 0\nBadTLP 3\nTOTAL_ERR_COR 3\n"),
+            Ok(3)
+        );
+        for garbled in [
+            "TOTAL_ERR_FATAL 7 garbage\n",
+            "Undefined x\nTOTAL_ERR_FATAL 0\n",
+            "TOTAL_ERR_FATAL 0\nTOTAL_ERR_FATAL 0\n",
+            "RxErr 0\n",
+            "",
+            "\u{fffd} garbage\n",
+        ] {
+            assert!(parse_aer_total(garbled).is_err(), "{garbled:?}");
+        }
+    }
 }

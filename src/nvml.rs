@@ -116,6 +116,25 @@ impl NvmlGpu {
     pub fn bdf(&self) -> Option<Bdf> {
         self.bus_id.parse().ok()
     }
+
+    /// Why the NVLink list is not the whole truth, if it is not: the GPU's handle or a link's
+    /// state could not be read (`device`, `nvlink.N`), or nvml.json recorded no list. An empty
+    /// list with no such reason is "no NVLinks", positively read (NVML said NotSupported or
+    /// InvalidArg for link 0).
+    pub fn nvlinks_unread(&self) -> Option<String> {
+        let why: Vec<String> = self
+            .unread
+            .iter()
+            .filter(|(k, _)| {
+                *k == "device"
+                    || *k == "nvlinks"
+                    || k.strip_prefix("nvlink.")
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        (!why.is_empty()).then(|| why.join("; "))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,10 +156,22 @@ impl NvmlSnapshot {
     }
 
     pub fn from_json(bytes: &[u8]) -> Result<Self, SnapshotError> {
-        let snap: NvmlSnapshot =
+        let raw: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| SnapshotError::Parse(e.to_string()))?;
+        let mut snap: NvmlSnapshot =
+            serde_json::from_value(raw.clone()).map_err(|e| SnapshotError::Parse(e.to_string()))?;
         if snap.schema != SCHEMA {
             return Err(SnapshotError::Schema(snap.schema));
+        }
+        // A list the file does not hold reads as empty (serde's default): say it was not
+        // recorded, so that "no NVLinks" is never inferred from a list that is not there.
+        if let Some(gpus) = raw.get("gpus").and_then(|g| g.as_array()) {
+            for (g, r) in snap.gpus.iter_mut().zip(gpus) {
+                if r.get("nvlinks").is_none() && !g.unread.contains_key("device") {
+                    g.unread
+                        .insert("nvlinks".into(), "not recorded in nvml.json".into());
+                }
+            }
         }
         Ok(snap)
     }

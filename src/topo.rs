@@ -706,7 +706,10 @@ fn gpus(inv: &Inventory, devices: &[Device], notes: &mut Vec<String>) -> Vec<Gpu
                 uuid: n.and_then(|n| n.uuid.clone()),
                 memory_total_bytes: n.and_then(|n| n.memory_total_bytes),
                 bar1_total_bytes: n.and_then(|n| n.bar1_total_bytes),
-                nvlinks_active: n.map(|n| n.nvlinks.iter().filter(|l| l.active).count() as u32),
+                // Unknown where the list could not be read (never "0 active").
+                nvlinks_active: n
+                    .filter(|n| n.nvlinks_unread().is_none())
+                    .map(|n| n.nvlinks.iter().filter(|l| l.active).count() as u32),
                 link: d.link.clone(),
                 numa: d.numa.clone(),
                 numa_node_id: n.and_then(|n| n.numa_node_id),

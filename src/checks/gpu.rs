@@ -214,7 +214,23 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
             .filter(|l| !l.active)
             .map(|l| l.link)
             .collect();
-        if total == 0 {
+        if let Some(why) = n.nvlinks_unread().filter(|_| down.is_empty()) {
+            // Links that were read as down are a fact (below); otherwise what could not be
+            // read may be a link that is down, or links at all.
+            out.push(
+                Finding::new(
+                    id,
+                    s.clone(),
+                    Status::Skip,
+                    if total == 0 {
+                        format!("NVLink list unreadable: {why}")
+                    } else {
+                        format!("NVLink state unknown: {total} links read (all active), the rest unreadable: {why}")
+                    },
+                )
+                .with(ev("nvmlDeviceGetNvLinkState", why)),
+            );
+        } else if total == 0 {
             out.push(
                 Finding::new(
                     id,

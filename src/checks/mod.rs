@@ -278,6 +278,9 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
         out
     });
     let mut out: Vec<Finding> = found.into_iter().flatten().collect();
+    // A function that may be a GPU or NIC but could not be identified: unknown, never absent.
+    let unidentified = pcie::unidentified_skips(ctx, &out);
+    out.extend(unidentified);
     debug_assert_sound(&out);
     sort_findings(&mut out);
     out

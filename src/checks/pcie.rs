@@ -376,6 +376,12 @@ pub(super) fn slot_mismatch(ctx: &Ctx, out: &mut Vec<Finding>) {
     each_link(ctx, id, out, |d, f, dir, who, subject, parent, out| {
         let l = &d.link;
         match (parent, l.max_gen, l.max_width) {
+            // A port above that was not read (left out of the topology): unknown, not "none".
+            (None, _, _) if !d.upstream.is_empty() => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
+                "{who}: the port above ({}) was not read: {}",
+                d.upstream[d.upstream.len() - 1],
+                ctx.inv.notes.iter().find(|n| d.upstream.last().is_some_and(|p| n.path.ends_with(&p.to_string()))).map_or("not among the PCI devices read", |n| n.reason.as_str())
+            ))),
             (None, _, _) => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} sits on the root bus (no port above to compare; typical in VMs)")).not_applicable()),
             (Some(p), Some(dg), Some(dw)) => match (p.link.max_gen, p.link.max_width) {
                 (Some(pg), Some(pw)) if pg < dg || pw < dw => out.push(
@@ -533,18 +539,53 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::PcieAer;
     each_endpoint(ctx, id, out, |b, f, who, _is_nic, out| {
         let subject = b.to_string();
-        match ctx.inv.extras.get(&b) {
-            Some(x) if !x.aer.is_empty() => {
-                let total: u64 = x.aer.values().sum();
-                let evs = x
-                    .aer
+        let counted = ctx
+            .inv
+            .extras
+            .get(&b)
+            .map(|x| &x.aer)
+            .filter(|a| !a.is_empty());
+        // A counter file that could not be read or parsed: its count is unknown, and so is
+        // "no errors" (only errors that were counted are a fact).
+        let unread: Vec<String> = crate::inventory::AER_FILES
+            .iter()
+            .filter(|n| counted.is_none_or(|a| !a.contains_key(**n)))
+            .map(|n| {
+                f.unread
+                    .get(*n)
+                    .cloned()
+                    .unwrap_or_else(|| format!("{n}: not read"))
+            })
+            .collect();
+        match counted {
+            Some(aer) => {
+                let total: u64 = aer.values().sum();
+                let evs = aer
                     .iter()
                     .map(|(k, v)| ev(format!("{}/{k} TOTAL", f.sysfs_path), v.to_string()))
+                    .chain(
+                        unread
+                            .iter()
+                            .map(|w| ev("unreadable AER counters", w.clone())),
+                    )
                     .collect();
                 if total > 0 {
                     out.push(Finding::new(id, subject, Status::Warn, format!("{who}: {total} PCIe errors counted since boot"))
                         .evidence(evs)
                         .fix("Check `dmesg` for AER reports; correctable errors that keep growing mean a marginal link (reseat, replace riser/cable, update firmware); any fatal/non-fatal error needs hardware service"));
+                } else if !unread.is_empty() {
+                    out.push(
+                        Finding::new(
+                            id,
+                            subject,
+                            Status::Skip,
+                            format!(
+                                "{who}: AER counters partly unreadable ({})",
+                                unread.join("; ")
+                            ),
+                        )
+                        .evidence(evs),
+                    );
                 } else {
                     out.push(
                         Finding::new(
@@ -580,4 +621,105 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
             )),
         }
     });
+}
+
+/// Checks that judge GPUs, NICs or the bridges between them one device at a time: a PCI
+/// function that could be one of those but could not be identified is a subject none of them
+/// judged.
+const DEVICE_CHECKS: [CheckId; 16] = [
+    CheckId::PcieAcsRedirect,
+    CheckId::IommuMode,
+    CheckId::GpuBar1,
+    CheckId::PcieLinkWidth,
+    CheckId::PcieLinkSpeed,
+    CheckId::PcieSlotMismatch,
+    CheckId::NumaGpuNic,
+    CheckId::TopoGpuNicPairing,
+    CheckId::GdrPath,
+    CheckId::PcieDevctl,
+    CheckId::PcieAer,
+    CheckId::GpuPersistence,
+    CheckId::GpuEcc,
+    CheckId::GpuRowRemap,
+    CheckId::GpuP2p,
+    CheckId::GpuNvlinkDown,
+];
+
+/// PCI functions that may be a GPU or a NIC but are not known to be either, with why: the
+/// function could not be read at all (left out of the topology), it is an NVIDIA function whose
+/// class could not be read, a display controller whose vendor could not be read, or NVML names
+/// a GPU at an address the PCI device list does not hold. "Is there any GPU" is unknown while any of these remain.
+pub(super) fn unidentified(ctx: &Ctx) -> Vec<(Bdf, String)> {
+    let mut out = BTreeMap::new();
+    for f in ctx.inv.pci.values() {
+        // GPUs are NVIDIA display controllers; a function of another vendor is none, whatever
+        // its class (NICs are found from their RDMA devices, not their class).
+        let unread = |k: &str| {
+            f.unread
+                .get(k)
+                .map_or("not read", String::as_str)
+                .to_string()
+        };
+        let why = match (f.class.map(crate::pci::ClassCode), f.vendor) {
+            (_, Some(v)) if v != crate::pci::VENDOR_NVIDIA => None,
+            (None, Some(_)) => Some(format!(
+                "an NVIDIA function whose class could not be read ({})",
+                unread("class")
+            )),
+            (None, None) => Some(format!(
+                "neither its vendor nor its class could be read ({}; {})",
+                unread("vendor"),
+                unread("class")
+            )),
+            (Some(c), None) if c.is_display() => Some(format!(
+                "a display controller whose vendor could not be read ({})",
+                unread("vendor")
+            )),
+            _ => None,
+        };
+        if let Some(why) = why {
+            out.insert(f.bdf, why);
+        }
+    }
+    for n in &ctx.inv.notes {
+        let Some(b) = n
+            .path
+            .strip_prefix("/sys/bus/pci/devices/")
+            .and_then(|b| b.parse::<Bdf>().ok())
+        else {
+            continue;
+        };
+        if !ctx.inv.pci.contains_key(&b) {
+            out.insert(b, format!("it could not be read ({})", n.reason));
+        }
+    }
+    for g in &ctx.inv.nvml.gpus {
+        if let Some(b) = g.bdf().filter(|b| !ctx.inv.pci.contains_key(b)) {
+            out.entry(b).or_insert_with(|| {
+                "NVML names a GPU there, and /sys/bus/pci/devices does not list it".to_string()
+            });
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// An unknown skip from every device check for every unidentified function it has no finding
+/// on (`found`: every finding so far).
+pub(super) fn unidentified_skips(ctx: &Ctx, found: &[Finding]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (b, why) in unidentified(ctx) {
+        let subject = b.to_string();
+        for id in DEVICE_CHECKS {
+            if found.iter().any(|f| f.id == id && f.subject == subject) {
+                continue;
+            }
+            out.push(Finding::new(
+                id,
+                subject.clone(),
+                Status::Skip,
+                format!("PCI function {b} may be a GPU or NIC this check did not judge: {why}"),
+            ));
+        }
+    }
+    out
 }

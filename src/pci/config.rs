@@ -68,7 +68,10 @@ impl PortType {
     }
 }
 
-/// What the PCI Express capability says.
+/// What the PCI Express capability says. A link field outside what a link can report (a width
+/// not in `pci::LINK_WIDTHS`, a speed outside Gen1..=`pci::MAX_GEN`: a dead or absent device
+/// reads all ones, Link Status 0xffff would be "x63 Gen15") is None; the raw registers stay
+/// here so the reader can say what was seen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PcieCap {
     pub offset: u16,
@@ -85,6 +88,9 @@ pub struct PcieCap {
     /// Link Status: current speed and negotiated width.
     pub link_cur_gen: Option<u8>,
     pub link_cur_width: Option<u8>,
+    /// The Link Capabilities and Link Status registers as read.
+    pub link_caps: u32,
+    pub link_status: u16,
 }
 
 /// Access Control Services extended capability.
@@ -147,19 +153,22 @@ fn rd32(b: &[u8], off: usize) -> Option<u32> {
     ]))
 }
 
+/// A speed field (Link Status Current Link Speed: an index into the Supported Link Speeds
+/// vector), only where it names a generation a link can run at.
 fn link_gen(bits: u32) -> Option<u8> {
-    match bits & 0xf {
-        v @ 1..=7 => Some(v as u8),
-        _ => None,
-    }
+    Some((bits & 0xf) as u8).filter(|g| crate::pci::valid_gen(*g))
 }
 
+/// A width field (6 bits), only where it is a width a link can have.
 fn link_width(bits: u32) -> Option<u8> {
-    match bits & 0x3f {
-        0 => None,
-        v => Some(v as u8),
-    }
+    Some((bits & 0x3f) as u8).filter(|w| crate::pci::valid_width(*w))
 }
+
+/// Vendor-specific capabilities, the only ones a function may carry more than once: standard
+/// 0x09 (PCI Local Bus 3.0, 6.8.1), extended 0x000b (VSEC) and 0x0023 (DVSEC), and the
+/// extended null capability 0x0000 (PCIe Base 6.0, 7.9.28 / 7.9.6 / 7.6.3).
+const STD_REPEATABLE: [u8; 1] = [0x09];
+const EXT_REPEATABLE: [u16; 3] = [0x0000, 0x000b, 0x0023];
 
 impl ConfigSpace {
     pub fn parse(b: &[u8]) -> Self {
@@ -188,6 +197,9 @@ impl ConfigSpace {
         cs
     }
 
+    /// The standard capability list. A list that loops, points below 0x40 or names one
+    /// capability twice is malformed: nothing read from it is a fact (a second PCI Express
+    /// capability would say which link registers to believe; neither is believed).
     fn walk_standard(&mut self, b: &[u8]) {
         let status = rd16(b, 0x06).unwrap_or(0);
         if status & 0x10 == 0 {
@@ -196,27 +208,45 @@ impl ConfigSpace {
             return;
         }
         let mut ptr = rd8(b, 0x34).unwrap_or(0) & 0xfc;
-        let mut seen = 0;
+        let mut offsets = Vec::new();
+        let mut ids = Vec::new();
+        let mut pcie = None;
         while ptr != 0 {
-            seen += 1;
-            if seen > 48 || ptr < 0x40 {
-                self.problems
-                    .push(format!("capability list malformed at 0x{ptr:02x}"));
+            let malformed = if ptr < 0x40 {
+                Some(format!(
+                    "capability pointer 0x{ptr:02x} points into the header"
+                ))
+            } else if offsets.contains(&ptr) {
+                Some(format!("capability list loops back to 0x{ptr:02x}"))
+            } else {
+                None
+            };
+            if let Some(m) = malformed {
+                self.problems.push(m);
                 return;
             }
+            offsets.push(ptr);
             let off = ptr as usize;
             let (Some(id), Some(next)) = (rd8(b, off), rd8(b, off + 1)) else {
                 // Beyond what the kernel let us read: unknown, not absent.
                 return;
             };
+            if ids.contains(&id) && !STD_REPEATABLE.contains(&id) {
+                self.problems.push(format!(
+                    "capability 0x{id:02x} appears twice (again at 0x{ptr:02x})"
+                ));
+                return;
+            }
+            ids.push(id);
             if id == CAP_ID_PCIE {
                 if b.len() < off + 0x30 {
                     return;
                 }
-                self.pcie = Self::parse_pcie(b, off);
+                pcie = Self::parse_pcie(b, off);
             }
             ptr = next & 0xfc;
         }
+        self.pcie = pcie;
         self.caps_readable = true;
     }
 
@@ -240,7 +270,8 @@ impl ConfigSpace {
             (0, 1 | 2) => Some(sls as u8),
             (0, _) => None,
             (v, _) => Some((31 - v.leading_zeros()) as u8),
-        };
+        }
+        .filter(|g| crate::pci::valid_gen(*g));
         let mrrs = 128u32 << ((devctl >> 12) & 0x7).min(5);
         let mps = 128u32 << ((devctl >> 5) & 0x7).min(5);
         Some(PcieCap {
@@ -253,47 +284,74 @@ impl ConfigSpace {
             link_max_width: link_width(lnkcap >> 4),
             link_cur_gen: link_gen(lnksta),
             link_cur_width: link_width(lnksta >> 4),
+            link_caps: lnkcap,
+            link_status: lnksta as u16,
         })
     }
 
+    /// The extended capability list (from 0x100). As for the standard list: a loop, a pointer
+    /// below 0x100 or a capability named twice makes the list malformed and nothing read from
+    /// it a fact (a second ACS capability would hide the redirect bits of the first).
     fn walk_extended(&mut self, b: &[u8]) {
         let mut off = 0x100usize;
-        let mut seen = 0;
+        let mut offsets = Vec::new();
+        let mut ids = Vec::new();
+        let (mut acs, mut aer) = (None, None);
         loop {
             let Some(hdr) = rd32(b, off) else { return };
-            if hdr == 0 || hdr == 0xffff_ffff {
+            if off == 0x100 && (hdr == 0 || hdr == 0xffff_ffff) {
                 // No extended capabilities at all (conventional PCI or none implemented).
                 self.ext_caps_readable = true;
                 return;
             }
-            seen += 1;
-            if seen > 128 {
-                self.problems
-                    .push("extended capability list loops".to_string());
+            if hdr == 0xffff_ffff {
+                // All ones past the first header: the device stopped answering mid-read.
+                self.problems.push(format!(
+                    "extended capability header at 0x{off:03x} reads 0xffffffff"
+                ));
                 return;
             }
+            offsets.push(off);
             let id = (hdr & 0xffff) as u16;
             let next = ((hdr >> 20) & 0xffc) as usize;
+            if ids.contains(&id) && !EXT_REPEATABLE.contains(&id) {
+                self.problems.push(format!(
+                    "extended capability 0x{id:04x} appears twice (again at 0x{off:03x})"
+                ));
+                return;
+            }
+            ids.push(id);
             match id {
                 EXT_CAP_ID_ACS => {
-                    if let (Some(cap), Some(ctl)) = (rd16(b, off + 4), rd16(b, off + 6)) {
-                        self.acs = Some(Acs {
-                            offset: off as u16,
-                            capability: cap,
-                            control: ctl,
-                        });
-                    }
+                    let (Some(cap), Some(ctl)) = (rd16(b, off + 4), rd16(b, off + 6)) else {
+                        return;
+                    };
+                    acs = Some(Acs {
+                        offset: off as u16,
+                        capability: cap,
+                        control: ctl,
+                    });
                 }
-                EXT_CAP_ID_AER => self.aer_offset = Some(off as u16),
+                EXT_CAP_ID_AER => aer = Some(off as u16),
                 _ => {}
             }
             if next == 0 {
+                self.acs = acs;
+                self.aer_offset = aer;
                 self.ext_caps_readable = true;
                 return;
             }
-            if next < 0x100 {
-                self.problems
-                    .push(format!("extended capability pointer 0x{next:03x} invalid"));
+            let malformed = if next < 0x100 {
+                Some(format!("extended capability pointer 0x{next:03x} invalid"))
+            } else if offsets.contains(&next) {
+                Some(format!(
+                    "extended capability list loops back to 0x{next:03x}"
+                ))
+            } else {
+                None
+            };
+            if let Some(m) = malformed {
+                self.problems.push(m);
                 return;
             }
             off = next;
@@ -401,7 +459,71 @@ pub(crate) mod tests {
         b[0x61] = 0x40; // PCIe -> PM -> PCIe ...
         let cs = ConfigSpace::parse(&b);
         assert!(!cs.caps_readable);
+        assert!(cs.pcie.is_none());
         assert!(!cs.problems.is_empty());
+    }
+
+    /// Link Status 0xffff (a dead device reads all ones): "x63 Gen15" is no link.
+    #[test]
+    fn all_ones_link_status_is_no_value() {
+        let mut b = build(0, (5, 16), (5, 16), None);
+        b[0x72..0x74].copy_from_slice(&[0xff, 0xff]);
+        let p = ConfigSpace::parse(&b).pcie.unwrap();
+        assert_eq!((p.link_cur_gen, p.link_cur_width), (None, None));
+        assert_eq!(p.link_status, 0xffff);
+        for (w, ok) in [(1, true), (12, true), (32, true), (3, false), (63, false)] {
+            let b = build(0, (5, 16), (5, w), None);
+            assert_eq!(
+                ConfigSpace::parse(&b)
+                    .pcie
+                    .unwrap()
+                    .link_cur_width
+                    .is_some(),
+                ok,
+                "x{w}"
+            );
+        }
+        let b = build(0, (5, 16), (7, 16), None);
+        assert_eq!(ConfigSpace::parse(&b).pcie.unwrap().link_cur_gen, None);
+    }
+
+    /// A capability named twice (a second ACS with no redirect bits after one with them), a
+    /// loop or a pointer out of range: the list is malformed and nothing from it is a fact.
+    #[test]
+    fn malformed_lists_give_no_facts() {
+        let mut b = build(4, (5, 16), (5, 16), Some(0x001d));
+        // ACS at 0x148 -> a second ACS at 0x200, control 0.
+        b[0x148..0x14c].copy_from_slice(&(0x000du32 | (1 << 16) | (0x200 << 20)).to_le_bytes());
+        b[0x200..0x204].copy_from_slice(&(0x000du32 | (1 << 16)).to_le_bytes());
+        let cs = ConfigSpace::parse(&b);
+        assert!(cs.acs.is_none() && cs.aer_offset.is_none() && !cs.ext_caps_readable);
+        assert!(
+            cs.problems[0].contains("appears twice"),
+            "{:?}",
+            cs.problems
+        );
+        // An extended list that loops back to its start.
+        let mut b = build(4, (5, 16), (5, 16), Some(0x001d));
+        b[0x148..0x14c].copy_from_slice(&(0x000du32 | (1 << 16) | (0x100 << 20)).to_le_bytes());
+        let cs = ConfigSpace::parse(&b);
+        assert!(cs.acs.is_none() && !cs.ext_caps_readable, "{cs:?}");
+        // Two PCI Express capabilities: neither is believed.
+        let mut b = build(0, (5, 16), (5, 16), None);
+        b[0x61] = 0x80;
+        b[0x80] = CAP_ID_PCIE;
+        let cs = ConfigSpace::parse(&b);
+        assert!(cs.pcie.is_none() && !cs.caps_readable, "{cs:?}");
+        // A standard pointer into the header.
+        let mut b = build(0, (5, 16), (5, 16), None);
+        b[0x61] = 0x10;
+        let cs = ConfigSpace::parse(&b);
+        assert!(cs.pcie.is_none() && !cs.caps_readable, "{cs:?}");
+        // Vendor-specific capabilities may repeat.
+        let mut b = build(0, (5, 16), (5, 16), None);
+        b[0x40] = 0x09;
+        b[0x61] = 0x80;
+        b[0x80] = 0x09;
+        assert!(ConfigSpace::parse(&b).pcie.is_some());
     }
 
     proptest! {

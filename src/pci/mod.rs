@@ -112,6 +112,23 @@ pub fn parse_hex(s: &str) -> Option<u32> {
     u32::from_str_radix(t, 16).ok()
 }
 
+/// The widths a PCIe link can train to or advertise (PCI Express Base 6.0, 7.5.3.6 Link
+/// Capabilities Max Link Width; x12 and x32 exist up to 5.0). Anything else read from a register
+/// or a file (x63 is what Link Status 0xffff, a dead device, says) is not a fact.
+pub const LINK_WIDTHS: [u8; 7] = [1, 2, 4, 8, 12, 16, 32];
+
+/// The newest generation a device can report: Gen6, 64 GT/s (PCI Express Base 6.0). Gen7 and
+/// up (Link Status of a dead device says "Gen15") are not facts.
+pub const MAX_GEN: u8 = 6;
+
+pub fn valid_width(w: u8) -> bool {
+    LINK_WIDTHS.contains(&w)
+}
+
+pub fn valid_gen(g: u8) -> bool {
+    (1..=MAX_GEN).contains(&g)
+}
+
 /// PCIe generation from a sysfs link speed such as `32.0 GT/s PCIe` or `8.0 GT/s`.
 /// Returns None for `Unknown` and anything not a known rate (never a default).
 pub fn gen_from_speed(s: &str) -> Option<u8> {
@@ -124,7 +141,6 @@ pub fn gen_from_speed(s: &str) -> Option<u8> {
         (16.0, 4),
         (32.0, 5),
         (64.0, 6),
-        (128.0, 7),
     ];
     g.iter()
         .find(|(gt, _)| (v - gt).abs() < 0.01)
@@ -159,12 +175,8 @@ pub fn link_gbps_per_direction(generation: u8, width: u8) -> Option<f64> {
 
 /// A link width file: `16`, or `0` on some kernels for "unknown"/down.
 pub fn parse_width(s: &str) -> Option<u8> {
-    let v: u32 = s.trim().parse().ok()?;
-    if v == 0 || v > 32 {
-        None
-    } else {
-        Some(v as u8)
-    }
+    let v: u8 = s.trim().parse().ok()?;
+    Some(v).filter(|w| valid_width(*w))
 }
 
 /// PCI class code, 24 bits: base class, subclass, programming interface.
@@ -272,6 +284,13 @@ mod tests {
         assert_eq!(gen_from_speed("16.0 GT/s"), Some(4));
         assert_eq!(gen_from_speed("Unknown"), None);
         assert_eq!(gen_from_speed("3.0 GT/s"), None);
+        // Past what a device can report (issue 21): not a generation.
+        assert_eq!(gen_from_speed("128.0 GT/s PCIe"), None);
+        assert_eq!(parse_width("16"), Some(16));
+        assert_eq!(parse_width("12"), Some(12));
+        for w in ["0", "3", "63", "255", "-1", "x16"] {
+            assert_eq!(parse_width(w), None, "{w}");
+        }
         let g5 = link_gbps_per_direction(5, 16).unwrap();
         assert!((g5 - 63.015).abs() < 0.01, "{g5}");
     }

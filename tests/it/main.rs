@@ -24,6 +24,7 @@ mod rdma_driver;
 pub mod rdma_unknown;
 mod slurm;
 mod sriov;
+mod unreadable;
 mod vm;
 
 use std::path::{Path, PathBuf};
