@@ -15,11 +15,6 @@ pub fn roce_mtu(netdev_mtu: u32) -> u32 {
         .unwrap_or(0)
 }
 
-/// RDMA devices with a PCI function (rxe/siw on a netdev are not NICs to judge).
-fn pci_rdma<'a>(ctx: &Ctx<'a>) -> Vec<&'a RdmaDevice> {
-    ctx.inv.rdma.iter().filter(|r| r.bdf().is_some()).collect()
-}
-
 /// One unknown skip of `id` for each gap in what is known about the NICs (an unreadable
 /// /sys/class/infiniband, an RDMA device whose PCI function could not be read); true when
 /// there was any. A NIC check calls this before judging, so that a NIC it cannot see is an
@@ -84,6 +79,22 @@ fn each_port(
         return;
     };
     for (r, _) in devices {
+        // A device whose ports could not be listed (or that lists none) leaves every
+        // port-level check unjudged: one unknown skip on the device, never silence.
+        if r.ports.is_empty() {
+            out.push(Finding::new(
+                id,
+                r.name.clone(),
+                Status::Skip,
+                format!(
+                    "no ports readable: {}",
+                    r.unread
+                        .get("ports")
+                        .map(String::as_str)
+                        .unwrap_or("the device lists no ports")
+                ),
+            ));
+        }
         for p in &r.ports {
             let subject = format!("{}/{}", r.name, p.port);
             let pdir = format!("/sys/class/infiniband/{}/ports/{}", r.name, p.port);
@@ -95,17 +106,6 @@ fn each_port(
 
 pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaPortState;
-    for r in pci_rdma(ctx).iter().filter(|r| r.ports.is_empty()) {
-        out.push(Finding::new(
-            id,
-            r.name.clone(),
-            Status::Skip,
-            format!(
-                "no ports readable: {}",
-                r.unread.get("ports").cloned().unwrap_or_default()
-            ),
-        ));
-    }
     each_port(ctx, id, out, |_r, p, subject, pdir, ll, out| {
         // Text the kernel did not mean (Other) is not ACTIVE/LinkUp: the port fails, with the
         // raw text as evidence.

@@ -258,10 +258,11 @@ impl Audit {
     fn damage(&mut self, kpath: &str, m: &Mutation) {
         let file = self.tree.join(kpath.trim_start_matches('/'));
         // A non-root recording's config is the 64-byte header alone (hwloc's tree): cut to 48
-        // bytes it loses the capability pointer to capabilities that were beyond reach already,
-        // and the bridge's link comes from the sysfs attributes as before.
+        // bytes or garbled, it loses the capability pointer to capabilities that were beyond
+        // reach already, IDs and class come from the sysfs attributes (read for a short config
+        // space) and the bridge's link from the sysfs link attributes, as before.
         let header_only = kpath.ends_with("/config")
-            && m.name() == "Truncate"
+            && matches!(m.name().as_str(), "Truncate" | "Garbage")
             && std::fs::metadata(&file).is_ok_and(|md| md.len() <= 64);
         let Ok(undo) = apply(&file, kpath, m) else {
             return;
