@@ -8,6 +8,8 @@ use gpudoctor::run::{self, EXIT_ERROR};
 use std::io::Write;
 
 fn main() {
+    // Before any thread starts: a signal removes temporaries and exits 2 (see signals).
+    gpudoctor::signals::guard();
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -21,6 +23,7 @@ fn main() {
     let code = match outcome {
         Ok(out) if out.hung => {
             // CUDA work is stuck on a thread that cannot be joined: leave without exit handlers.
+            gpudoctor::signals::remove_temporaries();
             gpudoctor::probes::live::exit_now(&out.stdout, out.code)
         }
         Ok(out) => {
@@ -36,5 +39,7 @@ fn main() {
             EXIT_ERROR
         }
     };
+    // A worker abandoned at a deadline may still hold an extracted bundle: remove it.
+    gpudoctor::signals::remove_temporaries();
     std::process::exit(code);
 }

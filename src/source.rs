@@ -99,20 +99,37 @@ impl Source {
             SourceSpec::Bundle(file) => {
                 let label = format!("--bundle {}", file.display());
                 let x = bundle::read::extract(file).with_context(|| label.clone())?;
-                let (sysroot, nvml, libs, manifest) = open_tree(x.dir.path(), &label)?;
-                Ok(Source {
-                    spec: spec.clone(),
-                    sysroot: Arc::new(sysroot.holding(x.dir)),
-                    nvml: nvml.into(),
-                    libs,
-                    info: SourceInfo::Bundle {
-                        path: file.display().to_string(),
-                    },
-                    hostname: manifest.as_ref().and_then(|m| m.host.clone()),
-                    time: manifest.and_then(|m| m.created),
-                })
+                Self::from_extracted(spec, x, file, &label)
             }
         }
+    }
+
+    /// A bundle already open (the one `bundle` just wrote, read from its own file whatever
+    /// another run may since have renamed over its path).
+    pub fn open_bundle_file(f: std::fs::File, path: &Path) -> Result<Source> {
+        let label = format!("--bundle {}", path.display());
+        let x = bundle::read::extract_open(f, path).with_context(|| label.clone())?;
+        Self::from_extracted(&SourceSpec::Bundle(path.to_path_buf()), x, path, &label)
+    }
+
+    fn from_extracted(
+        spec: &SourceSpec,
+        x: bundle::read::Extracted,
+        file: &Path,
+        label: &str,
+    ) -> Result<Source> {
+        let (sysroot, nvml, libs, manifest) = open_tree(x.dir.path(), label)?;
+        Ok(Source {
+            spec: spec.clone(),
+            sysroot: Arc::new(sysroot.holding(x.dir)),
+            nvml: nvml.into(),
+            libs,
+            info: SourceInfo::Bundle {
+                path: file.display().to_string(),
+            },
+            hostname: manifest.as_ref().and_then(|m| m.host.clone()),
+            time: manifest.and_then(|m| m.created),
+        })
     }
 
     pub fn is_live(&self) -> bool {

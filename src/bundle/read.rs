@@ -46,7 +46,7 @@ impl Default for Limits {
 
 /// An extracted bundle. The directory is removed when this is dropped.
 pub struct Extracted {
-    pub dir: tempfile::TempDir,
+    pub dir: ScratchDir,
     pub manifest: Manifest,
 }
 
@@ -285,6 +285,13 @@ pub fn read_regular(p: &Path, cap: u64) -> io::Result<Vec<u8>> {
 pub fn extract(archive: &Path) -> Result<Extracted, BundleError> {
     let f = open_regular(archive)
         .map_err(|e| BundleError::Io(format!("opening {}: {e}", archive.display())))?;
+    extract_open(f, archive)
+}
+
+/// `extract` from an open file (`archive` names it in errors).
+pub fn extract_open(mut f: fs::File, archive: &Path) -> Result<Extracted, BundleError> {
+    io::Seek::seek(&mut f, io::SeekFrom::Start(0))
+        .map_err(|e| BundleError::Io(format!("reading {}: {e}", archive.display())))?;
     let mut r = io::BufReader::new(f);
     let mut magic = [0u8; 2];
     match r.read_exact(&mut magic) {
@@ -302,20 +309,111 @@ pub fn extract(archive: &Path) -> Result<Extracted, BundleError> {
     extract_from(chained, Limits::default())
 }
 
+/// Names of extraction directories: the PID of their owner follows, so that the next run can
+/// remove those a crashed or killed run left behind.
+const SCRATCH_PREFIX: &str = "gpudoctor-bundle-";
+
 /// A private directory for the extracted tree. A bundle is thousands of tiny files, and
 /// creating inodes on a disk file system dominated replay time (most of `gpudoctor bundle`'s
 /// self-replay on ext4), so prefer the RAM-backed /dev/shm unless the user chose TMPDIR.
-fn scratch_dir() -> io::Result<tempfile::TempDir> {
-    let mut b = tempfile::Builder::new();
-    b.prefix("gpudoctor-bundle-");
+/// Registered for removal on a signal; stale ones of dead processes are swept first.
+fn scratch_dir() -> io::Result<ScratchDir> {
     let shm = Path::new("/dev/shm");
     if std::env::var_os("TMPDIR").is_none()
         && shm.is_dir()
-        && let Ok(d) = b.tempdir_in(shm)
+        && let Ok(d) = ScratchDir::new_in(shm)
     {
         return Ok(d);
     }
-    b.tempdir()
+    ScratchDir::new_in(&std::env::temp_dir())
+}
+
+/// A private (0700) directory named `gpudoctor-bundle-<pid>-<random>`, removed when dropped,
+/// on a signal (registered with `signals` before it is created, so no signal falls between
+/// the two), or by the next run once this process is dead (`sweep_stale`).
+pub struct ScratchDir {
+    path: PathBuf,
+    _registered: crate::signals::Temporary,
+}
+
+impl ScratchDir {
+    fn new_in(parent: &Path) -> io::Result<ScratchDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        sweep_stale(parent, SCRATCH_PREFIX, "-", true);
+        let prefix = format!("{SCRATCH_PREFIX}{}-", std::process::id());
+        loop {
+            let mut rnd = [0u8; 6];
+            getrandom::fill(&mut rnd).map_err(|e| io::Error::other(e.to_string()))?;
+            let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+            let path = parent.join(format!("{prefix}{name}"));
+            let registered = crate::signals::Temporary::new(path.clone(), true);
+            match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    return Ok(ScratchDir {
+                        path,
+                        _registered: registered,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        // Then `_registered` unregisters it.
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Whether process `pid` is gone (so nothing of its can still be in use).
+fn dead(pid: i32) -> bool {
+    // SAFETY: signal 0 checks existence and permission only; nothing is delivered.
+    pid > 0
+        && unsafe { libc::kill(pid, 0) } != 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Remove entries of `dir` named `<prefix><pid><sep>...` (or ending in the PID when `sep` is
+/// empty) owned by this user whose process is dead: what a crash or SIGKILL left behind.
+pub fn sweep_stale(dir: &Path, prefix: &str, sep: &str, dirs: bool) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let pid = if sep.is_empty() {
+            rest
+        } else {
+            rest.split(sep).next().unwrap_or("")
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        let Ok(meta) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if meta.uid() != me || !dead(pid) {
+            continue;
+        }
+        if dirs && meta.is_dir() {
+            let _ = fs::remove_dir_all(e.path());
+        } else if !dirs && meta.is_file() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Extract from a gzip stream (the whole file, magic included).
@@ -382,6 +480,8 @@ impl Extractor {
         mut e: tar::Entry<'_, R>,
         corrupt: &dyn Fn(io::Error) -> BundleError,
     ) -> Result<(), BundleError> {
+        // No signal removes the directory while this entry is being created in it.
+        let _creating = crate::signals::hold();
         self.count += 1;
         if self.count > self.limits.entries {
             return Err(BundleError::TooManyEntries(self.limits.entries));

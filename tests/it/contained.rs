@@ -67,10 +67,36 @@ struct Ran {
     took: Duration,
 }
 
-/// Run gpudoctor with `args`, killed after 20 s (a hang is a failure, not a stuck suite).
+/// gpudoctor under a 2 GiB address-space limit (`prlimit --as`): a document that reads
+/// without end (/dev/zero) must be refused long before memory runs out.
+fn limited() -> assert_cmd::Command {
+    use std::os::unix::process::CommandExt;
+    #[allow(deprecated)]
+    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("gpudoctor"));
+    c.current_dir(repo())
+        .env_remove("COLUMNS")
+        .env_remove("NO_COLOR");
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    assert_cmd::Command::from_std(c)
+}
+
+/// Run gpudoctor with `args` under `limited()`, killed after 20 s (a hang is a failure, not a
+/// stuck suite).
 fn run(args: &[&str], root: &Path) -> Ran {
     let t0 = Instant::now();
-    let out = gpudoctor()
+    let out = limited()
         .arg("--root")
         .arg(root)
         .args(args)
@@ -146,6 +172,13 @@ fn special_and_huge_documents_are_refused() {
     big.set_len((16 << 20) + 1).unwrap();
     let r = run(&["topo"], &tree);
     assert_one_line_error(&r, &["libs.json", "larger than"], "huge");
+
+    // The host's /dev/zero by an absolute link: re-rooted (this tree has no dev/zero).
+    let (_tmp, tree) = tree_with_secret();
+    std::fs::remove_file(tree.join("libs.json")).ok();
+    symlink("/dev/zero", tree.join("libs.json")).unwrap();
+    let r = run(&["topo"], &tree);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
 
     let (_tmp, tree) = tree_with_secret();
     std::fs::remove_file(tree.join("manifest.json")).unwrap();
@@ -238,4 +271,190 @@ fn bundle_links_are_checked_resolved() {
         err.contains("nvml.json") && err.contains("resolves outside the bundle"),
         "{err}"
     );
+}
+
+/// `bundle -o` over a device node, FIFO, directory or symlink is refused (exit 2, one line)
+/// and the thing at the path is untouched; a regular file is replaced.
+#[test]
+fn bundle_output_is_only_a_regular_file() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let dev = d.join("null");
+    let c = CString::new(dev.as_os_str().as_bytes()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path.
+    let have_dev =
+        unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } == 0;
+    mkfifo(&d.join("fifo"));
+    std::fs::create_dir(d.join("dir")).unwrap();
+    symlink("elsewhere", d.join("link")).unwrap();
+    let mut cases = vec!["fifo", "dir", "link"];
+    if have_dev {
+        cases.push("null");
+    }
+    for case in cases {
+        let out = d.join(case);
+        let r = gpudoctor()
+            .args(["--root", FIXTURE, "bundle", "-o"])
+            .arg(&out)
+            .timeout(Duration::from_secs(20))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{case}: {err}");
+        assert_eq!(err.lines().count(), 1, "{case}: {err}");
+        assert!(err.contains("refused"), "{case}: {err}");
+        let ft = std::fs::symlink_metadata(&out).unwrap().file_type();
+        let kept = match case {
+            "fifo" => ft.is_fifo(),
+            "dir" => ft.is_dir(),
+            "link" => ft.is_symlink(),
+            _ => ft.is_char_device(),
+        };
+        assert!(kept, "{case} was replaced");
+    }
+    let file = d.join("old.tar.gz");
+    std::fs::write(&file, b"old").unwrap();
+    let r = gpudoctor()
+        .args(["--root", FIXTURE, "bundle", "-o"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    assert!(std::fs::metadata(&file).unwrap().len() > 1000);
+}
+
+/// What a process `pid` left: extraction directories in /dev/shm and the temporary directory,
+/// and partial files in `beside`.
+fn leftovers(pid: u32, beside: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let shm_prefix = format!("gpudoctor-bundle-{pid}-");
+    for d in [PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            out.extend(
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&shm_prefix))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    let partial = format!(".partial-{pid}");
+    out.extend(
+        std::fs::read_dir(beside)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(&partial))
+            .map(|e| e.path()),
+    );
+    out
+}
+
+/// Whether process `pid` blocks SIGTERM (what `signals::guard` does first thing).
+fn signals_blocked(pid: u32) -> bool {
+    let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true; // gone, or no /proc: go on
+    };
+    st.lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (libc::SIGTERM - 1)) != 0)
+}
+
+/// SIGTERM, SIGINT or SIGHUP at any point of `bundle` (discovery, capture, writing, the
+/// self-replay's extraction in /dev/shm) or of a `--bundle` replay: exit 2 naming the signal,
+/// nothing left in /dev/shm or beside the output.
+#[test]
+fn signalled_runs_leave_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = "fixtures/hgx-h100-8gpu";
+    let made = tmp.path().join("made.tar.gz");
+    let t0 = Instant::now();
+    let r = gpudoctor()
+        .args(["--root", big, "bundle", "-o"])
+        .arg(&made)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    let full = t0.elapsed();
+    let mut caught = 0;
+    for (i, sig) in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP]
+        .iter()
+        .cycle()
+        .take(12)
+        .enumerate()
+    {
+        let out = tmp.path().join(format!("b{i}.tar.gz"));
+        let replay = i % 4 == 3;
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpudoctor"));
+        cmd.current_dir(repo());
+        if replay {
+            cmd.arg("--bundle").arg(&made).arg("check");
+        } else {
+            cmd.args(["--root", big, "bundle", "-o"]).arg(&out);
+        }
+        let child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Past startup (a signal before main() runs has its default action): the signals
+        // are blocked for the signal thread once /proc shows them in SigBlk.
+        let started = Instant::now();
+        while !signals_blocked(pid) && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(full.mul_f64(i as f64 / 14.0));
+        // SAFETY: pid is our own child, not yet reaped.
+        unsafe { libc::kill(pid as i32, *sig) };
+        let t = Instant::now();
+        let o = child.wait_with_output().unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "run {i} did not stop"
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        match o.status.code() {
+            Some(2) => {
+                caught += 1;
+                assert!(err.contains("interrupted by SIG"), "run {i}: {err}");
+                assert_eq!(err.lines().count(), 1, "run {i}: {err}");
+            }
+            Some(0 | 1) => {} // finished before the signal
+            other => panic!("run {i}: exit {other:?}: {err}"),
+        }
+        let left = leftovers(pid, tmp.path());
+        assert!(
+            left.is_empty(),
+            "run {i} ({:?}: {err}) left {left:?}",
+            o.status
+        );
+    }
+    assert!(
+        caught >= 6,
+        "only {caught} runs were still going when signalled"
+    );
+}
+
+/// What a crash or SIGKILL left (an extraction directory named after a dead process) is swept
+/// by the next run.
+#[test]
+fn stale_extractions_of_dead_processes_are_swept() {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = PathBuf::from("/dev/shm").join(format!("gpudoctor-bundle-{dead}-stale"));
+    if std::fs::create_dir(&stale).is_err() {
+        return; // no /dev/shm here: extraction uses TMPDIR, swept the same way
+    }
+    std::fs::write(stale.join("x"), b"17 MB of a bundle").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let b = tmp.path().join("b.tar.gz");
+    let r = gpudoctor()
+        .args(["--root", FIXTURE, "bundle", "-o"])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    assert!(!stale.exists(), "{} left", stale.display());
 }
