@@ -95,12 +95,12 @@ pub fn write_bundle(
     let mut progress = |n: usize| {
         if opts.progress && (n == 0 || n >= last_drawn + 512) {
             last_drawn = n;
-            eprint!("\rgpudoctor bundle: {n} paths captured");
+            let _ = write!(std::io::stderr(), "\rgpudoctor bundle: {n} paths captured");
         }
     };
     let mut cap = Capture::run(sr, &mut progress);
     if opts.progress {
-        eprint!("\r\x1b[2K");
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
     }
     // A recorded tree may hold links that climb out of it; a bundle never does.
     let escaping: Vec<String> = cap

@@ -8,6 +8,7 @@ use crate::config::{CheckOptions, Redaction};
 use crate::source::{Source, SourceSpec};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 
 /// The reports a bundle stores (and its self-replay compares): topo and a level-0 check.
@@ -119,7 +120,12 @@ pub(super) fn make(
     }
     // Warnings go to stderr as they are found in other commands too; the summary is stdout.
     for w in &warnings {
-        eprintln!("gpudoctor: warning: {}", w.replace('\n', " "));
+        // Never a panic: stderr may be a closed pipe.
+        let _ = writeln!(
+            std::io::stderr(),
+            "gpudoctor: warning: {}",
+            w.replace('\n', " ")
+        );
     }
     Ok(Outcome::new(
         crate::render::bundle_summary(output, &w, elapsed),

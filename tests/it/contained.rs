@@ -458,3 +458,67 @@ fn stale_extractions_of_dead_processes_are_swept() {
     assert_eq!(r.status.code(), Some(0));
     assert!(!stale.exists(), "{} left", stale.display());
 }
+
+/// The write end of a pipe whose read end is closed: every write to it fails (EPIPE).
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: fds is writable for two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is ours and closed once; fds[1] is handed to Stdio, which owns it.
+    unsafe {
+        libc::close(fds[0]);
+        std::process::Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// `bundle` with warnings to print (a link that climbs out of the tree is not captured, so
+/// the self-replay differs) and stderr, stdout or both closed pipes: no panic (exit 101),
+/// the bundle is written and the exit code is the run's.
+#[test]
+fn closed_output_pipes_never_panic() {
+    let (tmp, tree) = tree_with_secret();
+    let gpu = tree.join("sys/bus/pci/devices/0000:00:06.0");
+    std::fs::remove_file(&gpu).unwrap();
+    symlink(
+        "../../../../../../../sys/devices/pci0000:00/0000:00:06.0",
+        &gpu,
+    )
+    .unwrap();
+    let out = tmp.path().join("w.tar.gz");
+    let warned = gpudoctor()
+        .arg("--root")
+        .arg(&tree)
+        .args(["bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(warned.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&warned.stderr).contains("warning"));
+    for (case, stdout, stderr) in [
+        ("stderr", false, true),
+        ("stdout", true, false),
+        ("both", true, true),
+    ] {
+        std::fs::remove_file(&out).unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gpudoctor"));
+        cmd.current_dir(repo())
+            .arg("--root")
+            .arg(&tree)
+            .args(["bundle", "-o"])
+            .arg(&out)
+            .stdout(if stdout {
+                closed_pipe()
+            } else {
+                std::process::Stdio::null()
+            })
+            .stderr(if stderr {
+                closed_pipe()
+            } else {
+                std::process::Stdio::null()
+            });
+        let st = cmd.status().unwrap();
+        assert_eq!(st.code(), Some(0), "{case}");
+        assert!(out.is_file(), "{case}");
+    }
+}
