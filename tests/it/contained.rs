@@ -522,3 +522,48 @@ fn closed_output_pipes_never_panic() {
         assert!(out.is_file(), "{case}");
     }
 }
+
+/// `fleet DIR` over link cycles (two `up -> ..` links once made it run for ever) and over
+/// fixtures/ (whose recorded trees hold sysfs's own cycles) finishes in seconds, each report
+/// read once; a FIFO named like a report is skipped, not waited on.
+#[test]
+fn fleet_walk_enters_each_directory_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("reports");
+    std::fs::create_dir_all(d.join("a/b")).unwrap();
+    let check = gpudoctor()
+        .args(["--root", FIXTURE, "check", "--json"])
+        .output()
+        .unwrap();
+    std::fs::write(d.join("a/b/node1.check.json"), &check.stdout).unwrap();
+    std::fs::write(d.join("node2.check.json"), &check.stdout).unwrap();
+    symlink("..", d.join("a/up")).unwrap();
+    symlink("..", d.join("a/b/up")).unwrap();
+    symlink("../..", d.join("a/b/up2")).unwrap();
+    mkfifo(&d.join("node3.check.json"));
+    let t0 = Instant::now();
+    let r = gpudoctor()
+        .args(["fleet", "--json"])
+        .arg(&d)
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(matches!(r.status.code(), Some(0 | 1)), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["nodes"], 2, "{v}");
+
+    let t0 = Instant::now();
+    let r = gpudoctor()
+        .args(["fleet", "--json", "fixtures"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(
+        matches!(r.status.code(), Some(0..=2)),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
