@@ -145,6 +145,9 @@ pub struct SysRoot {
     dirs: Mutex<DirCache>,
     /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
     listed: Mutex<BTreeSet<String>>,
+    /// Reads and listings in progress (a deadline's message tells a read that never returns
+    /// from time spent on what was read).
+    in_flight: std::sync::atomic::AtomicUsize,
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
     /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
     recorded: BTreeMap<String, (String, Option<String>)>,
@@ -160,6 +163,15 @@ impl std::fmt::Debug for SysRoot {
             .field("live", &self.live)
             .field("recorded_errors", &self.recorded.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// One read in flight (see `SysRoot::in_flight`).
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -294,6 +306,7 @@ impl SysRoot {
             links: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         }
@@ -324,6 +337,7 @@ impl SysRoot {
             links: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         })
@@ -506,6 +520,18 @@ impl SysRoot {
             n => ends[n - 2],
         };
         buf[start..].to_string()
+    }
+
+    /// Whether a read or listing is in progress now (see `in_flight`).
+    pub fn reading_now(&self) -> bool {
+        self.in_flight.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
+    /// Count a read or listing in progress until the returned guard drops.
+    fn in_flight(&self) -> InFlight<'_> {
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight(&self.in_flight)
     }
 
     fn note(&self, kpath: &str) {
@@ -922,6 +948,7 @@ impl SysRoot {
         f: impl FnOnce(&[u8]) -> Result<R, ReadError>,
     ) -> Result<R, ReadError> {
         self.note(kpath);
+        let _reading = self.in_flight();
         let mut file = self.open_file(kpath)?;
         // A directory fails the read below with EISDIR; no fstat needed.
         // sysfs reports 4096 for every attribute: read to EOF, not by the reported size. A
@@ -1042,6 +1069,7 @@ impl SysRoot {
         let comps = self.resolve(kpath, true)?;
         self.recorded_error(kpath, &comps)?;
         let host = self.host_path(&comps);
+        let _reading = self.in_flight();
         let rd = fs::read_dir(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         let mut out = Vec::new();
         for ent in rd {

@@ -79,7 +79,7 @@ pub(super) fn make(
             };
             bundle::write::write_bundle(&reader, &nvml, extra, reports, discovery, &out, &opts)
         },
-        move || watched.last_path(),
+        move || super::Stall::of(&watched),
     );
     // On a deadline the worker is abandoned with its partial file registered: main removes it
     // before exiting (the output itself was never touched).

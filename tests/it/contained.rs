@@ -567,3 +567,46 @@ fn fleet_walk_enters_each_directory_once() {
     );
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
 }
+
+/// A 64 KiB cpulist naming 500 million CPUs (38 s once; 1 MiB ran into the 60 s deadline)
+/// and a 60 000-CPU node list: parsed in linear time, the oversized one refused as unknown.
+#[test]
+fn huge_cpulists_are_refused_quickly() {
+    let (_tmp, tree) = tree_with_secret();
+    let gpu = tree.join("sys/devices/pci0000:00/0000:00:06.0/local_cpulist");
+    std::fs::write(&gpu, vec!["0-65535"; 8000].join(",")).unwrap();
+    let big: Vec<String> = (0..60000).map(|i| i.to_string()).collect();
+    std::fs::write(
+        tree.join("sys/devices/system/node/node0/cpulist"),
+        big.join(","),
+    )
+    .unwrap();
+    let r = run(&["topo", "--json"], &tree);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.took < Duration::from_secs(10), "took {:?}", r.took);
+    assert!(
+        r.stdout
+            .contains("0000:00:06.0/local_cpulist: unparseable value"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// A deadline reached with no read in flight blames the processing, not a hung device.
+#[test]
+fn deadline_message_names_what_took_the_time() {
+    let busy = gpudoctor::run::with_deadline(
+        Duration::from_millis(50),
+        || std::thread::sleep(Duration::from_secs(2)),
+        || gpudoctor::run::Stall {
+            path: "/sys/devices/system/node/node0/cpulist".into(),
+            in_read: false,
+        },
+    );
+    let e = format!("{:#}", busy.unwrap_err());
+    assert!(
+        e.contains("processing") && e.contains("node0/cpulist"),
+        "{e}"
+    );
+    assert!(!e.contains("hung"), "{e}");
+}
