@@ -610,3 +610,112 @@ fn deadline_message_names_what_took_the_time() {
     );
     assert!(!e.contains("hung"), "{e}");
 }
+
+/// `tar czf X -C DIR .` of an unpacked bundle (members `./`, `./sys/...`, a directory entry
+/// for every directory) replays like the original; the manifest's `contents` counts are
+/// checked against the archive (one file more or less is refused).
+#[test]
+fn repacked_bundles_replay_and_contents_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let orig = tmp.path().join("orig.tar.gz");
+    let r = gpudoctor()
+        .args(["--root", FIXTURE, "bundle", "-o"])
+        .arg(&orig)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    let dir = tmp.path().join("unpacked");
+    std::fs::create_dir(&dir).unwrap();
+    let tar = |args: &[&std::ffi::OsStr]| {
+        let st = std::process::Command::new("tar")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    tar(&[
+        "xzf".as_ref(),
+        orig.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+    ]);
+    let repacked = tmp.path().join("repacked.tar.gz");
+    tar(&[
+        "czf".as_ref(),
+        repacked.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+        ".".as_ref(),
+    ]);
+    let check = |b: &Path| {
+        gpudoctor()
+            .args(["check", "--json", "--bundle"])
+            .arg(b)
+            .output()
+            .unwrap()
+    };
+    let a = check(&orig);
+    let b = check(&repacked);
+    assert_eq!(
+        b.status.code(),
+        a.status.code(),
+        "{}",
+        String::from_utf8_lossy(&b.stderr)
+    );
+    let strip = |o: &std::process::Output| {
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("source");
+        v
+    };
+    assert_eq!(strip(&a), strip(&b));
+
+    // One file more than the manifest records.
+    std::fs::write(dir.join("sys/extra"), b"planted\n").unwrap();
+    let planted = tmp.path().join("planted.tar.gz");
+    tar(&[
+        "czf".as_ref(),
+        planted.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+        ".".as_ref(),
+    ]);
+    let r = check(&planted);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{err}");
+    assert!(err.contains("contents.files"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Two runs writing one bundle path at once: each replays its own file, so neither warns
+/// "please report this" (each once replayed whatever the other had renamed into place).
+#[test]
+fn concurrent_bundles_to_one_path_do_not_warn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("same.tar.gz");
+    for _ in 0..3 {
+        let spawn = |src: &str| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_gpudoctor"))
+                .current_dir(repo())
+                .args(["--root", src, "bundle", "-o"])
+                .arg(&out)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let a = spawn(FIXTURE);
+        let b = spawn("fixtures/vm-flat-4gpu");
+        for c in [a, b] {
+            let o = c.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{err}");
+            assert!(!err.contains("please report"), "{err}");
+        }
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("same.tar.gz")]);
+    }
+}
