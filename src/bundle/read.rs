@@ -205,7 +205,9 @@ fn resolve_inside(
         if let Some(t) = links.get(&here) {
             hops += 1;
             if hops > LINK_HOPS {
-                return Err("symlink loop (more than 40 links to follow): refused".into());
+                // A loop: the kernel and SysRoot fail it (ELOOP) before it leads anywhere, as
+                // a recorded tree's damaged links may (fixtures/variants/*--garbage).
+                return Ok(());
             }
             if t.starts_with('/') {
                 return Err(outside());
@@ -578,7 +580,7 @@ impl Extractor {
     /// follow them, stays inside the tree. Checking the text alone let `s -> .` plus
     /// `nvml.json -> s/s/s/../../../etc/passwd` through: each `s` is a step down as text and
     /// none as resolved. Iterative with a hop cap per link and a total budget, whatever the
-    /// links (a loop is refused as the kernel would fail it).
+    /// links (a loop is let be: every reader fails it as the kernel would, with ELOOP).
     fn check_links(&self) -> Result<(), BundleError> {
         let mut budget = LINK_CHECK_BUDGET;
         for (link, target) in &self.links {
