@@ -397,8 +397,11 @@ impl Config {
 
 /// Read and parse a baseline file (a usage error when it is missing or malformed).
 fn read_baseline(p: &std::path::Path) -> Result<crate::baseline::Baseline> {
-    let text = std::fs::read_to_string(p)
+    // A baseline may come from elsewhere: a regular file only, capped, never a blocking open.
+    let bytes = crate::bundle::read::read_regular(p, 64 << 20)
         .with_context(|| format!("--expect {}: cannot read", p.display()))?;
+    let text =
+        String::from_utf8(bytes).with_context(|| format!("--expect {}: not UTF-8", p.display()))?;
     crate::baseline::Baseline::parse(&text).with_context(|| format!("--expect {}", p.display()))
 }
 

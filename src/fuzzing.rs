@@ -78,3 +78,151 @@ pub fn sysfs_values(data: &[u8]) {
     let _ = s.parse::<crate::pci::Bdf>();
     let _ = crate::facts::parse_nvrm(s);
 }
+
+/// Names a fuzzed symlink graph is built from: plain names, `.` and `..` runs, absolute and
+/// nested targets, and one that names the file outside the root.
+const LINK_WORDS: &[&str] = &[
+    "a",
+    "b",
+    "s",
+    "sys",
+    ".",
+    "..",
+    "../..",
+    "/",
+    "/sys",
+    "a/b",
+    "s/s/s",
+    "../secret",
+    "../../secret",
+    "secret",
+];
+
+/// A directory holding `root/` (a recorded tree, `sys/` inside) and, beside it, `secret`: what
+/// no read through the reader may ever return.
+fn scratch_tree() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+    let d = tempfile::tempdir().ok()?;
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("sys")).ok()?;
+    std::fs::write(d.path().join("secret"), "SECRET-OUTSIDE").ok()?;
+    // A valid NVML snapshot: were it read, its driver version would show.
+    std::fs::write(
+        d.path().join("secret.json"),
+        r#"{"schema":"gpudoctor.nvml/1","driver_version":"SECRET-OUTSIDE","gpus":[]}"#,
+    )
+    .ok()?;
+    Some((d, root))
+}
+
+/// A path below the tree from fuzz bytes: up to 6 components from `LINK_WORDS`, or a long run
+/// of one of them (thousands of `.` or `s` components).
+fn fuzzed_path(bytes: &[u8]) -> String {
+    let mut p = String::new();
+    for b in bytes.iter().take(6) {
+        let w = LINK_WORDS[*b as usize % LINK_WORDS.len()];
+        if b & 0x80 != 0 {
+            p.push_str(&format!("{w}/").repeat(1 + (*b as usize & 0x7f) * 16));
+        } else {
+            p.push_str(w);
+            p.push('/');
+        }
+    }
+    p.trim_end_matches('/').to_string()
+}
+
+/// The path resolver over a random symlink graph inside a temporary root: every read either
+/// fails or returns what is inside the root (never the secret beside it), and nothing
+/// overflows the stack or runs unbounded however long or cyclic the links.
+pub fn sysroot_links(data: &[u8]) {
+    let Some((_d, root)) = scratch_tree() else {
+        return;
+    };
+    // Ops of 4 bytes: kind, where (a path), what (a link target or file text).
+    for op in data.chunks(4).take(24) {
+        // Where: one plain word (no long runs: creating thousands of nested directories per
+        // input would make each run slow; the long runs go into targets and queries).
+        let at = fuzzed_path(&[op.get(1).copied().unwrap_or(0) & 0x7f]);
+        if at.is_empty() || at.starts_with('/') {
+            continue;
+        }
+        let host = root.join("sys").join(&at);
+        if let Some(parent) = host.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let what = fuzzed_path(op.get(2..).unwrap_or(&[]));
+        let _ = match op[0] % 4 {
+            0 => std::os::unix::fs::symlink(&what, &host),
+            1 => std::fs::create_dir_all(&host),
+            2 => std::fs::write(&host, "inside"),
+            _ => std::os::unix::fs::symlink(format!("/{what}"), &host),
+        };
+    }
+    let Ok(sr) = crate::sysroot::SysRoot::at(&root) else {
+        return;
+    };
+    for q in data.chunks(3).rev().take(8) {
+        let p = format!("/sys/{}", fuzzed_path(q));
+        if let Ok(t) = sr.read_text(&p) {
+            assert!(!t.contains("SECRET"), "{p} read the file outside the root");
+        }
+        if let Ok(c) = sr.canonical(&p) {
+            assert!(
+                c.starts_with('/') && !c.split('/').any(|x| x == ".."),
+                "{p} -> {c}"
+            );
+        }
+        let _ = sr.list(&p);
+        let _ = sr.exists(&p);
+        let _ = sr.kind_of(&p);
+        let _ = sr.canonical_with_links(&p);
+        if let Ok(Some(b)) = sr.read_document(&p, 4096) {
+            assert!(!String::from_utf8_lossy(&b).contains("SECRET"), "{p}");
+        }
+    }
+}
+
+/// Opening a recorded tree (`--root`) whose documents are fuzzed: each of manifest.json,
+/// nvml.json and libs.json is absent, the input's text, a link with a fuzzed target (inside,
+/// climbing out towards a valid document beside the tree, looping) or a FIFO. Opening returns at once
+/// with the facts or an error, and never shows what is outside the tree.
+pub fn recorded_tree(data: &[u8]) {
+    let Some((_d, root)) = scratch_tree() else {
+        return;
+    };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let _ = std::os::unix::fs::symlink(".", root.join("s"));
+    // Two bits per document: absent, the input's text, a link with a fuzzed target, a link
+    // through a fuzzed path to the valid document beside the tree; the top two bits make one
+    // of them a FIFO instead.
+    let fifo = (mode >> 6) as usize;
+    for (i, name) in ["manifest.json", "nvml.json", "libs.json"]
+        .iter()
+        .enumerate()
+    {
+        let p = root.join(name);
+        if fifo == i + 1 {
+            let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+                continue;
+            };
+            // SAFETY: c is a valid NUL-terminated path.
+            unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+            continue;
+        }
+        let _ = match (mode >> (2 * i)) & 3 {
+            0 => Ok(()),
+            1 => std::fs::write(&p, rest),
+            2 => std::os::unix::fs::symlink(fuzzed_path(rest), &p),
+            _ => std::os::unix::fs::symlink(format!("{}/secret.json", fuzzed_path(rest)), &p),
+        };
+    }
+    let spec = crate::source::SourceSpec::Root(root.clone());
+    if let Ok(s) = crate::source::Source::open(&spec) {
+        let shown = format!("{:?} {:?} {:?}", s.nvml, s.libs, s.hostname);
+        assert!(
+            !shown.contains("SECRET"),
+            "a document outside the tree was read"
+        );
+    }
+}

@@ -68,6 +68,8 @@ fn usage_error(e: &clap::Error) -> String {
 }
 
 fn main() {
+    // Before any thread starts: a signal removes temporaries and exits 2 (see signals).
+    gpudoctor::signals::guard();
     let args = match Args::try_parse_from(argv()) {
         Ok(a) => a,
         Err(e) => {
@@ -89,6 +91,7 @@ fn main() {
     let code = match outcome {
         Ok(out) if out.hung => {
             // CUDA work is stuck on a thread that cannot be joined: leave without exit handlers.
+            gpudoctor::signals::remove_temporaries();
             gpudoctor::probes::live::exit_now(&out.stdout, out.code)
         }
         Ok(out) => {
@@ -109,5 +112,7 @@ fn main() {
             EXIT_ERROR
         }
     };
+    // A worker abandoned at a deadline may still hold an extracted bundle: remove it.
+    gpudoctor::signals::remove_temporaries();
     std::process::exit(code);
 }

@@ -11,7 +11,7 @@ use crate::libs::LibFacts;
 use crate::nvml::NvmlSnapshot;
 use crate::probes::{ProbeKind, ProbeReport};
 use crate::report::SourceInfo;
-use crate::sysroot::SysRoot;
+use crate::sysroot::{MAX_DOCUMENT_BYTES, SysRoot};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -99,20 +99,37 @@ impl Source {
             SourceSpec::Bundle(file) => {
                 let label = format!("--bundle {}", file.display());
                 let x = bundle::read::extract(file).with_context(|| label.clone())?;
-                let (sysroot, nvml, libs, manifest) = open_tree(x.dir.path(), &label)?;
-                Ok(Source {
-                    spec: spec.clone(),
-                    sysroot: Arc::new(sysroot.holding(x.dir)),
-                    nvml: nvml.into(),
-                    libs,
-                    info: SourceInfo::Bundle {
-                        path: file.display().to_string(),
-                    },
-                    hostname: manifest.as_ref().and_then(|m| m.host.clone()),
-                    time: manifest.and_then(|m| m.created),
-                })
+                Self::from_extracted(spec, x, file, &label)
             }
         }
+    }
+
+    /// A bundle already open (the one `bundle` just wrote, read from its own file whatever
+    /// another run may since have renamed over its path).
+    pub fn open_bundle_file(f: std::fs::File, path: &Path) -> Result<Source> {
+        let label = format!("--bundle {}", path.display());
+        let x = bundle::read::extract_open(f, path).with_context(|| label.clone())?;
+        Self::from_extracted(&SourceSpec::Bundle(path.to_path_buf()), x, path, &label)
+    }
+
+    fn from_extracted(
+        spec: &SourceSpec,
+        x: bundle::read::Extracted,
+        file: &Path,
+        label: &str,
+    ) -> Result<Source> {
+        let (sysroot, nvml, libs, manifest) = open_tree(x.dir.path(), label)?;
+        Ok(Source {
+            spec: spec.clone(),
+            sysroot: Arc::new(sysroot.holding(x.dir)),
+            nvml: nvml.into(),
+            libs,
+            info: SourceInfo::Bundle {
+                path: file.display().to_string(),
+            },
+            hostname: manifest.as_ref().and_then(|m| m.host.clone()),
+            time: manifest.and_then(|m| m.created),
+        })
     }
 
     pub fn is_live(&self) -> bool {
@@ -124,33 +141,43 @@ impl Source {
     pub fn recorded_probe(&self, kind: ProbeKind) -> Result<RecordedProbe> {
         let name = kind.as_str();
         let file = format!("probes/{name}.json");
-        let path = self
-            .sysroot
-            .root_dir()
-            .join("probes")
-            .join(format!("{name}.json"));
+        let label = format!(
+            "{}: not a probe report",
+            self.sysroot.root_dir().join(&file).display()
+        );
         recorded(
-            &path,
-            &format!("{}: not a probe report", path.display()),
+            &self.sysroot,
+            &file,
+            &label,
             |b| Ok(RecordedProbe::Report(Box::new(serde_json::from_slice(b)?))),
-            || RecordedProbe::Absent { file },
+            || RecordedProbe::Absent { file: file.clone() },
         )
     }
 }
 
-/// Read one recorded document; absent means "not recorded", anything else unreadable or
-/// malformed is an error naming the file.
+/// Read one recorded document (`file`, relative to the tree's root) through the tree's reader:
+/// links resolved inside the tree, regular files only, at most MAX_DOCUMENT_BYTES. Absent
+/// means "not recorded"; anything else unreadable or malformed is an error naming the file.
 fn recorded<T>(
-    path: &Path,
+    sr: &SysRoot,
+    file: &str,
     label: &str,
     parse: impl FnOnce(&[u8]) -> Result<T>,
     absent: impl FnOnce() -> T,
 ) -> Result<T> {
-    match std::fs::read(path) {
-        Ok(bytes) => parse(&bytes).with_context(|| label.to_string()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(absent()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    match sr.read_document(&format!("/{file}"), MAX_DOCUMENT_BYTES) {
+        Ok(Some(bytes)) => parse(&bytes).with_context(|| label.to_string()),
+        Ok(None) => Ok(absent()),
+        Err(e) => Err(anyhow::anyhow!("{label}: {file}: {}", error_reason(&e))),
     }
+}
+
+/// What went wrong, without the path (the caller names the file).
+fn error_reason(e: &crate::sysroot::ReadError) -> String {
+    let full = e.to_string();
+    full.strip_prefix(&format!("{}: ", e.path()))
+        .unwrap_or(&full)
+        .to_string()
 }
 
 /// A recorded tree (fixture, unpacked bundle): its sys/ and proc/, its nvml.json and
@@ -161,9 +188,9 @@ fn open_tree(
     label: &str,
 ) -> Result<(SysRoot, NvmlSnapshot, LibFacts, Option<bundle::Manifest>)> {
     let sr = SysRoot::at(dir).with_context(|| label.to_string())?;
-    let root = sr.root_dir().to_path_buf();
     let manifest = recorded(
-        &root.join("manifest.json"),
+        &sr,
+        "manifest.json",
         label,
         |b| Ok(Some(bundle::Manifest::from_json(b)?)),
         || None,
@@ -173,13 +200,15 @@ fn open_tree(
         None => sr,
     };
     let nvml = recorded(
-        &root.join("nvml.json"),
+        &sr,
+        "nvml.json",
         label,
         |b| Ok(NvmlSnapshot::from_json(b)?),
         || NvmlSnapshot::unavailable("not recorded (no nvml.json in the tree)", "recorded"),
     )?;
     let libs = recorded(
-        &root.join("libs.json"),
+        &sr,
+        "libs.json",
         label,
         |b| LibFacts::from_json(b).map_err(anyhow::Error::msg),
         || LibFacts::unavailable("not recorded (no libs.json in the tree)"),

@@ -17,8 +17,29 @@ use std::sync::{Arc, Mutex};
 /// Largest file we read. sysfs attributes are at most a page; PCI config space is 4096 bytes;
 /// /proc/modules on a big host is a few tens of KiB. Anything larger in a tree is hostile.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Why a recorded tree's device node, FIFO or socket is not read.
+const NOT_REGULAR: &str = "not a regular file (device node, FIFO or socket): refused";
+
+/// Largest recorded document (nvml.json, libs.json, manifest.json, probes/*.json) read from a
+/// tree: a bundle's entry limit (`bundle::read::MAX_ENTRY_BYTES`); real ones are under 1 MiB.
+pub const MAX_DOCUMENT_BYTES: u64 = 16 << 20;
+
 /// Symlink hops allowed while resolving one path (the kernel's own limit is 40).
 const MAX_LINK_HOPS: usize = 40;
+/// Longest path (below the root) a resolution may build: the kernel's PATH_MAX.
+const MAX_PATH_BYTES: usize = 4096;
+/// Most components waiting to be walked at once (link targets expanded): 40 hops of 4096-byte
+/// targets could queue 80k single-character components; no real path has more than a hundred.
+const MAX_PATH_COMPONENTS: usize = 4096;
+
+fn too_long(kpath: &str) -> ReadError {
+    ReadError::Io {
+        path: kpath.to_string(),
+        message: format!(
+            "path too long after following links (over {MAX_PATH_BYTES} bytes or {MAX_PATH_COMPONENTS} components): refused"
+        ),
+    }
+}
 
 /// Why a path could not be read. Every one of these becomes an "unknown, because ..." upstream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,7 +65,7 @@ impl ReadError {
         match e.kind() {
             io::ErrorKind::NotFound => ReadError::NotFound(path.to_string()),
             io::ErrorKind::PermissionDenied => ReadError::PermissionDenied(path.to_string()),
-            _ if e.raw_os_error() == Some(40) => ReadError::LinkLoop(path.to_string()),
+            _ if e.raw_os_error() == Some(libc::ELOOP) => ReadError::LinkLoop(path.to_string()),
             _ => ReadError::Io {
                 path: path.to_string(),
                 message: e.to_string(),
@@ -124,6 +145,9 @@ pub struct SysRoot {
     dirs: Mutex<DirCache>,
     /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
     listed: Mutex<BTreeSet<String>>,
+    /// Reads and listings in progress (a deadline's message tells a read that never returns
+    /// from time spent on what was read).
+    in_flight: std::sync::atomic::AtomicUsize,
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
     /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
     recorded: BTreeMap<String, (String, Option<String>)>,
@@ -139,6 +163,15 @@ impl std::fmt::Debug for SysRoot {
             .field("live", &self.live)
             .field("recorded_errors", &self.recorded.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// One read in flight (see `SysRoot::in_flight`).
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -273,6 +306,7 @@ impl SysRoot {
             links: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         }
@@ -303,6 +337,7 @@ impl SysRoot {
             links: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         })
@@ -487,6 +522,18 @@ impl SysRoot {
         buf[start..].to_string()
     }
 
+    /// Whether a read or listing is in progress now (see `in_flight`).
+    pub fn reading_now(&self) -> bool {
+        self.in_flight.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
+    /// Count a read or listing in progress until the returned guard drops.
+    fn in_flight(&self) -> InFlight<'_> {
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight(&self.in_flight)
+    }
+
     fn note(&self, kpath: &str) {
         let mut t = match self.touched.lock() {
             Ok(t) => t,
@@ -567,52 +614,104 @@ impl SysRoot {
     }
 
     /// Resolve a path (components joined by '/', possibly with `.` and `..` from link
-    /// targets), following every link, memoised per prefix: discovery reads dozens of
-    /// attributes in each device directory, and each would otherwise pay one readlink per
-    /// path component.
+    /// targets), following every link inside the root, memoised per prefix of `comps`:
+    /// discovery reads dozens of attributes in each device directory, and each would otherwise
+    /// pay one readlink per path component.
+    ///
+    /// Iterative, never recursive: a link target's components go on a work list, so no input
+    /// can grow the stack (a recorded tree once held targets of 2000 `.` components that
+    /// overflowed the discovery thread's stack). Bounded: at most MAX_LINK_HOPS links, a target
+    /// is at most 4096 bytes (readlink_in), and the path being built at most MAX_PATH_BYTES.
     fn resolve_prefix(
         &self,
         comps: &str,
         kpath: &str,
         hops: &mut usize,
     ) -> Result<String, ReadError> {
-        let Some((parent, last)) = split_comp(comps) else {
+        if comps.is_empty() {
             return Ok(String::new());
-        };
-        if let Some(hit) = self.lock_cache().get(comps) {
-            return Ok(hit.clone());
         }
-        let mut base = self.resolve_prefix(parent, kpath, hops)?;
-        let result = match last {
-            "" | "." => base,
-            ".." => {
-                pop_comp(&mut base);
-                base
+        if comps.len() > MAX_PATH_BYTES {
+            return Err(too_long(kpath));
+        }
+        // The longest prefix of `comps` resolved before; `start` is where the rest begins.
+        let mut base = String::new();
+        let mut start = 0usize;
+        {
+            let cache = self.lock_cache();
+            if let Some(hit) = cache.get(comps) {
+                return Ok(hit.clone());
             }
-            _ => {
-                push_comp(&mut base, last);
-                if let Some(target) = self.link_target(&base, kpath)? {
+            let mut end = comps.len();
+            while let Some(i) = comps[..end].rfind('/') {
+                if let Some(hit) = cache.get(&comps[..i]) {
+                    base = hit.clone();
+                    start = i + 1;
+                    break;
+                }
+                end = i;
+            }
+        }
+        // Components of link targets still to walk, last first.
+        let mut pending: Vec<String> = Vec::new();
+        let mut pos = start;
+        for c in comps[start..].split('/') {
+            self.step(&mut base, c, &mut pending, kpath, hops)?;
+            while let Some(t) = pending.pop() {
+                self.step(&mut base, &t, &mut pending, kpath, hops)?;
+            }
+            // The prefix of `comps` up to this component is resolved: remember it.
+            let end = pos + c.len();
+            self.lock_cache()
+                .insert(comps[..end].to_string(), base.clone());
+            pos = end + 1;
+        }
+        Ok(base)
+    }
+
+    /// Walk one component `c` from the physical path `base`; a link's target components go on
+    /// `pending` (last first) for the caller to walk next.
+    fn step(
+        &self,
+        base: &mut String,
+        c: &str,
+        pending: &mut Vec<String>,
+        kpath: &str,
+        hops: &mut usize,
+    ) -> Result<(), ReadError> {
+        match c {
+            "" | "." => {}
+            ".." => pop_comp(base),
+            name => {
+                push_comp(base, name);
+                if base.len() > MAX_PATH_BYTES {
+                    return Err(too_long(kpath));
+                }
+                if let Some(target) = self.link_target(base, kpath)? {
                     *hops += 1;
                     if *hops > MAX_LINK_HOPS {
                         return Err(ReadError::LinkLoop(kpath.to_string()));
                     }
-                    pop_comp(&mut base);
+                    pop_comp(base);
                     if target.starts_with('/') {
                         // An absolute target means "from the root of this tree", never the
                         // host's /.
                         base.clear();
                     }
-                    for c in target.split('/').filter(|c| !c.is_empty()) {
-                        push_comp(&mut base, c);
+                    pending.extend(
+                        target
+                            .split('/')
+                            .filter(|t| !t.is_empty() && *t != ".")
+                            .rev()
+                            .map(str::to_string),
+                    );
+                    if pending.len() > MAX_PATH_COMPONENTS {
+                        return Err(too_long(kpath));
                     }
-                    self.resolve_prefix(&base, kpath, hops)?
-                } else {
-                    base
                 }
             }
-        };
-        self.lock_cache().insert(comps.to_string(), result.clone());
-        Ok(result)
+        }
+        Ok(())
     }
 
     /// The link target of the physical path `phys` (already resolved: no links before its last
@@ -698,7 +797,33 @@ impl SysRoot {
             Some(fd) => fd,
             None => self.dir_fd(dir)?,
         };
+        let live = self.live;
         Self::with_cname(name, |c| {
+            if !live {
+                // A recorded tree is files, directories and links: never open anything else
+                // (a device node planted in it could be /dev/zero's, or a tape's that rewinds
+                // on open). Looked at without following, before any open.
+                // SAFETY: an all-zero stat is a valid value for the kernel to fill in.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: dirfd is live; c is NUL-terminated; st is writable.
+                let r = unsafe {
+                    libc::fstatat(
+                        dirfd.as_raw_fd(),
+                        c.as_ptr(),
+                        &mut st,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                };
+                if r < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                match st.st_mode & libc::S_IFMT {
+                    libc::S_IFREG => {}
+                    libc::S_IFLNK => return Err(io::Error::from_raw_os_error(libc::ELOOP)),
+                    libc::S_IFDIR => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
+                    _ => return Err(io::Error::other(NOT_REGULAR)),
+                }
+            }
             // SAFETY: dirfd is a live descriptor (we hold a reference); c is NUL-terminated.
             let fd = unsafe {
                 libc::openat(
@@ -823,6 +948,7 @@ impl SysRoot {
         f: impl FnOnce(&[u8]) -> Result<R, ReadError>,
     ) -> Result<R, ReadError> {
         self.note(kpath);
+        let _reading = self.in_flight();
         let mut file = self.open_file(kpath)?;
         // A directory fails the read below with EISDIR; no fstat needed.
         // sysfs reports 4096 for every attribute: read to EOF, not by the reported size. A
@@ -850,6 +976,32 @@ impl SysRoot {
             return Err(ReadError::TooLarge(kpath.to_string()));
         }
         f(&buf)
+    }
+
+    /// A document recorded beside `sys/` and `proc/` (`/nvml.json`, `/probes/h2d.json`), read
+    /// under the rules of every other read (links resolved inside the root, regular files
+    /// only, no blocking open) with its own size cap; None when absent. Not a kernel path: not
+    /// noted among the paths read. Only for recorded trees.
+    pub fn read_document(&self, path: &str, cap: u64) -> Result<Option<Vec<u8>>, ReadError> {
+        if self.live {
+            return Err(ReadError::BadPath(path.to_string()));
+        }
+        let file = match self.open_file(path) {
+            Ok(f) => f,
+            Err(ReadError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut buf = Vec::new();
+        file.take(cap.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(|e| ReadError::from_io(path, &e))?;
+        if buf.len() as u64 > cap {
+            return Err(ReadError::Io {
+                path: path.to_string(),
+                message: format!("larger than {cap} bytes, refused"),
+            });
+        }
+        Ok(Some(buf))
     }
 
     /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
@@ -917,6 +1069,7 @@ impl SysRoot {
         let comps = self.resolve(kpath, true)?;
         self.recorded_error(kpath, &comps)?;
         let host = self.host_path(&comps);
+        let _reading = self.in_flight();
         let rd = fs::read_dir(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         let mut out = Vec::new();
         for ent in rd {
@@ -1052,6 +1205,50 @@ mod tests {
             s.read_text("/sys/loop1"),
             Err(ReadError::LinkLoop(_))
         ));
+    }
+
+    /// Resolution is iterative and bounded: thousands of `.` components, `s -> .` chains and
+    /// targets that grow the path past PATH_MAX neither overflow the stack nor escape.
+    #[test]
+    fn long_and_growing_targets_are_bounded() {
+        let (_d, s) = tree();
+        let r = s.root_dir().to_path_buf();
+        let dots = format!("{}devices/pci0000:00", "./".repeat(2000));
+        symlink(&dots, r.join("sys/dots")).unwrap();
+        assert_eq!(
+            s.read_text("/sys/dots/0000:00:01.0/numa_node").unwrap(),
+            "-1"
+        );
+        symlink(".", r.join("sys/s")).unwrap();
+        let climb = format!("{}{}etc/passwd", "s/".repeat(20), "../".repeat(20));
+        symlink(&climb, r.join("sys/climb")).unwrap();
+        assert!(matches!(
+            s.read_text("/sys/climb"),
+            Err(ReadError::NotFound(_))
+        ));
+        // Each hop appends a long target to the path: refused once past PATH_MAX.
+        let long = "x".repeat(200);
+        fs::create_dir_all(r.join("sys/g")).unwrap();
+        symlink(
+            format!("{long}/{long}/{long}/{long}/../../../../g/g"),
+            r.join("sys/g/g"),
+        )
+        .unwrap();
+        for i in 0..30 {
+            symlink(format!("../g{i}/{long}"), r.join(format!("sys/g{}", i + 1))).unwrap();
+        }
+        assert!(
+            s.read_text("/sys/g/g/g/g/g/g/g/g/g/g/g/g/g/g/g/g/g/g/g/g/g/x")
+                .is_err()
+        );
+        let deep = format!("/sys{}", "/g".repeat(3000));
+        assert!(s.read_text(&deep).is_err());
+        // The document reader follows the same rules and refuses what is not a regular file.
+        fs::write(r.join("doc.json"), "{}").unwrap();
+        assert_eq!(s.read_document("/doc.json", 16).unwrap().unwrap(), b"{}");
+        assert!(s.read_document("/doc.json", 1).is_err());
+        assert!(s.read_document("/absent.json", 16).unwrap().is_none());
+        assert!(s.read_document("/sys", 16).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use super::{BundleError, Manifest};
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
@@ -46,7 +46,7 @@ impl Default for Limits {
 
 /// An extracted bundle. The directory is removed when this is dropped.
 pub struct Extracted {
-    pub dir: tempfile::TempDir,
+    pub dir: ScratchDir,
     pub manifest: Manifest,
 }
 
@@ -143,10 +143,157 @@ pub fn target_inside(link: &Path, target: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Components walked, over all links of one bundle, by `Extractor::check_links`: a real
+/// bundle's 30 000 links take about 300 000.
+const LINK_CHECK_BUDGET: usize = 20_000_000;
+/// Links followed while resolving one link (the kernel's limit).
+const LINK_HOPS: usize = 40;
+
+/// Whether an archive name is the tree's root itself (`.`, `./`, `.//.`).
+fn is_root_name(raw: &[u8]) -> bool {
+    !raw.is_empty() && raw.split(|b| *b == b'/').all(|c| c.is_empty() || c == b".")
+}
+
+/// Resolve the link at `link` (relative to the root) with `target`, following the bundle's
+/// other links (`links`), and fail if any step climbs above the root.
+fn resolve_inside(
+    links: &BTreeMap<PathBuf, String>,
+    link: &Path,
+    target: &str,
+    budget: &mut usize,
+) -> Result<(), String> {
+    let outside = || {
+        format!(
+            "symlink target '{}' resolves outside the bundle",
+            shown(target.as_bytes())
+        )
+    };
+    let mut base: Vec<String> = link
+        .parent()
+        .map(|p| {
+            p.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut pending: Vec<String> = Vec::new();
+    let push_target = |pending: &mut Vec<String>, t: &str| {
+        pending.extend(
+            t.split('/')
+                .filter(|c| !c.is_empty() && *c != ".")
+                .rev()
+                .map(str::to_string),
+        );
+    };
+    if target.starts_with('/') {
+        return Err(outside());
+    }
+    push_target(&mut pending, target);
+    let mut hops = 0usize;
+    while let Some(c) = pending.pop() {
+        *budget = budget
+            .checked_sub(1)
+            .ok_or_else(|| "links too many or too deep to check: refused".to_string())?;
+        if c == ".." {
+            if base.pop().is_none() {
+                return Err(outside());
+            }
+            continue;
+        }
+        base.push(c);
+        let here: PathBuf = base.iter().collect();
+        if let Some(t) = links.get(&here) {
+            hops += 1;
+            if hops > LINK_HOPS {
+                // A loop: the kernel and SysRoot fail it (ELOOP) before it leads anywhere, as
+                // a recorded tree's damaged links may (fixtures/variants/*--garbage).
+                return Ok(());
+            }
+            if t.starts_with('/') {
+                return Err(outside());
+            }
+            base.pop();
+            push_target(&mut pending, t);
+            if pending.len() > 1 << 16 {
+                return Err("symlink target too long once resolved: refused".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The manifest's `contents` against what the archive held: a bundle that lost or gained
+/// files since it was written is refused (all zeros: a hand-made manifest that records none).
+/// Directories may be more than recorded (a repacked bundle lists every one).
+fn check_contents(recorded: &super::Contents, found: &super::Contents) -> Result<(), BundleError> {
+    if *recorded == super::Contents::default() {
+        return Ok(());
+    }
+    let bad = |what: &str, r: u64, f: u64| {
+        Err(BundleError::BadManifest(format!(
+            "contents.{what} is {r} but the archive holds {f}: refused (altered or incomplete bundle)"
+        )))
+    };
+    if recorded.files != found.files {
+        return bad("files", recorded.files as u64, found.files as u64);
+    }
+    if recorded.links != found.links {
+        return bad("links", recorded.links as u64, found.links as u64);
+    }
+    if recorded.file_bytes != found.file_bytes {
+        return bad("file_bytes", recorded.file_bytes, found.file_bytes);
+    }
+    if found.dirs < recorded.dirs {
+        return bad("dirs", recorded.dirs as u64, found.dirs as u64);
+    }
+    Ok(())
+}
+
+/// Open a file named by the user for reading, refusing anything but a regular file (a FIFO
+/// would block, a device node could be /dev/zero) without blocking on the open.
+pub fn open_regular(p: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let refused =
+        || io::Error::other("not a regular file (device node, FIFO, socket or directory): refused");
+    // Looked at before the open (opening a device node can itself act), and again after.
+    if !fs::metadata(p)?.is_file() {
+        return Err(refused());
+    }
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(refused());
+    }
+    Ok(f)
+}
+
+/// Read a whole file named by the user (a report, a baseline), refusing anything but a regular
+/// file and anything over `cap` bytes, with an error naming neither (the caller names it).
+pub fn read_regular(p: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let f = open_regular(p)?;
+    let mut buf = Vec::new();
+    f.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > cap {
+        return Err(io::Error::other(format!(
+            "larger than {cap} bytes: refused"
+        )));
+    }
+    Ok(buf)
+}
+
 /// Extract `archive` into a fresh private temporary directory and check its manifest.
 pub fn extract(archive: &Path) -> Result<Extracted, BundleError> {
-    let f = fs::File::open(archive)
+    let f = open_regular(archive)
         .map_err(|e| BundleError::Io(format!("opening {}: {e}", archive.display())))?;
+    extract_open(f, archive)
+}
+
+/// `extract` from an open file (`archive` names it in errors).
+pub fn extract_open(mut f: fs::File, archive: &Path) -> Result<Extracted, BundleError> {
+    io::Seek::seek(&mut f, io::SeekFrom::Start(0))
+        .map_err(|e| BundleError::Io(format!("reading {}: {e}", archive.display())))?;
     let mut r = io::BufReader::new(f);
     let mut magic = [0u8; 2];
     match r.read_exact(&mut magic) {
@@ -164,20 +311,111 @@ pub fn extract(archive: &Path) -> Result<Extracted, BundleError> {
     extract_from(chained, Limits::default())
 }
 
+/// Names of extraction directories: the PID of their owner follows, so that the next run can
+/// remove those a crashed or killed run left behind.
+const SCRATCH_PREFIX: &str = "gpudoctor-bundle-";
+
 /// A private directory for the extracted tree. A bundle is thousands of tiny files, and
 /// creating inodes on a disk file system dominated replay time (most of `gpudoctor bundle`'s
 /// self-replay on ext4), so prefer the RAM-backed /dev/shm unless the user chose TMPDIR.
-fn scratch_dir() -> io::Result<tempfile::TempDir> {
-    let mut b = tempfile::Builder::new();
-    b.prefix("gpudoctor-bundle-");
+/// Registered for removal on a signal; stale ones of dead processes are swept first.
+fn scratch_dir() -> io::Result<ScratchDir> {
     let shm = Path::new("/dev/shm");
     if std::env::var_os("TMPDIR").is_none()
         && shm.is_dir()
-        && let Ok(d) = b.tempdir_in(shm)
+        && let Ok(d) = ScratchDir::new_in(shm)
     {
         return Ok(d);
     }
-    b.tempdir()
+    ScratchDir::new_in(&std::env::temp_dir())
+}
+
+/// A private (0700) directory named `gpudoctor-bundle-<pid>-<random>`, removed when dropped,
+/// on a signal (registered with `signals` before it is created, so no signal falls between
+/// the two), or by the next run once this process is dead (`sweep_stale`).
+pub struct ScratchDir {
+    path: PathBuf,
+    _registered: crate::signals::Temporary,
+}
+
+impl ScratchDir {
+    fn new_in(parent: &Path) -> io::Result<ScratchDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        sweep_stale(parent, SCRATCH_PREFIX, "-", true);
+        let prefix = format!("{SCRATCH_PREFIX}{}-", std::process::id());
+        loop {
+            let mut rnd = [0u8; 6];
+            getrandom::fill(&mut rnd).map_err(|e| io::Error::other(e.to_string()))?;
+            let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+            let path = parent.join(format!("{prefix}{name}"));
+            let registered = crate::signals::Temporary::new(path.clone(), true);
+            match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    return Ok(ScratchDir {
+                        path,
+                        _registered: registered,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        // Then `_registered` unregisters it.
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Whether process `pid` is gone (so nothing of its can still be in use).
+fn dead(pid: i32) -> bool {
+    // SAFETY: signal 0 checks existence and permission only; nothing is delivered.
+    pid > 0
+        && unsafe { libc::kill(pid, 0) } != 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Remove entries of `dir` named `<prefix><pid><sep>...` (or ending in the PID when `sep` is
+/// empty) owned by this user whose process is dead: what a crash or SIGKILL left behind.
+pub fn sweep_stale(dir: &Path, prefix: &str, sep: &str, dirs: bool) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let pid = if sep.is_empty() {
+            rest
+        } else {
+            rest.split(sep).next().unwrap_or("")
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        let Ok(meta) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if meta.uid() != me || !dead(pid) {
+            continue;
+        }
+        if dirs && meta.is_dir() {
+            let _ = fs::remove_dir_all(e.path());
+        } else if !dirs && meta.is_file() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Extract from a gzip stream (the whole file, magic included).
@@ -201,7 +439,8 @@ pub fn extract_from<R: Read>(gz: R, limits: Limits) -> Result<Extracted, BundleE
     let manifest = {
         let mut x = Extractor {
             root: dir.path().to_path_buf(),
-            links: BTreeSet::new(),
+            links: BTreeMap::new(),
+            contents: super::Contents::default(),
             seen: BTreeSet::new(),
             count: 0,
             manifest: None,
@@ -210,6 +449,10 @@ pub fn extract_from<R: Read>(gz: R, limits: Limits) -> Result<Extracted, BundleE
         for entry in ar.entries().map_err(corrupt)? {
             let entry = entry.map_err(corrupt)?;
             x.entry(entry, &corrupt)?;
+        }
+        x.check_links()?;
+        if let Some(m) = &x.manifest {
+            check_contents(&m.contents, &x.contents)?;
         }
         x.manifest
     };
@@ -222,8 +465,11 @@ pub fn extract_from<R: Read>(gz: R, limits: Limits) -> Result<Extracted, BundleE
 
 struct Extractor {
     root: PathBuf,
-    /// Symlinks created so far (relative paths): nothing may be written below one.
-    links: BTreeSet<PathBuf>,
+    /// Symlinks created so far (relative paths) and their targets: nothing may be written
+    /// below one, and each must resolve inside the tree through the others (checked at the end).
+    links: BTreeMap<PathBuf, String>,
+    /// Counted as the manifest's `contents` counts them (everything but top-level documents).
+    contents: super::Contents,
     seen: BTreeSet<PathBuf>,
     count: usize,
     manifest: Option<Manifest>,
@@ -236,6 +482,8 @@ impl Extractor {
         mut e: tar::Entry<'_, R>,
         corrupt: &dyn Fn(io::Error) -> BundleError,
     ) -> Result<(), BundleError> {
+        // No signal removes the directory while this entry is being created in it.
+        let _creating = crate::signals::hold();
         self.count += 1;
         if self.count > self.limits.entries {
             return Err(BundleError::TooManyEntries(self.limits.entries));
@@ -243,8 +491,12 @@ impl Extractor {
         let raw = e.path_bytes().into_owned();
         let name = shown(&raw);
         let bad = |why: String| BundleError::Entry(name.clone(), why);
-        let rel = clean_path(&raw).map_err(bad)?;
         let kind = e.header().entry_type();
+        if kind == tar::EntryType::Directory && is_root_name(&raw) {
+            // `tar czf X -C DIR .` starts with the tree's own root, "./".
+            return Ok(());
+        }
+        let rel = clean_path(&raw).map_err(bad)?;
         let size = e.header().size().map_err(corrupt)?;
         if size > self.limits.entry_bytes {
             return Err(bad(format!(
@@ -254,16 +506,17 @@ impl Extractor {
         }
         // Any proper ancestor of the entry that is a symlink (ancestors() yields the path
         // itself first).
-        if rel.ancestors().skip(1).any(|a| self.links.contains(a)) {
+        if rel.ancestors().skip(1).any(|a| self.links.contains_key(a)) {
             return Err(bad("entry below a symlink refused".into()));
         }
         let dest = self.root.join(&rel);
         match kind {
             tar::EntryType::Directory => {
-                if self.links.contains(&rel) {
+                if self.links.contains_key(&rel) {
                     return Err(bad("directory over a symlink refused".into()));
                 }
                 self.mkdirs(&rel).map_err(bad)?;
+                self.contents.dirs += 1;
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 if !self.seen.insert(rel.clone()) {
@@ -279,6 +532,10 @@ impl Extractor {
                 }
                 if rel == Path::new("manifest.json") {
                     self.manifest = Some(Manifest::from_json(&buf)?);
+                }
+                if rel.components().count() > 1 {
+                    self.contents.files += 1;
+                    self.contents.file_bytes += buf.len() as u64;
                 }
                 let mut f = fs::OpenOptions::new()
                     .write(true)
@@ -306,7 +563,8 @@ impl Extractor {
                 }
                 std::os::unix::fs::symlink(&target, &dest)
                     .map_err(|err| bad(format!("cannot create symlink: {err}")))?;
-                self.links.insert(rel);
+                self.links.insert(rel, target);
+                self.contents.links += 1;
             }
             tar::EntryType::Link => return Err(bad("hard link refused".into())),
             tar::EntryType::Char | tar::EntryType::Block => {
@@ -318,12 +576,27 @@ impl Extractor {
         Ok(())
     }
 
+    /// Every link's target, resolved through the tree's other links as the kernel would
+    /// follow them, stays inside the tree. Checking the text alone let `s -> .` plus
+    /// `nvml.json -> s/s/s/../../../etc/passwd` through: each `s` is a step down as text and
+    /// none as resolved. Iterative with a hop cap per link and a total budget, whatever the
+    /// links (a loop is let be: every reader fails it as the kernel would, with ELOOP).
+    fn check_links(&self) -> Result<(), BundleError> {
+        let mut budget = LINK_CHECK_BUDGET;
+        for (link, target) in &self.links {
+            let name = link.display().to_string();
+            resolve_inside(&self.links, link, target, &mut budget)
+                .map_err(|why| BundleError::Entry(shown(name.as_bytes()), why))?;
+        }
+        Ok(())
+    }
+
     /// Create `rel` and its parents as real directories inside the root (never through a link).
     fn mkdirs(&mut self, rel: &Path) -> Result<(), String> {
         let mut cur = PathBuf::new();
         for c in rel.components() {
             cur.push(c);
-            if self.links.contains(&cur) {
+            if self.links.contains_key(&cur) {
                 return Err("path goes through a symlink: refused".into());
             }
             let host = self.root.join(&cur);

@@ -41,6 +41,38 @@ pub struct Written {
     pub archive_bytes: u64,
     /// The reports as stored (redacted), for comparing with the replay.
     pub reports: BTreeMap<String, serde_json::Value>,
+    /// The archive written, open for reading (the self-replay reads this, not the path).
+    pub file: std::fs::File,
+}
+
+/// `bundle -o` writes a regular file or atomically replaces one; anything else already at the
+/// path (a device node such as /dev/null, a FIFO, a directory, a symlink) is refused: as root,
+/// a rename over /dev/null would replace the system's.
+pub fn check_output(out: &Path) -> Result<(), BundleError> {
+    let m = match std::fs::symlink_metadata(out) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("checking", out, e)),
+    };
+    use std::os::unix::fs::FileTypeExt;
+    let ft = m.file_type();
+    let what = if ft.is_file() {
+        return Ok(());
+    } else if ft.is_symlink() {
+        "a symlink"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device node"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else {
+        "a socket"
+    };
+    Err(BundleError::Io(format!(
+        "{} exists and is {what}: refused (bundle -o writes only a regular file)",
+        out.display()
+    )))
 }
 
 fn io_err(what: &str, p: &Path, e: std::io::Error) -> BundleError {
@@ -63,12 +95,12 @@ pub fn write_bundle(
     let mut progress = |n: usize| {
         if opts.progress && (n == 0 || n >= last_drawn + 512) {
             last_drawn = n;
-            eprint!("\rgpudoctor bundle: {n} paths captured");
+            let _ = write!(std::io::stderr(), "\rgpudoctor bundle: {n} paths captured");
         }
     };
     let mut cap = Capture::run(sr, &mut progress);
     if opts.progress {
-        eprint!("\r\x1b[2K");
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
     }
     // A recorded tree may hold links that climb out of it; a bundle never does.
     let escaping: Vec<String> = cap
@@ -196,21 +228,33 @@ pub fn write_bundle(
         top.push((name, json(v)?));
     }
 
+    check_output(out)?;
     let tmp = temp_path(out);
-    let result = write_archive(&tmp, &top, &cap.items);
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+    if let Some(dir) = tmp.parent() {
+        // What a crashed or killed run left beside this output.
+        let name = out.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_else(|| "bundle".into());
+        read::sweep_stale(dir, &format!(".{name}.partial-"), "", false);
     }
-    std::fs::rename(&tmp, out).map_err(|e| {
+    // Removed if a signal stops the process before the rename.
+    let registered = crate::signals::Temporary::new(tmp.clone(), false);
+    let fail = |e| {
         let _ = std::fs::remove_file(&tmp);
-        io_err("renaming into", out, e)
-    })?;
-    let archive_bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+        e
+    };
+    write_archive(&tmp, &top, &cap.items).map_err(fail)?;
+    // Our own bytes, whatever lands at `out` later (another run writing the same path).
+    let file = read::open_regular(&tmp).map_err(|e| fail(io_err("reopening", &tmp, e)))?;
+    // Checked again just before: the rename must never replace a device, FIFO or directory.
+    check_output(out).map_err(fail)?;
+    std::fs::rename(&tmp, out).map_err(|e| fail(io_err("renaming into", out, e)))?;
+    drop(registered);
+    let archive_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
     Ok(Written {
         manifest,
         archive_bytes,
         reports,
+        file,
     })
 }
 
@@ -250,11 +294,15 @@ fn write_archive(
     top: &[(&str, Vec<u8>)],
     items: &BTreeMap<String, Item>,
 ) -> Result<(), BundleError> {
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .map_err(|e| io_err("creating", tmp, e))?;
+    let f = {
+        // Not created after a signal's cleanup removed it (see signals::hold).
+        let _creating = crate::signals::hold();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
+            .map_err(|e| io_err("creating", tmp, e))?
+    };
     let gz = GzEncoder::new(std::io::BufWriter::new(f), Compression::default());
     let mut tb = tar::Builder::new(gz);
     tb.mode(tar::HeaderMode::Deterministic);

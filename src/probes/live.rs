@@ -242,7 +242,10 @@ pub fn run(opts: &ProbeOptions, topo: &Topology) -> ProbeRun {
         if opts.progress {
             let line = format!("gpudoctor: {step} {done}/{total}");
             if line != last_progress {
-                eprint!("\r\x1b[2K{line}");
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stderr(),
+                    format_args!("\r\x1b[2K{line}"),
+                );
                 last_progress = line;
             }
         }
@@ -277,7 +280,7 @@ pub fn run(opts: &ProbeOptions, topo: &Topology) -> ProbeRun {
 
 fn clear_progress(on: bool, last: &str) {
     if on && !last.is_empty() {
-        eprint!("\r\x1b[2K");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), b"\r\x1b[2K");
     }
 }
 

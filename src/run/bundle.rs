@@ -8,6 +8,7 @@ use crate::config::{CheckOptions, Redaction};
 use crate::source::{Source, SourceSpec};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 
 /// The reports a bundle stores (and its self-replay compares): topo and a level-0 check.
@@ -33,6 +34,8 @@ pub(super) fn make(
     progress: bool,
 ) -> Result<Outcome> {
     let t0 = std::time::Instant::now();
+    // Refused before any work: a device node, FIFO, directory or symlink at the output.
+    bundle::write::check_output(output)?;
     let source = Source::open(spec)?;
     let reports = stored_reports(&source)?;
     let sr = &source.sysroot;
@@ -76,16 +79,11 @@ pub(super) fn make(
             };
             bundle::write::write_bundle(&reader, &nvml, extra, reports, discovery, &out, &opts)
         },
-        move || watched.last_path(),
+        move || super::Stall::of(&watched),
     );
-    let w = match written {
-        Ok(r) => r.with_context(|| format!("writing {}", output.display()))?,
-        Err(e) => {
-            // Leave no partial bundle behind.
-            let _ = std::fs::remove_file(output);
-            return Err(e);
-        }
-    };
+    // On a deadline the worker is abandoned with its partial file registered: main removes it
+    // before exiting (the output itself was never touched).
+    let w = written?.with_context(|| format!("writing {}", output.display()))?;
     let elapsed = t0.elapsed();
     let mut warnings = Vec::new();
     if !w.manifest.uncovered.is_empty() {
@@ -101,8 +99,12 @@ pub(super) fn make(
         warnings.push(msg);
     }
     // Replay what was just written; only where the data came from may differ.
-    let again = SourceSpec::Bundle(output.to_path_buf());
-    match Source::open(&again).and_then(|s| stored_reports(&s)) {
+    // From our own file: another run may have renamed its bundle over the path since.
+    let mine = w
+        .file
+        .try_clone()
+        .with_context(|| format!("reading {}", output.display()))?;
+    match Source::open_bundle_file(mine, output).and_then(|s| stored_reports(&s)) {
         Ok(replayed) => {
             for (command, stored) in &w.reports {
                 let mut stored = stored.clone();
@@ -118,7 +120,12 @@ pub(super) fn make(
     }
     // Warnings go to stderr as they are found in other commands too; the summary is stdout.
     for w in &warnings {
-        eprintln!("gpudoctor: warning: {}", w.replace('\n', " "));
+        // Never a panic: stderr may be a closed pipe.
+        let _ = writeln!(
+            std::io::stderr(),
+            "gpudoctor: warning: {}",
+            w.replace('\n', " ")
+        );
     }
     Ok(Outcome::new(
         crate::render::bundle_summary(output, &w, elapsed),

@@ -26,26 +26,49 @@ fn is_bundle(p: &Path) -> bool {
     s.ends_with(".tar.gz") || s.ends_with(".tgz")
 }
 
+/// Deepest directory `expand` descends into below an input (a fleet's reports are a directory
+/// or two deep; recorded trees under an input hold sysfs's own deep link cycles).
+const MAX_WALK_DEPTH: usize = 16;
+/// Largest report or baseline read (real ones are tens of KiB).
+const MAX_REPORT_BYTES: u64 = 64 << 20;
+
 /// Files under the inputs: files as given, directories walked (gpudoctor JSON and bundles).
+/// Each directory is entered once, by its device and inode, however many links lead to it
+/// (two `up -> ..` links made the walk exponential), and at most MAX_WALK_DEPTH deep.
 fn expand(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
+    use std::os::unix::fs::MetadataExt;
     let mut out = Vec::new();
+    let mut seen: std::collections::BTreeSet<(u64, u64)> = std::collections::BTreeSet::new();
     for i in inputs {
         let meta = std::fs::metadata(i).with_context(|| format!("{}", i.display()))?;
         if meta.is_dir() {
-            let mut stack = vec![i.clone()];
-            while let Some(d) = stack.pop() {
+            if !seen.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            let mut stack = vec![(i.clone(), 0usize)];
+            while let Some((d, depth)) = stack.pop() {
                 let mut entries: Vec<PathBuf> = std::fs::read_dir(&d)
                     .with_context(|| format!("reading {}", d.display()))?
                     .filter_map(|e| e.ok().map(|e| e.path()))
                     .collect();
                 entries.sort();
+                let mut dirs = Vec::new();
                 for p in entries {
-                    if p.is_dir() {
-                        stack.push(p);
-                    } else if is_bundle(&p) || p.extension().is_some_and(|e| e == "json") {
+                    // Followed (a link to a directory of reports is a directory of reports).
+                    let Ok(m) = std::fs::metadata(&p) else {
+                        continue;
+                    };
+                    if m.is_dir() {
+                        if depth < MAX_WALK_DEPTH && seen.insert((m.dev(), m.ino())) {
+                            dirs.push(p);
+                        }
+                    } else if m.is_file()
+                        && (is_bundle(&p) || p.extension().is_some_and(|e| e == "json"))
+                    {
                         out.push((p, true));
                     }
                 }
+                stack.extend(dirs.into_iter().map(|p| (p, depth + 1)));
             }
         } else {
             out.push((i.clone(), false));
@@ -111,7 +134,9 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         n.shape = Some(crate::baseline::capture(&inv, &topo, &probes, &n.name));
         return Ok(Some(n));
     }
-    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    let bytes = crate::bundle::read::read_regular(p, MAX_REPORT_BYTES)
+        .with_context(|| format!("reading {}", p.display()))?;
+    let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", p.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", p.display()))?;
     let schema = v.get("schema").and_then(|s| s.as_str()).unwrap_or("");

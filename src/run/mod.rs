@@ -59,7 +59,7 @@ fn inventory(source: &Source, scope: Scope) -> Result<Inventory> {
     let r = with_deadline(
         DISCOVERY_DEADLINE,
         move || Inventory::collect_scoped(&sr, nvml, scope),
-        move || watched.last_path(),
+        move || Stall::of(&watched),
     )?;
     r.map_err(|e| match e {
         crate::inventory::InventoryError::NoPciBus(ReadError::NotFound(p)) => {
@@ -69,13 +69,41 @@ fn inventory(source: &Source, scope: Scope) -> Result<Inventory> {
     })
 }
 
+/// Where discovery stood when its deadline passed: the last path handed to the reader, and
+/// whether a read of it was still in progress (a device not answering) or had returned (the
+/// time went into what was read: an oversized or hostile tree).
+#[derive(Debug, Clone)]
+pub struct Stall {
+    pub path: String,
+    pub in_read: bool,
+}
+
+impl From<String> for Stall {
+    fn from(path: String) -> Stall {
+        Stall {
+            path,
+            in_read: true,
+        }
+    }
+}
+
+impl Stall {
+    /// The reader's state now.
+    pub fn of(sr: &crate::sysroot::SysRoot) -> Stall {
+        Stall {
+            path: sr.last_path(),
+            in_read: sr.reading_now(),
+        }
+    }
+}
+
 /// Run `work` on its own thread and wait at most `deadline`. A read that never returns cannot
 /// be cancelled, so on timeout the worker is abandoned (the process exits with code 2 right
-/// after reporting) and the error names what it was reading (`stuck_on`).
-pub fn with_deadline<T: Send + 'static>(
+/// after reporting) and the error names what it was doing (`stuck_on`).
+pub fn with_deadline<T: Send + 'static, S: Into<Stall>>(
     deadline: std::time::Duration,
     work: impl FnOnce() -> T + Send + 'static,
-    stuck_on: impl FnOnce() -> String,
+    stuck_on: impl FnOnce() -> S,
 ) -> Result<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
@@ -86,11 +114,21 @@ pub fn with_deadline<T: Send + 'static>(
         .context("starting the discovery thread")?;
     match rx.recv_timeout(deadline) {
         Ok(v) => Ok(v),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => anyhow::bail!(
-            "reading {} did not finish within {} s: a device or file system is not answering (hung PCI device?)",
-            stuck_on(),
-            deadline.as_secs_f64()
-        ),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let stall: Stall = stuck_on().into();
+            if stall.in_read {
+                anyhow::bail!(
+                    "reading {} did not finish within {} s: a device or file system is not answering (hung PCI device?)",
+                    stall.path,
+                    deadline.as_secs_f64()
+                )
+            }
+            anyhow::bail!(
+                "discovery did not finish within {} s, and not for want of an answer: no read was in progress (the last path read, {}, had returned); the time went into processing what was read (an oversized or hostile recorded tree?)",
+                deadline.as_secs_f64(),
+                stall.path
+            )
+        }
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             anyhow::bail!("discovery stopped unexpectedly (bug: the worker thread panicked)")
         }

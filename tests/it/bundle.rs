@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use std::io::Write;
 use std::path::Path;
 
-const MANIFEST: &str = r#"{"format":"gpudoctor.bundle","format_version":1}"#;
+pub(crate) const MANIFEST: &str = r#"{"format":"gpudoctor.bundle","format_version":1}"#;
 
 /// Every path discovery reads on every fixture is one the capture list records.
 #[test]
@@ -203,7 +203,7 @@ fn redaction_removes_macs() {
 
 // ---- hostile and broken archives -------------------------------------------------------
 
-enum E<'a> {
+pub(crate) enum E<'a> {
     File(&'a str, &'a [u8]),
     Dir(&'a str),
     Link(&'a str, &'a str),
@@ -215,7 +215,7 @@ enum E<'a> {
 
 /// A gzip'd tar written header by header, names unchecked (the tar crate's builder would
 /// refuse the hostile ones).
-fn archive(entries: &[E]) -> Vec<u8> {
+pub(crate) fn archive(entries: &[E]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for e in entries {
         let mut h = tar::Header::new_old();
@@ -240,7 +240,7 @@ fn archive(entries: &[E]) -> Vec<u8> {
     gz(&b.into_inner().unwrap())
 }
 
-fn gz(b: &[u8]) -> Vec<u8> {
+pub(crate) fn gz(b: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     e.write_all(b).unwrap();
     e.finish().unwrap()

@@ -80,3 +80,13 @@ fn fuzz_inputs_bundle_archive() {
 fn fuzz_inputs_oob_server() {
     replay("oob_server", 2, gpudoctor::fuzzing::oob_server);
 }
+
+#[test]
+fn fuzz_inputs_sysroot_links() {
+    replay("sysroot_links", 5, gpudoctor::fuzzing::sysroot_links);
+}
+
+#[test]
+fn fuzz_inputs_recorded_tree() {
+    replay("recorded_tree", 5, gpudoctor::fuzzing::recorded_tree);
+}

@@ -5,6 +5,7 @@ mod baseline;
 mod bundle;
 mod checks;
 mod cli;
+mod contained;
 mod deploy;
 mod export;
 mod fixtures;
