@@ -197,6 +197,12 @@ check_ids! {
     GpuRowRemap = "gpu.row-remap";
     GpuP2p = "gpu.p2p";
     GpuNvlinkDown = "gpu.nvlink-down";
+    RdmaPortErrors = "rdma.port-errors";
+    RdmaLinkFlaps = "rdma.link-flaps";
+    GpuXid = "gpu.xid";
+    GpuThrottle = "gpu.throttle";
+    GpuNvlinkErrors = "gpu.nvlink-errors";
+    GpuFabric = "gpu.fabric";
     ProbeH2d = "probe.h2d";
     ProbeD2h = "probe.d2h";
     ProbeP2p = "probe.p2p";

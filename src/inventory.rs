@@ -84,6 +84,13 @@ pub struct RdmaPort {
     pub rate_gbps: Option<f64>,
     pub lid: Option<String>,
     pub gids: Vec<Gid>,
+    /// `counters/*` (the IB PMA port counters: symbol_error, link_downed...), by file name;
+    /// None when the directory could not be listed (why: `unread["counters"]`). A counter
+    /// file that could not be read or parsed is missing here, its reason under
+    /// `unread["counters.NAME"]`.
+    pub counters: Option<BTreeMap<String, u64>>,
+    /// `hw_counters/*` (driver counters: mlx5's out_of_buffer, rnr_nak_retry_err...), likewise.
+    pub hw_counters: Option<BTreeMap<String, u64>>,
     pub unread: Unread,
 }
 
@@ -133,6 +140,10 @@ pub struct Inventory {
     /// Per-function extras (AER counters, resources) for GPUs, NICs and bridges.
     pub extras: BTreeMap<Bdf, DeviceExtras>,
     pub notes: Vec<Note>,
+    /// The kernel log's Xid and link-down records: read with the source (`Source::kernel_log`),
+    /// not by discovery; "not read" until the caller sets it.
+    #[serde(skip)]
+    pub kernel_log: std::sync::Arc<crate::kmsg::KernelLog>,
 }
 
 /// How much to read.
@@ -309,6 +320,9 @@ impl Inventory {
             host,
             extras,
             notes,
+            kernel_log: std::sync::Arc::new(crate::kmsg::KernelLog::not_recorded(
+                "kernel log not read",
+            )),
         })
     }
 }
@@ -693,8 +707,12 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
         }
         Err(e) => note_err(&mut u, "gids", &e),
     }
+    let counters = read_counters(sr, &mut u, dir, "counters");
+    let hw_counters = read_counters(sr, &mut u, dir, "hw_counters");
     RdmaPort {
         port,
+        counters,
+        hw_counters,
         state_kind: state.as_deref().map(PortState::parse),
         phys_state_kind: phys_state.as_deref().map(PhysState::parse),
         link_layer_kind,
@@ -707,6 +725,34 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
         gids,
         unread: u,
     }
+}
+
+/// Every counter file of `dir/which` (`counters`, `hw_counters`): decimal u64 values. Files
+/// that do not read or parse are left out with their reason (some mlx5 firmware refuses a
+/// counter it does not implement: EINVAL).
+fn read_counters(
+    sr: &SysRoot,
+    u: &mut Unread,
+    dir: &str,
+    which: &str,
+) -> Option<BTreeMap<String, u64>> {
+    let cdir = format!("{dir}/{which}");
+    let names = match sr.list_names(&cdir) {
+        Ok(n) => n,
+        Err(e) => {
+            note_err(u, which, &e);
+            return None;
+        }
+    };
+    let mut out = BTreeMap::new();
+    for n in names {
+        if let Some(v) = parsed(sr, u, &format!("{which}.{n}"), &format!("{cdir}/{n}"), |s| {
+            s.parse().ok()
+        }) {
+            out.insert(n, v);
+        }
+    }
+    Some(out)
 }
 
 fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
@@ -782,6 +828,8 @@ pub struct Host {
     pub driver_gpus: Option<Vec<Bdf>>,
     /// /dev/nvidiaN nodes.
     pub dev_nodes: Option<Vec<u32>>,
+    /// Seconds since boot (/proc/uptime): the interval cumulative counters span at most.
+    pub uptime_s: Option<f64>,
     pub unread: Unread,
 }
 
@@ -908,6 +956,13 @@ pub fn read_host(sr: &SysRoot) -> Host {
         },
         cmdline: text(sr, &mut u, "cmdline", "/proc/cmdline"),
         kernel_version: text(sr, &mut u, "kernel_version", "/proc/version"),
+        uptime_s: parsed(sr, &mut u, "uptime", "/proc/uptime", |s| {
+            s.split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+        }),
         ..Default::default()
     };
     for p in [

@@ -962,6 +962,7 @@ mod tests {
             host: Default::default(),
             extras: Default::default(),
             notes: Vec::new(),
+            kernel_log: Default::default(),
         }
     }
 

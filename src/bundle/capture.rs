@@ -67,6 +67,7 @@ pub const CAPTURE: &[&str] = &[
     // The kernel.
     "/proc/cmdline",
     "/proc/version",
+    "/proc/uptime",
     "/proc/sys/kernel/osrelease",
 ];
 
