@@ -746,9 +746,13 @@ fn read_counters(
     };
     let mut out = BTreeMap::new();
     for n in names {
-        if let Some(v) = parsed(sr, u, &format!("{which}.{n}"), &format!("{cdir}/{n}"), |s| {
-            s.parse().ok()
-        }) {
+        if let Some(v) = parsed(
+            sr,
+            u,
+            &format!("{which}.{n}"),
+            &format!("{cdir}/{n}"),
+            |s| s.parse().ok(),
+        ) {
             out.insert(n, v);
         }
     }

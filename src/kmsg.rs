@@ -123,13 +123,9 @@ impl KernelLog {
     }
 
     pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
-        let k: KernelLog =
-            serde_json::from_slice(bytes).map_err(|e| format!("kmsg.json: {e}"))?;
+        let k: KernelLog = serde_json::from_slice(bytes).map_err(|e| format!("kmsg.json: {e}"))?;
         if k.schema != SCHEMA {
-            return Err(format!(
-                "kmsg.json: schema '{}' is not {SCHEMA}",
-                k.schema
-            ));
+            return Err(format!("kmsg.json: schema '{}' is not {SCHEMA}", k.schema));
         }
         Ok(k)
     }
@@ -160,7 +156,9 @@ impl KernelLog {
             Err(e) => {
                 k.needs_root = matches!(e, ReadError::PermissionDenied(_));
                 k.unavailable = Some(if k.needs_root {
-                    format!("{e}: reading the kernel log needs root (or CAP_SYSLOG) where kernel.dmesg_restrict=1")
+                    format!(
+                        "{e}: reading the kernel log needs root (or CAP_SYSLOG) where kernel.dmesg_restrict=1"
+                    )
                 } else {
                     e.to_string()
                 });
@@ -198,8 +196,14 @@ mod tests {
     #[test]
     fn xid_lines_parse() {
         let x = xid("3,1234,98765432,-;NVRM: Xid (PCI:0000:65:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.").unwrap();
-        assert_eq!((x.pci.as_str(), x.code, x.usec), ("0000:65:00", 79, Some(98765432)));
-        let x = xid("4,9,1,-;NVRM: Xid (PCI:0000:1B:00): 13, pid=1234, name=python, Graphics Exception").unwrap();
+        assert_eq!(
+            (x.pci.as_str(), x.code, x.usec),
+            ("0000:65:00", 79, Some(98765432))
+        );
+        let x = xid(
+            "4,9,1,-;NVRM: Xid (PCI:0000:1B:00): 13, pid=1234, name=python, Graphics Exception",
+        )
+        .unwrap();
         assert_eq!((x.pci.as_str(), x.code), ("0000:1b:00", 13));
         assert!(xid("6,1,1,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module").is_none());
         assert!(xid(" DEVICE=+pci:0000:65:00.0").is_none());

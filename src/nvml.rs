@@ -427,7 +427,8 @@ mod live {
         for link in active {
             let l = dev.link_wrapper_for(link);
             let key = format!("nvlink.{link}.errors");
-            let mut one = |c: E, name: &str| put(u, k, &format!("{key}.{name}"), l.error_counter(c));
+            let mut one =
+                |c: E, name: &str| put(u, k, &format!("{key}.{name}"), l.error_counter(c));
             let e = NvLinkErrors {
                 replay: one(E::DlReplay, "replay"),
                 recovery: one(E::DlRecovery, "recovery"),

@@ -101,21 +101,29 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             if let Some(v) = counter(p, dir, name) {
                 if v > 0 {
                     fatal.push(format!("{name} {v}"));
-                    evs.push(ev(format!("{pdir}/{dir}/{name}"), format!("{v} (any increment is fatal: {NVSENTINEL})")));
+                    evs.push(ev(
+                        format!("{pdir}/{dir}/{name}"),
+                        format!("{v} (any increment is fatal: {NVSENTINEL})"),
+                    ));
                 }
             }
         }
         let mut fast = Vec::new();
         let mut unjudged = Vec::new();
         for (dir, name, limit, source) in RATE_COUNTERS {
-            let Some(v) = counter(p, dir, name) else { continue };
+            let Some(v) = counter(p, dir, name) else {
+                continue;
+            };
             if v == 0 {
                 continue;
             }
             match uptime {
                 Some(up) => {
                     let rate = per_second(v, up);
-                    let shown = format!("{v} in {:.0} s since boot = at least {rate:.3}/s (limit {limit:.3}/s: {source})", up);
+                    let shown = format!(
+                        "{v} in {:.0} s since boot = at least {rate:.3}/s (limit {limit:.3}/s: {source})",
+                        up
+                    );
                     if rate > limit {
                         fast.push(format!("{name} {rate:.3}/s > {limit:.3}/s"));
                     }
@@ -123,7 +131,10 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
                 None => {
                     unjudged.push(format!("{name} {v}"));
-                    evs.push(ev(format!("{pdir}/{dir}/{name}"), format!("{v} (time since boot unknown: rate not judged)")));
+                    evs.push(ev(
+                        format!("{pdir}/{dir}/{name}"),
+                        format!("{v} (time since boot unknown: rate not judged)"),
+                    ));
                 }
             }
         }
@@ -132,7 +143,12 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                 && v > 0
                 && !FATAL_COUNTERS.contains(&(dir, name))
             {
-                evs.push(ev(format!("{pdir}/{dir}/{name}"), format!("{v} (no published threshold for a cumulative value: shown, not judged)")));
+                evs.push(ev(
+                    format!("{pdir}/{dir}/{name}"),
+                    format!(
+                        "{v} (no published threshold for a cumulative value: shown, not judged)"
+                    ),
+                ));
             }
         }
         if !fatal.is_empty() {
@@ -160,13 +176,32 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .filter(|(d, n)| counter(p, d, n).is_some())
                 .count();
             if judged == 0 {
-                out.push(Finding::new(id, subject, Status::Skip, format!("none of the judged error counters is present ({} counters read)", c.len())).evidence(evs));
+                out.push(
+                    Finding::new(
+                        id,
+                        subject,
+                        Status::Skip,
+                        format!(
+                            "none of the judged error counters is present ({} counters read)",
+                            c.len()
+                        ),
+                    )
+                    .evidence(evs),
+                );
                 return;
             }
             out.push(
-                Finding::new(id, subject, Status::Pass, format!("{judged} error counters within limits"))
-                    .with(ev(format!("{pdir}/counters"), "fatal counters 0; rate counters within limits"))
-                    .evidence(evs),
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Pass,
+                    format!("{judged} error counters within limits"),
+                )
+                .with(ev(
+                    format!("{pdir}/counters"),
+                    "fatal counters 0; rate counters within limits",
+                ))
+                .evidence(evs),
             );
         }
     });
@@ -203,7 +238,10 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
     let log = &*ctx.inv.kernel_log;
     each_port(ctx, id, out, |r, p, subject, pdir, out| {
         let downed = counter(p, "counters", "link_downed");
-        let logged = log.unavailable.is_none().then(|| log_link_downs(ctx, log, r, p));
+        let logged = log
+            .unavailable
+            .is_none()
+            .then(|| log_link_downs(ctx, log, r, p));
         let mut evs = vec![ev(
             format!("{pdir}/counters/link_downed"),
             match downed {
@@ -220,7 +258,11 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
             Some(lines) => {
                 evs.push(ev(
                     crate::kmsg::KMSG,
-                    format!("{} link-down records for this port; {}", lines.len(), log.coverage()),
+                    format!(
+                        "{} link-down records for this port; {}",
+                        lines.len(),
+                        log.coverage()
+                    ),
                 ));
                 for l in lines.iter().take(5) {
                     evs.push(ev(crate::kmsg::KMSG, l.to_string()));
@@ -235,7 +277,13 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
             .unwrap_or(0)
             .max(logged.as_ref().map_or(0, |l| l.len() as u64));
         if downed.is_none() && logged.is_none() {
-            let mut f = Finding::new(id, subject, Status::Skip, "link-down history unknown: link_downed counter and kernel log both unreadable").evidence(evs);
+            let mut f = Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                "link-down history unknown: link_downed counter and kernel log both unreadable",
+            )
+            .evidence(evs);
             if log.needs_root {
                 f.skip = Some(SkipKind::NotRoot);
             }
@@ -255,10 +303,7 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .fix("If nobody replugged the cable or rebooted the switch, check the cable/transceiver and switch port; clear the counter (`perfquery -x -R`) and watch for a recurrence"),
             );
         } else {
-            out.push(
-                Finding::new(id, subject, Status::Pass, "no link-down events")
-                    .evidence(evs),
-            );
+            out.push(Finding::new(id, subject, Status::Pass, "no link-down events").evidence(evs));
         }
     });
 }
@@ -292,8 +337,14 @@ pub fn classify_xid(code: u32) -> (XidClass, &'static str) {
         8 => (Application, "GPU stopped processing (channel idle timeout)"),
         11 => (Application, "invalid or corrupted push buffer stream"),
         13 => (Application, "graphics engine exception"),
-        31 => (Application, "GPU memory page fault (illegal access by the application)"),
-        43 => (Application, "GPU stopped processing (channel reset after an application error)"),
+        31 => (
+            Application,
+            "GPU memory page fault (illegal access by the application)",
+        ),
+        43 => (
+            Application,
+            "GPU stopped processing (channel reset after an application error)",
+        ),
         45 => (Application, "preemptive cleanup after earlier errors"),
         48 => (NeedsReset, "double-bit ECC error"),
         54 => (ReseatOrRma, "auxiliary power not connected"),
@@ -301,7 +352,10 @@ pub fn classify_xid(code: u32) -> (XidClass, &'static str) {
         57 => (NeedsReset, "error programming the video memory interface"),
         58 => (NeedsReset, "unstable video memory interface"),
         62 => (NeedsReset, "internal micro-controller halt"),
-        63 => (NeedsReset, "row remapping / page retirement recorded (applies after a reset)"),
+        63 => (
+            NeedsReset,
+            "row remapping / page retirement recorded (applies after a reset)",
+        ),
         64 => (ReseatOrRma, "row remapping / page retirement failed"),
         65 => (NeedsReset, "video processor exception"),
         68 => (NeedsReset, "video decoder exception"),
@@ -336,8 +390,13 @@ pub(super) fn xid(ctx: &Ctx, out: &mut Vec<Finding>) {
     let log = &*ctx.inv.kernel_log;
     if let Some(why) = &log.unavailable {
         for g in &ctx.topo.gpus {
-            let mut f = Finding::new(id, g.label.clone(), Status::Skip, format!("kernel log unknown: {why}"))
-                .with(ev(crate::kmsg::KMSG, why.clone()));
+            let mut f = Finding::new(
+                id,
+                g.label.clone(),
+                Status::Skip,
+                format!("kernel log unknown: {why}"),
+            )
+            .with(ev(crate::kmsg::KMSG, why.clone()));
             if log.needs_root {
                 f.skip = Some(SkipKind::NotRoot);
             }
@@ -368,11 +427,21 @@ pub(super) fn xid(ctx: &Ctx, out: &mut Vec<Finding>) {
             .map(|(c, n)| format!("Xid {c} x{n} ({})", classify_xid(*c).1))
             .collect::<Vec<_>>()
             .join(", ");
-        let mut evs = vec![ev(crate::kmsg::KMSG, format!("{} Xid records for PCI:{pci}; {}", mine.len(), log.coverage()))];
+        let mut evs = vec![ev(
+            crate::kmsg::KMSG,
+            format!(
+                "{} Xid records for PCI:{pci}; {}",
+                mine.len(),
+                log.coverage()
+            ),
+        )];
         // The last record of each code, as the operator will grep for it.
         for c in by_code.keys() {
             if let Some(x) = mine.iter().rev().find(|x| x.code == *c) {
-                evs.push(ev(format!("{} (last Xid {c})", crate::kmsg::KMSG), x.text.clone()));
+                evs.push(ev(
+                    format!("{} (last Xid {c})", crate::kmsg::KMSG),
+                    x.text.clone(),
+                ));
             }
         }
         let s = g.label.clone();
@@ -452,13 +521,36 @@ pub(super) fn throttle(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuThrottle;
     super::gpu::each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
         let Some(bits) = n.clock_event_reasons else {
-            out.push(Finding::new(id, s, Status::Skip, format!("clock event reasons unknown: {}", why(n, unread, "clock_event_reasons"))));
+            out.push(Finding::new(
+                id,
+                s,
+                Status::Skip,
+                format!(
+                    "clock event reasons unknown: {}",
+                    why(n, unread, "clock_event_reasons")
+                ),
+            ));
             return;
         };
-        let e = ev("nvmlDeviceGetCurrentClocksEventReasons", format!("0x{bits:x} ({})", reason_names(bits)));
-        let bad: Vec<&str> = TROUBLE.iter().filter(|(b, _)| bits & b != 0).map(|(_, n)| *n).collect();
+        let e = ev(
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            format!("0x{bits:x} ({})", reason_names(bits)),
+        );
+        let bad: Vec<&str> = TROUBLE
+            .iter()
+            .filter(|(b, _)| bits & b != 0)
+            .map(|(_, n)| *n)
+            .collect();
         if bad.is_empty() {
-            out.push(Finding::new(id, s, Status::Pass, format!("no hardware or thermal slowdown ({})", reason_names(bits))).with(e));
+            out.push(
+                Finding::new(
+                    id,
+                    s,
+                    Status::Pass,
+                    format!("no hardware or thermal slowdown ({})", reason_names(bits)),
+                )
+                .with(e),
+            );
         } else {
             out.push(
                 Finding::new(id, s, Status::Warn, format!("clocks held down by {}", bad.join(", ")))
@@ -475,9 +567,22 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuNvlinkErrors;
     let uptime = ctx.inv.host.uptime_s;
     super::gpu::each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
-        let active: Vec<u32> = n.nvlinks.iter().filter(|l| l.active).map(|l| l.link).collect();
+        let active: Vec<u32> = n
+            .nvlinks
+            .iter()
+            .filter(|l| l.active)
+            .map(|l| l.link)
+            .collect();
         if active.is_empty() {
-            out.push(Finding::new(id, s, Status::Skip, "no active NVLinks (PCIe GPU, or links down: see gpu.nvlink-down)").not_applicable());
+            out.push(
+                Finding::new(
+                    id,
+                    s,
+                    Status::Skip,
+                    "no active NVLinks (PCIe GPU, or links down: see gpu.nvlink-down)",
+                )
+                .not_applicable(),
+            );
             return;
         }
         let mut evs = Vec::new();
@@ -485,17 +590,28 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
         let mut missing = Vec::new();
         for link in &active {
             let Some(e) = n.nvlink_errors.get(link) else {
-                missing.push(format!("link {link}: {}", why(n, unread, &format!("nvlink.{link}.errors"))));
+                missing.push(format!(
+                    "link {link}: {}",
+                    why(n, unread, &format!("nvlink.{link}.errors"))
+                ));
                 continue;
             };
-            let (Some(replay), Some(recovery), Some(flit), Some(data)) = (e.replay, e.recovery, e.crc_flit, e.crc_data) else {
-                missing.push(format!("link {link}: {}", why(n, unread, &format!("nvlink.{link}.errors.replay"))));
+            let (Some(replay), Some(recovery), Some(flit), Some(data)) =
+                (e.replay, e.recovery, e.crc_flit, e.crc_data)
+            else {
+                missing.push(format!(
+                    "link {link}: {}",
+                    why(n, unread, &format!("nvlink.{link}.errors.replay"))
+                ));
                 continue;
             };
             if replay + recovery + flit + data == 0 {
                 continue;
             }
-            evs.push(ev(format!("nvmlDeviceGetNvLinkErrorCounter link {link}"), format!("replay {replay}, recovery {recovery}, CRC flit {flit}, CRC data {data}")));
+            evs.push(ev(
+                format!("nvmlDeviceGetNvLinkErrorCounter link {link}"),
+                format!("replay {replay}, recovery {recovery}, CRC flit {flit}, CRC data {data}"),
+            ));
             if replay >= 1 || recovery >= 1 {
                 bad.push(format!("link {link}: replay {replay}, recovery {recovery}"));
             }
@@ -503,7 +619,10 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             if let Some(up) = uptime
                 && per_second(crc, up) >= 100.0
             {
-                bad.push(format!("link {link}: {:.1} CRC errors/s", per_second(crc, up)));
+                bad.push(format!(
+                    "link {link}: {:.1} CRC errors/s",
+                    per_second(crc, up)
+                ));
             }
         }
         if !bad.is_empty() {
@@ -514,12 +633,46 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .fix("Check `nvidia-smi nvlink -e` over time; counters that keep growing mean a marginal link: reset the GPU, and on HGX have the baseboard/NVSwitch tray serviced if they recur (Xid 74 in the kernel log confirms)"),
             );
         } else if !missing.is_empty() {
-            out.push(Finding::new(id, s, Status::Skip, format!("NVLink error counters unknown: {}", missing.join("; "))).evidence(evs));
+            // One reason for many links (an old recording): say it once.
+            let mut by_reason: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for m in missing {
+                if let Some((l, r)) = m.split_once(": ") {
+                    by_reason
+                        .entry(r.to_string())
+                        .or_default()
+                        .push(l.trim_start_matches("link ").to_string());
+                }
+            }
+            let text = by_reason
+                .iter()
+                .map(|(r, ls)| format!("link(s) {}: {r}", ls.join(",")))
+                .collect::<Vec<_>>()
+                .join("; ");
+            out.push(
+                Finding::new(
+                    id,
+                    s,
+                    Status::Skip,
+                    format!("NVLink error counters unknown: {text}"),
+                )
+                .evidence(evs),
+            );
         } else {
             out.push(
-                Finding::new(id, s, Status::Pass, format!("{} active NVLinks without replay/recovery errors or a high CRC rate", active.len()))
-                    .with(ev("nvmlDeviceGetNvLinkErrorCounter", format!("{} links read", active.len())))
-                    .evidence(evs),
+                Finding::new(
+                    id,
+                    s,
+                    Status::Pass,
+                    format!(
+                        "{} active NVLinks without replay/recovery errors or a high CRC rate",
+                        active.len()
+                    ),
+                )
+                .with(ev(
+                    "nvmlDeviceGetNvLinkErrorCounter",
+                    format!("{} links read", active.len()),
+                ))
+                .evidence(evs),
             );
         }
     });
@@ -535,15 +688,41 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
             .any(|l| l.remote_device_type == Some(crate::facts::NvLinkRemote::Switch));
         let Some(f) = &n.fabric else {
             if switched {
-                out.push(Finding::new(id, s, Status::Skip, format!("NVSwitch fabric state unknown: {}", why(n, unread, "fabric"))));
+                out.push(Finding::new(
+                    id,
+                    s,
+                    Status::Skip,
+                    format!(
+                        "NVSwitch fabric state unknown: {}",
+                        why(n, unread, "fabric")
+                    ),
+                ));
             } else if n.nvlinks.is_empty() {
-                out.push(Finding::new(id, s, Status::Skip, "no NVLinks: not on an NVSwitch fabric").not_applicable());
+                out.push(
+                    Finding::new(id, s, Status::Skip, "no NVLinks: not on an NVSwitch fabric")
+                        .not_applicable(),
+                );
             } else {
-                out.push(Finding::new(id, s, Status::Skip, format!("fabric state unknown ({}) and no link reports an NVSwitch at its far end", why(n, unread, "fabric"))));
+                out.push(Finding::new(
+                    id,
+                    s,
+                    Status::Skip,
+                    format!(
+                        "fabric state unknown ({}) and no link reports an NVSwitch at its far end",
+                        why(n, unread, "fabric")
+                    ),
+                ));
             }
             return;
         };
-        let e = ev("nvmlDeviceGetGpuFabricInfo", format!("state {}, status {}", f.state, f.status.map_or("-".into(), |s| s.to_string())));
+        let e = ev(
+            "nvmlDeviceGetGpuFabricInfo",
+            format!(
+                "state {}, status {}",
+                f.state,
+                f.status.map_or("-".into(), |s| s.to_string())
+            ),
+        );
         match (f.state.as_str(), f.status) {
             ("not-supported", _) if !switched => out.push(Finding::new(id, s, Status::Skip, "GPU not on an NVSwitch fabric (fabric state not supported)").with(e).not_applicable()),
             ("completed", Some(0)) => out.push(Finding::new(id, s, Status::Pass, "registered with the NVSwitch fabric").with(e)),
