@@ -98,14 +98,14 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
         let mut evs = Vec::new();
         let mut fatal = Vec::new();
         for (dir, name) in FATAL_COUNTERS {
-            if let Some(v) = counter(p, dir, name) {
-                if v > 0 {
-                    fatal.push(format!("{name} {v}"));
-                    evs.push(ev(
-                        format!("{pdir}/{dir}/{name}"),
-                        format!("{v} (any increment is fatal: {NVSENTINEL})"),
-                    ));
-                }
+            if let Some(v) = counter(p, dir, name)
+                && v > 0
+            {
+                fatal.push(format!("{name} {v}"));
+                evs.push(ev(
+                    format!("{pdir}/{dir}/{name}"),
+                    format!("{v} (any increment is fatal: {NVSENTINEL})"),
+                ));
             }
         }
         let mut fast = Vec::new();

@@ -167,7 +167,7 @@ fn npd_plugin_speaks_the_custom_plugin_protocol() {
     );
     let (code, out) = run(&["--root", "fixtures/pcie-2socket-roce"]);
     assert_eq!(code, Some(0), "OK: {out}");
-    assert_eq!(out, "gpudoctor: warn (100 pass, 5 warn, 0 fail, 4 skip)\n");
+    assert_eq!(out, "gpudoctor: warn (116 pass, 5 warn, 0 fail, 12 skip)\n");
     let (code, out) = run(&["--root", "fixtures/no-such-tree"]);
     assert_eq!(code, Some(2), "Unknown");
     assert_eq!(out, "");

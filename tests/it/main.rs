@@ -11,6 +11,7 @@ mod fixtures;
 mod fleet;
 mod fuzz;
 mod gpu_initiated;
+mod health;
 mod hostile;
 mod kernels;
 mod lstopo;
