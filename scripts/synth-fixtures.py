@@ -1462,6 +1462,9 @@ def build_hgx(scale=1, name="hgx-h100-8gpu", vfs=0):
                     open_module=True, ofed="24.04-0.7.0", registry_dwords="PeerMappingOverride=1;")
     add_dmi(m, "NVIDIA", "DGXH100", "DGXH100", "1.6.7")
     m.readme = readme_hgx(m, scale) + COMMON_NOTE
+    # nvidia-fabricmanager runs (gpu.fabric reads /proc/PID/comm on NVSwitch systems)
+    m.files["proc/1/comm"] = "systemd\n"
+    m.files["proc/2817/comm"] = "nv-fabricmanage\n"
     return m
 
 
@@ -1972,6 +1975,7 @@ def v_nvlink_errors(m):
 
 
 def v_fabric(m):
+    del m.files["proc/2817/comm"]                 # nvidia-fabricmanager not running
     m.nvml_gpu_over = {4: {"fabric": {"state": "in-progress", "status": None}},
                        5: {"fabric": {"state": "completed", "status": 9}}}
 
@@ -2131,9 +2135,9 @@ VARIANTS = [
     ("vm-flat-4gpu", "nvlink-errors", [], ["gpu.nvlink-errors"],
      "nvml.json only: GPU0's NVLink 3 counted 12 replays, 2 recoveries and 5 CRC flit errors.",
      v_nvlink_errors, None),
-    ("hgx-h100-8gpu", "fabric", ["gpu.fabric"], [],
-     "nvml.json only: GPU4 (0000:9d:00.0) NVSwitch fabric registration still `in-progress`, as when "
-     "nvidia-fabricmanager is not running; GPU5 (0000:c3:00.0) `completed` with NVML error 9 "
+    ("hgx-h100-8gpu", "fabric", ["gpu.fabric"], ["gpu.fabric"],
+     "nvidia-fabricmanager is not running (no nv-fabricmanage in /proc/*/comm) and nvml.json: GPU4 "
+     "(0000:9d:00.0) NVSwitch fabric registration still `in-progress`; GPU5 (0000:c3:00.0) `completed` with NVML error 9 "
      "(the \"ready but broken\" state of NVIDIA/gpu-operator#2781).", v_fabric, None),
     ("pcie-2socket-roce", "garbage", [], [],
      "Malformed sysfs: numa_node `abc` and an empty current_link_width on the NVMe 0000:41:00.0, "

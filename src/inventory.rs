@@ -240,7 +240,17 @@ impl Inventory {
                 let mut notes = Vec::new();
                 Found::Numa(read_numa(sr, &mut notes), notes)
             }
-            Job::Host => Found::Host(read_host(sr)),
+            Job::Host => Found::Host({
+                let mut h = read_host(sr);
+                if nvml.gpus.iter().any(|g| {
+                    g.nvlinks
+                        .iter()
+                        .any(|l| l.remote_device_type == Some(facts::NvLinkRemote::Switch))
+                }) {
+                    read_fabric_manager(sr, &mut h);
+                }
+                h
+            }),
             Job::Rdma(name) => Found::Rdma(read_one_rdma(sr, name.to_string())),
             Job::Net(name) => Found::Net(read_netdev(sr, name)),
             Job::Function(name) => Found::Function(
@@ -834,6 +844,10 @@ pub struct Host {
     pub dev_nodes: Option<Vec<u32>>,
     /// Seconds since boot (/proc/uptime): the interval cumulative counters span at most.
     pub uptime_s: Option<f64>,
+    /// PIDs of running `nv-fabricmanager` processes (/proc/PID/comm), read only where NVML
+    /// shows an NVLink ending at an NVSwitch; None: not read there, or /proc not listable (why:
+    /// `unread["fabric_manager"]`).
+    pub fabric_manager_pids: Option<Vec<u32>>,
     pub unread: Unread,
 }
 
@@ -937,6 +951,27 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
             }
             Err(e) => note_err(&mut h.unread, &format!("iommu_group.{g}.type"), &e),
         }
+    }
+}
+
+/// The running nv-fabricmanager processes: /proc/PID/comm of every process (the kernel
+/// truncates comm to 15 characters: "nv-fabricmanage"). A process that exits between the
+/// listing and the read is simply gone.
+pub fn read_fabric_manager(sr: &SysRoot, h: &mut Host) {
+    match sr.list_names("/proc") {
+        Ok(names) => {
+            let mut pids = Vec::new();
+            for pid in names.iter().filter_map(|n| n.parse::<u32>().ok()) {
+                if let Ok(c) = sr.read_text(&format!("/proc/{pid}/comm"))
+                    && c == "nv-fabricmanage"
+                {
+                    pids.push(pid);
+                }
+            }
+            pids.sort_unstable();
+            h.fabric_manager_pids = Some(pids);
+        }
+        Err(e) => note_err(&mut h.unread, "fabric_manager", &e),
     }
 }
 

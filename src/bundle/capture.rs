@@ -68,6 +68,8 @@ pub const CAPTURE: &[&str] = &[
     "/proc/cmdline",
     "/proc/version",
     "/proc/uptime",
+    // Process names (gpu.fabric: is nv-fabricmanager running); read only on NVSwitch systems.
+    "/proc/*/comm",
     "/proc/sys/kernel/osrelease",
 ];
 

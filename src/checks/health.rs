@@ -723,17 +723,48 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                 f.status.map_or("-".into(), |s| s.to_string())
             ),
         );
+        let fm = &ctx.inv.host.fabric_manager_pids;
+        let fm_ev = ev(
+            "/proc/*/comm (nv-fabricmanage)",
+            match fm {
+                Some(p) if p.is_empty() => "not running".to_string(),
+                Some(p) => format!(
+                    "running, pid {}",
+                    p.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                ),
+                None => format!(
+                    "unknown: {}",
+                    ctx.inv
+                        .host
+                        .unread
+                        .get("fabric_manager")
+                        .cloned()
+                        .unwrap_or_else(
+                            || "not read (no NVLink to an NVSwitch, or not recorded)".into()
+                        )
+                ),
+            },
+        );
+        let fm_down = fm.as_ref().is_some_and(|p| p.is_empty());
         match (f.state.as_str(), f.status) {
             ("not-supported", _) if !switched => out.push(Finding::new(id, s, Status::Skip, "GPU not on an NVSwitch fabric (fabric state not supported)").with(e).not_applicable()),
-            ("completed", Some(0)) => out.push(Finding::new(id, s, Status::Pass, "registered with the NVSwitch fabric").with(e)),
+            ("completed", Some(0)) if fm_down => out.push(
+                Finding::new(id, s, Status::Warn, "registered with the NVSwitch fabric, but nvidia-fabricmanager is not running: the fabric is not re-programmed after a GPU reset or an NVSwitch error")
+                    .with(e)
+                    .with(fm_ev)
+                    .fix("Start nvidia-fabricmanager (`systemctl enable --now nvidia-fabricmanager`); `journalctl -u nvidia-fabricmanager` says why it stopped"),
+            ),
+            ("completed", Some(0)) => out.push(Finding::new(id, s, Status::Pass, "registered with the NVSwitch fabric").with(e).with(fm_ev)),
             ("completed", st) => out.push(
                 Finding::new(id, s, Status::Fail, format!("fabric registration completed with NVML error {}: the GPU cannot use NVLink through the switches", st.map_or("?".into(), |v| v.to_string())))
                     .with(e)
+                    .with(fm_ev)
                     .fix("Check `journalctl -u nvidia-fabricmanager` and `nvidia-smi -q | grep -A3 Fabric`; restart nvidia-fabricmanager, and reset the GPUs or reboot if the state does not recover"),
             ),
             (state, _) => out.push(
-                Finding::new(id, s, Status::Fail, format!("NVSwitch fabric registration {state}: NVLink traffic through the switches does not work (CUDA init fails or P2P is unavailable)"))
+                Finding::new(id, s, Status::Fail, format!("NVSwitch fabric registration {state}{}: NVLink traffic through the switches does not work (CUDA init fails or P2P is unavailable)", if fm_down { " and nvidia-fabricmanager is not running" } else { "" }))
                     .with(e)
+                    .with(fm_ev)
                     .fix("Start nvidia-fabricmanager (`systemctl enable --now nvidia-fabricmanager`, same version as the driver); `journalctl -u nvidia-fabricmanager` says why it failed; on HGX H100 also check nvlsm/NVLink subnet manager"),
             ),
         }
