@@ -226,6 +226,21 @@ mod tests {
         assert_eq!(k.xids()[0].code, 48);
     }
 
+    proptest::proptest! {
+        /// Hostile log lines never panic the parsers; what parses as an Xid names a code that
+        /// was in the line.
+        #[test]
+        fn parsers_never_panic(line in ".{0,200}", code in 0u32..1000, pci in "[0-9A-Fa-f:]{0,16}") {
+            let _ = record(&line);
+            let _ = link_down(&line);
+            let _ = xid(&line);
+            let l = format!("3,7,9,-;NVRM: Xid (PCI:{pci}): {code}, {line}");
+            let x = xid(&l).unwrap();
+            proptest::prop_assert_eq!(x.code, code);
+            proptest::prop_assert_eq!(x.pci, pci.to_ascii_lowercase());
+        }
+    }
+
     #[test]
     fn records_read_from_a_file_without_blocking() {
         let d = tempfile::tempdir().unwrap();
