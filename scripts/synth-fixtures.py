@@ -460,6 +460,8 @@ class RdmaPort:
         self.link_layer, self.rate, self.lid, self.sm_lid = link_layer, rate, lid, sm_lid
         self.gids = list(gids)  # [(gid, type, ndev or None)]
         self.state, self.phys_state, self.num_gids = state, phys_state, num_gids
+        self.counters = {}     # counters/NAME overrides (every IB PMA counter is 0 otherwise)
+        self.hw_counters = {}  # hw_counters/NAME overrides (mlx5 driver counters, 0 otherwise)
 
 
 class Rdma:
@@ -513,6 +515,9 @@ class Machine:
         self.nvml_replace = None      # a whole nvml.json document instead of the model's
         self.kernel_args = None       # add_kernel_bits kwargs (for redo_kernel_bits)
         self.kernel_keys = set()
+        self.uptime_s = 864000.0      # /proc/uptime: 10 days
+        self.kmsg = []                # kmsg.json lines (Xid and link-down records), /dev/kmsg form
+        self.kmsg_over = {}           # kmsg.json fields to override
 
     def add_rc(self, dom, bus, node):
         self.rcs[(dom, bus)] = node
@@ -750,6 +755,30 @@ DRIVER_MODULE = {"nvidia": "nvidia", "nvidia-nvswitch": "nvidia", "mlx5_core": "
                  "nvme": "nvme", "ast": "ast", "virtio-pci": None, "pcieport": None}
 
 
+IB_COUNTERS = ["excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
+               "local_link_integrity_errors", "port_rcv_constraint_errors", "port_rcv_data",
+               "port_rcv_errors", "port_rcv_packets", "port_rcv_remote_physical_errors",
+               "port_rcv_switch_relay_errors", "port_xmit_constraint_errors", "port_xmit_data",
+               "port_xmit_discards", "port_xmit_packets", "port_xmit_wait", "symbol_error",
+               "VL15_dropped"]
+MLX5_HW_COUNTERS = ["duplicate_request", "implied_nak_seq_err", "lifespan", "local_ack_timeout_err",
+                    "out_of_buffer", "out_of_sequence", "packet_seq_err", "req_cqe_error",
+                    "req_cqe_flush_error", "req_remote_access_errors", "req_remote_invalid_request",
+                    "resp_cqe_error", "resp_cqe_flush_error", "resp_local_length_error",
+                    "resp_remote_access_errors", "rnr_nak_retry_err", "rx_atomic_requests",
+                    "rx_read_requests", "rx_write_requests"]
+
+
+def kmsg_doc(m):
+    """kmsg.json: the kernel log records gpudoctor keeps (Xid, link down), as `gpudoctor bundle`
+    writes it; a healthy synthetic machine logged none of them."""
+    doc = {"schema": "gpudoctor.kmsg/1", "source": "synthetic", "unavailable": None,
+           "needs_root": False, "records_read": 1800 + len(m.kmsg), "first_seq": 0,
+           "truncated": False, "lines": list(m.kmsg)}
+    doc.update(m.kmsg_over)
+    return doc
+
+
 def write_rdma(w, m, r, uverbs_idx):
     fd = r.fn.path()
     d = fd + "/infiniband/" + r.name
@@ -786,6 +815,12 @@ def write_rdma(w, m, r, uverbs_idx):
                 files["ports/1/gid_attrs/ndevs/%d" % i] = ndev + "\n"
         else:
             files["ports/1/gids/%d" % i] = "0000:0000:0000:0000:0000:0000:0000:0000\n"
+    # Port counters as an mlx5 port shows them (IB PMA counters; the driver's hw_counters),
+    # all 0 on a healthy port unless the model sets them.
+    for c in IB_COUNTERS:
+        files["ports/1/counters/" + c] = "%d\n" % p.counters.get(c, 0)
+    for c in MLX5_HW_COUNTERS:
+        files["ports/1/hw_counters/" + c] = "%d\n" % p.hw_counters.get(c, 0)
     for k in sorted(files):
         w.write(d + "/" + k, files[k])
     # uverbs
@@ -950,6 +985,9 @@ def write_tree(m, out):
     with open(os.path.join(out, "libs.json"), "w") as fh:
         json.dump(m.libs, fh, indent=2)
         fh.write("\n")
+    with open(os.path.join(out, "kmsg.json"), "w") as fh:
+        json.dump(kmsg_doc(m), fh, indent=2)
+        fh.write("\n")
     with open(os.path.join(out, "README.md"), "w") as fh:
         fh.write(m.readme)
     # Every fixture is an unpacked bundle (issue 4): a manifest saying this one was synthesized.
@@ -1044,6 +1082,7 @@ def _kernel_bits(m, *, osrelease, version, cmdline, open_module, peermem=True, o
     peermem = peermem and nvidia
     f["proc/cmdline"] = cmdline + "\n"
     f["proc/version"] = version + "\n"
+    f["proc/uptime"] = "%.2f %.2f\n" % (m.uptime_s, m.uptime_s * 30)
     f["proc/sys/kernel/osrelease"] = osrelease + "\n"
     f["proc/sys/kernel/hostname"] = m.hostname + "\n"
     if open_module:
@@ -1186,6 +1225,13 @@ def nvml_doc(m):
             "ecc_volatile_uncorrected": 0,
             "retired_pending": False,
             "remapped_rows_pending": False,
+            # idle: NVML reports the GPU-idle clock event reason (0x1) on a GPU with no work
+            "clock_event_reasons": 1,
+            "nvlink_errors": {str(l["link"]): {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+                              for l in g["nvlinks"] if l.get("active")},
+            "fabric": ({"state": "completed", "status": 0}
+                       if any(l.get("remote_device_type") == "switch" for l in g["nvlinks"])
+                       else {"state": "not-supported", "status": None}),
             "unread": {},
         })
         doc["gpus"][-1].update(m.nvml_gpu_over.get(i, {}))
@@ -1419,6 +1465,9 @@ def build_hgx(scale=1, name="hgx-h100-8gpu", vfs=0):
                     open_module=True, ofed="24.04-0.7.0", registry_dwords="PeerMappingOverride=1;")
     add_dmi(m, "NVIDIA", "DGXH100", "DGXH100", "1.6.7")
     m.readme = readme_hgx(m, scale) + COMMON_NOTE
+    # nvidia-fabricmanager runs (gpu.fabric reads /proc/PID/comm on NVSwitch systems)
+    m.files["proc/1/comm"] = "systemd\n"
+    m.files["proc/2817/comm"] = "nv-fabricmanage\n"
     return m
 
 
@@ -1889,6 +1938,57 @@ def v_gpu_health(m):
              (2, 0): ("chipset-not-supported", "chipset-not-supported")}
 
 
+def v_port_errors(m):
+    # mlx5_1: the lossless contract broken (fatal counters); mlx5_2: symbol errors far above the
+    # IBTA rate (1,000,000 in 10 days = 1.16/s > 120/hour) and nothing fatal.
+    p1 = rdma_of(m, "mlx5_1").port
+    p1.counters = {"excessive_buffer_overrun_errors": 4, "symbol_error": 37}
+    p1.hw_counters = {"out_of_buffer": 1200}
+    rdma_of(m, "mlx5_2").port.counters = {"symbol_error": 1000000, "link_error_recovery": 2}
+
+
+def v_link_flaps(m):
+    # mlx5_3's link went down 3 times (counter and kernel log agree); mlx5_0's once.
+    r = rdma_of(m, "mlx5_3")
+    r.port.counters = {"link_downed": 3}
+    nd = r.fn.netdev
+    m.kmsg = ["6,%d,%d,-;mlx5_core %s %s: Link down" % (900 + i, 3600000000 + i * 600000000, r.fn.bdf, nd)
+              for i in range(3)]
+    rdma_of(m, "mlx5_0").port.counters = {"link_downed": 1}
+
+
+def v_xid(m):
+    m.kmsg = [
+        "4,1200,5400000000,-;NVRM: Xid (PCI:0000:00:04): 13, pid=4242, name=python3, Graphics Exception: ESR 0x405840=0x1000000",
+        "4,1300,7200000000,-;NVRM: Xid (PCI:0000:00:05): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 2, subpartition 0.",
+        "4,1400,9000000000,-;NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        "4,1500,9900000000,-;NVRM: Xid (PCI:0000:00:07): 999, pid='<unknown>', name=<unknown>, an event no catalog lists",
+    ]
+
+
+def v_throttle(m):
+    m.nvml_gpu_over = {1: {"clock_event_reasons": 0x40}, 3: {"clock_event_reasons": 0x88},
+                       2: {"clock_event_reasons": 0x4}}
+
+
+def v_nvlink_errors(m):
+    errs = {str(l): {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0} for l in range(12)}
+    errs["3"] = {"replay": 12, "recovery": 2, "crc_flit": 5, "crc_data": 0}
+    m.nvml_gpu_over = {0: {"nvlink_errors": errs}}
+
+
+def v_fabric(m):
+    del m.files["proc/2817/comm"]                 # nvidia-fabricmanager not running
+    m.nvml_gpu_over = {4: {"fabric": {"state": "in-progress", "status": None}},
+                       5: {"fabric": {"state": "completed", "status": 9}}}
+
+
+def v_nonroot_log(m):
+    m.kmsg_over = {"unavailable": "/dev/kmsg: permission denied (needs root?): reading the kernel log "
+                                  "needs root (or CAP_SYSLOG) where kernel.dmesg_restrict=1",
+                   "needs_root": True, "records_read": 0, "first_seq": None}
+
+
 def v_driver_mismatch(m):
     m.nvml_top_over = {"driver_version": "550.54.15", "nvml_version": "12.550.54.15"}
 
@@ -1979,7 +2079,8 @@ VARIANTS = [
     ("pcie-2socket-roce", "nonroot", [], [],
      "Every `config` file is truncated to 64 bytes, which is what a non-root reader gets from sysfs: "
      "nothing is broken, but ACS and Device Control cannot be read (those checks should skip, not "
-     "fail).", None, p_nonroot),
+     "fail). The kernel log was unreadable too (kmsg.json: permission denied under "
+     "kernel.dmesg_restrict=1), so gpu.xid skips as not-root.", v_nonroot_log, p_nonroot),
     ("pcie-2socket-roce", "iommu-dma", ["iommu.mode"], [],
      "IOMMU groups are type `DMA-FQ` (translated, lazy flush) and the kernel command line has no "
      "`iommu=pt`: every GPUDirect RDMA and P2P DMA goes through IOMMU translation.", v_iommu_dma, None),
@@ -2030,6 +2131,29 @@ VARIANTS = [
      "ConnectX-6 Dx cards (0000:02:00.0/.1, 0000:c2:00.0/.1) run on mlx5_core with their netdevs "
      "but have no RDMA device, as when an OFED/DOCA stack is half installed or mlx5_ib is "
      "blacklisted. No RDMA and no GPUDirect RDMA is possible.", v_no_mlx5ib, None),
+    ("pcie-2socket-roce", "port-errors", ["rdma.port-errors"], ["rdma.port-errors"],
+     "mlx5_1 port 1 counted 4 excessive_buffer_overrun_errors (a fatal counter: the lossless "
+     "contract broken), 37 symbol errors and 1200 out_of_buffer; mlx5_2 port 1 counted 1,000,000 "
+     "symbol errors and 2 link error recoveries in 10 days of uptime (1.16/s, above the IBTA limit "
+     "of 120 per hour) and nothing fatal.", v_port_errors, None),
+    ("pcie-2socket-roce", "link-flaps", ["rdma.link-flaps"], ["rdma.link-flaps"],
+     "mlx5_3 port 1 has link_downed 3 and the kernel log (kmsg.json) holds three `Link down` "
+     "records of its netdev enp194s0f1np1: a flapping link; mlx5_0 port 1 has link_downed 1 "
+     "(one event: a warning).", v_link_flaps, None),
+    ("vm-flat-4gpu", "xid", ["gpu.xid"], ["gpu.xid"],
+     "kmsg.json holds NVRM Xid records: 13 on GPU0 0000:00:04.0 (application-caused), 48 (double-bit "
+     "ECC: needs a reset) on GPU1 0000:00:05.0, 79 (fallen off the bus: reseat/RMA) on GPU2 "
+     "0000:00:06.0 and 999 (not in any catalog) on GPU3 0000:00:07.0.", v_xid, None),
+    ("vm-flat-4gpu", "throttle", [], ["gpu.throttle"],
+     "nvml.json only: clock event reasons 0x40 (HW thermal slowdown) on GPU1, 0x88 (HW slowdown and "
+     "HW power brake) on GPU3, 0x4 (SW power cap: not trouble) on GPU2.", v_throttle, None),
+    ("vm-flat-4gpu", "nvlink-errors", [], ["gpu.nvlink-errors"],
+     "nvml.json only: GPU0's NVLink 3 counted 12 replays, 2 recoveries and 5 CRC flit errors.",
+     v_nvlink_errors, None),
+    ("hgx-h100-8gpu", "fabric", ["gpu.fabric"], ["gpu.fabric"],
+     "nvidia-fabricmanager is not running (no nv-fabricmanage in /proc/*/comm) and nvml.json: GPU4 "
+     "(0000:9d:00.0) NVSwitch fabric registration still `in-progress`; GPU5 (0000:c3:00.0) `completed` with NVML error 9 "
+     "(the \"ready but broken\" state of NVIDIA/gpu-operator#2781).", v_fabric, None),
     ("pcie-2socket-roce", "garbage", [], [],
      "Malformed sysfs: numa_node `abc` and an empty current_link_width on the NVMe 0000:41:00.0, "
      "class `0xZZ` and a dangling `driver` symlink on the unbound VGA 0000:c3:00.0, and a "

@@ -205,6 +205,14 @@ impl CheckId {
             | CheckId::ProbeP2p
             | CheckId::BaselineNvlink => (Gpu, Reset),
             CheckId::BaselineGpus => (Gpu, Reseat),
+            // Counted link errors and flaps: a cable, transceiver or port first.
+            CheckId::RdmaPortErrors | CheckId::RdmaLinkFlaps => (Rdma, Reseat),
+            // Xids that need action and NVLink errors: reset first (the document names the
+            // Xids that mean reseat or RMA).
+            CheckId::GpuXid | CheckId::GpuNvlinkErrors => (Gpu, Reset),
+            // Thermal/power slowdown (cooling, power capping) and a fabric manager that is
+            // not running or did not finish: settings and services.
+            CheckId::GpuThrottle | CheckId::GpuFabric => (Gpu, Config),
             CheckId::BaselineVersions => (Driver, Config),
         }
     }
@@ -353,6 +361,12 @@ check_ids! {
     GpuRowRemap = "gpu.row-remap";
     GpuP2p = "gpu.p2p";
     GpuNvlinkDown = "gpu.nvlink-down";
+    RdmaPortErrors = "rdma.port-errors";
+    RdmaLinkFlaps = "rdma.link-flaps";
+    GpuXid = "gpu.xid";
+    GpuThrottle = "gpu.throttle";
+    GpuNvlinkErrors = "gpu.nvlink-errors";
+    GpuFabric = "gpu.fabric";
     ProbeH2d = "probe.h2d";
     ProbeD2h = "probe.d2h";
     ProbeP2p = "probe.p2p";

@@ -36,9 +36,13 @@ pub fn pci_config(data: &[u8]) {
     let _ = format!("{c:?}");
 }
 
-/// The recorded-tree documents: nvml.json, libs.json, manifest.json, probe samples.
+/// The recorded-tree documents: nvml.json, libs.json, kmsg.json, manifest.json, probe samples.
 pub fn recorded_docs(data: &[u8]) {
     let _ = crate::nvml::NvmlSnapshot::from_json(data);
+    if let Ok(k) = crate::kmsg::KernelLog::from_json(data) {
+        let _ = k.xids();
+        let _ = k.coverage();
+    }
     let _ = crate::libs::LibFacts::from_json(data);
     if let Ok(m) = crate::bundle::Manifest::from_json(data) {
         let _ = m.check();
@@ -77,6 +81,11 @@ pub fn sysfs_values(data: &[u8]) {
     let _ = crate::facts::GidType::parse(s);
     let _ = s.parse::<crate::pci::Bdf>();
     let _ = crate::facts::parse_nvrm(s);
+    // Kernel log records (/dev/kmsg lines): Xid and link-down parsers.
+    for line in s.lines() {
+        let _ = crate::kmsg::xid(line);
+        let _ = crate::kmsg::link_down(line);
+    }
 }
 
 /// Names a fuzzed symlink graph is built from: plain names, `.` and `..` runs, absolute and

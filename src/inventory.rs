@@ -147,6 +147,13 @@ pub struct RdmaPort {
     pub rate_gbps: Option<f64>,
     pub lid: Option<String>,
     pub gids: Vec<Gid>,
+    /// `counters/*` (the IB PMA port counters: symbol_error, link_downed...), by file name;
+    /// None when the directory could not be listed (why: `unread["counters"]`). A counter
+    /// file that could not be read or parsed is missing here, its reason under
+    /// `unread["counters.NAME"]`.
+    pub counters: Option<BTreeMap<String, u64>>,
+    /// `hw_counters/*` (driver counters: mlx5's out_of_buffer, rnr_nak_retry_err...), likewise.
+    pub hw_counters: Option<BTreeMap<String, u64>>,
     pub unread: Unread,
 }
 
@@ -201,6 +208,10 @@ pub struct Inventory {
     pub rdma_class: ClassListing,
     /// How /sys/class/net was found.
     pub net_class: ClassListing,
+    /// The kernel log's Xid and link-down records: read with the source (`Source::kernel_log`),
+    /// not by discovery; "not read" until the caller sets it.
+    #[serde(skip)]
+    pub kernel_log: std::sync::Arc<crate::kmsg::KernelLog>,
 }
 
 /// How much to read.
@@ -297,7 +308,17 @@ impl Inventory {
                 let mut notes = Vec::new();
                 Found::Numa(read_numa(sr, &mut notes), notes)
             }
-            Job::Host => Found::Host(read_host(sr)),
+            Job::Host => Found::Host({
+                let mut h = read_host(sr);
+                if nvml.gpus.iter().any(|g| {
+                    g.nvlinks
+                        .iter()
+                        .any(|l| l.remote_device_type == Some(facts::NvLinkRemote::Switch))
+                }) {
+                    read_fabric_manager(sr, &mut h);
+                }
+                h
+            }),
             Job::Rdma(name) => Found::Rdma(read_one_rdma(sr, name.to_string())),
             Job::Net(name) => Found::Net(read_netdev(sr, name)),
             Job::Function(name) => Found::Function(
@@ -383,6 +404,9 @@ impl Inventory {
             notes,
             rdma_class,
             net_class,
+            kernel_log: std::sync::Arc::new(crate::kmsg::KernelLog::not_recorded(
+                "kernel log not read",
+            )),
         })
     }
 }
@@ -903,8 +927,12 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
         }
         Err(e) => note_err(&mut u, "gids", &e),
     }
+    let counters = read_counters(sr, &mut u, dir, "counters");
+    let hw_counters = read_counters(sr, &mut u, dir, "hw_counters");
     RdmaPort {
         port,
+        counters,
+        hw_counters,
         state_kind: state.as_deref().map(PortState::parse),
         phys_state_kind: phys_state.as_deref().map(PhysState::parse),
         link_layer_kind,
@@ -917,6 +945,38 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
         gids,
         unread: u,
     }
+}
+
+/// Every counter file of `dir/which` (`counters`, `hw_counters`): decimal u64 values. Files
+/// that do not read or parse are left out with their reason (some mlx5 firmware refuses a
+/// counter it does not implement: EINVAL).
+fn read_counters(
+    sr: &SysRoot,
+    u: &mut Unread,
+    dir: &str,
+    which: &str,
+) -> Option<BTreeMap<String, u64>> {
+    let cdir = format!("{dir}/{which}");
+    let names = match sr.list_names(&cdir) {
+        Ok(n) => n,
+        Err(e) => {
+            note_err(u, which, &e);
+            return None;
+        }
+    };
+    let mut out = BTreeMap::new();
+    for n in names {
+        if let Some(v) = parsed(
+            sr,
+            u,
+            &format!("{which}.{n}"),
+            &format!("{cdir}/{n}"),
+            |s| s.parse().ok(),
+        ) {
+            out.insert(n, v);
+        }
+    }
+    Some(out)
 }
 
 fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
@@ -992,6 +1052,12 @@ pub struct Host {
     pub driver_gpus: Option<Vec<Bdf>>,
     /// /dev/nvidiaN nodes.
     pub dev_nodes: Option<Vec<u32>>,
+    /// Seconds since boot (/proc/uptime): the interval cumulative counters span at most.
+    pub uptime_s: Option<f64>,
+    /// PIDs of running `nv-fabricmanager` processes (/proc/PID/comm), read only where NVML
+    /// shows an NVLink ending at an NVSwitch; None: not read there, or /proc not listable (why:
+    /// `unread["fabric_manager"]`).
+    pub fabric_manager_pids: Option<Vec<u32>>,
     pub unread: Unread,
 }
 
@@ -1139,6 +1205,27 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
     }
 }
 
+/// The running nv-fabricmanager processes: /proc/PID/comm of every process (the kernel
+/// truncates comm to 15 characters: "nv-fabricmanage"). A process that exits between the
+/// listing and the read is simply gone.
+pub fn read_fabric_manager(sr: &SysRoot, h: &mut Host) {
+    match sr.list_names("/proc") {
+        Ok(names) => {
+            let mut pids = Vec::new();
+            for pid in names.iter().filter_map(|n| n.parse::<u32>().ok()) {
+                if let Ok(c) = sr.read_text(&format!("/proc/{pid}/comm"))
+                    && c == "nv-fabricmanage"
+                {
+                    pids.push(pid);
+                }
+            }
+            pids.sort_unstable();
+            h.fabric_manager_pids = Some(pids);
+        }
+        Err(e) => note_err(&mut h.unread, "fabric_manager", &e),
+    }
+}
+
 pub fn read_host(sr: &SysRoot) -> Host {
     let mut u = Unread::new();
     let mut h = Host {
@@ -1159,6 +1246,13 @@ pub fn read_host(sr: &SysRoot) -> Host {
         },
         cmdline: text(sr, &mut u, "cmdline", "/proc/cmdline"),
         kernel_version: text(sr, &mut u, "kernel_version", "/proc/version"),
+        uptime_s: parsed(sr, &mut u, "uptime", "/proc/uptime", |s| {
+            s.split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+        }),
         ..Default::default()
     };
     for p in [

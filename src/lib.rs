@@ -14,6 +14,7 @@ pub mod findings;
 pub mod fleet;
 pub mod fuzzing;
 pub mod inventory;
+pub mod kmsg;
 pub mod libs;
 pub mod nic;
 pub mod numa;

@@ -90,7 +90,43 @@ pub struct NvmlGpu {
     /// The NUMA node of the GPU's own memory (nvmlDeviceGetNumaNodeId: coherent systems such as
     /// Grace Hopper); absent on PCIe/SXM GPUs of x86 hosts, where NVML does not support it.
     pub numa_node_id: Option<u32>,
+    /// nvmlDeviceGetCurrentClocksEventReasons (formerly ...ThrottleReasons): the bit mask of
+    /// `nvmlClocksEventReason*` (0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW
+    /// power brake...). Absent in nvml.json files recorded before it was kept: not recorded.
+    pub clock_event_reasons: Option<u64>,
+    /// NVLink error counters by link number (nvmlDeviceGetNvLinkErrorCounter), for the links
+    /// in `nvlinks` that are active; a link missing here was not read (why:
+    /// `unread["nvlink.N.errors"]`) or not recorded.
+    pub nvlink_errors: BTreeMap<u32, NvLinkErrors>,
+    /// nvmlDeviceGetGpuFabricInfo: the GPU's registration with the NVSwitch fabric (fabric
+    /// manager). None: not read (why: `unread["fabric"]`) or not recorded.
+    pub fabric: Option<NvmlFabric>,
     pub unread: BTreeMap<String, String>,
+}
+
+/// One NVLink's error counters since the driver loaded (None: that counter failed to read).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvLinkErrors {
+    /// NVML_NVLINK_ERROR_DL_REPLAY: data link transmit replays.
+    pub replay: Option<u64>,
+    /// NVML_NVLINK_ERROR_DL_RECOVERY: data link recoveries (link retraining).
+    pub recovery: Option<u64>,
+    /// NVML_NVLINK_ERROR_DL_CRC_FLIT: flow-control digit CRC errors received.
+    pub crc_flit: Option<u64>,
+    /// NVML_NVLINK_ERROR_DL_CRC_DATA: data CRC errors received.
+    pub crc_data: Option<u64>,
+}
+
+/// The GPU's fabric registration (nvmlGpuFabricInfo_t).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NvmlFabric {
+    /// "not-supported" (no NVSwitch fabric), "not-started", "in-progress", "completed", or
+    /// "unknown-N" for a value this build does not know.
+    pub state: String,
+    /// The NVML return code of the registration once completed (0: success).
+    pub status: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -386,6 +422,7 @@ mod live {
                     }
                 }
             }
+            health(&nvml, &dev, &mut g, &mut u, &mut k);
             g.unread = u;
             g.unread_kind = k;
             snap.gpus.push(g);
@@ -394,6 +431,101 @@ mod live {
         snap.unread = unread;
         snap.unread_kind = unread_kind;
         snap
+    }
+
+    /// The health facts of `gpu.throttle`, `gpu.nvlink-errors` and `gpu.fabric`: clock event
+    /// reasons, error counters of the active NVLinks, fabric registration.
+    fn health(
+        nvml: &Nvml,
+        dev: &nvml_wrapper::Device,
+        g: &mut NvmlGpu,
+        u: &mut BTreeMap<String, String>,
+        k: &mut BTreeMap<String, NvmlErrorKind>,
+    ) {
+        use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter as E;
+        g.clock_event_reasons = put(
+            u,
+            k,
+            "clock_event_reasons",
+            dev.current_throttle_reasons().map(|r| r.bits()),
+        );
+        let active: Vec<u32> = g
+            .nvlinks
+            .iter()
+            .filter(|l| l.active)
+            .map(|l| l.link)
+            .collect();
+        for link in active {
+            let l = dev.link_wrapper_for(link);
+            let key = format!("nvlink.{link}.errors");
+            let mut one =
+                |c: E, name: &str| put(u, k, &format!("{key}.{name}"), l.error_counter(c));
+            let e = NvLinkErrors {
+                replay: one(E::DlReplay, "replay"),
+                recovery: one(E::DlRecovery, "recovery"),
+                crc_flit: one(E::DlCrcFlit, "crc_flit"),
+                crc_data: one(E::DlCrcData, "crc_data"),
+            };
+            g.nvlink_errors.insert(link, e);
+        }
+        g.fabric = fabric(nvml, dev, u, k);
+    }
+
+    /// nvmlDeviceGetGpuFabricInfo (not wrapped by nvml-wrapper 0.13), through the loaded
+    /// library's function pointer as `remote_type` does.
+    fn fabric(
+        nvml: &Nvml,
+        dev: &nvml_wrapper::Device,
+        u: &mut BTreeMap<String, String>,
+        k: &mut BTreeMap<String, NvmlErrorKind>,
+    ) -> Option<NvmlFabric> {
+        let sym = match nvml.lib().nvmlDeviceGetGpuFabricInfo.as_ref() {
+            Ok(s) => s,
+            Err(e) => {
+                u.insert("fabric".into(), format!("symbol missing: {e}"));
+                k.insert("fabric".into(), NvmlErrorKind::SymbolMissing);
+                return None;
+            }
+        };
+        let mut info = nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_t {
+            clusterUuid: [0; 16],
+            status: 0,
+            cliqueId: 0,
+            state: 0xff,
+        };
+        // SAFETY: the handle comes from a live Device of this Nvml; `info` outlives the call.
+        let rc = unsafe { sym(dev.handle(), &mut info) };
+        match rc {
+            0 => Some(NvmlFabric {
+                state: match info.state {
+                    0 => "not-supported".into(),
+                    1 => "not-started".into(),
+                    2 => "in-progress".into(),
+                    3 => "completed".into(),
+                    n => format!("unknown-{n}"),
+                },
+                status: Some(info.status),
+            }),
+            // NVML_ERROR_NOT_SUPPORTED: a GPU without fabric support (PCIe-only).
+            3 => Some(NvmlFabric {
+                state: "not-supported".into(),
+                status: None,
+            }),
+            rc => {
+                u.insert("fabric".into(), format!("NVML error {rc}"));
+                k.insert(
+                    "fabric".into(),
+                    if rc == 4 {
+                        NvmlErrorKind::NoPermission
+                    } else if rc == 15 {
+                        NvmlErrorKind::GpuLost
+                    } else {
+                        NvmlErrorKind::Other
+                    },
+                );
+                None
+            }
+        }
     }
 
     fn p2p_name(s: nvml_wrapper::enum_wrappers::device::P2pStatus) -> String {

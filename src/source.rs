@@ -1,12 +1,13 @@
 //! Where facts come from: the live machine, a recorded tree (`--root`), or a support bundle
 //! (`--bundle`). Opening a source gives the re-rootable reader for its `sys/` and `proc/`,
-//! and the documents recorded beside them (manifest.json, nvml.json, libs.json,
+//! and the documents recorded beside them (manifest.json, nvml.json, libs.json, kmsg.json,
 //! probes/<name>.json), each parsed here and nowhere else.
 //!
 //! This module must not judge anything and must not read kernel files itself: sysfs and procfs
 //! go through `SysRoot`; only the recorded documents of a tree are read here.
 
 use crate::bundle;
+use crate::kmsg::KernelLog;
 use crate::libs::LibFacts;
 use crate::nvml::NvmlSnapshot;
 use crate::probes::{ProbeKind, ProbeReport};
@@ -39,6 +40,8 @@ pub struct Source {
     pub sysroot: Arc<SysRoot>,
     pub nvml: Arc<NvmlSnapshot>,
     pub libs: LibFacts,
+    /// The kernel log's Xid and link-down records (`kmsg.json` of a recorded tree).
+    pub kernel_log: Arc<KernelLog>,
     pub info: SourceInfo,
     /// The node's name: live from /proc/sys/kernel/hostname (through the reader), recorded
     /// from the manifest (a redaction token in a redacted bundle).
@@ -62,6 +65,7 @@ impl Source {
         match spec {
             SourceSpec::Live => {
                 let sysroot = SysRoot::live();
+                let kernel_log = Arc::new(KernelLog::collect(&sysroot));
                 let hostname = sysroot
                     .read_text("/proc/sys/kernel/hostname")
                     .ok()
@@ -76,6 +80,7 @@ impl Source {
                     sysroot: Arc::new(sysroot),
                     nvml: NvmlSnapshot::collect_live().into(),
                     libs: LibFacts::probe_live(),
+                    kernel_log,
                     info: SourceInfo::Live,
                     hostname,
                     time: Some(bundle::rfc3339(now)),
@@ -84,11 +89,13 @@ impl Source {
             SourceSpec::Root(dir) => {
                 let label = format!("--root {}", dir.display());
                 let (sysroot, nvml, libs, manifest) = open_tree(dir, &label)?;
+                let kernel_log = recorded_kernel_log(&sysroot, &label)?;
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot),
                     nvml: nvml.into(),
                     libs,
+                    kernel_log,
                     info: SourceInfo::Root {
                         path: dir.display().to_string(),
                     },
@@ -119,11 +126,13 @@ impl Source {
         label: &str,
     ) -> Result<Source> {
         let (sysroot, nvml, libs, manifest) = open_tree(x.dir.path(), label)?;
+        let kernel_log = recorded_kernel_log(&sysroot, label)?;
         Ok(Source {
             spec: spec.clone(),
             sysroot: Arc::new(sysroot.holding(x.dir)),
             nvml: nvml.into(),
             libs,
+            kernel_log,
             info: SourceInfo::Bundle {
                 path: file.display().to_string(),
             },
@@ -178,6 +187,18 @@ fn error_reason(e: &crate::sysroot::ReadError) -> String {
     full.strip_prefix(&format!("{}: ", e.path()))
         .unwrap_or(&full)
         .to_string()
+}
+
+/// A recorded tree's kmsg.json; absent: not recorded (unknown, never an empty log).
+fn recorded_kernel_log(sr: &SysRoot, label: &str) -> Result<Arc<KernelLog>> {
+    let k = recorded(
+        sr,
+        "kmsg.json",
+        label,
+        |b| KernelLog::from_json(b).map_err(anyhow::Error::msg),
+        || KernelLog::not_recorded("not recorded (no kmsg.json in the tree)"),
+    )?;
+    Ok(Arc::new(k))
 }
 
 /// A recorded tree (fixture, unpacked bundle): its sys/ and proc/, its nvml.json and

@@ -1004,6 +1004,59 @@ impl SysRoot {
         Ok(Some(buf))
     }
 
+    /// Read a record device such as `/dev/kmsg` without blocking: one record per read(2),
+    /// until the device has no more (EAGAIN), at most `max_records` records or MAX_FILE_BYTES
+    /// in all (`truncated` then). Records overwritten while reading (EPIPE: the ring buffer
+    /// wrapped) are skipped, as dmesg(1) does. A regular file (a recorded tree) gives its
+    /// lines. Returns (records, truncated).
+    pub fn read_records(
+        &self,
+        kpath: &str,
+        max_records: usize,
+    ) -> Result<(Vec<String>, bool), ReadError> {
+        self.note(kpath);
+        let mut file = self.open_file(kpath)?;
+        let mut out = Vec::new();
+        let mut total = 0u64;
+        // kmsg records are at most 1 KiB of text plus their prefix; a larger buffer never
+        // gets EINVAL (record does not fit).
+        let mut buf = vec![0u8; FIRST_READ];
+        // A device gives one newline-terminated record per read; a regular file gives lines
+        // that may straddle two reads.
+        let mut pending: Vec<u8> = Vec::new();
+        let flush = |pending: &mut Vec<u8>, out: &mut Vec<String>| {
+            let line = String::from_utf8_lossy(pending).trim_end().to_string();
+            if !line.trim().is_empty() {
+                out.push(line);
+            }
+            pending.clear();
+        };
+        loop {
+            if out.len() >= max_records || total > MAX_FILE_BYTES {
+                return Ok((out, true));
+            }
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    total += n as u64;
+                    for &b in &buf[..n] {
+                        if b == b'\n' {
+                            flush(&mut pending, &mut out);
+                        } else {
+                            pending.push(b);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+                Err(e) => return Err(ReadError::from_io(kpath, &e)),
+            }
+        }
+        flush(&mut pending, &mut out);
+        Ok((out, false))
+    }
+
     /// Read a whole file as bytes (bounded by MAX_FILE_BYTES), following links inside the root.
     pub fn read_bytes(&self, kpath: &str) -> Result<Vec<u8>, ReadError> {
         self.read_with(kpath, |b| Ok(b.to_vec()))

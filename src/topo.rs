@@ -1143,6 +1143,7 @@ mod tests {
             notes: Vec::new(),
             rdma_class: Default::default(),
             net_class: Default::default(),
+            kernel_log: Default::default(),
         }
     }
 

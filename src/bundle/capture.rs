@@ -67,6 +67,9 @@ pub const CAPTURE: &[&str] = &[
     // The kernel.
     "/proc/cmdline",
     "/proc/version",
+    "/proc/uptime",
+    // Process names (gpu.fabric: is nv-fabricmanager running); read only on NVSwitch systems.
+    "/proc/*/comm",
     "/proc/sys/kernel/osrelease",
 ];
 

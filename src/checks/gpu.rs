@@ -58,7 +58,7 @@ fn each_gpu(
 /// reason NVML gave. Judged on NVML's error kinds: a GPU NVML reports lost fails every such
 /// check; a fact refused for lack of permission is a `not-root` skip, one the GPU does not
 /// support a `not-applicable` skip.
-fn each_nvml_gpu(
+pub(super) fn each_nvml_gpu(
     ctx: &Ctx,
     id: CheckId,
     out: &mut Vec<Finding>,

@@ -9,6 +9,7 @@ mod driver;
 mod gdr;
 mod gpu;
 mod gpu_initiated;
+mod health;
 mod host;
 pub mod level1;
 pub mod level2;
@@ -161,6 +162,18 @@ catalog! {
         "NVML reports P2P read/write OK between GPU pairs";
     GpuNvlinkDown = "gpu.nvlink-down", level 0, Fail, Run::Facts(gpu::nvlink_down),
         "No NVLink down";
+    RdmaPortErrors = "rdma.port-errors", level 0, Fail, Run::Facts(health::port_errors),
+        "No fatal or fast-growing RDMA port error counters";
+    RdmaLinkFlaps = "rdma.link-flaps", level 0, Fail, Run::Facts(health::link_flaps),
+        "No RDMA link-down events (link_downed, kernel log)";
+    GpuXid = "gpu.xid", level 0, Fail, Run::Facts(health::xid),
+        "No NVRM Xid events that need a reset or point at hardware";
+    GpuThrottle = "gpu.throttle", level 0, Warn, Run::Facts(health::throttle),
+        "No hardware, thermal or power-brake clock slowdown";
+    GpuNvlinkErrors = "gpu.nvlink-errors", level 0, Warn, Run::Facts(health::nvlink_errors),
+        "No NVLink replay/recovery errors or high CRC rate";
+    GpuFabric = "gpu.fabric", level 0, Fail, Run::Facts(health::fabric),
+        "GPU registered with the NVSwitch fabric (fabric manager)";
     ProbeH2d = "probe.h2d", level 1, Fail, Run::Probe,
         "Host-to-GPU copies reach 80% of the PCIe link rate";
     ProbeD2h = "probe.d2h", level 1, Fail, Run::Probe,

@@ -237,6 +237,8 @@ mod tests {
                     ndev: None,
                 })
                 .collect(),
+            counters: None,
+            hw_counters: None,
             unread: Default::default(),
         }
     }

@@ -61,6 +61,10 @@ fn inventory(source: &Source, scope: Scope) -> Result<Inventory> {
         move || Inventory::collect_scoped(&sr, nvml, scope),
         move || Stall::of(&watched),
     )?;
+    let r = r.map(|mut inv| {
+        inv.kernel_log = source.kernel_log.clone();
+        inv
+    });
     r.map_err(|e| match e {
         crate::inventory::InventoryError::NoPciBus(ReadError::NotFound(p)) => {
             anyhow::anyhow!("{p} does not exist: not a sysfs tree (no PCI bus)")

@@ -12,6 +12,7 @@ mod fixtures;
 mod fleet;
 mod fuzz;
 mod gpu_initiated;
+mod health;
 mod hostile;
 mod hwloc_tree;
 mod kernels;

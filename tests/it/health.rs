@@ -1,0 +1,193 @@
+//! Issue 25's health checks on damaged copies of the synthetic fixtures: what was not recorded
+//! or could not be read is an unknown skip, never a pass; a bundle replays the kernel log.
+
+use crate::{gpudoctor, repo};
+use std::path::{Path, PathBuf};
+
+fn copy(name: &str, tmp: &Path) -> PathBuf {
+    let tree = tmp.join(name);
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(repo().join("fixtures").join(name))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    tree
+}
+
+fn check(source: &[&str]) -> serde_json::Value {
+    let out = gpudoctor()
+        .args(["check", "--json"])
+        .args(source)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap();
+    assert!(
+        code == 0 || code == 1,
+        "exit {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// (status, skip kind, message) of every finding of `id`.
+fn findings(v: &serde_json::Value, id: &str) -> Vec<(String, String, String)> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"] == id)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap().to_string(),
+                c["skip"].as_str().unwrap_or("").to_string(),
+                c["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn all_unknown(v: &serde_json::Value, id: &str, why: &str) {
+    let f = findings(v, id);
+    assert!(!f.is_empty(), "{id}: no findings");
+    for (status, skip, msg) in &f {
+        assert_eq!(
+            (status.as_str(), skip.as_str()),
+            ("skip", "unknown"),
+            "{id}: {msg}"
+        );
+        assert!(msg.contains(why), "{id}: {msg}");
+    }
+}
+
+/// An nvml.json recorded before the new fields, a tree without kmsg.json, /proc/uptime or
+/// port counters: every new check skips as unknown with the reason (all of them pass on the
+/// intact tree).
+#[test]
+fn unrecorded_facts_are_unknown_never_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["hgx-h100-8gpu", "pcie-2socket-roce"] {
+        let intact = check(&[
+            "--root",
+            repo().join("fixtures").join(name).to_str().unwrap(),
+        ]);
+        for id in [
+            "rdma.port-errors",
+            "rdma.link-flaps",
+            "gpu.xid",
+            "gpu.throttle",
+        ] {
+            assert!(
+                findings(&intact, id).iter().all(|f| f.0 == "pass"),
+                "{name} {id}"
+            );
+        }
+        let tree = copy(name, tmp.path());
+        let path = tree.join("nvml.json");
+        let mut n: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for g in n["gpus"].as_array_mut().unwrap() {
+            let g = g.as_object_mut().unwrap();
+            g.remove("clock_event_reasons");
+            g.remove("nvlink_errors");
+            g.remove("fabric");
+        }
+        std::fs::write(&path, serde_json::to_vec(&n).unwrap()).unwrap();
+        std::fs::remove_file(tree.join("kmsg.json")).unwrap();
+        for e in std::fs::read_dir(tree.join("sys/class/infiniband")).unwrap() {
+            let dev = std::fs::canonicalize(e.unwrap().path()).unwrap();
+            std::fs::remove_dir_all(dev.join("ports/1/counters")).unwrap();
+        }
+        let v = check(&["--root", tree.to_str().unwrap()]);
+        all_unknown(&v, "gpu.throttle", "not recorded");
+        all_unknown(&v, "gpu.xid", "not recorded (no kmsg.json");
+        all_unknown(&v, "rdma.port-errors", "counters unreadable");
+        all_unknown(&v, "rdma.link-flaps", "both unreadable");
+        if name == "hgx-h100-8gpu" {
+            all_unknown(&v, "gpu.nvlink-errors", "not recorded");
+            all_unknown(&v, "gpu.fabric", "not recorded");
+        }
+    }
+}
+
+/// Rates need the time since boot: without /proc/uptime a nonzero rate counter is not judged
+/// (and never passes); a fatal counter fails whatever the uptime.
+#[test]
+fn rate_counters_without_uptime_are_not_judged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = copy("pcie-2socket-roce", tmp.path());
+    std::fs::remove_file(tree.join("proc/uptime")).unwrap();
+    let port = |dev: &str| {
+        std::fs::canonicalize(tree.join("sys/class/infiniband").join(dev))
+            .unwrap()
+            .join("ports/1")
+    };
+    std::fs::write(port("mlx5_0").join("counters/symbol_error"), "5000000\n").unwrap();
+    std::fs::write(
+        port("mlx5_1").join("counters/local_link_integrity_errors"),
+        "2\n",
+    )
+    .unwrap();
+    let v = check(&["--root", tree.to_str().unwrap()]);
+    let f = findings(&v, "rdma.port-errors");
+    assert_eq!(
+        (f[0].0.as_str(), f[0].1.as_str()),
+        ("skip", "unknown"),
+        "{:?}",
+        f[0]
+    );
+    assert!(f[0].2.contains("time since boot is unknown"), "{:?}", f[0]);
+    assert_eq!(f[1].0, "fail", "{:?}", f[1]);
+    assert!(
+        f[1].2.contains("local_link_integrity_errors 2"),
+        "{:?}",
+        f[1]
+    );
+    assert!(f[2..].iter().all(|x| x.0 == "pass"));
+}
+
+/// `gpudoctor bundle` records the kernel log (kmsg.json) and the port counters: the Xid and
+/// flap variants replay from a bundle made of their unpacked tree with the same verdicts.
+#[test]
+fn kernel_log_and_counters_replay_from_a_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (variant, id) in [
+        ("vm-flat-4gpu--xid", "gpu.xid"),
+        ("pcie-2socket-roce--link-flaps", "rdma.link-flaps"),
+        ("pcie-2socket-roce--port-errors", "rdma.port-errors"),
+    ] {
+        let given = repo()
+            .join("fixtures/variants")
+            .join(variant)
+            .join("bundle.tar.gz");
+        let tree = tmp.path().join(variant);
+        std::fs::create_dir_all(&tree).unwrap();
+        let st = std::process::Command::new("tar")
+            .arg("-xzf")
+            .arg(&given)
+            .arg("-C")
+            .arg(&tree)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let out_bundle = tmp.path().join(format!("{variant}.tar.gz"));
+        let st = gpudoctor()
+            .args(["bundle", "--root"])
+            .arg(&tree)
+            .arg("-o")
+            .arg(&out_bundle)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        let a = check(&["--bundle", given.to_str().unwrap()]);
+        let b = check(&["--bundle", out_bundle.to_str().unwrap()]);
+        let fa = findings(&a, id);
+        assert!(fa.iter().any(|f| f.0 == "fail"), "{variant}: {fa:?}");
+        assert_eq!(fa, findings(&b, id), "{variant}");
+    }
+}
