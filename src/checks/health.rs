@@ -96,6 +96,20 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             return;
         };
         let mut evs = Vec::new();
+        // A judged counter that could not be read (garbled), or a standard IB port counter
+        // missing from a listed `counters/` (the IB core exposes them all for every port):
+        // the port cannot pass. Driver `hw_counters` may legitimately be absent.
+        let unreadable: Vec<String> = FATAL_COUNTERS
+            .iter()
+            .map(|(d, n)| (*d, *n))
+            .chain(RATE_COUNTERS.iter().map(|(d, n, _, _)| (*d, *n)))
+            .filter(|(d, n)| counter(p, d, n).is_none())
+            .filter_map(|(d, n)| match p.unread.get(&format!("{d}.{n}")) {
+                Some(why) => Some(format!("{d}/{n}: {why}")),
+                None if d == "counters" => Some(format!("{d}/{n}: missing")),
+                None => None,
+            })
+            .collect();
         let mut fatal = Vec::new();
         for (dir, name) in FATAL_COUNTERS {
             if let Some(v) = counter(p, dir, name)
@@ -162,6 +176,16 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Finding::new(id, subject, Status::Warn, format!("error counters above their published rates: {}", fast.join(", ")))
                     .evidence(evs)
                     .fix("A degrading link: check the cable/transceiver and switch port (`mlxlink -d <dev> -m -c` shows BER and FEC), reseat or replace it; clear the counters (`perfquery -x -R`) and re-check to see whether they still grow"),
+            );
+        } else if !unreadable.is_empty() {
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!("error counters unreadable: {}", unreadable.join("; ")),
+                )
+                .evidence(evs),
             );
         } else if !unjudged.is_empty() {
             out.push(
@@ -301,6 +325,18 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .evidence(evs)
                     .with(ev("threshold", format!("{NVSENTINEL}: any link_downed increment is fatal to running jobs; {AZNHC_FLAP}")))
                     .fix("If nobody replugged the cable or rebooted the switch, check the cable/transceiver and switch port; clear the counter (`perfquery -x -R`) and watch for a recurrence"),
+            );
+        } else if downed.is_none() {
+            // The kernel log shows no link-down, but the port's own counter (which also counts
+            // events from before the log's start) could not be read: not a pass.
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    "link-down history incomplete: no link-down in the kernel log, link_downed counter unreadable",
+                )
+                .evidence(evs),
             );
         } else {
             out.push(Finding::new(id, subject, Status::Pass, "no link-down events").evidence(evs));
@@ -574,15 +610,26 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             .map(|l| l.link)
             .collect();
         if active.is_empty() {
-            out.push(
-                Finding::new(
+            // No active link read: not applicable only when the list itself was read; an
+            // unreadable list may hide active links (issue 21: absent is read, unreadable is
+            // unknown).
+            let f = match n.nvlinks_unread() {
+                Some(why) => Finding::new(
+                    id,
+                    s,
+                    Status::Skip,
+                    format!("NVLink list unreadable: {why}"),
+                )
+                .with(ev("nvmlDeviceGetNvLinkState", why)),
+                None => Finding::new(
                     id,
                     s,
                     Status::Skip,
                     "no active NVLinks (PCIe GPU, or links down: see gpu.nvlink-down)",
                 )
                 .not_applicable(),
-            );
+            };
+            out.push(f);
             return;
         }
         let mut evs = Vec::new();
@@ -697,7 +744,7 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                         why(n, unread, "fabric")
                     ),
                 ));
-            } else if n.nvlinks.is_empty() {
+            } else if n.nvlinks.is_empty() && n.nvlinks_unread().is_none() {
                 out.push(
                     Finding::new(id, s, Status::Skip, "no NVLinks: not on an NVSwitch fabric")
                         .not_applicable(),
@@ -753,6 +800,11 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .with(e)
                     .with(fm_ev)
                     .fix("Start nvidia-fabricmanager (`systemctl enable --now nvidia-fabricmanager`); `journalctl -u nvidia-fabricmanager` says why it stopped"),
+            ),
+            ("completed", Some(0)) if switched && fm.is_none() => out.push(
+                Finding::new(id, s, Status::Skip, "registered with the NVSwitch fabric; whether nvidia-fabricmanager runs could not be read")
+                    .with(e)
+                    .with(fm_ev),
             ),
             ("completed", Some(0)) => out.push(Finding::new(id, s, Status::Pass, "registered with the NVSwitch fabric").with(e).with(fm_ev)),
             ("completed", st) => out.push(

@@ -339,9 +339,13 @@ impl Audit {
             ));
         }
         let kind = kind_of(kpath);
+        // A field dropped from nvml.json or libs.json that nothing reads (a serial number, an
+        // index where sysfs names the GPU) legitimately changes nothing; the rules above still
+        // hold for every dropped field.
         if after.whole == before.whole
             && judged_from(before, kpath)
             && !header_only
+            && !m.name().starts_with("DropField")
             && !UNCHANGED_OK
                 .iter()
                 .any(|(k, how, _)| *k == kind && *how == m.name())
