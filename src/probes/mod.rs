@@ -722,7 +722,9 @@ mod tests {
     fn level1_judge_table() {
         use Method::{CopyEngine as Ce, SmKernel as Sm};
         let p = Policy::default();
-        let cases: &[(Method, &[f64], &[f64], bool, Option<&str>, Status)] = &[
+        // (method, samples, remeasured samples, broke off, bar basis, expected status)
+        type Case<'a> = (Method, &'a [f64], &'a [f64], bool, Option<&'a str>, Status);
+        let cases: &[Case] = &[
             (Ce, &[55.0], &[], true, None, Status::Pass),
             (Ce, &[45.0], &[], true, None, Status::Fail),
             (Ce, &[45.0], &[54.0], true, None, Status::Warn),

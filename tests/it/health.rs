@@ -2,33 +2,11 @@
 //! or could not be read is an unknown skip, never a pass; a bundle replays the kernel log.
 
 use crate::{gpudoctor, repo};
-use std::path::{Path, PathBuf};
 
-fn copy(name: &str, tmp: &Path) -> PathBuf {
-    let tree = tmp.join(name);
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(repo().join("fixtures").join(name))
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    tree
-}
+use crate::copy_fixture_into as copy;
 
 fn check(source: &[&str]) -> serde_json::Value {
-    let out = gpudoctor()
-        .args(["check", "--json"])
-        .args(source)
-        .output()
-        .unwrap();
-    let code = out.status.code().unwrap();
-    assert!(
-        code == 0 || code == 1,
-        "exit {code}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    crate::check_json(source).1
 }
 
 /// (status, skip kind, message) of every finding of `id`.

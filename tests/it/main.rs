@@ -96,3 +96,40 @@ pub fn gpudoctor() -> assert_cmd::Command {
     c.env_remove("COLUMNS").env_remove("NO_COLOR");
     c
 }
+
+/// A copy of `fixtures/NAME` (links, modes and all: `cp -a`) made inside `dir`.
+pub fn copy_fixture_into(name: &str, dir: &Path) -> PathBuf {
+    let tree = dir.join(name);
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(repo().join("fixtures").join(name))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a fixtures/{name}");
+    tree
+}
+
+/// A copy of `fixtures/NAME` in a temporary directory: (guard, tree).
+pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = copy_fixture_into(name, tmp.path());
+    (tmp, tree)
+}
+
+/// `gpudoctor check --json ARGS...` (source options included in ARGS): (exit code, report).
+/// The run must judge (exit 0 or 1); exit 2 fails the test with gpudoctor's message.
+pub fn check_json(args: &[&str]) -> (i32, serde_json::Value) {
+    let out = gpudoctor()
+        .args(["check", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap();
+    assert!(
+        code == 0 || code == 1,
+        "{args:?}: exit {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (code, serde_json::from_slice(&out.stdout).unwrap())
+}

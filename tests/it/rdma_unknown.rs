@@ -6,35 +6,13 @@
 use crate::{gpudoctor, repo};
 use std::path::{Path, PathBuf};
 
-/// A copy of `fixtures/NAME` in a temporary directory: (guard, tree).
-pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join(name);
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(repo().join("fixtures").join(name))
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    (tmp, tree)
-}
+pub use crate::copy_fixture;
 
 /// `gpudoctor check --json --root TREE EXTRA...`: (exit code, report).
 pub fn check(tree: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
-    let out = gpudoctor()
-        .args(["check", "--json", "--root"])
-        .arg(tree)
-        .args(extra)
-        .output()
-        .unwrap();
-    let code = out.status.code().unwrap();
-    assert!(
-        code == 0 || code == 1,
-        "exit {code}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (code, serde_json::from_slice(&out.stdout).unwrap())
+    let mut args = vec!["--root", tree.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    crate::check_json(&args)
 }
 
 pub fn findings<'a>(v: &'a serde_json::Value, id: &str) -> Vec<&'a serde_json::Value> {

@@ -3,25 +3,12 @@
 //! first that the intact copy is judged (a control), and then that the damaged copy gives an
 //! unknown skip naming what could not be read, never a pass or "not applicable".
 
-use crate::repo;
 use gpudoctor::config::CheckOptions;
 use gpudoctor::source::{Source, SourceSpec};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// A copy of `fixtures/<fixture>` in a temporary directory.
-fn copy(fixture: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join(fixture);
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(repo().join("fixtures").join(fixture))
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    (tmp, tree)
-}
+use crate::copy_fixture as copy;
 
 /// Every finding of a level-0 check of `tree`, in process.
 fn findings(tree: &Path) -> Vec<Value> {
