@@ -49,6 +49,12 @@ pub struct Written {
 /// path (a device node such as /dev/null, a FIFO, a directory, a symlink) is refused: as root,
 /// a rename over /dev/null would replace the system's.
 pub fn check_output(out: &Path) -> Result<(), BundleError> {
+    check_output_of("bundle -o", out)
+}
+
+/// The same rule for any output gpudoctor replaces by renaming over it (`bundle -o`, `check
+/// --textfile`, `check --report`); `option` names it in the refusal.
+pub fn check_output_of(option: &str, out: &Path) -> Result<(), BundleError> {
     let m = match std::fs::symlink_metadata(out) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -70,7 +76,7 @@ pub fn check_output(out: &Path) -> Result<(), BundleError> {
         "a socket"
     };
     Err(BundleError::Io(format!(
-        "{} exists and is {what}: refused (bundle -o writes only a regular file)",
+        "{} exists and is {what}: refused ({option} writes only a regular file)",
         out.display()
     )))
 }

@@ -150,17 +150,10 @@ fn now_seconds() -> f64 {
 /// hidden temporary file beside it, which the textfile collector ignores, renamed over it),
 /// readable by other users (node_exporter's, a Slurm script's). Only a regular file is
 /// replaced: a directory, device node, FIFO or symlink at the path is refused.
-pub fn write_atomically(target: &std::path::Path, text: &str) -> Result<()> {
+pub fn write_atomically(option: &str, target: &std::path::Path, text: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
-    if let Ok(m) = std::fs::symlink_metadata(target)
-        && !m.file_type().is_file()
-    {
-        anyhow::bail!(
-            "{}: exists and is not a regular file; not replaced",
-            target.display()
-        );
-    }
+    crate::bundle::write::check_output_of(option, target)?;
     let dir = match target.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),
@@ -195,6 +188,7 @@ pub fn record_failure(dir: &std::path::Path, reason: &str, exit_code: i32) -> Re
         error: Some(reason),
     };
     write_atomically(
+        "--textfile",
         &dir.join("gpudoctor.prom"),
         &crate::export::prometheus::textfile_without_report(&run),
     )
@@ -227,12 +221,13 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                         error: None,
                     };
                     write_atomically(
+                        "--textfile",
                         &dir.join("gpudoctor.prom"),
                         &crate::export::prometheus::textfile(&r, opts.all_series, &run),
                     )?;
                 }
                 if let Some(path) = &opts.report {
-                    write_atomically(path, &render::json(&r))?;
+                    write_atomically("--report", path, &render::json(&r))?;
                 }
                 Ok(Outcome::new(
                     match opts.format {

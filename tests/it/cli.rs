@@ -503,3 +503,38 @@ fn harness_help_needs_no_gpu() {
         );
     }
 }
+
+/// `check --report FILE` and `--textfile DIR` replace only regular files, as `bundle -o` does: a
+/// directory (or device node, FIFO, symlink) at the path is refused, exit 2, one line.
+#[test]
+fn report_and_textfile_replace_only_regular_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(tmp.path().join("gpudoctor.prom")).unwrap();
+    for (flag, path) in [
+        ("--report", dir.clone()),
+        ("--textfile", tmp.path().to_path_buf()),
+    ] {
+        let o = gpudoctor()
+            .args([
+                "--root",
+                "fixtures/pcie-2socket-roce",
+                "check",
+                "--quiet",
+                flag,
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(
+            err.lines()
+                .next()
+                .is_some_and(|l| l.contains("exists and is a directory: refused")
+                    && l.contains(&format!("({flag} writes only a regular file)"))),
+            "{flag}: {err}"
+        );
+    }
+}
