@@ -102,6 +102,14 @@ pub(super) fn make(
         }
         warnings.push(msg);
     }
+    if let Some((p, t)) = w.clamped_links.first() {
+        // A damaged or hostile tree, not a gpudoctor bug: the bundle says so in its notes.
+        warnings.push(format!(
+            "{} symlink(s) of the recorded tree climb above its root (first: {p} -> {}): the bundle records them leading where gpudoctor read them, inside the tree",
+            w.clamped_links.len(),
+            t.chars().take(120).collect::<String>()
+        ));
+    }
     // Replay what was just written; only where the data came from may differ.
     // From our own file: another run may have renamed its bundle over the path since.
     let mine = w
