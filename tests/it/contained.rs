@@ -916,3 +916,115 @@ fn bundles_carry_no_other_process_names() {
     assert!(want.to_string().contains("2817"), "{want}");
     assert_eq!(fabric(&["--bundle".as_ref(), out.as_os_str()]), want);
 }
+
+/// What `strace` shows `gpudoctor check --bundle` opening, reading as a link or looking at
+/// outside the bundle's extraction directory, for a bundle whose links and documents lead at
+/// this process's own files (`/proc/self/environ`, `/proc/self/maps`) and that has no kernel
+/// log (kmsg.json): nothing but the binary, its libraries and the places the extraction
+/// directory is made in. Once std's `available_parallelism` read the cgroup's CPU quota under
+/// /sys/fs/cgroup on every replay. Needs strace (skipped, saying so, without it).
+#[test]
+fn bundle_replay_reads_nothing_of_the_host() {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("strace not installed: skipped");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let orig = tmp.path().join("orig.tar.gz");
+    let r = gpudoctor()
+        .args(["--root", FIXTURE, "bundle", "-o"])
+        .arg(&orig)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    let dir = tmp.path().join("unpacked");
+    std::fs::create_dir(&dir).unwrap();
+    let tar = |args: &[&std::ffi::OsStr]| {
+        let st = std::process::Command::new("tar")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    tar(&[
+        "xzf".as_ref(),
+        orig.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+    ]);
+    let numa = dir.join("sys/devices/pci0000:00/0000:00:06.0/numa_node");
+    std::fs::remove_file(&numa).unwrap();
+    symlink("../../../../proc/self/environ", &numa).unwrap();
+    std::fs::remove_file(dir.join("libs.json")).unwrap();
+    symlink("proc/self/maps", dir.join("libs.json")).unwrap();
+    std::fs::remove_file(dir.join("kmsg.json")).unwrap();
+    let mpath = dir.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+    m.as_object_mut().unwrap().remove("contents");
+    std::fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+    let hostile = tmp.path().join("hostile.tar.gz");
+    tar(&[
+        "czf".as_ref(),
+        hostile.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+        ".".as_ref(),
+    ]);
+    let trace = tmp.path().join("trace");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gpudoctor"));
+    let st = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-s", "8192", "-o"])
+        .arg(&trace)
+        .arg("-e")
+        .arg("trace=open,openat,openat2,readlink,readlinkat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2")
+        .arg(&bin)
+        // cargo's library path would have the loader search target/ first.
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["check", "--bundle"])
+        .arg(&hostile)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(matches!(st.code(), Some(0 | 1)), "{st:?}");
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let scratch: Vec<String> = [PathBuf::from("/dev/shm"), std::env::temp_dir()]
+        .iter()
+        .map(|d| format!("{}/gpudoctor-bundle-", d.display()))
+        .collect();
+    let host_ok = |p: &str| {
+        scratch.iter().any(|s| p.starts_with(s.as_str()))
+            || p == hostile.to_str().unwrap()
+            || p == bin.to_str().unwrap()
+            // Where the extraction directory is made, and its ancestors (canonicalized).
+            || ["/dev/shm", "/dev"].contains(&p)
+            || std::env::temp_dir().starts_with(p)
+            // The dynamic loader, the C library, this process's own maps (glibc's stack
+            // bounds for the main thread).
+            || p.starts_with("/etc/ld.so")
+            || p.starts_with("/lib")
+            || p.starts_with("/usr/lib")
+            || p == "/proc/self/maps"
+    };
+    let mut outside = Vec::new();
+    for line in trace.lines() {
+        for (i, part) in line.split('"').enumerate() {
+            if i % 2 == 1
+                && (part.starts_with('/') || line.contains(&format!("AT_FDCWD, \"{part}\"")))
+                && !host_ok(part)
+            {
+                outside.push(line.to_string());
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "read outside the bundle:\n{}",
+        outside.join("\n")
+    );
+    assert!(trace.contains("gpudoctor-bundle-"), "no extraction seen");
+}
