@@ -2,7 +2,7 @@
 //! where it reads differently from what was seen live.
 
 use super::check::{check_report_from, topo_report_from};
-use super::{DISCOVERY_DEADLINE, EXIT_OK, Outcome, with_deadline};
+use super::{DISCOVERY_DEADLINE, EXIT_OK, Outcome, with_deadline_of};
 use crate::bundle;
 use crate::config::{CheckOptions, Redaction};
 use crate::source::{Source, SourceSpec};
@@ -74,7 +74,8 @@ pub(super) fn make(
         output.to_path_buf(),
     );
     let watched = source.sysroot.clone();
-    let written = with_deadline(
+    let written = with_deadline_of(
+        "the bundle capture",
         DISCOVERY_DEADLINE,
         move || {
             let discovery = bundle::write::Discovery {

@@ -676,7 +676,26 @@ fn deadline_message_names_what_took_the_time() {
         e.contains("processing") && e.contains("node0/cpulist"),
         "{e}"
     );
+    assert!(e.starts_with("discovery did not finish"), "{e}");
     assert!(!e.contains("hung"), "{e}");
+    // A read still in progress: the path it waits on, and who waited.
+    let hung = gpudoctor::run::with_deadline_of(
+        "the bundle capture",
+        Duration::from_millis(50),
+        || std::thread::sleep(Duration::from_secs(2)),
+        || gpudoctor::run::Stall {
+            path: "/sys/bus/pci/devices/0000:17:00.0/config".into(),
+            in_read: true,
+        },
+    );
+    let e = format!("{:#}", hung.unwrap_err());
+    assert!(
+        e.starts_with("reading /sys/bus/pci/devices/0000:17:00.0/config did not finish")
+            && e.contains("the bundle capture waited on it")
+            && e.contains("not answering"),
+        "{e}"
+    );
+    assert!(!e.contains("processing"), "{e}");
 }
 
 /// `tar czf X -C DIR .` of an unpacked bundle (members `./`, `./sys/...`, a directory entry
