@@ -24,6 +24,13 @@ const NOT_REGULAR: &str = "not a regular file (device node, FIFO or socket): ref
 /// tree: a bundle's entry limit (`bundle::read::MAX_ENTRY_BYTES`); real ones are under 1 MiB.
 pub const MAX_DOCUMENT_BYTES: u64 = 16 << 20;
 
+/// Most entries one directory listing returns; a larger directory is refused with an error
+/// naming it, so no tree can make a listing unbounded in memory or time. The largest real
+/// listings gpudoctor makes are /proc (one entry per process: tens of thousands on the busiest
+/// hosts), /sys/class/net (thousands with containers' veths) and /sys/bus/pci/devices (a few
+/// thousand functions with SR-IOV); a directory with more is hostile or broken.
+pub const MAX_DIR_ENTRIES: usize = 1 << 17;
+
 /// Symlink hops allowed while resolving one path (the kernel's own limit is 40).
 const MAX_LINK_HOPS: usize = 40;
 /// Longest path (below the root) a resolution may build: the kernel's PATH_MAX.
@@ -1088,6 +1095,49 @@ impl SysRoot {
             .map_err(|e| ReadError::from_io(kpath, &e))
     }
 
+    /// Where the link at `kpath` leads as this reader follows it: its target's directory
+    /// resolved inside the root (canonical, links followed, `..` clamped at the root) and the
+    /// target's last component as written (so `link_name` reads the same). For a copy of a
+    /// recorded tree whose link climbs above the tree's root, which a bundle cannot hold: a
+    /// link to `dir/last` leads in the copy where this one led in the tree. Fails when the
+    /// target's directory does not resolve, or its last component is `.` or `..`.
+    pub fn link_destination(&self, kpath: &str) -> Result<(String, String), ReadError> {
+        let phys = self.resolve(kpath, false)?;
+        let target = {
+            let (dir, last) = split_comp(&phys).ok_or_else(|| ReadError::BadPath(kpath.into()))?;
+            self.readlink_in(&Arc::from(dir), None, last)
+                .map_err(|e| ReadError::from_io(kpath, &e))?
+        };
+        let mut comps: Vec<&str> = target.split('/').filter(|c| !c.is_empty()).collect();
+        let last = match comps.pop() {
+            Some(l) if l != "." && l != ".." => l.to_string(),
+            _ => {
+                return Err(ReadError::Io {
+                    path: kpath.to_string(),
+                    message: format!("link target '{target}' names no entry"),
+                });
+            }
+        };
+        let mut base = if target.starts_with('/') {
+            String::new()
+        } else {
+            split_comp(&phys)
+                .map(|(d, _)| d.to_string())
+                .unwrap_or_default()
+        };
+        let (mut pending, mut hops) = (Vec::new(), 0usize);
+        for c in comps {
+            self.step(&mut base, c, &mut pending, kpath, &mut hops)?;
+            while let Some(t) = pending.pop() {
+                self.step(&mut base, &t, &mut pending, kpath, &mut hops)?;
+            }
+        }
+        if !self.host_path(&base).is_dir() {
+            return Err(ReadError::NotFound(kpath.to_string()));
+        }
+        Ok((format!("/{base}"), last))
+    }
+
     /// The last component of a symlink's target (e.g. a `driver` link's driver name).
     pub fn link_name(&self, kpath: &str) -> Result<String, ReadError> {
         let t = self.read_link(kpath)?;
@@ -1100,14 +1150,16 @@ impl SysRoot {
             })
     }
 
-    /// Directory entries, sorted by name.
+    /// Directory entries, sorted by name; more than MAX_DIR_ENTRIES is an error.
     pub fn list(&self, kpath: &str) -> Result<Vec<Entry>, ReadError> {
-        self.list_entries(kpath, true)
+        self.list_entries(kpath, true, MAX_DIR_ENTRIES)
     }
 
     /// `list`; `kinds`: whether to find out if each link leads to a directory (one stat per
     /// link: /sys/bus/pci/devices holds a link per PCI function, and `list_names` needs none).
-    fn list_entries(&self, kpath: &str, kinds: bool) -> Result<Vec<Entry>, ReadError> {
+    /// More than `max` entries (KEEP_FILE not counted) is refused naming the directory, after
+    /// reading at most `max + 1` of them.
+    fn list_entries(&self, kpath: &str, kinds: bool, max: usize) -> Result<Vec<Entry>, ReadError> {
         self.note(kpath);
         {
             let mut l = match self.listed.lock() {
@@ -1130,6 +1182,14 @@ impl SysRoot {
             let name = ent.file_name().to_string_lossy().into_owned();
             if !self.live && name == KEEP_FILE {
                 continue;
+            }
+            if out.len() >= max {
+                return Err(ReadError::Io {
+                    path: kpath.to_string(),
+                    message: format!(
+                        "more than {max} directory entries: refused (no real directory here has so many)"
+                    ),
+                });
             }
             let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
             let is_dir = if ft.is_symlink() && !kinds {
@@ -1154,10 +1214,17 @@ impl SysRoot {
     }
 
     /// Names in a directory (sorted); a missing directory is an empty list only when the caller
-    /// says absence is normal, so this returns the error and lets the caller decide.
+    /// says absence is normal, so this returns the error and lets the caller decide. More than
+    /// MAX_DIR_ENTRIES is an error naming the directory.
     pub fn list_names(&self, kpath: &str) -> Result<Vec<String>, ReadError> {
+        self.list_names_max(kpath, MAX_DIR_ENTRIES)
+    }
+
+    /// `list_names` with a tighter cap where the kernel bounds a directory far below
+    /// MAX_DIR_ENTRIES (a port's GID table).
+    pub fn list_names_max(&self, kpath: &str, max: usize) -> Result<Vec<String>, ReadError> {
         Ok(self
-            .list_entries(kpath, false)?
+            .list_entries(kpath, false, max)?
             .into_iter()
             .map(|e| e.name)
             .collect())
