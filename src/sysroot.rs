@@ -31,6 +31,13 @@ pub const MAX_DOCUMENT_BYTES: u64 = 16 << 20;
 /// thousand functions with SR-IOV); a directory with more is hostile or broken.
 pub const MAX_DIR_ENTRIES: usize = 1 << 17;
 
+/// Most bytes one recorded tree may hand out over a whole run, files and documents together.
+/// Each file is capped (MAX_FILE_BYTES) and each listing too, but a tree may hard-link one
+/// large file under many names (a bundle refuses hard links; a `--root` tree cannot be checked
+/// for them cheaply): without a total, 131,072 NUMA nodes sharing one 1 MiB cpulist would hand
+/// out 128 GiB. A whole recorded host is a few MiB; this is a bundle's own total limit.
+pub const MAX_TREE_BYTES: u64 = 256 << 20;
+
 /// Symlink hops allowed while resolving one path (the kernel's own limit is 40).
 const MAX_LINK_HOPS: usize = 40;
 /// Longest path (below the root) a resolution may build: the kernel's PATH_MAX.
@@ -155,6 +162,8 @@ pub struct SysRoot {
     /// Reads and listings in progress (a deadline's message tells a read that never returns
     /// from time spent on what was read).
     in_flight: std::sync::atomic::AtomicUsize,
+    /// Bytes this reader has handed out (recorded trees: bounded by MAX_TREE_BYTES).
+    handed_out: std::sync::atomic::AtomicU64,
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
     /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
     recorded: BTreeMap<String, (String, Option<String>)>,
@@ -314,6 +323,7 @@ impl SysRoot {
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            handed_out: std::sync::atomic::AtomicU64::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         }
@@ -345,6 +355,7 @@ impl SysRoot {
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            handed_out: std::sync::atomic::AtomicU64::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         })
@@ -947,6 +958,26 @@ impl SysRoot {
         }
     }
 
+    /// Count `n` bytes handed out of a recorded tree; past MAX_TREE_BYTES in all, an error
+    /// naming the file (the live machine is not limited: its files are the kernel's own).
+    fn charge(&self, path: &str, n: usize) -> Result<(), ReadError> {
+        if self.live {
+            return Ok(());
+        }
+        let before = self
+            .handed_out
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        if before.saturating_add(n as u64) > MAX_TREE_BYTES {
+            return Err(ReadError::Io {
+                path: path.to_string(),
+                message: format!(
+                    "this recorded tree has already handed out {MAX_TREE_BYTES} bytes in all (hard-linked or repeated large files?): refused"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Read a whole file (bounded by MAX_FILE_BYTES), following links inside the root, and
     /// hand its bytes to `f` (from a stack buffer when they fit in one read).
     fn read_with<R>(
@@ -973,6 +1004,7 @@ impl SysRoot {
         };
         let whole = n < FIRST_READ && (!self.live || kpath.starts_with("/sys/"));
         if whole || n == 0 {
+            self.charge(kpath, n)?;
             return f(&first[..n]);
         }
         let mut buf = first[..n].to_vec();
@@ -982,6 +1014,7 @@ impl SysRoot {
         if buf.len() as u64 > MAX_FILE_BYTES {
             return Err(ReadError::TooLarge(kpath.to_string()));
         }
+        self.charge(kpath, buf.len())?;
         f(&buf)
     }
 
@@ -1008,6 +1041,7 @@ impl SysRoot {
                 message: format!("larger than {cap} bytes, refused"),
             });
         }
+        self.charge(path, buf.len())?;
         Ok(Some(buf))
     }
 
@@ -1249,6 +1283,40 @@ impl SysRoot {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_recorded_tree_hands_out_at_most_max_tree_bytes() {
+        // One 1 MiB file hard-linked under 300 names (as a hostile --root tree could): every
+        // read is within MAX_FILE_BYTES, the total is not.
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("sys/devices/system/node");
+        fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big");
+        fs::write(&big, vec![b'0'; MAX_FILE_BYTES as usize]).unwrap();
+        for i in 0..300 {
+            fs::hard_link(&big, dir.join(format!("n{i}"))).unwrap();
+        }
+        let root = SysRoot::at(d.path()).unwrap();
+        let mut ok = 0u64;
+        let mut refused = None;
+        for i in 0..300 {
+            match root.read_bytes(&format!("/sys/devices/system/node/n{i}")) {
+                Ok(b) => ok += b.len() as u64,
+                Err(e) => {
+                    refused = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        assert_eq!(ok, MAX_TREE_BYTES, "handed out up to the budget, no more");
+        let msg = refused.expect("the read past the budget is refused");
+        assert!(
+            msg.contains("/sys/devices/system/node/n256") && msg.contains("handed out"),
+            "{msg}"
+        );
+        // The live machine is not limited by it (its files are the kernel's own).
+        assert!(SysRoot::live().charge("/sys/x", usize::MAX).is_ok());
+    }
 
     fn tree() -> (tempfile::TempDir, SysRoot) {
         let d = tempfile::tempdir().unwrap();
