@@ -103,7 +103,9 @@ pub enum Command {
         #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
         min_deviation: f64,
         /// Compare the nodes of this baseline's server model (`gpudoctor baseline`) with it
-        /// instead of with their majority (repeatable, one per model).
+        /// instead of with their majority, and hold their bandwidth to its floors (`baseline
+        /// --level 1`: a node below one is drained however slow its whole group is) rather
+        /// than to gpudoctor's bar only (repeatable, one per model).
         #[arg(long, value_name = "FILE")]
         expect: Vec<PathBuf>,
     },
