@@ -130,14 +130,57 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
 /// runs gpudoctor, and gpudoctor speaks NPD's custom-plugin protocol (exit 0 OK, 1 NonOK, other
 /// Unknown; the first `max_output_length` bytes of standard output are the condition message):
 /// a failing node gives NonOK with a one-line message naming the failure, a node with warnings
-/// only OK, a tree gpudoctor cannot read Unknown. (No node-problem-detector binary is packaged
-/// for Debian or PyPI, so NPD itself does not run here.)
+/// only OK, a tree gpudoctor cannot read Unknown. The file passes the checks NPD's own
+/// `CustomPluginConfig.ApplyConfiguration` and `Validate` make (pkg/custompluginmonitor/types/
+/// config.go: Go durations, a rule's timeout within the global one, a permanent rule's condition
+/// among the defaults), and the rule's --time-budget ends gpudoctor before NPD's timeout kills it
+/// (a kill is Unknown with no message; a budget-cut run says what it did not judge). (No
+/// node-problem-detector binary can be had here: not in Debian bookworm, PyPI, npm or
+/// crates.io; its Go module needs Go 1.26, and this machine has no Go: see the README.)
 #[test]
 fn npd_plugin_speaks_the_custom_plugin_protocol() {
     let text = std::fs::read_to_string(repo().join("deploy/kubernetes/npd-gpudoctor-plugin.json"))
         .unwrap();
     let cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(cfg["plugin"], "custom");
+    // Go's time.ParseDuration, for the forms NPD's examples use ("10m", "55s").
+    let go_duration = |v: &serde_json::Value| -> f64 {
+        let s = v.as_str().unwrap();
+        let (n, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap());
+        let n: f64 = n.parse().unwrap();
+        n * match unit {
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => panic!("unit {u}"),
+        }
+    };
+    let global = go_duration(&cfg["pluginConfig"]["timeout"]);
+    assert!(go_duration(&cfg["pluginConfig"]["invoke_interval"]) >= global);
+    for r in cfg["rules"].as_array().unwrap() {
+        assert!(go_duration(&r["timeout"]) <= global, "NPD refuses: {r}");
+        if r["type"] == "permanent" {
+            assert!(
+                cfg["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["type"] == r["condition"]),
+                "NPD refuses a permanent rule without a default condition: {r}"
+            );
+        }
+        // gpudoctor ends itself before NPD kills it, with a margin for its start and output.
+        let a: Vec<&str> = r["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let budget: f64 = a[a.iter().position(|x| *x == "--time-budget").unwrap() + 1]
+            .parse()
+            .unwrap();
+        assert!(budget + 3.0 <= go_duration(&r["timeout"]), "{r}");
+    }
     let max = cfg["pluginConfig"]["max_output_length"].as_u64().unwrap() as usize;
     let condition = cfg["conditions"][0]["type"].as_str().unwrap();
     let rule = &cfg["rules"][0];
@@ -174,4 +217,41 @@ fn npd_plugin_speaks_the_custom_plugin_protocol() {
     let (code, out) = run(&["--root", "fixtures/no-such-tree"]);
     assert_eq!(code, Some(2), "Unknown");
     assert_eq!(out, "");
+}
+
+/// The NPD rule's --time-budget on a node whose discovery does not answer (a read sleeping 30 s,
+/// GPUDOCTOR_TEST_SLOW_READ) and with the budget shortened to 1 s: gpudoctor ends by itself, OK
+/// or NonOK by the gate as always, with a message that says the budget was spent.
+#[test]
+fn npd_rule_budget_cut_says_so() {
+    let text = std::fs::read_to_string(repo().join("deploy/kubernetes/npd-gpudoctor-plugin.json"))
+        .unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let max = cfg["pluginConfig"]["max_output_length"].as_u64().unwrap() as usize;
+    let mut args: Vec<String> = cfg["rules"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let at = args.iter().position(|x| x == "--time-budget").unwrap();
+    args[at + 1] = "1".into();
+    let t0 = std::time::Instant::now();
+    let o = gpudoctor()
+        .env(
+            "GPUDOCTOR_TEST_SLOW_READ",
+            "/sys/devices/pci0000:00/0000:00:01.0/class=30",
+        )
+        .args(["--root", "fixtures/pcie-2socket-roce"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(t0.elapsed().as_secs() < 10);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "OK by the gate: {out}");
+    assert!(
+        out.starts_with("gpudoctor: time budget of 1 s spent during discovery, 35 not judged; "),
+        "{out}"
+    );
+    assert!(out.len() <= max, "{out}");
 }
