@@ -271,7 +271,7 @@ fn level2(
             // rate). A software device (rxe, no PCI function) moves ~50 MB/s under emulation
             // and is measured, not judged: 32 each, 3 repetitions.
             if let Some(b) = budget
-                && b.spent_at(|| format!("{} {subject}", level2::ID))
+                && b.spent_at(|| format!("the level-2 probes, before {} {subject}", level2::ID))
             {
                 findings.push(Finding::new(level2::ID, subject, Status::Skip, b.reason()));
                 continue;
