@@ -67,7 +67,8 @@ fn budgeted_inventory(source: &Source, budget: Option<&Budget>) -> Result<Option
     }
 }
 
-/// The level-0 checks, under the budget: empty when it ran out before they finished.
+/// The level-0 checks, under the budget: when it ran out before they finished, each is an
+/// unknown skip with the budget's reason.
 fn budgeted_level0(
     inv: &Arc<Inventory>,
     topo: &Arc<crate::topo::Topology>,
@@ -89,7 +90,9 @@ fn budgeted_level0(
         Waited::Done(f) => Ok(f),
         Waited::Cut(_) => {
             b.cut("the level-0 checks".into());
-            Ok(Vec::new())
+            let mut f = Vec::new();
+            b.unjudged(Step::Level0, 0, &mut f);
+            Ok(f)
         }
     }
 }
@@ -119,11 +122,6 @@ fn report_within(
     let inv = Arc::new(inv);
     let topo = Arc::new(crate::topo::build(&inv));
     let mut findings = budgeted_level0(&inv, &topo, &source.libs, budget)?;
-    if let Some(b) = budget
-        && findings.is_empty()
-    {
-        b.unjudged(Step::Level0, opts.level, &mut findings);
-    }
     let mut probe_reports = None;
     if opts.level >= 1 {
         let reports = level1_reports_within(source, &topo, opts, budget)?;
