@@ -103,7 +103,9 @@ pub enum Command {
         #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
         min_deviation: f64,
         /// Compare the nodes of this baseline's server model (`gpudoctor baseline`) with it
-        /// instead of with their majority (repeatable, one per model).
+        /// instead of with their majority, and hold their bandwidth to its floors (`baseline
+        /// --level 1`: a node below one is drained however slow its whole group is) rather
+        /// than to gpudoctor's bar only (repeatable, one per model).
         #[arg(long, value_name = "FILE")]
         expect: Vec<PathBuf>,
     },
@@ -225,6 +227,23 @@ pub struct CheckArgs {
     /// the verdict, beside what standard output prints (e.g. `--format reason`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Finish within SECONDS whatever hangs: discovery, the checks and each probe run under
+    /// this budget; when it is spent, what was judged is kept and everything not finished is
+    /// an unknown skip ("not judged: time budget of N s spent during STEP"), judged by the
+    /// gate as usual (--fail-on-skip fails the node). Without it, discovery gives up after
+    /// 60 s (exit 2) and probes after their --deadline.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_time_budget)]
+    pub time_budget: Option<f64>,
+}
+
+/// `--time-budget`: a positive number of seconds, at most a day.
+fn parse_time_budget(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86400.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}': expected seconds, more than 0 and at most 86400"
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -77,6 +77,10 @@ pub struct CheckOptions {
     pub all_series: bool,
     /// `--report FILE`: the JSON report written there too, whatever the verdict.
     pub report: Option<PathBuf>,
+    /// `--time-budget SECONDS`: the whole run's deadline (see `run::budget`).
+    pub time_budget: Option<Duration>,
+    /// GPUDOCTOR_TEST_SLOW_READ (tests only): a read of this path takes this long.
+    pub test_slow_read: Option<(String, Duration)>,
 }
 
 impl CheckOptions {
@@ -98,6 +102,8 @@ impl CheckOptions {
             textfile: None,
             all_series: false,
             report: None,
+            time_budget: None,
+            test_slow_read: None,
         }
     }
 }
@@ -200,6 +206,11 @@ pub struct Env {
     pub cuda_homes: Vec<PathBuf>,
     /// GPUDOCTOR_TOKEN.
     pub token: Option<String>,
+    /// GPUDOCTOR_TEST_SLOW_READ=PATH=SECONDS, for tests only: every read of PATH (a kernel
+    /// path such as /sys/bus/pci/devices/0000:00:06.0/config, or a recorded document such as
+    /// /probes/h2d.json) takes SECONDS longer, as a device that stops answering would. How the
+    /// tests make a step of `check --time-budget` outlast its budget; not for production use.
+    pub test_slow_read: Option<(String, Duration)>,
 }
 
 impl Env {
@@ -223,6 +234,16 @@ impl Env {
                 .map(PathBuf::from)
                 .collect(),
             token: nonempty("GPUDOCTOR_TOKEN").and_then(|t| t.into_string().ok()),
+            test_slow_read: nonempty("GPUDOCTOR_TEST_SLOW_READ")
+                .and_then(|v| v.into_string().ok())
+                .and_then(|v| {
+                    let (path, secs) = v.rsplit_once('=')?;
+                    let secs: f64 = secs
+                        .parse()
+                        .ok()
+                        .filter(|s: &f64| s.is_finite() && *s >= 0.0)?;
+                    Some((path.to_string(), Duration::from_secs_f64(secs.min(3600.0))))
+                }),
         }
     }
 }
@@ -293,6 +314,8 @@ impl Config {
                         textfile: c.textfile,
                         all_series: c.all_series,
                         report: c.report,
+                        time_budget: c.time_budget.map(Duration::from_secs_f64),
+                        test_slow_read: env.test_slow_read.clone(),
                     })),
                 )
             }
@@ -625,6 +648,7 @@ mod tests {
             stderr_is_terminal: true,
             cuda_homes: vec![PathBuf::from("/opt/cuda")],
             token: Some("s3cret".into()),
+            test_slow_read: Some(("/probes/h2d.json".into(), Duration::from_secs(3))),
         };
         let c = resolve(&["check", "--level", "1"], &env).unwrap();
         assert_eq!(c.width, Some(99));
@@ -634,6 +658,16 @@ mod tests {
         assert_eq!(o.probe.cuda_homes, vec![PathBuf::from("/opt/cuda")]);
         assert!(o.probe.progress);
         assert!(o.color, "a terminal gets colour");
+        assert_eq!(
+            o.test_slow_read,
+            Some(("/probes/h2d.json".into(), Duration::from_secs(3)))
+        );
+        assert_eq!(o.time_budget, None);
+        let c = resolve(&["check", "--time-budget", "2.5"], &env).unwrap();
+        let Action::Check(o) = c.action else {
+            panic!("check")
+        };
+        assert_eq!(o.time_budget, Some(Duration::from_millis(2500)));
         let c = resolve(&["check", "--color", "never"], &env).unwrap();
         let Action::Check(o) = c.action else {
             panic!("check")

@@ -4,8 +4,11 @@
 //! median across nodes and the outliers by robust z-score (Iglewicz and Hoaglin's modified
 //! z = 0.6745 (x - median) / MAD, |z| > 3.5 an outlier; where MAD is 0, the mean absolute
 //! deviation times 1.2533 stands in, as in their fallback). Per shape field (from bundles,
-//! where the topology is known): the nodes whose value differs from the majority. The nodes to
-//! drain: those that failed a check, and those with a low bandwidth outlier.
+//! where the topology is known): the nodes whose value differs from the majority (or from the
+//! `--expect` baseline of their model). The nodes to drain: those that failed a check, those
+//! with a low bandwidth outlier beyond the tolerance floor, those below an absolute floor (the
+//! baseline's `bandwidth` floor, else gpudoctor's bar for the probe) however slow their whole
+//! group is, and those whose GPUs, NICs or paths differ from the reference.
 //!
 //! Pure: works on `NodeData` that `run::fleet` read from reports and bundles; must not read
 //! files. The text tables are in `render::fleet`.
@@ -97,11 +100,37 @@ pub struct Outlier {
     pub drain: bool,
 }
 
+/// A node below an absolute floor for a measurement, whatever its group's median: a fleet
+/// that is uniformly slow has no outliers, but each of its nodes is below the floor.
 #[derive(Debug, Clone, Serialize)]
 pub struct BelowFloor {
     pub node: String,
     pub gbps: f64,
     pub floor_gbps: f64,
+    /// Whose floor: "gpudoctor's bar" (the probe's own threshold, e.g. 80% of the PCIe link
+    /// rate) or "baseline NAME" (the `--expect` baseline's `bandwidth` floor, which is judged
+    /// first where both apply).
+    pub floor_from: String,
+}
+
+/// The id of the measurement a baseline floor is about on one node ("h2d host->GPU0
+/// copy-engine"): the floor names its ends by PCI position, the node's shape gives the label
+/// it had there (`was`). None where an end is not on the node (its shape says so).
+fn floor_measurement(node: &Baseline, f: &crate::baseline::Floor) -> Option<String> {
+    let label = |pos: &str| -> Option<String> {
+        if pos == "host" {
+            return Some("host".to_string());
+        }
+        let g = node.gpus.iter().flatten().find(|g| g.position == pos)?;
+        Some(g.was.as_deref()?.split(' ').next()?.to_string())
+    };
+    Some(format!(
+        "{} {}->{} {}",
+        f.probe,
+        label(&f.src)?,
+        label(&f.dst)?,
+        f.method
+    ))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -577,19 +606,50 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
                 .push(format!("{} failed", c.id));
         }
     }
+    // Absolute floors from the --expect baselines, per node of their groups and measurement.
+    let mut baseline_floor: BTreeMap<(&str, String), (f64, String)> = BTreeMap::new();
+    for n in nodes {
+        let g = &group_of[n.name.as_str()];
+        let Some((name, b)) = opts
+            .expect
+            .iter()
+            .find(|(name, _)| *g == format!("baseline {name}"))
+        else {
+            continue;
+        };
+        let (Some(shape), Some(floors)) = (&n.shape, &b.bandwidth) else {
+            continue;
+        };
+        for f in floors.iter().filter(|f| f.min_gbps.is_finite()) {
+            if let Some(m) = floor_measurement(shape, f) {
+                baseline_floor.insert(
+                    (n.name.as_str(), m),
+                    (f.min_gbps, format!("baseline {name}")),
+                );
+            }
+        }
+    }
     // Probes, per group and measurement.
-    // (group, measurement) -> [(node, GB/s, gpudoctor's bar)].
-    type Readings<'a> = Vec<(&'a str, f64, Option<f64>)>;
+    // (group, measurement) -> [(node, GB/s, its absolute floor and whose)].
+    type Readings<'a> = Vec<(&'a str, f64, Option<(f64, String)>)>;
     let mut per_m: BTreeMap<(&str, &str), Readings> = BTreeMap::new();
     for n in nodes {
         let g = group_of[n.name.as_str()].as_str();
         for (m, v) in &n.bandwidth_gbps {
             if v.is_finite() {
-                per_m.entry((g, m.as_str())).or_default().push((
-                    n.name.as_str(),
-                    *v,
-                    n.floor_gbps.get(m).copied(),
-                ));
+                // The baseline's floor where the node has one, else gpudoctor's bar.
+                let floor = baseline_floor
+                    .get(&(n.name.as_str(), m.clone()))
+                    .cloned()
+                    .or_else(|| {
+                        n.floor_gbps
+                            .get(m)
+                            .map(|b| (*b, "gpudoctor's bar".to_string()))
+                    });
+                per_m
+                    .entry((g, m.as_str()))
+                    .or_default()
+                    .push((n.name.as_str(), *v, floor));
             }
         }
     }
@@ -625,19 +685,24 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             let below_floor: Vec<BelowFloor> = vals
                 .iter()
                 .filter_map(|(node, v, floor)| {
-                    let f = (*floor)?;
-                    (*v < f).then(|| BelowFloor {
+                    let (f, from) = floor.as_ref()?;
+                    (v < f).then(|| BelowFloor {
                         node: node.to_string(),
                         gbps: *v,
-                        floor_gbps: f,
+                        floor_gbps: *f,
+                        floor_from: from.clone(),
                     })
                 })
                 .collect();
             for b in &below_floor {
-                drain.entry(b.node.clone()).or_default().push(format!(
-                    "{m}: {:.1} GB/s, below gpudoctor's bar {:.1}",
-                    b.gbps, b.floor_gbps
-                ));
+                let whose = match b.floor_from.as_str() {
+                    "gpudoctor's bar" => format!("gpudoctor's bar {:.1}", b.floor_gbps),
+                    from => format!("the floor {:.1} of {from}", b.floor_gbps),
+                };
+                drain
+                    .entry(b.node.clone())
+                    .or_default()
+                    .push(format!("{m}: {:.1} GB/s, below {whose}", b.gbps));
             }
             ProbeRow {
                 group: g.to_string(),

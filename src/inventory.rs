@@ -214,6 +214,33 @@ pub struct Inventory {
     pub kernel_log: std::sync::Arc<crate::kmsg::KernelLog>,
 }
 
+impl Inventory {
+    /// Nothing read: discovery did not finish (`check --time-budget` ran out), `why` says so.
+    /// For a report of what was not judged; no check runs on it.
+    pub fn unread(why: String) -> Inventory {
+        Inventory {
+            pci: BTreeMap::new(),
+            rdma: Vec::new(),
+            netdevs: Vec::new(),
+            numa_nodes: Vec::new(),
+            nvml: Default::default(),
+            host: Host::default(),
+            extras: BTreeMap::new(),
+            notes: vec![Note {
+                path: "/".to_string(),
+                reason: why,
+            }],
+            rdma_class: ClassListing::Unreadable {
+                reason: "discovery did not finish".to_string(),
+            },
+            net_class: ClassListing::Unreadable {
+                reason: "discovery did not finish".to_string(),
+            },
+            kernel_log: Default::default(),
+        }
+    }
+}
+
 /// How much to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {

@@ -144,6 +144,19 @@ pub struct CheckReport {
     /// JSON has them in `topo --json`).
     #[serde(skip)]
     pub gpus: Vec<GpuIdentity>,
+    /// `--time-budget`: the budget and, when it ran out, the step that was running (absent
+    /// without a budget).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_budget: Option<TimeBudget>,
+}
+
+/// A run's time budget as the report gives it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimeBudget {
+    pub seconds: f64,
+    /// The step running when the budget ran out; null when the run finished within it. What
+    /// it cut is reported as unknown skips ("not judged: time budget of ... spent during ...").
+    pub spent_during: Option<String>,
 }
 
 /// A GPU as other tools name it: gpudoctor's label and PCI address, NVML's index and UUID,
@@ -317,7 +330,17 @@ impl CheckReport {
             nvml,
             unread: inv.notes.clone(),
             gpus: Vec::new(),
+            time_budget: None,
         }
+    }
+
+    /// Record the run's time budget (`--time-budget`).
+    pub fn with_time_budget(mut self, seconds: f64, spent_during: Option<String>) -> Self {
+        self.time_budget = Some(TimeBudget {
+            seconds,
+            spent_during,
+        });
+        self
     }
 }
 

@@ -148,20 +148,26 @@ impl Source {
     /// A probe's recorded samples (`probes/<name>.json` of a recorded tree). Meaningless for
     /// the live machine, which measures instead: callers ask only of recorded sources.
     pub fn recorded_probe(&self, kind: ProbeKind) -> Result<RecordedProbe> {
-        let name = kind.as_str();
-        let file = format!("probes/{name}.json");
-        let label = format!(
-            "{}: not a probe report",
-            self.sysroot.root_dir().join(&file).display()
-        );
-        recorded(
-            &self.sysroot,
-            &file,
-            &label,
-            |b| Ok(RecordedProbe::Report(Box::new(serde_json::from_slice(b)?))),
-            || RecordedProbe::Absent { file: file.clone() },
-        )
+        recorded_probe_in(&self.sysroot, kind)
     }
+}
+
+/// `Source::recorded_probe` by the tree's reader alone (for a worker thread that may be
+/// abandoned at a deadline).
+pub fn recorded_probe_in(sr: &SysRoot, kind: ProbeKind) -> Result<RecordedProbe> {
+    let name = kind.as_str();
+    let file = format!("probes/{name}.json");
+    let label = format!(
+        "{}: not a probe report",
+        sr.root_dir().join(&file).display()
+    );
+    recorded(
+        sr,
+        &file,
+        &label,
+        |b| Ok(RecordedProbe::Report(Box::new(serde_json::from_slice(b)?))),
+        || RecordedProbe::Absent { file: file.clone() },
+    )
 }
 
 /// Read one recorded document (`file`, relative to the tree's root) through the tree's reader:

@@ -167,6 +167,9 @@ pub struct SysRoot {
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
     /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
     recorded: BTreeMap<String, (String, Option<String>)>,
+    /// Tests only (GPUDOCTOR_TEST_SLOW_READ, see `config::Env`): a read of this path sleeps
+    /// this long first, as a device that stops answering would.
+    slow_read: std::sync::OnceLock<(String, std::time::Duration)>,
     /// Keeps whatever backs the tree (an extracted bundle's temporary directory) alive as long
     /// as the reader; dropped with it.
     _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
@@ -325,6 +328,7 @@ impl SysRoot {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             handed_out: std::sync::atomic::AtomicU64::new(0),
             recorded: BTreeMap::new(),
+            slow_read: std::sync::OnceLock::new(),
             _owner: None,
         }
     }
@@ -357,6 +361,7 @@ impl SysRoot {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             handed_out: std::sync::atomic::AtomicU64::new(0),
             recorded: BTreeMap::new(),
+            slow_read: std::sync::OnceLock::new(),
             _owner: None,
         })
     }
@@ -538,6 +543,19 @@ impl SysRoot {
             n => ends[n - 2],
         };
         buf[start..].to_string()
+    }
+
+    /// Tests only: every later read of `path` sleeps `delay` first (see `slow_read`).
+    pub fn delay_reads_of(&self, path: String, delay: std::time::Duration) {
+        let _ = self.slow_read.set((path, delay));
+    }
+
+    fn maybe_delay(&self, path: &str) {
+        if let Some((p, d)) = self.slow_read.get()
+            && p == path
+        {
+            std::thread::sleep(*d);
+        }
     }
 
     /// Whether a read or listing is in progress now (see `in_flight`).
@@ -987,6 +1005,7 @@ impl SysRoot {
     ) -> Result<R, ReadError> {
         self.note(kpath);
         let _reading = self.in_flight();
+        self.maybe_delay(kpath);
         let mut file = self.open_file(kpath)?;
         // A directory fails the read below with EISDIR; no fstat needed.
         // sysfs reports 4096 for every attribute: read to EOF, not by the reported size. A
@@ -1026,6 +1045,7 @@ impl SysRoot {
         if self.live {
             return Err(ReadError::BadPath(path.to_string()));
         }
+        self.maybe_delay(path);
         let file = match self.open_file(path) {
             Ok(f) => f,
             Err(ReadError::NotFound(_)) => return Ok(None),

@@ -326,11 +326,28 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
         "{} pass, {} warn, {} fail, {} skip",
         s.pass, s.warn, s.fail, s.skip
     );
+    // A run its --time-budget cut says so first: part of the node was not judged.
+    let cut = match r
+        .time_budget
+        .as_ref()
+        .and_then(|b| Some((b.seconds, b.spent_during.as_deref()?)))
+    {
+        Some((secs, during)) => {
+            let step = during.split(" (").next().unwrap_or(during);
+            let n = r
+                .checks
+                .iter()
+                .filter(|f| f.message.starts_with("not judged: time budget of"))
+                .count();
+            format!("time budget of {secs} s spent during {step}, {n} not judged; ")
+        }
+        None => String::new(),
+    };
     if r.status != Status::Fail {
-        return format!("gpudoctor: {} ({counts})\n", r.status.as_str());
+        return format!("gpudoctor: {cut}{} ({counts})\n", r.status.as_str());
     }
     let item = |f: &Finding, what: String| format!("{} {} {}", f.id, f.subject, what);
-    let mut head = String::from("gpudoctor: ");
+    let mut head = format!("gpudoctor: {cut}");
     let items: Vec<String> = if s.fail > 0 {
         r.checks
             .iter()

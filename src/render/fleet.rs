@@ -86,8 +86,11 @@ pub fn fleet_table(r: &FleetReport) -> String {
                 .collect();
             notes.extend(p.below_floor.iter().map(|b| {
                 format!(
-                    "*{} {:.1} below the bar {:.1}",
-                    b.node, b.gbps, b.floor_gbps
+                    "*{} {:.1} below {} {:.1}",
+                    b.node,
+                    b.gbps,
+                    floor_word(&b.floor_from),
+                    b.floor_gbps
                 )
             }));
             let _ = writeln!(
@@ -239,12 +242,13 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
             for b in &p.below_floor {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {:.1} | `{}` | {:.1} | below the bar {:.1} | | yes |",
+                    "| {} | {} | {:.1} | `{}` | {:.1} | below {} {:.1} | | yes |",
                     cell(&p.group),
                     cell(&p.measurement),
                     p.median_gbps,
                     cell(&b.node),
                     b.gbps,
+                    cell(&floor_word(&b.floor_from)),
                     b.floor_gbps
                 );
             }
@@ -345,4 +349,12 @@ pub fn diff_table(d: &DiffReport) -> String {
         }
     }
     s
+}
+
+/// "the bar" (gpudoctor's own) or "the floor of baseline NAME".
+fn floor_word(from: &str) -> String {
+    match from {
+        "gpudoctor's bar" => "the bar".to_string(),
+        other => format!("the floor of {other}"),
+    }
 }

@@ -1,6 +1,7 @@
 //! `topo` and `check`: discovery, the topology, level-0 checks, and the probe levels on top.
 
-use super::{EXIT_FAILED_CHECK, EXIT_OK, inventory};
+use super::budget::{Budget, Step};
+use super::{EXIT_FAILED_CHECK, EXIT_OK, Waited, inventory, wait_at_most};
 use crate::checks::{self, CheckId, Finding, SkipKind, Status};
 use crate::config::CheckOptions;
 use crate::inventory::{Inventory, Scope};
@@ -8,6 +9,7 @@ use crate::probes::{self, ProbeKind, ProbeReport};
 use crate::report::{CheckReport, TopoReport};
 use crate::source::{RecordedProbe, Source, SourceSpec};
 use anyhow::Result;
+use std::sync::Arc;
 
 /// A level-1 probe's CUDA work hung: the run cannot go on, and the process must end without
 /// joining the worker (`Outcome::hung`).
@@ -33,21 +35,96 @@ pub fn topo_report_from(source: &Source) -> Result<TopoReport> {
 }
 
 pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport> {
-    check_report_from(&Source::open(spec)?, opts)
+    // The budget counts from the start, opening the source included.
+    let budget = opts.time_budget.map(Budget::start);
+    let source = Source::open(spec)?;
+    if let Some((path, delay)) = &opts.test_slow_read {
+        source.sysroot.delay_reads_of(path.clone(), *delay);
+    }
+    report_within(&source, opts, budget.as_ref())
 }
 
 pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport> {
-    let inv = inventory(source, Scope::Checks)?;
-    let topo = crate::topo::build(&inv);
-    let ctx = checks::Ctx {
-        inv: &inv,
-        topo: &topo,
-        libs: &source.libs,
+    let budget = opts.time_budget.map(Budget::start);
+    report_within(source, opts, budget.as_ref())
+}
+
+/// Discovery under the budget (and never longer than the discovery deadline). None: the
+/// budget ran out first.
+fn budgeted_inventory(source: &Source, budget: Option<&Budget>) -> Result<Option<Inventory>> {
+    let Some(b) = budget else {
+        return inventory(source, Scope::Checks).map(Some);
     };
-    let mut findings = checks::run_level0(&ctx);
+    let deadline = b.cap(super::DISCOVERY_DEADLINE);
+    match super::inventory_within(source, Scope::Checks, deadline)? {
+        Waited::Done(inv) => Ok(Some(inv)),
+        Waited::Cut(stall) if b.remaining().is_zero() => {
+            b.cut(format!("discovery ({})", stall.doing()));
+            Ok(None)
+        }
+        // The discovery deadline passed first: gpudoctor could not run, as without a budget.
+        Waited::Cut(stall) => Err(stall.error("discovery", deadline)),
+    }
+}
+
+/// The level-0 checks, under the budget: when it ran out before they finished, each is an
+/// unknown skip with the budget's reason.
+fn budgeted_level0(
+    inv: &Arc<Inventory>,
+    topo: &Arc<crate::topo::Topology>,
+    libs: &crate::libs::LibFacts,
+    budget: Option<&Budget>,
+) -> Result<Vec<Finding>> {
+    let Some(b) = budget else {
+        return Ok(checks::run_level0(&checks::Ctx { inv, topo, libs }));
+    };
+    let (i, t, l) = (inv.clone(), topo.clone(), libs.clone());
+    let work = move || {
+        checks::run_level0(&checks::Ctx {
+            inv: &i,
+            topo: &t,
+            libs: &l,
+        })
+    };
+    match wait_at_most(b.remaining(), work, || "the level-0 checks".to_string())? {
+        Waited::Done(f) => Ok(f),
+        Waited::Cut(_) => {
+            b.cut("the level-0 checks".into());
+            let mut f = Vec::new();
+            b.unjudged(Step::Level0, 0, &mut f);
+            Ok(f)
+        }
+    }
+}
+
+fn report_within(
+    source: &Source,
+    opts: &CheckOptions,
+    budget: Option<&Budget>,
+) -> Result<CheckReport> {
+    let Some(inv) = budgeted_inventory(source, budget)? else {
+        // Nothing was judged: every check this run would have judged is unknown.
+        let b = budget.expect("only a budget cuts discovery short");
+        let mut findings = Vec::new();
+        b.unjudged(Step::Discovery, opts.level, &mut findings);
+        if opts.expect.is_some() {
+            b.unjudged(Step::Baseline, opts.level, &mut findings);
+        }
+        return Ok(finish(
+            source,
+            opts,
+            &Inventory::unread(b.reason()),
+            None,
+            findings,
+            budget,
+        ));
+    };
+    let inv = Arc::new(inv);
+    let topo = Arc::new(crate::topo::build(&inv));
+    let mut findings = budgeted_level0(&inv, &topo, &source.libs, budget)?;
     let mut probe_reports = None;
     if opts.level >= 1 {
-        let reports = level1_reports(source, &topo, opts)?;
+        let reports = level1_reports_within(source, &topo, opts, budget)?;
         checks::level1::settle_link_speed(&reports, &mut findings, &topo);
         for r in &reports {
             checks::level1::findings(r, &mut findings);
@@ -65,14 +142,31 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
         }
         probe_reports = Some(reports);
     }
-    if opts.level >= 2 {
-        level2(source, &inv, opts.probe.progress, &mut findings)?;
-    }
-    if opts.level >= 3 {
-        level3(source, &inv, &topo, opts.probe.progress, &mut findings)?;
-    }
-    if opts.level >= 4 {
-        level4(source, &inv, &topo, &opts.probe.cuda_homes, &mut findings)?;
+    // Levels 2-4 start only with budget left; a measurement the budget's end cut short is
+    // unknown, not a failure of the machine (`cut_short`).
+    for level in 2..=opts.level.min(4) {
+        let before = findings.len();
+        if let Some(b) = budget
+            && b.spent_at(|| format!("an earlier step, before level {level}"))
+        {
+            b.unjudged(Step::Level(level), level, &mut findings);
+            continue;
+        }
+        match level {
+            2 => level2(source, &inv, opts.probe.progress, budget, &mut findings)?,
+            3 => level3(
+                source,
+                &inv,
+                &topo,
+                opts.probe.progress,
+                budget,
+                &mut findings,
+            )?,
+            _ => level4(source, &inv, &topo, &opts.probe.cuda_homes, &mut findings)?,
+        }
+        if let Some(b) = budget {
+            cut_short(b, level, &mut findings[before..]);
+        }
     }
     if let Some(b) = &opts.expect {
         findings.extend(crate::baseline::compare(
@@ -82,14 +176,45 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
             probe_reports.as_deref(),
         ));
     }
+    Ok(finish(source, opts, &inv, Some(&topo), findings, budget))
+}
+
+/// The report of what was judged, gated.
+fn finish(
+    source: &Source,
+    opts: &CheckOptions,
+    inv: &Inventory,
+    topo: Option<&crate::topo::Topology>,
+    mut findings: Vec<Finding>,
+    budget: Option<&Budget>,
+) -> CheckReport {
     checks::debug_assert_sound(&findings);
     opts.overrides.apply(&mut findings);
-    Ok(
-        CheckReport::new(source.info.clone(), opts.level, &inv, findings)
-            .with_gpus(&topo)
-            .at(source.hostname.clone(), source.time.clone())
-            .gated(opts.strict, opts.fail_on_skip),
-    )
+    let mut r = CheckReport::new(source.info.clone(), opts.level, inv, findings);
+    if let Some(t) = topo {
+        r = r.with_gpus(t);
+    }
+    if let Some(b) = budget {
+        r = r.with_time_budget(b.seconds(), b.spent_during());
+    }
+    r.at(source.hostname.clone(), source.time.clone())
+        .gated(opts.strict, opts.fail_on_skip)
+}
+
+/// After a probe level ran under the budget: when the budget is now spent, a finding of that
+/// level that is not a pass was (or may have been) cut short by the capped timeout: unknown,
+/// with the budget's reason, never a failure of the machine.
+fn cut_short(b: &Budget, level: u8, findings: &mut [Finding]) {
+    if !b.spent_at(|| format!("the level-{level} probes")) {
+        return;
+    }
+    let reason = b.reason();
+    for f in findings
+        .iter_mut()
+        .filter(|f| matches!(f.status, Status::Fail | Status::Warn))
+    {
+        *f = Finding::new(f.id, f.subject.clone(), Status::Skip, reason.clone());
+    }
 }
 
 /// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device.
@@ -97,6 +222,7 @@ fn level2(
     source: &Source,
     inv: &Inventory,
     opts_progress: bool,
+    budget: Option<&Budget>,
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
     use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
@@ -142,6 +268,12 @@ fn level2(
             // on their median, validated (about 2.7 GB per port: tens of milliseconds at line
             // rate). A software device (rxe, no PCI function) moves ~50 MB/s under emulation
             // and is measured, not judged: 32 each, 3 repetitions.
+            if let Some(b) = budget
+                && b.spent_at(|| format!("the level-2 probes, before {} {subject}", level2::ID))
+            {
+                findings.push(Finding::new(level2::ID, subject, Status::Skip, b.reason()));
+                continue;
+            }
             let (iters, reps) = if d.bdf().is_some() { (500, 5) } else { (32, 3) };
             let plan = match Plan::new(vec![65536, 1 << 20], iters, 128, 16, None, 1, true)
                 .and_then(|p| p.with_repetitions(reps))
@@ -163,7 +295,7 @@ fn level2(
                 gid_index: None,
                 plan,
                 role: Role::Loopback,
-                timeout: std::time::Duration::from_secs(30),
+                timeout: cap(budget, std::time::Duration::from_secs(30)),
                 progress: opts_progress,
             };
             let (report, class) = rdma::write_bw(&source.sysroot, &req);
@@ -197,6 +329,7 @@ fn level3(
     inv: &Inventory,
     topo: &crate::topo::Topology,
     progress: bool,
+    budget: Option<&Budget>,
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
     use crate::rdma::engine::ErrorClass;
@@ -217,7 +350,7 @@ fn level3(
         gid_index: None,
         plan,
         role: Role::Loopback,
-        timeout: std::time::Duration::from_secs(30),
+        timeout: cap(budget, std::time::Duration::from_secs(30)),
         progress,
     };
     let req = GdrRequest {
@@ -329,6 +462,105 @@ fn level4(
     Ok(())
 }
 
+/// `deadline`, or what is left of the budget when that is less.
+fn cap(budget: Option<&Budget>, deadline: std::time::Duration) -> std::time::Duration {
+    budget.map_or(deadline, |b| b.cap(deadline))
+}
+
+/// The level-1 reports under the budget: a probe not finished when it ran out, and every probe
+/// after it, is a skipped report with the budget's reason (one unknown finding each).
+fn level1_reports_within(
+    source: &Source,
+    topo: &crate::topo::Topology,
+    opts: &CheckOptions,
+    budget: Option<&Budget>,
+) -> Result<Vec<ProbeReport>> {
+    let Some(b) = budget else {
+        return level1_reports(source, topo, opts);
+    };
+    let cut = |kind: ProbeKind| {
+        let mut r = ProbeReport::new(kind, opts.probe.policy.clone());
+        r.skipped = Some(b.reason());
+        r.status = probes::Status::Skip;
+        r
+    };
+    let mut out = Vec::new();
+    for kind in LEVEL1 {
+        let id = checks::level1::id_of(kind);
+        if b.spent_at(|| format!("an earlier step, before {id}")) {
+            out.push(cut(kind));
+            continue;
+        }
+        if source.is_live() {
+            let o = probes::options::ProbeOptions {
+                kind,
+                deadline: b.cap(opts.probe.deadline),
+                ..opts.probe.clone()
+            };
+            let r = probes::live::run(&o, topo);
+            if r.hung {
+                return Err(Hung(format!(
+                    "level-1 probe {id} hung: {}",
+                    r.report.error.clone().unwrap_or_default()
+                ))
+                .into());
+            }
+            if r.interrupted {
+                anyhow::bail!(
+                    "interrupted by {}; device and pinned memory freed",
+                    crate::signals::which()
+                );
+            }
+            // Broken off at the budget's end (the capped deadline): not judged.
+            if r.report.error.is_some() && b.spent_at(|| id.to_string()) {
+                out.push(cut(kind));
+            } else {
+                out.push(r.report);
+            }
+            continue;
+        }
+        let sr = source.sysroot.clone();
+        let file = format!("/probes/{}.json", kind.as_str());
+        let doing = format!("{id} (reading {file}: a read not answering)");
+        match wait_at_most(
+            b.remaining(),
+            move || crate::source::recorded_probe_in(&sr, kind),
+            || file.clone(),
+        )? {
+            Waited::Done(r) => out.push(replayed(r?, kind, opts)),
+            Waited::Cut(_) => {
+                b.cut(doing);
+                out.push(cut(kind));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The level-1 probes, in the order they run.
+const LEVEL1: [ProbeKind; 4] = [
+    ProbeKind::H2d,
+    ProbeKind::D2h,
+    ProbeKind::P2p,
+    ProbeKind::DmabufExport,
+];
+
+/// A recorded probe re-evaluated, or a skipped report saying it was not recorded.
+fn replayed(r: RecordedProbe, kind: ProbeKind, opts: &CheckOptions) -> ProbeReport {
+    match r {
+        RecordedProbe::Report(mut r) => {
+            r.evaluate();
+            *r
+        }
+        RecordedProbe::Absent { file } => {
+            let mut r = ProbeReport::new(kind, opts.probe.policy.clone());
+            r.skipped = Some(format!("not recorded (no {file} in the tree)"));
+            r.status = probes::Status::Skip;
+            r
+        }
+    }
+}
+
 /// Level-1 probe reports: measured on a live machine, or read from a recorded tree's
 /// `probes/<name>.json` and re-evaluated (so thresholds and verdicts replay offline).
 pub(super) fn level1_reports(
@@ -355,24 +587,8 @@ pub(super) fn level1_reports(
         return Ok(runs.into_iter().map(|r| r.report).collect());
     }
     let mut out = Vec::new();
-    for kind in [
-        ProbeKind::H2d,
-        ProbeKind::D2h,
-        ProbeKind::P2p,
-        ProbeKind::DmabufExport,
-    ] {
-        out.push(match source.recorded_probe(kind)? {
-            RecordedProbe::Report(mut r) => {
-                r.evaluate();
-                *r
-            }
-            RecordedProbe::Absent { file } => {
-                let mut r = ProbeReport::new(kind, opts.probe.policy.clone());
-                r.skipped = Some(format!("not recorded (no {file} in the tree)"));
-                r.status = probes::Status::Skip;
-                r
-            }
-        });
+    for kind in LEVEL1 {
+        out.push(replayed(source.recorded_probe(kind)?, kind, opts));
     }
     Ok(out)
 }

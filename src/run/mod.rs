@@ -5,6 +5,7 @@
 //! does), format text (`render` does) or end the process (`main` does, from `Outcome`).
 
 mod baseline;
+mod budget;
 mod bundle;
 mod check;
 mod export;
@@ -53,19 +54,34 @@ pub const DISCOVERY_DEADLINE: std::time::Duration = std::time::Duration::from_se
 
 /// Discovery of `source` under the deadline.
 fn inventory(source: &Source, scope: Scope) -> Result<Inventory> {
+    match inventory_within(source, scope, DISCOVERY_DEADLINE)? {
+        Waited::Done(inv) => Ok(inv),
+        Waited::Cut(stall) => Err(stall.error("discovery", DISCOVERY_DEADLINE)),
+    }
+}
+
+/// Discovery of `source`, waiting at most `deadline` (`Cut`: where it stood then).
+fn inventory_within(
+    source: &Source,
+    scope: Scope,
+    deadline: std::time::Duration,
+) -> Result<Waited<Inventory>> {
     let sr = source.sysroot.clone();
     let nvml = source.nvml.clone();
     let watched = source.sysroot.clone();
-    let r = with_deadline(
-        DISCOVERY_DEADLINE,
+    let r = match wait_at_most(
+        deadline,
         move || Inventory::collect_scoped(&sr, nvml, scope),
         move || Stall::of(&watched),
-    )?;
+    )? {
+        Waited::Done(r) => r,
+        Waited::Cut(stall) => return Ok(Waited::Cut(stall)),
+    };
     let r = r.map(|mut inv| {
         inv.kernel_log = source.kernel_log.clone();
         inv
     });
-    r.map_err(|e| match e {
+    r.map(Waited::Done).map_err(|e| match e {
         crate::inventory::InventoryError::NoPciBus(ReadError::NotFound(p)) => {
             anyhow::anyhow!("{p} does not exist: not a sysfs tree (no PCI bus)")
         }
@@ -101,9 +117,69 @@ impl Stall {
     }
 }
 
+impl Stall {
+    /// The error of a discovery that did not finish within `deadline`.
+    fn error(&self, what: &str, deadline: std::time::Duration) -> anyhow::Error {
+        if self.in_read {
+            return anyhow::anyhow!(
+                "reading {} did not finish within {} s ({what} waited on it): a device or file system is not answering (hung PCI device?)",
+                self.path,
+                deadline.as_secs_f64()
+            );
+        }
+        anyhow::anyhow!(
+            "{what} did not finish within {} s, and not for want of an answer: no read was in progress (the last path read, {}, had returned); the time went into processing what was read (an oversized or hostile recorded tree?)",
+            deadline.as_secs_f64(),
+            self.path
+        )
+    }
+
+    /// What was going on, for a time budget's skip reasons.
+    pub fn doing(&self) -> String {
+        // Discovery reads on several threads: the last path asked for is where it stood, not
+        // necessarily the read that does not answer.
+        if self.in_read {
+            format!("a read not answering; last path asked for: {}", self.path)
+        } else {
+            format!(
+                "processing what was read; last path asked for: {}",
+                self.path
+            )
+        }
+    }
+}
+
+/// Work that finished, or where it stood when its time ran out.
+pub enum Waited<T> {
+    Done(T),
+    Cut(Stall),
+}
+
 /// Run `work` on its own thread and wait at most `deadline`. A read that never returns cannot
-/// be cancelled, so on timeout the worker is abandoned (the process exits with code 2 right
-/// after reporting) and the error names what it was doing (`stuck_on`).
+/// be cancelled, so on timeout the worker is abandoned (the process exits right after
+/// reporting) and `stuck_on` says what it was doing.
+pub fn wait_at_most<T: Send + 'static, S: Into<Stall>>(
+    deadline: std::time::Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+    stuck_on: impl FnOnce() -> S,
+) -> Result<Waited<T>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("gpudoctor-discovery".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .context("starting the discovery thread")?;
+    match rx.recv_timeout(deadline) {
+        Ok(v) => Ok(Waited::Done(v)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(Waited::Cut(stuck_on().into())),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            anyhow::bail!("discovery stopped unexpectedly (bug: the worker thread panicked)")
+        }
+    }
+}
+
+/// `wait_at_most`, a cut being an error that names what the worker was doing (discovery).
 pub fn with_deadline<T: Send + 'static, S: Into<Stall>>(
     deadline: std::time::Duration,
     work: impl FnOnce() -> T + Send + 'static,
@@ -120,33 +196,9 @@ pub fn with_deadline_of<T: Send + 'static, S: Into<Stall>>(
     work: impl FnOnce() -> T + Send + 'static,
     stuck_on: impl FnOnce() -> S,
 ) -> Result<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("gpudoctor-discovery".into())
-        .spawn(move || {
-            let _ = tx.send(work());
-        })
-        .context("starting the discovery thread")?;
-    match rx.recv_timeout(deadline) {
-        Ok(v) => Ok(v),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            let stall: Stall = stuck_on().into();
-            if stall.in_read {
-                anyhow::bail!(
-                    "reading {} did not finish within {} s ({what} waited on it): a device or file system is not answering (hung PCI device?)",
-                    stall.path,
-                    deadline.as_secs_f64()
-                )
-            }
-            anyhow::bail!(
-                "{what} did not finish within {} s, and not for want of an answer: no read was in progress (the last path read, {}, had returned); the time went into processing what was read (an oversized or hostile recorded tree?)",
-                deadline.as_secs_f64(),
-                stall.path
-            )
-        }
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            anyhow::bail!("discovery stopped unexpectedly (bug: the worker thread panicked)")
-        }
+    match wait_at_most(deadline, work, stuck_on)? {
+        Waited::Done(v) => Ok(v),
+        Waited::Cut(stall) => Err(stall.error(what, deadline)),
     }
 }
 

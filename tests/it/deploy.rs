@@ -60,54 +60,160 @@ fn manifests_validate_against_kubernetes() {
     assert!(!o.status.success(), "a misspelt field must not validate");
 }
 
-/// The DaemonSet's loop runs `snapshot nvml`, `snapshot libs` and `--root DIR check --format
-/// prometheus|--json` on a tree laid out like its volumes (DIR/sys, DIR/proc, DIR/nvml.json,
-/// DIR/libs.json): here a fixture's sys/ and proc/ with freshly taken snapshots beside them.
+/// The DaemonSet runs deploy/kubernetes/gpudoctor-node (the image holds it); that loop runs
+/// `snapshot nvml`, `snapshot libs` and `--root DIR check --json --textfile` on a tree laid out
+/// like its volumes (DIR/sys, DIR/proc, DIR/nvml.json, DIR/libs.json): here a fixture's sys/ and
+/// proc/ with freshly taken snapshots beside them (this machine has no NVIDIA driver, so the node
+/// fails), one run (--once) with a stand-in kubectl that records what it is asked: the report
+/// and textfile written, the node labelled gpudoctor.io/status=fail and tainted.
 #[test]
 fn daemonset_commands_work_on_its_layout() {
     let ds = std::fs::read_to_string(repo().join("deploy/kubernetes/daemonset.yaml")).unwrap();
+    assert!(ds.contains(r#"command: ["/usr/local/bin/gpudoctor-node"]"#));
+    assert!(ds.contains("serviceAccountName: gpudoctor"));
+    assert!(ds.contains("fieldPath: spec.nodeName"));
+    assert!(
+        ds.contains("key: gpudoctor.io/problem"),
+        "tolerates its own taint"
+    );
+    let image = std::fs::read_to_string(repo().join("deploy/kubernetes/Containerfile")).unwrap();
+    assert!(image.contains("COPY deploy/kubernetes/gpudoctor-node /usr/local/bin/gpudoctor-node"));
+    assert!(image.contains("/usr/local/bin/kubectl"));
+    let script = std::fs::read_to_string(repo().join("deploy/kubernetes/gpudoctor-node")).unwrap();
     for cmd in [
-        "gpudoctor snapshot nvml > /gpudoctor-root/nvml.json",
-        "gpudoctor snapshot libs > /gpudoctor-root/libs.json",
-        "gpudoctor --root /gpudoctor-root check --json --textfile /textfile",
+        r#"gpudoctor snapshot nvml > "$ROOT/nvml.json""#,
+        r#"gpudoctor snapshot libs > "$ROOT/libs.json""#,
+        r#"gpudoctor --root "$ROOT" check --json --textfile "$TEXTFILE""#,
     ] {
-        assert!(ds.contains(cmd), "daemonset.yaml no longer runs `{cmd}`");
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
-    for d in ["sys", "proc"] {
-        copy_tree(
-            &repo().join("fixtures/pcie-2socket-roce").join(d),
-            &root.join(d),
+        assert!(
+            script.contains(cmd),
+            "gpudoctor-node no longer runs `{cmd}`"
         );
     }
-    for what in ["nvml", "libs"] {
-        let o = gpudoctor().args(["snapshot", what]).output().unwrap();
-        assert_eq!(o.status.code(), Some(0));
-        std::fs::write(root.join(format!("{what}.json")), o.stdout).unwrap();
-    }
-    let textfile = tmp.path().join("textfile");
-    std::fs::create_dir(&textfile).unwrap();
-    let o = gpudoctor()
-        .arg("--root")
-        .arg(root)
-        .args(["check", "--json", "--textfile"])
-        .arg(&textfile)
-        .output()
-        .unwrap();
-    assert!(
-        matches!(o.status.code(), Some(0 | 1)),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let prom = std::fs::read_to_string(textfile.join("gpudoctor.prom")).unwrap();
+    let node = NodeLoop::new("pcie-2socket-roce");
+    let (code, kubectl) = node.once(&[]);
+    assert_eq!(code, Some(1), "no driver here: driver.* fail");
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(node.dir.path().join("report/check.json")).unwrap(),
+    )
+    .unwrap();
+    let prom = std::fs::read_to_string(node.dir.path().join("textfile/gpudoctor.prom")).unwrap();
     let status = report["status"].as_str().unwrap();
+    assert_eq!(status, "fail");
     assert!(
         prom.contains(&format!("gpudoctor_status{{status=\"{status}\"}} 1")),
         "{prom}"
     );
     assert!(prom.contains("gpudoctor_up 1"), "{prom}");
+    assert_eq!(
+        kubectl,
+        "label node gpu7 gpudoctor.io/status=fail --overwrite\n\
+         taint node gpu7 gpudoctor.io/problem=fail:NoSchedule --overwrite\n"
+    );
+}
+
+/// gpudoctor-node marks the node with each verdict: a healthy run (the fixture's own NVML
+/// snapshot, warnings only) labels pass and leaves the taint alone unless GPUDOCTOR_UNTAINT=1;
+/// a tree gpudoctor cannot read labels unknown and taints nothing; GPUDOCTOR_MARK_NODE=0 calls
+/// no kubectl.
+#[test]
+fn daemonset_loop_marks_the_node() {
+    let node = NodeLoop::new("pcie-2socket-roce");
+    for f in ["nvml.json", "libs.json"] {
+        std::fs::copy(
+            repo().join("fixtures/pcie-2socket-roce").join(f),
+            node.dir.path().join("root").join(f),
+        )
+        .unwrap();
+    }
+    let keep = [("GPUDOCTOR_SNAPSHOTS", "0")];
+    let (code, kubectl) = node.once(&keep);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        kubectl,
+        "label node gpu7 gpudoctor.io/status=pass --overwrite\n"
+    );
+    let (_, kubectl) = node.once(&[keep[0], ("GPUDOCTOR_UNTAINT", "1")]);
+    assert_eq!(
+        kubectl,
+        "label node gpu7 gpudoctor.io/status=pass --overwrite\n\
+         taint node gpu7 gpudoctor.io/problem:NoSchedule-\n"
+    );
+    let (_, kubectl) = node.once(&[keep[0], ("GPUDOCTOR_MARK_NODE", "0")]);
+    assert_eq!(kubectl, "");
+
+    std::fs::remove_dir_all(node.dir.path().join("root/sys")).unwrap();
+    let (code, kubectl) = node.once(&keep);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        kubectl,
+        "label node gpu7 gpudoctor.io/status=unknown --overwrite\n"
+    );
+    let prom = std::fs::read_to_string(node.dir.path().join("textfile/gpudoctor.prom")).unwrap();
+    assert!(prom.contains("gpudoctor_up 0"), "{prom}");
+}
+
+/// A temporary layout for gpudoctor-node: root/ (a fixture's sys and proc), textfile/, report/,
+/// and bin/kubectl that appends its arguments to kubectl.log.
+struct NodeLoop {
+    dir: tempfile::TempDir,
+}
+
+impl NodeLoop {
+    fn new(fixture: &str) -> NodeLoop {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["root", "textfile", "report", "bin"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        for d in ["sys", "proc"] {
+            copy_tree(
+                &repo().join("fixtures").join(fixture).join(d),
+                &dir.path().join("root").join(d),
+            );
+        }
+        let kubectl = dir.path().join("bin/kubectl");
+        std::fs::write(
+            &kubectl,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> {}\n",
+                dir.path().join("kubectl.log").display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+        NodeLoop { dir }
+    }
+
+    /// One run (--once) with `env`: (exit code, what kubectl was asked).
+    fn once(&self, env: &[(&str, &str)]) -> (Option<i32>, String) {
+        let log = self.dir.path().join("kubectl.log");
+        let _ = std::fs::remove_file(&log);
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_gpudoctor"))
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let path = format!(
+            "{}:{}:{}",
+            self.dir.path().join("bin").display(),
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let o = Command::new(repo().join("deploy/kubernetes/gpudoctor-node"))
+            .arg("--once")
+            .env("PATH", path)
+            .env("NODE_NAME", "gpu7")
+            .env("GPUDOCTOR_ROOT", self.dir.path().join("root"))
+            .env("GPUDOCTOR_TEXTFILE_DIR", self.dir.path().join("textfile"))
+            .env("GPUDOCTOR_REPORT_DIR", self.dir.path().join("report"))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            std::fs::read_to_string(&log).unwrap_or_default(),
+        )
+    }
 }
 
 fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
@@ -130,14 +236,57 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
 /// runs gpudoctor, and gpudoctor speaks NPD's custom-plugin protocol (exit 0 OK, 1 NonOK, other
 /// Unknown; the first `max_output_length` bytes of standard output are the condition message):
 /// a failing node gives NonOK with a one-line message naming the failure, a node with warnings
-/// only OK, a tree gpudoctor cannot read Unknown. (No node-problem-detector binary is packaged
-/// for Debian or PyPI, so NPD itself does not run here.)
+/// only OK, a tree gpudoctor cannot read Unknown. The file passes the checks NPD's own
+/// `CustomPluginConfig.ApplyConfiguration` and `Validate` make (pkg/custompluginmonitor/types/
+/// config.go: Go durations, a rule's timeout within the global one, a permanent rule's condition
+/// among the defaults), and the rule's --time-budget ends gpudoctor before NPD's timeout kills it
+/// (a kill is Unknown with no message; a budget-cut run says what it did not judge). (No
+/// node-problem-detector binary can be had here: not in Debian bookworm, PyPI, npm or
+/// crates.io; its Go module needs Go 1.26, and this machine has no Go: see the README.)
 #[test]
 fn npd_plugin_speaks_the_custom_plugin_protocol() {
     let text = std::fs::read_to_string(repo().join("deploy/kubernetes/npd-gpudoctor-plugin.json"))
         .unwrap();
     let cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(cfg["plugin"], "custom");
+    // Go's time.ParseDuration, for the forms NPD's examples use ("10m", "55s").
+    let go_duration = |v: &serde_json::Value| -> f64 {
+        let s = v.as_str().unwrap();
+        let (n, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap());
+        let n: f64 = n.parse().unwrap();
+        n * match unit {
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => panic!("unit {u}"),
+        }
+    };
+    let global = go_duration(&cfg["pluginConfig"]["timeout"]);
+    assert!(go_duration(&cfg["pluginConfig"]["invoke_interval"]) >= global);
+    for r in cfg["rules"].as_array().unwrap() {
+        assert!(go_duration(&r["timeout"]) <= global, "NPD refuses: {r}");
+        if r["type"] == "permanent" {
+            assert!(
+                cfg["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["type"] == r["condition"]),
+                "NPD refuses a permanent rule without a default condition: {r}"
+            );
+        }
+        // gpudoctor ends itself before NPD kills it, with a margin for its start and output.
+        let a: Vec<&str> = r["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let budget: f64 = a[a.iter().position(|x| *x == "--time-budget").unwrap() + 1]
+            .parse()
+            .unwrap();
+        assert!(budget + 3.0 <= go_duration(&r["timeout"]), "{r}");
+    }
     let max = cfg["pluginConfig"]["max_output_length"].as_u64().unwrap() as usize;
     let condition = cfg["conditions"][0]["type"].as_str().unwrap();
     let rule = &cfg["rules"][0];
@@ -174,4 +323,41 @@ fn npd_plugin_speaks_the_custom_plugin_protocol() {
     let (code, out) = run(&["--root", "fixtures/no-such-tree"]);
     assert_eq!(code, Some(2), "Unknown");
     assert_eq!(out, "");
+}
+
+/// The NPD rule's --time-budget on a node whose discovery does not answer (a read sleeping 30 s,
+/// GPUDOCTOR_TEST_SLOW_READ) and with the budget shortened to 1 s: gpudoctor ends by itself, OK
+/// or NonOK by the gate as always, with a message that says the budget was spent.
+#[test]
+fn npd_rule_budget_cut_says_so() {
+    let text = std::fs::read_to_string(repo().join("deploy/kubernetes/npd-gpudoctor-plugin.json"))
+        .unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let max = cfg["pluginConfig"]["max_output_length"].as_u64().unwrap() as usize;
+    let mut args: Vec<String> = cfg["rules"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let at = args.iter().position(|x| x == "--time-budget").unwrap();
+    args[at + 1] = "1".into();
+    let t0 = std::time::Instant::now();
+    let o = gpudoctor()
+        .env(
+            "GPUDOCTOR_TEST_SLOW_READ",
+            "/sys/devices/pci0000:00/0000:00:01.0/class=30",
+        )
+        .args(["--root", "fixtures/pcie-2socket-roce"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(t0.elapsed().as_secs() < 10);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "OK by the gate: {out}");
+    assert!(
+        out.starts_with("gpudoctor: time budget of 1 s spent during discovery, 35 not judged; "),
+        "{out}"
+    );
+    assert!(out.len() <= max, "{out}");
 }

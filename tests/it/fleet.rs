@@ -441,6 +441,113 @@ fn fleet_expect_compares_with_the_baseline() {
     );
 }
 
+/// Absolute floors from the `--expect` baseline: five nodes of the baseline's model all at 95%
+/// of the recorded h2d bandwidth are alike (no outlier) and above gpudoctor's bar, so without
+/// the baseline none is drained; the baseline's floors (tightened to 98% of the recorded
+/// median, as an operator may write them) drain each of them, one line per node and
+/// measurement, naming whose floor. A node at 100% stays.
+#[test]
+fn fleet_expect_floors_drain_a_uniformly_slow_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpudoctor()
+        .args(["--root", "fixtures/h200x2-live", "baseline", "--level", "1"])
+        .output()
+        .unwrap();
+    let mut sku: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for f in sku["bandwidth"].as_array_mut().unwrap() {
+        let recorded = f["min_gbps"].as_f64().unwrap() / 0.9;
+        f["min_gbps"] = ((recorded * 0.98 * 10.0).floor() / 10.0).into();
+    }
+    let expect = dir.path().join("h200-sku.json");
+    std::fs::write(&expect, sku.to_string()).unwrap();
+    let nodes = dir.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let shape = baseline_of("fixtures/h200x2-live");
+    let h2d = repo().join("fixtures/h200x2-live/probes/h2d.json");
+    for (name, factor) in [
+        ("n0", 0.95),
+        ("n1", 0.95),
+        ("n2", 0.95),
+        ("n3", 0.95),
+        ("n4", 0.95),
+        ("ok", 1.0),
+    ] {
+        std::fs::write(
+            nodes.join(format!("{name}.baseline.json")),
+            shape.to_string(),
+        )
+        .unwrap();
+        scaled_probe_only(
+            &h2d,
+            factor,
+            &nodes.join(format!("{name}.h2d.json")),
+            Some("copy-engine"),
+        );
+    }
+    let (code, r) = fleet_json(&[&nodes]);
+    assert_eq!(code, 0, "alike, above gpudoctor's bar: {r:#}");
+    for p in r["probes"].as_array().unwrap() {
+        assert!(p["below_floor"].as_array().unwrap().is_empty(), "{p}");
+    }
+
+    let o = gpudoctor()
+        .arg("fleet")
+        .arg(&nodes)
+        .arg("--expect")
+        .arg(&expect)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(drained(&r), vec!["n0", "n1", "n2", "n3", "n4"], "{r:#}");
+    let probes = r["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 2, "host->GPU0 and host->GPU1: {probes:#?}");
+    for p in probes {
+        assert_eq!(p["group"], "baseline h200-sku");
+        // The healthy node is the statistical outlier (high, not drained): the slow five are
+        // the group's median.
+        let out = p["outliers"].as_array().unwrap();
+        assert!(
+            out.len() == 1 && out[0]["node"] == "ok" && out[0]["drain"] == false,
+            "{p}"
+        );
+        let below = p["below_floor"].as_array().unwrap();
+        assert_eq!(below.len(), 5, "{p}");
+        assert!(below.iter().all(|b| b["floor_from"] == "baseline h200-sku"));
+    }
+    for d in r["drain"].as_array().unwrap() {
+        let reasons = d["reasons"].as_array().unwrap();
+        assert_eq!(reasons.len(), 2, "one line per measurement: {d}");
+        let first = reasons[0].as_str().unwrap();
+        assert!(
+            first.starts_with("h2d host->GPU0 copy-engine: 52.")
+                && first.contains(" GB/s, below the floor 54.")
+                && first.ends_with(" of baseline h200-sku"),
+            "{first}"
+        );
+    }
+    // Markdown names the floor.
+    let o = gpudoctor()
+        .arg("fleet")
+        .arg(&nodes)
+        .arg("--expect")
+        .arg(&expect)
+        .args(["--format", "md"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        md.contains("below the floor of baseline h200-sku 54."),
+        "{md}"
+    );
+}
+
 #[test]
 fn diff_two_bundles_and_two_reports() {
     let base = "fixtures/variants/pcie-2socket-roce--gpu-x8/bundle.tar.gz";

@@ -2,6 +2,7 @@
 
 mod audit;
 mod baseline;
+mod budget;
 mod bundle;
 mod checks;
 mod cli;

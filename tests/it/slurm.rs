@@ -99,8 +99,9 @@ fn slurm_health_check_drains_faulty_nodes_only() {
     assert_eq!(report, "missing");
 }
 
-/// GPUDOCTOR_TIMEOUT cuts a run that does not finish (here a stand-in binary that sleeps) with
-/// a reason; GPUDOCTOR_ON_ERROR=drain drains on it, and a gate failure names the gate.
+/// GPUDOCTOR_TIMEOUT's kill is the backstop for a gpudoctor that ignores its budget (here a
+/// stand-in binary that sleeps), with a reason; GPUDOCTOR_ON_ERROR=drain drains on it, and a
+/// gate failure names the gate.
 #[test]
 fn slurm_timeout_on_error_and_gate_reasons() {
     if !have_slurm() {
@@ -120,7 +121,7 @@ fn slurm_timeout_on_error_and_gate_reasons() {
     assert!(state.starts_with("drain"), "state {state}");
     assert_eq!(
         reason,
-        "gpudoctor: could not run: no verdict within GPUDOCTOR_TIMEOUT=2s"
+        "gpudoctor: could not run: killed at GPUDOCTOR_TIMEOUT=2s (the backstop): its own --time-budget of 1s did not end it"
     );
     assert_eq!(report, "missing");
     assert!(t0.elapsed().as_secs() < 50, "the budget cut the run");
@@ -134,6 +135,66 @@ fn slurm_timeout_on_error_and_gate_reasons() {
     assert!(state.starts_with("drain"), "state {state}");
     assert!(
         reason.starts_with("gpudoctor: gate: 5 warnings (--strict): gdr.peer-mapping host "),
+        "{reason}"
+    );
+}
+
+/// gpudoctor's own budget (GPUDOCTOR_TIMEOUT less the margin) ends a run whose discovery does
+/// not answer (GPUDOCTOR_TEST_SLOW_READ: one read sleeps 30 s) before the backstop's kill: the
+/// report is kept, and the node is drained (GPUDOCTOR_ON_ERROR=drain) with a reason naming the
+/// budget, or left in service (leave); with --fail-on-skip the gate drains it, naming the
+/// budget first.
+#[test]
+fn slurm_budget_cut_run_is_named() {
+    if !have_slurm() {
+        return;
+    }
+    let slow = (
+        "GPUDOCTOR_TEST_SLOW_READ",
+        "/sys/devices/pci0000:00/0000:00:01.0/class=30",
+    );
+    let root = ["--root", "fixtures/pcie-2socket-roce"];
+    let t0 = std::time::Instant::now();
+    let (state, reason, report, _) = cluster_with(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[
+            slow,
+            ("GPUDOCTOR_TIMEOUT", "4"),
+            ("GPUDOCTOR_ON_ERROR", "drain"),
+        ],
+        &root,
+    );
+    assert!(state.starts_with("drain"), "state {state}");
+    assert_eq!(
+        reason,
+        "gpudoctor: not finished: time budget of 3 s spent during discovery, 35 not judged"
+    );
+    assert_eq!(report, "kept", "the budget, not the kill, ended the run");
+    assert!(t0.elapsed().as_secs() < 50);
+
+    let (state, reason, report, _) = cluster_with(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[slow, ("GPUDOCTOR_TIMEOUT", "4")],
+        &root,
+    );
+    assert_eq!(state, "idle", "GPUDOCTOR_ON_ERROR=leave");
+    assert_eq!(reason, "");
+    assert_eq!(report, "kept");
+
+    let (state, reason, _, _) = cluster_with(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[
+            slow,
+            ("GPUDOCTOR_TIMEOUT", "4"),
+            ("GPUDOCTOR_ARGS", "--fail-on-skip"),
+        ],
+        &root,
+    );
+    assert!(state.starts_with("drain"), "state {state}");
+    assert!(
+        reason.starts_with(
+            "gpudoctor: time budget of 3 s spent during discovery, 35 not judged; gate: 35 could not be judged (--fail-on-skip): "
+        ),
         "{reason}"
     );
 }

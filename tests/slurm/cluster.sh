@@ -5,7 +5,7 @@
 # check has run, then stops everything it started.
 # Usage: tests/slurm/cluster.sh GPUDOCTOR_BIN GLOBAL_ARGS...   (e.g. --root fixtures/x)
 # GPUDOCTOR_MODE, GPUDOCTOR_TIMEOUT, GPUDOCTOR_ON_ERROR and GPUDOCTOR_ARGS in the environment
-# reach the script. With GPUDOCTOR_MODE=prolog the script is the cluster's Prolog instead (no
+# reach the script (and GPUDOCTOR_TEST_SLOW_READ, the test-only slow read, reaches gpudoctor). With GPUDOCTOR_MODE=prolog the script is the cluster's Prolog instead (no
 # health check), a batch job is submitted, and the job's state is printed too (job=...).
 set -euo pipefail
 bin=$(realpath "$1"); shift
@@ -34,7 +34,7 @@ pids+=($!)
 
 # The health check: the example script, configured through its environment file equivalent.
 settings=""
-for v in GPUDOCTOR_MODE GPUDOCTOR_TIMEOUT GPUDOCTOR_ON_ERROR GPUDOCTOR_ARGS; do
+for v in GPUDOCTOR_MODE GPUDOCTOR_TIMEOUT GPUDOCTOR_ON_ERROR GPUDOCTOR_ARGS GPUDOCTOR_TEST_SLOW_READ; do
   eval "val=\${$v:-}"
   [ -n "$val" ] && settings="$settings
 export $v='$val'"
