@@ -8,7 +8,9 @@
 
 use crate::bundle::redact::SiteKey;
 use crate::checks::Overrides;
-use crate::cli::{Args, ColorChoice, Command, ProbeArgs, ProbeCommand, SourceArgs, WriteBwArgs};
+use crate::cli::{
+    Args, ColorChoice, Command, FormatArg, ProbeArgs, ProbeCommand, SourceArgs, WriteBwArgs,
+};
 use crate::probes::ProbeKind;
 use crate::probes::options::ProbeOptions;
 use crate::rdma::{Role, WriteBwRequest, write_bw};
@@ -26,7 +28,7 @@ pub enum TopoOutput {
 }
 
 /// How a report is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputFormat {
     /// Human table.
     Table,
@@ -41,11 +43,23 @@ pub enum OutputFormat {
     Reason,
 }
 
+impl From<FormatArg> for OutputFormat {
+    fn from(f: FormatArg) -> OutputFormat {
+        match f {
+            FormatArg::Table => OutputFormat::Table,
+            FormatArg::Json => OutputFormat::Json,
+            FormatArg::Prometheus => OutputFormat::Prometheus,
+            FormatArg::Junit => OutputFormat::Junit,
+            FormatArg::Reason => OutputFormat::Reason,
+        }
+    }
+}
+
 impl OutputFormat {
     /// `--json` and `--format` resolved (clap has already refused both together).
-    fn resolve(json: bool, format: Option<OutputFormat>) -> OutputFormat {
+    fn resolve(json: bool, format: Option<FormatArg>) -> OutputFormat {
         match (json, format) {
-            (_, Some(f)) => f,
+            (_, Some(f)) => f.into(),
             (true, None) => OutputFormat::Json,
             (false, None) => OutputFormat::Table,
         }
@@ -461,7 +475,7 @@ fn probe_action(
     })
 }
 
-fn probe_format(json: bool, format: Option<OutputFormat>) -> Result<OutputFormat> {
+fn probe_format(json: bool, format: Option<FormatArg>) -> Result<OutputFormat> {
     let f = OutputFormat::resolve(json, format);
     if matches!(f, OutputFormat::Junit | OutputFormat::Reason) {
         bail!(
@@ -508,8 +522,8 @@ fn level3_request(
             Some(GpuArg::Index(n)) => GpuSelect::One(n),
             Some(GpuArg::Auto) => GpuSelect::Auto,
         },
-        mode: w.gdr.unwrap_or(GdrMode::Auto),
-        gpu_side: w.gpu_side.unwrap_or(GpuSide::Both),
+        mode: w.gdr.map_or(GdrMode::Auto, GdrMode::from),
+        gpu_side: w.gpu_side.map_or(GpuSide::Both, GpuSide::from),
         repeat: w.repeat,
         device_given: w.device.is_some(),
     }))
@@ -529,8 +543,8 @@ fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs, env: &Env) -> Result<GpuWr
         sizes: w.sizes.unwrap_or_else(|| level4::DEFAULT_SIZES.to_vec()),
         iters: w.iters,
         writes_per_iter: w.writes_per_iter,
-        handler: w.nic_handler,
-        queues: w.queues,
+        handler: w.nic_handler.into(),
+        queues: w.queues.into(),
         validate: w.validate,
     };
     level4::validate(&request).map_err(|e| anyhow::anyhow!("probe gpu-write-bw: {e}"))?;
