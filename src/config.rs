@@ -81,7 +81,7 @@ pub struct CheckOptions {
     pub level: u8,
     pub overrides: Overrides,
     /// `--expect FILE`: the baseline to compare with, parsed.
-    pub expect: Option<crate::baseline::Baseline>,
+    pub expect: Option<crate::checks::baseline::Baseline>,
     pub format: OutputFormat,
     /// Exit 1 when something that should have been judged was not (`--fail-on-skip`).
     pub fail_on_skip: bool,
@@ -410,13 +410,14 @@ impl Config {
 }
 
 /// Read and parse a baseline file (a usage error when it is missing or malformed).
-fn read_baseline(p: &std::path::Path) -> Result<crate::baseline::Baseline> {
+fn read_baseline(p: &std::path::Path) -> Result<crate::checks::baseline::Baseline> {
     // A baseline may come from elsewhere: a regular file only, capped, never a blocking open.
     let bytes = crate::bundle::read::read_regular(p, 64 << 20)
         .with_context(|| format!("--expect {}: cannot read", p.display()))?;
     let text =
         String::from_utf8(bytes).with_context(|| format!("--expect {}: not UTF-8", p.display()))?;
-    crate::baseline::Baseline::parse(&text).with_context(|| format!("--expect {}", p.display()))
+    crate::checks::baseline::Baseline::parse(&text)
+        .with_context(|| format!("--expect {}", p.display()))
 }
 
 /// `--root`/`--bundle` given before the subcommand or after it (not both); refused for

@@ -10,7 +10,7 @@
 //! Pure: works on `NodeData` that `run::fleet` read from reports and bundles; must not read
 //! files. The text tables are in `render::fleet`.
 
-use crate::baseline::Baseline;
+use crate::checks::baseline::Baseline;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,6 +5,7 @@
 //! capture list) first. Unknown is never pass: a fact that could not be read gives `skip` with
 //! the reason.
 
+pub mod baseline;
 mod driver;
 mod gdr;
 mod gpu;

@@ -75,7 +75,7 @@ pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckRe
         level4(source, &inv, &topo, &opts.probe.cuda_homes, &mut findings)?;
     }
     if let Some(b) = &opts.expect {
-        findings.extend(crate::baseline::compare(
+        findings.extend(crate::checks::baseline::compare(
             b,
             &inv,
             &topo,

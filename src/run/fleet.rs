@@ -131,7 +131,9 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
                 probes.push(*r);
             }
         }
-        n.shape = Some(crate::baseline::capture(&inv, &topo, &probes, &n.name));
+        n.shape = Some(crate::checks::baseline::capture(
+            &inv, &topo, &probes, &n.name,
+        ));
         return Ok(Some(n));
     }
     let bytes = crate::bundle::read::read_regular(p, MAX_REPORT_BYTES)
@@ -152,9 +154,9 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
                 .with_context(|| format!("{}: malformed probe report", p.display()))?;
             bandwidth_of(&r, &mut n);
         }
-        crate::baseline::BASELINE_SCHEMA => {
+        crate::checks::baseline::BASELINE_SCHEMA => {
             n.shape = Some(
-                crate::baseline::Baseline::parse(&text)
+                crate::checks::baseline::Baseline::parse(&text)
                     .with_context(|| format!("{}", p.display()))?,
             );
         }
@@ -248,8 +250,8 @@ pub fn fleet(
     for p in expect {
         let text =
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let b =
-            crate::baseline::Baseline::parse(&text).with_context(|| format!("{}", p.display()))?;
+        let b = crate::checks::baseline::Baseline::parse(&text)
+            .with_context(|| format!("{}", p.display()))?;
         opts.expect.push((node_name(p), b));
     }
     let nodes = load(inputs)?;
