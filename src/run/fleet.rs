@@ -2,8 +2,8 @@
 //! summarize (`crate::fleet`).
 
 use super::{EXIT_FAILED_CHECK, EXIT_OK, Outcome};
-use crate::cli::FleetFormat;
 use crate::config::CheckOptions;
+use crate::config::FleetOutput;
 use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
 use crate::probes::{ProbeKind, ProbeReport};
 use crate::source::{RecordedProbe, Source, SourceSpec};
@@ -239,7 +239,7 @@ pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
 
 pub fn fleet(
     inputs: &[PathBuf],
-    format: FleetFormat,
+    format: FleetOutput,
     min_deviation: f64,
     expect: &[PathBuf],
 ) -> Result<Outcome> {
@@ -263,9 +263,9 @@ pub fn fleet(
     };
     Ok(Outcome::new(
         match format {
-            FleetFormat::Json => crate::render::json(&r),
-            FleetFormat::Table => crate::render::fleet_table(&r),
-            FleetFormat::Md => crate::render::fleet_markdown(&r),
+            FleetOutput::Json => crate::render::json(&r),
+            FleetOutput::Table => crate::render::fleet_table(&r),
+            FleetOutput::Markdown => crate::render::fleet_markdown(&r),
         },
         code,
     ))
