@@ -59,7 +59,8 @@ pub struct GpuWriteBwArgs {
     /// Check that the written bytes arrived intact after each size.
     #[arg(long)]
     pub validate: bool,
-    /// Print one JSON document (schema gpudoctor.gpu-write-bw/1; --gpu auto: an array).
+    /// Print one JSON document (schema gpudoctor.probe-runs/1: a gpudoctor.gpu-write-bw/1 run
+    /// per GPU).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -87,7 +88,8 @@ pub struct ProbeArgs {
     pub deadline: u64,
     #[command(flatten)]
     pub gate: GateArgs,
-    /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
+    /// Print one JSON document (schema gpudoctor.probe-runs/1: one gpudoctor.probe/1 run) with
+    /// every raw sample.
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json or prometheus (node_exporter textfile collector).
@@ -106,7 +108,7 @@ pub struct DmabufExportArgs {
     pub deadline: u64,
     #[command(flatten)]
     pub gate: GateArgs,
-    /// Print one JSON document (schema gpudoctor.probe/1).
+    /// Print one JSON document (schema gpudoctor.probe-runs/1: one gpudoctor.probe/1 run).
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json or prometheus (node_exporter textfile collector).
@@ -182,7 +184,8 @@ pub struct WriteBwArgs {
     /// Check that the written bytes arrived intact after each size.
     #[arg(long)]
     pub validate: bool,
-    /// Print one JSON document (schema gpudoctor.write-bw/3).
+    /// Print one JSON document (schema gpudoctor.probe-runs/1: a gpudoctor.write-bw/3 run, one
+    /// per GPU with --gpu auto).
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json or prometheus (node_exporter textfile collector).

@@ -149,10 +149,32 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
             n.status = Some(r.status);
             n.findings = r.checks;
         }
-        "gpudoctor.probe/1" => {
-            let r: ProbeReport = serde_json::from_value(v)
+        crate::report::PROBE_RUNS_SCHEMA | crate::probes::PROBE_SCHEMA => {
+            // `probe ... --json` prints a `gpudoctor.probe-runs/1` envelope; older files hold
+            // the bare `gpudoctor.probe/1` report. Fleet compares the copy probes' runs.
+            let runs = crate::report::probe_runs_in(v)
                 .with_context(|| format!("{}: malformed probe report", p.display()))?;
-            bandwidth_of(&r, &mut n);
+            let copies: Vec<serde_json::Value> = runs
+                .into_iter()
+                .filter(|r| {
+                    r.get("schema").and_then(|s| s.as_str()) == Some(crate::probes::PROBE_SCHEMA)
+                })
+                .collect();
+            if copies.is_empty() {
+                if from_dir {
+                    return Ok(None);
+                }
+                bail!(
+                    "{}: a probe report without copy-probe runs ({} of h2d, d2h, p2p or dmabuf-export): fleet compares those",
+                    p.display(),
+                    crate::probes::PROBE_SCHEMA
+                );
+            }
+            for run in copies {
+                let r: ProbeReport = serde_json::from_value(run)
+                    .with_context(|| format!("{}: malformed probe report", p.display()))?;
+                bandwidth_of(&r, &mut n);
+            }
         }
         crate::checks::baseline::BASELINE_SCHEMA => {
             n.shape = Some(

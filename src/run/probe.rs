@@ -6,6 +6,7 @@ use super::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK, Outcome};
 use crate::config::{OutputFormat, WriteBwConfig};
 use crate::probes::live::{self, ProbeOptions};
 use crate::render::{self, Style};
+use crate::report::ProbeRuns;
 use crate::source::SourceSpec;
 use crate::sysroot::SysRoot;
 use anyhow::Result;
@@ -30,7 +31,7 @@ pub(super) fn cuda(
     }
     let run = live::run(options, &topo);
     let stdout = match format {
-        OutputFormat::Json => render::json(&run.report),
+        OutputFormat::Json => render::json(&ProbeRuns::new([&run.report])),
         OutputFormat::Prometheus => crate::export::prometheus::probe(&run.report),
         // (junit is refused for probes in config)
         OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => {
@@ -72,7 +73,7 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
         anyhow::bail!("probe write-bw: {why}");
     }
     let stdout = match w.format {
-        OutputFormat::Json => render::json(&report),
+        OutputFormat::Json => render::json(&ProbeRuns::new([&report])),
         OutputFormat::Prometheus => crate::export::prometheus::write_bw(&report),
         OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => {
             render::write_bw_table(&report)
@@ -90,11 +91,11 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     })
 }
 
-/// `probe write-bw --gpu/--gdr` (level 3): one report per GPU (`--gpu auto`: a JSON array),
+/// `probe write-bw --gpu/--gdr` (level 3): one report per GPU (JSON: one run each),
 /// exit as for level 2 with the worst run deciding; Ctrl-C is exit 2.
 fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Result<Outcome> {
     use crate::rdma::engine::ErrorClass;
-    use crate::rdma::level3::{self, GpuSelect};
+    use crate::rdma::level3;
     use crate::rdma::write_bw::Status;
     let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
@@ -109,8 +110,7 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
     let reports: Vec<&crate::rdma::write_bw::WriteBwReport> =
         runs.iter().map(|r| &r.report).collect();
     let stdout = match w.format {
-        OutputFormat::Json if g.gpu == GpuSelect::Auto => render::json(&reports),
-        OutputFormat::Json => render::json(reports[0]),
+        OutputFormat::Json => render::json(&ProbeRuns::new(reports.iter().copied())),
         OutputFormat::Prometheus => crate::export::prometheus::write_bw(reports[0]),
         OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => reports
             .iter()
@@ -163,21 +163,16 @@ fn live_gpu_machine(
     Ok((source, inv, topo, level0))
 }
 
-/// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
+/// `probe gpu-write-bw` (level 4): one report per GPU (JSON: one run each); exit 0 on
 /// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
 pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
-    use crate::rdma::level3::GpuSelect;
     use crate::rdma::level4;
     let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level4::run(&m, &source.libs, &w.request, &w.cuda_homes);
     let reports: Vec<&level4::GpuWriteBwReport> = runs.iter().map(|r| &r.report).collect();
     let stdout = if w.json {
-        if w.request.gpu == GpuSelect::Auto {
-            render::json(&reports)
-        } else {
-            render::json(reports[0])
-        }
+        render::json(&ProbeRuns::new(reports.iter().copied()))
     } else {
         reports
             .iter()
