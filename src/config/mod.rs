@@ -21,7 +21,7 @@ pub use crate::source::SourceSpec;
 pub use bundle::Redaction;
 pub use check::CheckOptions;
 pub use defaults::probe_defaults;
-pub use output::{FleetOutput, OutputFormat, TopoOutput};
+pub use output::{FleetOutput, OutputFormat, TopoOutput, json_or_table};
 pub use probe::{GpuWriteBwConfig, WriteBwConfig};
 
 use crate::cli::{Args, Command, ExportCommand, SourceArgs};

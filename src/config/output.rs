@@ -2,6 +2,7 @@
 //! of outputs; `export::Exporter` turns a format into text).
 
 use crate::cli::{FleetFormat, FormatArg};
+use crate::export::Format;
 use anyhow::{Result, bail};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,18 @@ impl OutputFormat {
     }
 }
 
+impl From<OutputFormat> for Format {
+    fn from(f: OutputFormat) -> Format {
+        match f {
+            OutputFormat::Table => Format::Table,
+            OutputFormat::Json => Format::Json,
+            OutputFormat::Prometheus => Format::Prometheus,
+            OutputFormat::Junit => Format::Junit,
+            OutputFormat::Reason => Format::Reason,
+        }
+    }
+}
+
 /// How `fleet` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FleetOutput {
@@ -70,6 +83,21 @@ impl FleetOutput {
             (false, None) => FleetOutput::Table,
         }
     }
+}
+
+impl From<FleetOutput> for Format {
+    fn from(f: FleetOutput) -> Format {
+        match f {
+            FleetOutput::Table => Format::Table,
+            FleetOutput::Json => Format::Json,
+            FleetOutput::Markdown => Format::Markdown,
+        }
+    }
+}
+
+/// `--json` alone: JSON or the human table (list, diff, gpu-write-bw).
+pub fn json_or_table(json: bool) -> Format {
+    if json { Format::Json } else { Format::Table }
 }
 
 /// A probe's `--json`/`--format`: table, json or prometheus.

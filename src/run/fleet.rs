@@ -3,7 +3,8 @@
 
 use super::{EXIT_FAILED_CHECK, EXIT_OK, Outcome};
 use crate::config::CheckOptions;
-use crate::config::FleetOutput;
+use crate::config::json_or_table;
+use crate::export::{ExportOptions, Format, export};
 use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
 use crate::probes::{ProbeKind, ProbeReport};
 use crate::source::{RecordedProbe, Source, SourceSpec};
@@ -261,7 +262,7 @@ pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
 
 pub fn fleet(
     inputs: &[PathBuf],
-    format: FleetOutput,
+    format: Format,
     min_deviation: f64,
     expect: &[PathBuf],
 ) -> Result<Outcome> {
@@ -284,11 +285,9 @@ pub fn fleet(
         EXIT_FAILED_CHECK
     };
     Ok(Outcome::new(
-        match format {
-            FleetOutput::Json => crate::render::json(&r),
-            FleetOutput::Table => crate::render::fleet_table(&r),
-            FleetOutput::Markdown => crate::render::fleet_markdown(&r),
-        },
+        export(format, ExportOptions::default(), "a fleet summary", |e| {
+            e.fleet(&r)
+        })?,
         code,
     ))
 }
@@ -334,11 +333,12 @@ pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
     let same =
         d.checks.is_empty() && d.bandwidth.is_empty() && d.shape.as_ref().is_none_or(Vec::is_empty);
     Ok(Outcome::new(
-        if json {
-            crate::render::json(&d)
-        } else {
-            crate::render::diff_table(&d)
-        },
+        export(
+            json_or_table(json),
+            ExportOptions::default(),
+            "a diff",
+            |e| e.diff(&d),
+        )?,
         if same { EXIT_OK } else { EXIT_FAILED_CHECK },
     ))
 }
