@@ -1,7 +1,7 @@
 //! JSON: every report as its serde model; a probe's runs in the one envelope
 //! (`gpudoctor.probe-runs/1`) whatever the flags.
 
-use super::format::Exporter;
+use super::exporter::Exporter;
 use crate::fleet::{DiffReport, FleetReport};
 use crate::probes::ProbeReport;
 use crate::rdma::level4::GpuWriteBwReport;

@@ -106,7 +106,7 @@ pub fn check(r: &CheckReport) -> String {
 /// JUnit XML: the check report only.
 pub struct Junit;
 
-impl super::format::Exporter for Junit {
+impl super::exporter::Exporter for Junit {
     fn check(&self, r: &CheckReport) -> Option<String> {
         Some(check(r))
     }

@@ -1,6 +1,6 @@
 //! Markdown (for a ticket): the fleet summary.
 
-use super::format::Exporter;
+use super::exporter::Exporter;
 use crate::fleet::FleetReport;
 
 pub struct Markdown;

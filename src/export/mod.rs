@@ -1,4 +1,4 @@
-//! Every output format behind one trait (`format`: `Exporter`, chosen in one place by `export`),
+//! Every output format behind one trait (`exporter`: `Exporter`, chosen in one place, `format::export`),
 //! and reports in the formats of the tools next to gpudoctor: Prometheus text exposition
 //! (node_exporter's textfile collector), JUnit XML (CI test reports), NCCL's topology XML
 //! (NCCL_TOPO_FILE).
@@ -6,6 +6,7 @@
 //! Pure renderers like `render`: they take finished reports or the topology and return text;
 //! they must not read files or judge anything.
 
+mod exporter;
 mod format;
 mod json;
 pub mod junit;
@@ -15,4 +16,5 @@ pub mod prometheus;
 mod reason;
 mod table;
 
-pub use format::{ExportOptions, Exporter, Format, Unsupported, export, exporter};
+pub use exporter::{ExportOptions, Exporter, Format};
+pub use format::{Unsupported, export, exporter};

@@ -545,7 +545,7 @@ pub struct Prometheus {
     pub all_series: bool,
 }
 
-impl super::format::Exporter for Prometheus {
+impl super::exporter::Exporter for Prometheus {
     fn check(&self, r: &CheckReport) -> Option<String> {
         Some(check(r, self.all_series))
     }

@@ -1,6 +1,6 @@
 //! The one-line reason (a Slurm drain reason, a Node Problem Detector message): check only.
 
-use super::format::Exporter;
+use super::exporter::Exporter;
 use crate::report::CheckReport;
 
 pub struct Reason;

@@ -1,6 +1,6 @@
 //! The human format: tables and indented text, drawn by `render`.
 
-use super::format::{ExportOptions, Exporter};
+use super::exporter::{ExportOptions, Exporter};
 use crate::fleet::{DiffReport, FleetReport};
 use crate::probes::ProbeReport;
 use crate::rdma::level4::GpuWriteBwReport;
