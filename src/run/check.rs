@@ -9,18 +9,19 @@ use crate::report::{CheckReport, TopoReport};
 use crate::source::{RecordedProbe, Source, SourceSpec};
 use anyhow::Result;
 
-/// A level-1 probe's CUDA work hung: the run cannot go on, and the process must end without
-/// joining the worker (`Outcome::hung`).
-#[derive(Debug)]
-pub struct Hung(pub String);
-
-impl std::fmt::Display for Hung {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Why a `check` produced no report, by what the caller does about it: a hung probe ends the
+/// process without joining its worker and exits 1 (the machine failed); anything else is
+/// gpudoctor's own failure, exit 2.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// A level-1 probe's CUDA work hung: the run cannot go on, and the process must end
+    /// without joining the worker (`Outcome::hung`).
+    #[error("{0}")]
+    Hung(String),
+    /// gpudoctor could not finish the check (unreadable source, Ctrl-C, ...).
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
 }
-
-impl std::error::Error for Hung {}
 
 pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
     topo_report_from(&Source::open(spec)?)
@@ -32,11 +33,11 @@ pub fn topo_report_from(source: &Source) -> Result<TopoReport> {
     Ok(TopoReport::new(source.info.clone(), &inv, topo))
 }
 
-pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport> {
+pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     check_report_from(&Source::open(spec)?, opts)
 }
 
-pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport> {
+pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     let inv = inventory(source, Scope::Checks)?;
     let topo = crate::topo::build(&inv);
     let ctx = checks::Ctx {
@@ -335,22 +336,22 @@ pub(super) fn level1_reports(
     source: &Source,
     topo: &crate::topo::Topology,
     opts: &CheckOptions,
-) -> Result<Vec<ProbeReport>> {
+) -> Result<Vec<ProbeReport>, CheckError> {
     if source.is_live() {
         let runs = probes::live::run_level1(&opts.probe, topo);
         if let Some(r) = runs.iter().find(|r| r.hung) {
-            return Err(Hung(format!(
+            return Err(CheckError::Hung(format!(
                 "level-1 probe {} hung: {}",
                 checks::level1::id_of(r.report.probe),
                 r.report.error.clone().unwrap_or_default()
-            ))
-            .into());
+            )));
         }
         if runs.iter().any(|r| r.interrupted) {
-            anyhow::bail!(
+            return Err(anyhow::anyhow!(
                 "interrupted by {}; device and pinned memory freed",
                 crate::signals::which()
-            );
+            )
+            .into());
         }
         return Ok(runs.into_iter().map(|r| r.report).collect());
     }

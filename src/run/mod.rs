@@ -11,7 +11,9 @@ mod export;
 mod fleet;
 mod probe;
 
-pub use check::{check_exit_code, check_report, check_report_from, topo_report, topo_report_from};
+pub use check::{
+    CheckError, check_exit_code, check_report, check_report_from, topo_report, topo_report_from,
+};
 
 use crate::config::{Action, Config, TopoOutput, json_or_table};
 use crate::export::{ExportOptions, Format, export};
@@ -247,11 +249,11 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                     code,
                 ))
             }
-            Err(e) => match e.downcast::<check::Hung>() {
-                Ok(h) => {
+            Err(e) => match e {
+                CheckError::Hung(h) => {
                     if let Some(dir) = &opts.textfile {
                         // Best effort: the process leaves without joining the hung work.
-                        let _ = record_failure(dir, &h.to_string(), EXIT_FAILED_CHECK);
+                        let _ = record_failure(dir, &h, EXIT_FAILED_CHECK);
                     }
                     Ok(Outcome {
                         stdout: format!("gpudoctor: {h}\n"),
@@ -259,7 +261,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                         hung: true,
                     })
                 }
-                Err(e) => Err(e),
+                CheckError::Failed(e) => Err(e),
             },
         },
         Action::List { json } => Ok(Outcome::new(

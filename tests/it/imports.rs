@@ -108,8 +108,8 @@ fn strip(src: &str) -> String {
         } else if c == b'\'' {
             // A char literal ('x', '\n', '\u{..}') or a lifetime ('a).
             let rest = &src[i + 1..];
-            let close = if rest.starts_with('\\') {
-                rest[1..].find('\'').map(|k| k + 2)
+            let close = if let Some(esc) = rest.strip_prefix('\\') {
+                esc.find('\'').map(|k| k + 2)
             } else {
                 rest.chars()
                     .next()
