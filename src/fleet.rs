@@ -13,7 +13,7 @@
 //! Pure: works on `NodeData` that `run::fleet` read from reports and bundles; must not read
 //! files. The text tables are in `render::fleet`.
 
-use crate::baseline::Baseline;
+use crate::checks::baseline::Baseline;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -116,7 +116,7 @@ pub struct BelowFloor {
 /// The id of the measurement a baseline floor is about on one node ("h2d host->GPU0
 /// copy-engine"): the floor names its ends by PCI position, the node's shape gives the label
 /// it had there (`was`). None where an end is not on the node (its shape says so).
-fn floor_measurement(node: &Baseline, f: &crate::baseline::Floor) -> Option<String> {
+fn floor_measurement(node: &Baseline, f: &crate::checks::baseline::Floor) -> Option<String> {
     let label = |pos: &str| -> Option<String> {
         if pos == "host" {
             return Some("host".to_string());

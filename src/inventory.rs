@@ -41,6 +41,19 @@ pub struct PciFunction {
     pub unread: Unread,
 }
 
+impl PciFunction {
+    /// What `nic::family` judges a function by.
+    pub fn ids(&self) -> crate::nic::FunctionIds<'_> {
+        crate::nic::FunctionIds {
+            class: self.class,
+            vendor: self.vendor,
+            device: self.device,
+            driver: self.driver.as_deref(),
+            virtual_function: self.physfn.is_some(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Link {
     pub cur_gen: Option<u8>,
@@ -393,7 +406,7 @@ impl Inventory {
                     let gpu = f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display();
                     // A NIC of an RDMA-capable family is judged with or without its RDMA
                     // device (issue 28).
-                    let nic = (rdma_bdfs.contains(&f.bdf) || crate::nic::family(f).is_some())
+                    let nic = (rdma_bdfs.contains(&f.bdf) || crate::nic::family(f.ids()).is_some())
                         && (c.is_bridge_pci() || c.is_network());
                     (gpu || nic).then_some((f, gpu))
                 })

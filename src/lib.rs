@@ -2,7 +2,6 @@
 //!
 //! Data flows one way: args -> config -> source -> inventory -> topology -> report -> render.
 
-pub mod baseline;
 pub mod bundle;
 pub mod checks;
 pub mod cli;

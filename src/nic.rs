@@ -6,7 +6,6 @@
 //! Pure lookups over facts already read (vendor, class, bound driver): no I/O here, and nothing
 //! about health (that is `checks`).
 
-use crate::inventory::PciFunction;
 use crate::pci::ClassCode;
 use serde::Serialize;
 
@@ -83,21 +82,34 @@ const MLX4_DEVICES: &[u16] = &[0x1003, 0x1004, 0x1007];
 /// EFA device IDs (efa0 .. efa3 generations).
 const EFA_DEVICES: std::ops::RangeInclusive<u16> = 0xefa0..=0xefa3;
 
+/// What `family` looks at in a PCI function (`inventory::PciFunction::ids`): this module takes
+/// plain facts, so it does not import the inventory that asks it (one way: inventory -> nic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FunctionIds<'a> {
+    pub class: Option<u32>,
+    pub vendor: Option<u16>,
+    pub device: Option<u16>,
+    /// The bound driver's name.
+    pub driver: Option<&'a str>,
+    /// A virtual function (it has a `physfn`).
+    pub virtual_function: bool,
+}
+
 /// The RDMA-capable family of a PCI function, when it is a NIC of one: a network or
 /// InfiniBand class function bound to a family's driver, or, with no driver bound, a physical
 /// function whose vendor and device say the family (Mellanox: every NIC; AWS: EFA IDs). A
 /// function bound to another driver (vfio-pci for a VM, a DPDK driver) is not one here: its
 /// RDMA device belongs to whoever owns it.
-pub fn family(f: &PciFunction) -> Option<&'static Family> {
+pub fn family(f: FunctionIds) -> Option<&'static Family> {
     if !f.class.map(ClassCode).is_some_and(ClassCode::is_network) {
         return None;
     }
     let vendor = f.vendor?;
-    match f.driver.as_deref() {
+    match f.driver {
         Some(d) => FAMILIES
             .iter()
             .find(|fam| fam.pci_driver == d && fam.vendor == vendor),
-        None if f.physfn.is_some() => None,
+        None if f.virtual_function => None,
         None => {
             let driver = match (vendor, f.device?) {
                 (0x15b3, d) if MLX4_DEVICES.contains(&d) => "mlx4_core",
@@ -113,24 +125,14 @@ pub fn family(f: &PciFunction) -> Option<&'static Family> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::Link;
 
-    fn f(class: u32, vendor: u16, device: u16, driver: Option<&str>) -> PciFunction {
-        PciFunction {
-            bdf: "0000:1a:00.0".parse().unwrap(),
-            sysfs_path: String::new(),
-            root_complex: "pci0000:00".into(),
-            upstream: Vec::new(),
+    fn f(class: u32, vendor: u16, device: u16, driver: Option<&str>) -> FunctionIds<'_> {
+        FunctionIds {
             class: Some(class),
             vendor: Some(vendor),
             device: Some(device),
-            driver: driver.map(str::to_string),
-            numa_node: None,
-            local_cpulist: None,
-            link: Link::default(),
-            config: None,
-            physfn: None,
-            unread: Default::default(),
+            driver,
+            virtual_function: false,
         }
     }
 
@@ -139,38 +141,38 @@ mod tests {
         let m = |x: Option<&Family>| x.map(|x| x.rdma_module);
         // ConnectX-4 InfiniBand (hwloc's 32intel64-2p8co2t+8ve), bound or not.
         assert_eq!(
-            m(family(&f(0x020700, 0x15b3, 0x1013, Some("mlx5_core")))),
+            m(family(f(0x020700, 0x15b3, 0x1013, Some("mlx5_core")))),
             Some("mlx5_ib")
         );
         assert_eq!(
-            m(family(&f(0x020700, 0x15b3, 0x1013, None))),
+            m(family(f(0x020700, 0x15b3, 0x1013, None))),
             Some("mlx5_ib")
         );
         assert_eq!(
-            m(family(&f(0x020000, 0x15b3, 0x1007, None))),
+            m(family(f(0x020000, 0x15b3, 0x1007, None))),
             Some("mlx4_ib")
         );
         assert_eq!(
-            m(family(&f(0x020000, 0x14e4, 0x1750, Some("bnxt_en")))),
+            m(family(f(0x020000, 0x14e4, 0x1750, Some("bnxt_en")))),
             Some("bnxt_re")
         );
         assert_eq!(
-            m(family(&f(0x020000, 0x8086, 0x1593, Some("ice")))),
+            m(family(f(0x020000, 0x8086, 0x1593, Some("ice")))),
             Some("irdma")
         );
-        assert_eq!(m(family(&f(0x020000, 0x1d0f, 0xefa1, None))), Some("efa"));
+        assert_eq!(m(family(f(0x020000, 0x1d0f, 0xefa1, None))), Some("efa"));
         // Not RDMA NICs here: X722 on i40e, a ConnectX given to a VM, a Broadcom tg3, a
         // Mellanox function that is no NIC (a BlueField's management function, class 0x0880).
-        assert_eq!(m(family(&f(0x020000, 0x8086, 0x37d2, Some("i40e")))), None);
+        assert_eq!(m(family(f(0x020000, 0x8086, 0x37d2, Some("i40e")))), None);
         assert_eq!(
-            m(family(&f(0x020000, 0x15b3, 0x101d, Some("vfio-pci")))),
+            m(family(f(0x020000, 0x15b3, 0x101d, Some("vfio-pci")))),
             None
         );
-        assert_eq!(m(family(&f(0x020000, 0x14e4, 0x165f, None))), None);
-        assert_eq!(m(family(&f(0x088000, 0x15b3, 0xc2d5, None))), None);
+        assert_eq!(m(family(f(0x020000, 0x14e4, 0x165f, None))), None);
+        assert_eq!(m(family(f(0x088000, 0x15b3, 0xc2d5, None))), None);
         // An unbound virtual function: its PF's owner decides.
         let mut vf = f(0x020000, 0x15b3, 0x101e, None);
-        vf.physfn = Some("0000:1a:00.0".parse().unwrap());
-        assert_eq!(m(family(&vf)), None);
+        vf.virtual_function = true;
+        assert_eq!(m(family(vf)), None);
     }
 }

@@ -842,7 +842,7 @@ fn rdmaless_nics(
         if nics.iter().any(|n| n.bdf == f.bdf) {
             continue;
         }
-        let Some(fam) = crate::nic::family(f) else {
+        let Some(fam) = crate::nic::family(f.ids()) else {
             continue;
         };
         let mut netdevs: Vec<String> = inv

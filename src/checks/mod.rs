@@ -5,6 +5,7 @@
 //! capture list) first. Unknown is never pass: a fact that could not be read gives `skip` with
 //! the reason.
 
+pub mod baseline;
 mod driver;
 mod gdr;
 mod gpu;
@@ -33,7 +34,7 @@ pub enum Run {
     Facts(fn(&Ctx, &mut Vec<Finding>)),
     /// Fed by a probe's report (levels 1 and up: `level1`, `level2`).
     Probe,
-    /// A comparison with a node's expected shape (`check --expect`, `crate::baseline`).
+    /// A comparison with a node's expected shape (`check --expect`, `crate::checks::baseline`).
     Baseline,
 }
 

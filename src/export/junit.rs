@@ -103,6 +103,15 @@ pub fn check(r: &CheckReport) -> String {
     out
 }
 
+/// JUnit XML: the check report only.
+pub struct Junit;
+
+impl super::exporter::Exporter for Junit {
+    fn check(&self, r: &CheckReport) -> Option<String> {
+        Some(check(r))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -538,6 +538,28 @@ pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
     out
 }
 
+/// Prometheus text exposition: the check report, a CUDA probe, a write-bw run (one: `config`
+/// refuses `--gpu auto` with it).
+pub struct Prometheus {
+    /// Every finding's state set (`--all-series`).
+    pub all_series: bool,
+}
+
+impl super::exporter::Exporter for Prometheus {
+    fn check(&self, r: &CheckReport) -> Option<String> {
+        Some(check(r, self.all_series))
+    }
+    fn probe(&self, r: &ProbeReport) -> Option<String> {
+        Some(probe(r))
+    }
+    fn write_bw(&self, runs: &[&crate::rdma::write_bw::WriteBwReport]) -> Option<String> {
+        match runs {
+            [one] => Some(write_bw(one)),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 pub const PROBE_SCHEMA: &str = "gpudoctor.probe/1";
 
 /// A probe by its CLI name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProbeKind {
     /// Host to device copies from pinned host memory.

@@ -30,7 +30,7 @@ pub fn write(
     } else {
         Vec::new()
     };
-    let b = crate::baseline::capture(&inv, &topo, &probes, &source.info.describe());
+    let b = crate::checks::baseline::capture(&inv, &topo, &probes, &source.info.describe());
     let text = crate::render::json(&b);
     match output {
         None => Ok(Outcome::new(text, EXIT_OK)),

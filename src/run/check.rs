@@ -11,10 +11,24 @@ use crate::source::{RecordedProbe, Source, SourceSpec};
 use anyhow::Result;
 use std::sync::Arc;
 
-/// A level-1 probe's CUDA work hung: the run cannot go on, and the process must end without
-/// joining the worker (`Outcome::hung`).
+/// Why a `check` produced no report, by what the caller does about it: a hung probe ends the
+/// process without joining its worker and exits 1 (the machine failed); anything else is
+/// gpudoctor's own failure, exit 2.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// A level-1 probe's CUDA work hung: the run cannot go on, and the process must end
+    /// without joining the worker (`Outcome::hung`).
+    #[error("{0}")]
+    Hung(String),
+    /// gpudoctor could not finish the check (unreadable source, Ctrl-C, ...).
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+/// A hung level-1 probe while the budgeted steps (anyhow errors) run: turned back into
+/// `CheckError::Hung` at this module's boundary (`CheckError::of`).
 #[derive(Debug)]
-pub struct Hung(pub String);
+struct Hung(String);
 
 impl std::fmt::Display for Hung {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -23,6 +37,22 @@ impl std::fmt::Display for Hung {
 }
 
 impl std::error::Error for Hung {}
+
+impl CheckError {
+    fn of(e: anyhow::Error) -> CheckError {
+        match e.downcast::<Hung>() {
+            Ok(Hung(h)) => CheckError::Hung(h),
+            Err(e) => CheckError::Failed(e),
+        }
+    }
+
+    fn into_anyhow(self) -> anyhow::Error {
+        match self {
+            CheckError::Hung(h) => Hung(h).into(),
+            CheckError::Failed(e) => e,
+        }
+    }
+}
 
 pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
     topo_report_from(&Source::open(spec)?)
@@ -34,19 +64,19 @@ pub fn topo_report_from(source: &Source) -> Result<TopoReport> {
     Ok(TopoReport::new(source.info.clone(), &inv, topo))
 }
 
-pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport> {
+pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     // The budget counts from the start, opening the source included.
     let budget = opts.time_budget.map(Budget::start);
     let source = Source::open(spec)?;
     if let Some((path, delay)) = &opts.test_slow_read {
         source.sysroot.delay_reads_of(path.clone(), *delay);
     }
-    report_within(&source, opts, budget.as_ref())
+    report_within(&source, opts, budget.as_ref()).map_err(CheckError::of)
 }
 
-pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport> {
+pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     let budget = opts.time_budget.map(Budget::start);
-    report_within(source, opts, budget.as_ref())
+    report_within(source, opts, budget.as_ref()).map_err(CheckError::of)
 }
 
 /// Discovery under the budget (and never longer than the discovery deadline). None: the
@@ -169,7 +199,7 @@ fn report_within(
         }
     }
     if let Some(b) = &opts.expect {
-        findings.extend(crate::baseline::compare(
+        findings.extend(crate::checks::baseline::compare(
             b,
             &inv,
             &topo,
@@ -476,7 +506,7 @@ fn level1_reports_within(
     budget: Option<&Budget>,
 ) -> Result<Vec<ProbeReport>> {
     let Some(b) = budget else {
-        return level1_reports(source, topo, opts);
+        return level1_reports(source, topo, opts).map_err(CheckError::into_anyhow);
     };
     let cut = |kind: ProbeKind| {
         let mut r = ProbeReport::new(kind, opts.probe.policy.clone());
@@ -567,22 +597,22 @@ pub(super) fn level1_reports(
     source: &Source,
     topo: &crate::topo::Topology,
     opts: &CheckOptions,
-) -> Result<Vec<ProbeReport>> {
+) -> Result<Vec<ProbeReport>, CheckError> {
     if source.is_live() {
         let runs = probes::live::run_level1(&opts.probe, topo);
         if let Some(r) = runs.iter().find(|r| r.hung) {
-            return Err(Hung(format!(
+            return Err(CheckError::Hung(format!(
                 "level-1 probe {} hung: {}",
                 checks::level1::id_of(r.report.probe),
                 r.report.error.clone().unwrap_or_default()
-            ))
-            .into());
+            )));
         }
         if runs.iter().any(|r| r.interrupted) {
-            anyhow::bail!(
+            return Err(anyhow::anyhow!(
                 "interrupted by {}; device and pinned memory freed",
                 crate::signals::which()
-            );
+            )
+            .into());
         }
         return Ok(runs.into_iter().map(|r| r.report).collect());
     }

@@ -2,8 +2,9 @@
 //! summarize (`crate::fleet`).
 
 use super::{EXIT_FAILED_CHECK, EXIT_OK, Outcome};
-use crate::cli::FleetFormat;
 use crate::config::CheckOptions;
+use crate::config::json_or_table;
+use crate::export::{ExportOptions, Format, export};
 use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
 use crate::probes::{ProbeKind, ProbeReport};
 use crate::source::{RecordedProbe, Source, SourceSpec};
@@ -131,7 +132,9 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
                 probes.push(*r);
             }
         }
-        n.shape = Some(crate::baseline::capture(&inv, &topo, &probes, &n.name));
+        n.shape = Some(crate::checks::baseline::capture(
+            &inv, &topo, &probes, &n.name,
+        ));
         return Ok(Some(n));
     }
     let bytes = crate::bundle::read::read_regular(p, MAX_REPORT_BYTES)
@@ -147,14 +150,36 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
             n.status = Some(r.status);
             n.findings = r.checks;
         }
-        "gpudoctor.probe/1" => {
-            let r: ProbeReport = serde_json::from_value(v)
+        crate::report::PROBE_RUNS_SCHEMA | crate::probes::PROBE_SCHEMA => {
+            // `probe ... --json` prints a `gpudoctor.probe-runs/1` envelope; older files hold
+            // the bare `gpudoctor.probe/1` report. Fleet compares the copy probes' runs.
+            let runs = crate::report::probe_runs_in(v)
                 .with_context(|| format!("{}: malformed probe report", p.display()))?;
-            bandwidth_of(&r, &mut n);
+            let copies: Vec<serde_json::Value> = runs
+                .into_iter()
+                .filter(|r| {
+                    r.get("schema").and_then(|s| s.as_str()) == Some(crate::probes::PROBE_SCHEMA)
+                })
+                .collect();
+            if copies.is_empty() {
+                if from_dir {
+                    return Ok(None);
+                }
+                bail!(
+                    "{}: a probe report without copy-probe runs ({} of h2d, d2h, p2p or dmabuf-export): fleet compares those",
+                    p.display(),
+                    crate::probes::PROBE_SCHEMA
+                );
+            }
+            for run in copies {
+                let r: ProbeReport = serde_json::from_value(run)
+                    .with_context(|| format!("{}: malformed probe report", p.display()))?;
+                bandwidth_of(&r, &mut n);
+            }
         }
-        crate::baseline::BASELINE_SCHEMA => {
+        crate::checks::baseline::BASELINE_SCHEMA => {
             n.shape = Some(
-                crate::baseline::Baseline::parse(&text)
+                crate::checks::baseline::Baseline::parse(&text)
                     .with_context(|| format!("{}", p.display()))?,
             );
         }
@@ -237,7 +262,7 @@ pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
 
 pub fn fleet(
     inputs: &[PathBuf],
-    format: FleetFormat,
+    format: Format,
     min_deviation: f64,
     expect: &[PathBuf],
 ) -> Result<Outcome> {
@@ -248,8 +273,8 @@ pub fn fleet(
     for p in expect {
         let text =
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let b =
-            crate::baseline::Baseline::parse(&text).with_context(|| format!("{}", p.display()))?;
+        let b = crate::checks::baseline::Baseline::parse(&text)
+            .with_context(|| format!("{}", p.display()))?;
         opts.expect.push((node_name(p), b));
     }
     let nodes = load(inputs)?;
@@ -260,11 +285,9 @@ pub fn fleet(
         EXIT_FAILED_CHECK
     };
     Ok(Outcome::new(
-        match format {
-            FleetFormat::Json => crate::render::json(&r),
-            FleetFormat::Table => crate::render::fleet_table(&r),
-            FleetFormat::Md => crate::render::fleet_markdown(&r),
-        },
+        export(format, ExportOptions::default(), "a fleet summary", |e| {
+            e.fleet(&r)
+        })?,
         code,
     ))
 }
@@ -310,11 +333,12 @@ pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
     let same =
         d.checks.is_empty() && d.bandwidth.is_empty() && d.shape.as_ref().is_none_or(Vec::is_empty);
     Ok(Outcome::new(
-        if json {
-            crate::render::json(&d)
-        } else {
-            crate::render::diff_table(&d)
-        },
+        export(
+            json_or_table(json),
+            ExportOptions::default(),
+            "a diff",
+            |e| e.diff(&d),
+        )?,
         if same { EXIT_OK } else { EXIT_FAILED_CHECK },
     ))
 }

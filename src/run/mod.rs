@@ -12,11 +12,14 @@ mod export;
 mod fleet;
 mod probe;
 
-pub use check::{check_exit_code, check_report, check_report_from, topo_report, topo_report_from};
+pub use check::{
+    CheckError, check_exit_code, check_report, check_report_from, topo_report, topo_report_from,
+};
 
-use crate::config::{Action, Config, OutputFormat, TopoOutput};
+use crate::config::{Action, Config, TopoOutput, json_or_table};
+use crate::export::{ExportOptions, Format, export};
 use crate::inventory::{Inventory, Scope};
-use crate::render::{self, Style};
+use crate::render;
 use crate::source::Source;
 use crate::sysroot::ReadError;
 use anyhow::{Context, Result};
@@ -258,18 +261,23 @@ pub fn record_failure(dir: &std::path::Path, reason: &str, exit_code: i32) -> Re
 }
 
 pub fn run(cfg: &Config) -> Result<Outcome> {
-    let style = Style {
+    // What the text formats need; each command's exporter is chosen by `export` alone.
+    let text = ExportOptions {
         width: cfg.width,
         all_rows: matches!(&cfg.action, Action::Check(o) if o.all_rows),
+        ..ExportOptions::default()
     };
     match &cfg.action {
         Action::Topo(out) => {
             let r = topo_report(&cfg.source)?;
             Ok(Outcome::new(
                 match out {
-                    TopoOutput::Tree => render::topo_tree(&r, style),
+                    TopoOutput::Tree => {
+                        export(Format::Table, text, "the topology", |e| e.topo(&r))?
+                    }
+                    // The matrix is a view of the topology, not a format of every report.
                     TopoOutput::Matrix => render::topo_matrix(&r),
-                    TopoOutput::Json => render::json(&r),
+                    TopoOutput::Json => export(Format::Json, text, "the topology", |e| e.topo(&r))?,
                 },
                 EXIT_OK,
             ))
@@ -290,34 +298,25 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                     )?;
                 }
                 if let Some(path) = &opts.report {
-                    write_atomically("--report", path, &render::json(&r))?;
+                    let json = export(Format::Json, text, "a check report", |e| e.check(&r))?;
+                    write_atomically("--report", path, &json)?;
                 }
+                let text = ExportOptions {
+                    quiet: opts.quiet,
+                    color: opts.color,
+                    all_series: opts.all_series,
+                    ..text
+                };
                 Ok(Outcome::new(
-                    match opts.format {
-                        OutputFormat::Json => render::json(&r),
-                        OutputFormat::Table => render::check_text(
-                            &r,
-                            &render::TextStyle {
-                                width: cfg.width,
-                                all: opts.all_rows,
-                                quiet: opts.quiet,
-                                color: opts.color,
-                            },
-                        ),
-                        OutputFormat::Prometheus => {
-                            crate::export::prometheus::check(&r, opts.all_series)
-                        }
-                        OutputFormat::Junit => crate::export::junit::check(&r),
-                        OutputFormat::Reason => render::reason(&r, render::REASON_MAX),
-                    },
+                    export(opts.format.into(), text, "a check report", |e| e.check(&r))?,
                     code,
                 ))
             }
-            Err(e) => match e.downcast::<check::Hung>() {
-                Ok(h) => {
+            Err(e) => match e {
+                CheckError::Hung(h) => {
                     if let Some(dir) = &opts.textfile {
                         // Best effort: the process leaves without joining the hung work.
-                        let _ = record_failure(dir, &h.to_string(), EXIT_FAILED_CHECK);
+                        let _ = record_failure(dir, &h, EXIT_FAILED_CHECK);
                     }
                     Ok(Outcome {
                         stdout: format!("gpudoctor: {h}\n"),
@@ -325,15 +324,13 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                         hung: true,
                     })
                 }
-                Err(e) => Err(e),
+                CheckError::Failed(e) => Err(e),
             },
         },
         Action::List { json } => Ok(Outcome::new(
-            if *json {
-                render::json(&crate::report::CatalogReport::new())
-            } else {
-                render::catalog_table(style)
-            },
+            export(json_or_table(*json), text, "the catalog", |e| {
+                e.catalog(&crate::report::CatalogReport::new())
+            })?,
             EXIT_OK,
         )),
         Action::Explain(id) => match crate::checks::info(id) {
@@ -359,9 +356,9 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             format,
             fail_on_skip,
             ..
-        } => probe::cuda(&cfg.source, options, *format, *fail_on_skip, style),
-        Action::WriteBw(w) => probe::write_bw(w),
-        Action::GpuWriteBw(w) => probe::gpu_write_bw(w),
+        } => probe::cuda(&cfg.source, options, (*format).into(), *fail_on_skip, text),
+        Action::WriteBw(w) => probe::write_bw(w, text),
+        Action::GpuWriteBw(w) => probe::gpu_write_bw(w, text),
         Action::Completions(shell) => {
             let mut buf = Vec::new();
             clap_complete::generate(*shell, &mut crate::cli::command(), "gpudoctor", &mut buf);
@@ -385,7 +382,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             format,
             min_deviation,
             expect,
-        } => fleet::fleet(inputs, *format, *min_deviation, expect),
+        } => fleet::fleet(inputs, (*format).into(), *min_deviation, expect),
         Action::Diff { a, b, json, all } => fleet::diff(a, b, *json, *all),
         Action::ExportNcclTopo { output } => export::nccl_topo(&cfg.source, output.as_deref()),
         Action::Man(dir) => {

@@ -3,9 +3,9 @@
 
 use super::check::topo_report;
 use super::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK, Outcome};
-use crate::config::{OutputFormat, WriteBwConfig};
+use crate::config::{WriteBwConfig, json_or_table};
+use crate::export::{ExportOptions, Format, export};
 use crate::probes::live::{self, ProbeOptions};
-use crate::render::{self, Style};
 use crate::source::SourceSpec;
 use crate::sysroot::SysRoot;
 use anyhow::Result;
@@ -16,9 +16,9 @@ use anyhow::Result;
 pub(super) fn cuda(
     source: &SourceSpec,
     options: &ProbeOptions,
-    format: OutputFormat,
+    format: Format,
     fail_on_skip: bool,
-    style: Style,
+    text: ExportOptions,
 ) -> Result<Outcome> {
     let topo = topo_report(source)?.topology;
     if let Some(n) = options.gpu {
@@ -29,14 +29,7 @@ pub(super) fn cuda(
         }
     }
     let run = live::run(options, &topo);
-    let stdout = match format {
-        OutputFormat::Json => render::json(&run.report),
-        OutputFormat::Prometheus => crate::export::prometheus::probe(&run.report),
-        // (junit is refused for probes in config)
-        OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => {
-            render::probe_table(&run.report, style)
-        }
-    };
+    let stdout = export(format, text, "a probe report", |e| e.probe(&run.report))?;
     let code = if run.interrupted {
         EXIT_ERROR
     } else if run.report.status == crate::probes::Status::Fail
@@ -57,11 +50,11 @@ pub(super) fn cuda(
 /// libibverbs, no RDMA device or kernel support: a skip, as for the CUDA probes; 1 with
 /// --fail-on-skip); 1 when the
 /// machine failed it (port down, completion error, peer unreachable); 2 for bad arguments.
-pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
+pub(super) fn write_bw(w: &WriteBwConfig, text: ExportOptions) -> Result<Outcome> {
     use crate::rdma::engine::ErrorClass;
     use crate::rdma::{self, write_bw::Status};
     if let Some(g) = &w.gdr {
-        return gdr_write_bw(w, g);
+        return gdr_write_bw(w, g, text);
     }
     let (report, class) = rdma::write_bw(&SysRoot::live(), &w.request);
     if class == Some(ErrorClass::Usage) {
@@ -71,13 +64,9 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
         };
         anyhow::bail!("probe write-bw: {why}");
     }
-    let stdout = match w.format {
-        OutputFormat::Json => render::json(&report),
-        OutputFormat::Prometheus => crate::export::prometheus::write_bw(&report),
-        OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => {
-            render::write_bw_table(&report)
-        }
-    };
+    let stdout = export(w.format.into(), text, "a write-bw report", |e| {
+        e.write_bw(&[&report])
+    })?;
     Ok(Outcome {
         stdout,
         code: match class {
@@ -90,11 +79,15 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
     })
 }
 
-/// `probe write-bw --gpu/--gdr` (level 3): one report per GPU (`--gpu auto`: a JSON array),
+/// `probe write-bw --gpu/--gdr` (level 3): one report per GPU (JSON: one run each),
 /// exit as for level 2 with the worst run deciding; Ctrl-C is exit 2.
-fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Result<Outcome> {
+fn gdr_write_bw(
+    w: &WriteBwConfig,
+    g: &crate::rdma::level3::GdrRequest,
+    text: ExportOptions,
+) -> Result<Outcome> {
     use crate::rdma::engine::ErrorClass;
-    use crate::rdma::level3::{self, GpuSelect};
+    use crate::rdma::level3;
     use crate::rdma::write_bw::Status;
     let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
@@ -108,16 +101,9 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
     }
     let reports: Vec<&crate::rdma::write_bw::WriteBwReport> =
         runs.iter().map(|r| &r.report).collect();
-    let stdout = match w.format {
-        OutputFormat::Json if g.gpu == GpuSelect::Auto => render::json(&reports),
-        OutputFormat::Json => render::json(reports[0]),
-        OutputFormat::Prometheus => crate::export::prometheus::write_bw(reports[0]),
-        OutputFormat::Table | OutputFormat::Junit | OutputFormat::Reason => reports
-            .iter()
-            .map(|r| render::write_bw_table(r))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    };
+    let stdout = export(w.format.into(), text, "a write-bw report", |e| {
+        e.write_bw(&reports)
+    })?;
     let code = runs_exit_code(runs.iter().map(|r| r.class), w.fail_on_skip);
     Ok(Outcome {
         stdout,
@@ -163,28 +149,20 @@ fn live_gpu_machine(
     Ok((source, inv, topo, level0))
 }
 
-/// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
+/// `probe gpu-write-bw` (level 4): one report per GPU (JSON: one run each); exit 0 on
 /// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
-pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
-    use crate::rdma::level3::GpuSelect;
+pub(super) fn gpu_write_bw(
+    w: &crate::config::GpuWriteBwConfig,
+    text: ExportOptions,
+) -> Result<Outcome> {
     use crate::rdma::level4;
     let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level4::run(&m, &source.libs, &w.request, &w.cuda_homes);
     let reports: Vec<&level4::GpuWriteBwReport> = runs.iter().map(|r| &r.report).collect();
-    let stdout = if w.json {
-        if w.request.gpu == GpuSelect::Auto {
-            render::json(&reports)
-        } else {
-            render::json(reports[0])
-        }
-    } else {
-        reports
-            .iter()
-            .map(|r| render::gpu_write_bw_table(r))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let stdout = export(json_or_table(w.json), text, "a gpu-write-bw report", |e| {
+        e.gpu_write_bw(&reports)
+    })?;
     let code = runs_exit_code(runs.iter().map(|r| r.class), w.fail_on_skip);
     Ok(Outcome {
         stdout,

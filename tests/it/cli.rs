@@ -77,7 +77,10 @@ fn probe_without_cuda_is_a_clean_skip() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{stderr}");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["schema"], "gpudoctor.probe-runs/1");
+        assert_eq!(doc["runs"].as_array().map(Vec::len), Some(1), "{doc}");
+        let v = &doc["runs"][0];
         assert_eq!(v["schema"], "gpudoctor.probe/1");
         assert_eq!(v["probe"], probe);
         if v["skipped"].is_string() {

@@ -261,3 +261,20 @@ fn rdma_device_on_an_unlisted_function() {
         );
     }
 }
+
+/// `check` fails by kind (issue 24): a source that cannot be read is `CheckError::Failed`
+/// (exit 2), never `Hung` (the one kind that exits 1 and leaves without joining a worker).
+#[test]
+fn check_errors_say_their_kind() {
+    let opts = gpudoctor::config::CheckOptions::level0();
+    let spec = SourceSpec::Root(std::path::PathBuf::from("/nonexistent/gpudoctor-tree"));
+    match gpudoctor::run::check_report(&spec, &opts) {
+        Err(gpudoctor::run::CheckError::Failed(e)) => {
+            assert!(
+                format!("{e:#}").contains("/nonexistent/gpudoctor-tree"),
+                "{e:#}"
+            )
+        }
+        other => panic!("expected CheckError::Failed, got {other:?}"),
+    }
+}

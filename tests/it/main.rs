@@ -16,6 +16,7 @@ mod gpu_initiated;
 mod health;
 mod hostile;
 mod hwloc_tree;
+mod imports;
 mod kernels;
 mod lstopo;
 mod man;

@@ -189,3 +189,137 @@ fn no_peer_access_over_nvlink_fails() {
     assert_eq!(r.peers[0].status, Status::Fail);
     assert_eq!(r.status, Status::Fail);
 }
+
+/// A recorded report in the envelope `probe NAME --json` prints now (schema
+/// gpudoctor.probe-runs/1).
+fn enveloped(report: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"schema": "gpudoctor.probe-runs/1", "runs": [report]})
+}
+
+/// `probe ... --json` prints one envelope, `{"schema": "gpudoctor.probe-runs/1", "runs": [...]}`,
+/// whatever the flags: before it, `gpu-write-bw` and `write-bw --gpu` printed an object for
+/// `--gpu N` and an array for `--gpu auto`. On this host (no GPU, no RDMA device: CI) each is a
+/// skip; where GPUs are present the GPU cases are left out (they would run for real).
+#[test]
+fn probe_json_is_one_envelope_whatever_the_flags() {
+    let gpus = std::fs::read_dir("/proc/driver/nvidia/gpus").is_ok_and(|mut d| d.next().is_some());
+    let mut cases: Vec<Vec<&str>> = vec![
+        vec!["probe", "h2d", "--json"],
+        vec!["probe", "dmabuf-export", "--json"],
+        vec![
+            "probe", "write-bw", "-d", "nosuch0", "--iters", "8", "--json",
+        ],
+        vec![
+            "probe", "write-bw", "-d", "nosuch0", "--gdr", "auto", "--json",
+        ],
+    ];
+    if !gpus {
+        cases.extend([
+            vec!["probe", "h2d", "--gpu", "0", "--json"],
+            vec!["probe", "write-bw", "--gpu", "auto", "--json"],
+            vec!["probe", "gpu-write-bw", "--json"],
+            vec!["probe", "gpu-write-bw", "--gpu", "auto", "--json"],
+            vec!["probe", "gpu-write-bw", "--gpu", "0", "--json"],
+        ]);
+    }
+    for args in cases {
+        let out = crate::gpudoctor().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{args:?}: {stderr}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {stderr}"));
+        let keys: Vec<&String> = v.as_object().expect("an object").keys().collect();
+        assert_eq!(keys, ["runs", "schema"], "{args:?}: {v}");
+        assert_eq!(v["schema"], "gpudoctor.probe-runs/1", "{args:?}");
+        let runs = v["runs"].as_array().expect("runs is an array");
+        assert!(!runs.is_empty(), "{args:?}: {v}");
+        for r in runs {
+            let schema = r["schema"].as_str().unwrap_or_default();
+            assert!(
+                [
+                    "gpudoctor.probe/1",
+                    "gpudoctor.write-bw/3",
+                    "gpudoctor.gpu-write-bw/1"
+                ]
+                .contains(&schema),
+                "{args:?}: run schema {schema}"
+            );
+        }
+    }
+}
+
+/// A tree recorded with the envelope (`probe h2d --json > probes/h2d.json` today) replays as
+/// the bare reports of the fixtures do: the same `check --level 1` report. An envelope with
+/// two runs is refused, naming the file.
+#[test]
+fn recorded_envelopes_replay_like_bare_reports() {
+    let (_tmp, tree) = crate::copy_fixture("h200x2-live");
+    for name in ["h2d", "d2h", "p2p", "dmabuf-export"] {
+        let p = tree.join(format!("probes/{name}.json"));
+        let bare: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        std::fs::write(&p, serde_json::to_string(&enveloped(&bare)).unwrap()).unwrap();
+    }
+    let root = tree.display().to_string();
+    let (code_env, env) = crate::check_json(&["--root", &root, "--level", "1"]);
+    let (code_bare, bare) = crate::check_json(&["--root", "fixtures/h200x2-live", "--level", "1"]);
+    assert_eq!(code_env, code_bare);
+    assert_eq!(env["checks"], bare["checks"]);
+    let p = tree.join("probes/h2d.json");
+    let one: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let run = one["runs"][0].clone();
+    let two = serde_json::json!({"schema": "gpudoctor.probe-runs/1", "runs": [run, run]});
+    std::fs::write(&p, serde_json::to_string(&two).unwrap()).unwrap();
+    let out = crate::gpudoctor()
+        .args(["--root", &root, "check", "--level", "1", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("probes/h2d.json: not a probe report") && stderr.contains("2 runs"),
+        "{stderr}"
+    );
+}
+
+/// `fleet` reads a probe report in the envelope as it reads the bare one: the same summary.
+#[test]
+fn fleet_reads_enveloped_probe_reports() {
+    let h2d = repo().join("fixtures/h200x2-live/probes/h2d.json");
+    let bare: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&h2d).unwrap()).unwrap();
+    let summary = |wrap: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..3 {
+            let doc = if wrap { enveloped(&bare) } else { bare.clone() };
+            std::fs::write(
+                dir.path().join(format!("node{i}.h2d.json")),
+                serde_json::to_string(&doc).unwrap(),
+            )
+            .unwrap();
+        }
+        let o = crate::gpudoctor()
+            .args(["fleet", "--json"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        serde_json::json!({"probes": v["probes"], "drain": v["drain"]})
+    };
+    let (wrapped, plain) = (summary(true), summary(false));
+    assert!(
+        wrapped["probes"].as_array().is_some_and(|p| !p.is_empty()),
+        "{wrapped}"
+    );
+    assert_eq!(wrapped, plain);
+}

@@ -59,6 +59,22 @@ impl Case<'_> {
             )
         })
     }
+    /// The runs of a `probe ... --json` document (schema gpudoctor.probe-runs/1, whatever the
+    /// flags).
+    fn runs(&self) -> Result<Vec<Value>, String> {
+        let j = self.json()?;
+        match (&j["schema"], j["runs"].as_array()) {
+            (s, Some(runs)) if s == "gpudoctor.probe-runs/1" => Ok(runs.clone()),
+            _ => Err(format!("{}: not a probe-runs envelope: {j}", self.name)),
+        }
+    }
+    /// The one run of a probe document.
+    fn run(&self) -> Result<Value, String> {
+        match <[Value; 1]>::try_from(self.runs()?) {
+            Ok([r]) => Ok(r),
+            Err(runs) => Err(format!("{}: {} runs, expected one", self.name, runs.len())),
+        }
+    }
 }
 
 /// Collects every failed expectation, so one run reports all of them.
@@ -153,8 +169,8 @@ fn check_measured(f: &mut Findings, name: &str, j: &Value, sizes: &[u64], iters:
 fn check_level4<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     let rxe = c("l4-rxe");
     f.rc(&rxe, 0);
-    if let Ok(j) = rxe.json() {
-        let r = &j[0];
+    if let Ok(j) = rxe.run() {
+        let r = &j;
         f.check(
             r["schema"] == "gpudoctor.gpu-write-bw/1"
                 && r["status"]["kind"] == "skipped"
@@ -174,9 +190,9 @@ fn check_level4<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     );
     let auto = c("l4-gpu-auto");
     f.rc(&auto, 0);
-    if let Ok(j) = auto.json() {
+    if let Ok(j) = auto.runs() {
         f.check(first_skipped_because(&j, "no NVIDIA GPUs"), || {
-            format!("l4-gpu-auto: {j}")
+            format!("l4-gpu-auto: {j:?}")
         });
     }
     let bad = c("l4-bad");
@@ -200,7 +216,7 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     f.rc(&l2, 0);
     f.rc(&l3, 0);
     let dmabuf_refused = "rxe0 (soft-RoCE on rxenet0) does not support dma-buf memory regions: NCCL's probe ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0) failed with EOPNOTSUPP";
-    if let (Ok(a), Ok(b)) = (l2.json(), l3.json()) {
+    if let (Ok(a), Ok(b)) = (l2.run(), l3.run()) {
         check_measured(f, "l2-ref", &a, &[4096, 65536], 32, 5);
         check_measured(f, "l3-host", &b, &[4096, 65536], 32, 5);
         // One engine: same port, addressing, threshold and buffers (host memory, ibv_reg_mr).
@@ -270,7 +286,7 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     // --gdr dmabuf on rxe: refused with the provider named, peermem the remaining path.
     let d = c("l3-dmabuf");
     f.rc(&d, 1);
-    if let Ok(j) = d.json() {
+    if let Ok(j) = d.run() {
         let reason = j["status"]["reason"].as_str().unwrap_or_default();
         f.check(
             j["status"]["kind"] == "error"
@@ -291,7 +307,7 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     }
     let p = c("l3-peermem");
     f.rc(&p, 0);
-    if let Ok(j) = p.json() {
+    if let Ok(j) = p.run() {
         check_measured(f, "l3-peermem", &j, &[4096], 16, 5);
         f.check(j["gdr"]["registration"]["used"] == "peermem", || {
             format!("l3-peermem: {}", j["gdr"]["registration"])
@@ -300,9 +316,9 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     // No GPU: --gpu auto is a clean skip; --gpu 0 a usage error.
     let ga = c("l3-gpu-auto");
     f.rc(&ga, 0);
-    if let Ok(j) = ga.json() {
+    if let Ok(j) = ga.runs() {
         f.check(first_skipped_because(&j, "no NVIDIA GPUs"), || {
-            format!("l3-gpu-auto: {j}")
+            format!("l3-gpu-auto: {j:?}")
         });
     }
     let g0 = c("l3-gpu-0");
@@ -337,7 +353,7 @@ fn check_level3<'a>(f: &mut Findings, c: &impl Fn(&'static str) -> Case<'a>) {
     });
     let again = c("l2-after-term");
     f.rc(&again, 0);
-    if let Ok(j) = again.json() {
+    if let Ok(j) = again.run() {
         f.check(j["results"][0]["validated"] == true, || {
             format!("l2-after-term: {j}")
         });
@@ -387,7 +403,7 @@ fn vm_verbs_suite() {
     // Loopback on rxe0: discovery through verbs and sysfs, the default sweep, validated.
     let lb = c("loopback");
     f.rc(&lb, 0);
-    match lb.json() {
+    match lb.run() {
         Ok(j) => {
             f.check(j["schema"] == "gpudoctor.write-bw/3", || {
                 format!("loopback: schema {}", j["schema"])
@@ -472,7 +488,7 @@ fn vm_verbs_suite() {
     });
     let qps = c("loopback-qps");
     f.rc(&qps, 0);
-    if let Ok(j) = qps.json() {
+    if let Ok(j) = qps.run() {
         f.check(
             j["plan"]["qps"] == 4 && j["plan"]["cq_moderation"] == 4,
             || format!("loopback-qps: plan {}", j["plan"]),
@@ -499,7 +515,7 @@ fn vm_verbs_suite() {
     f.rc(&c("two-rxe"), 0);
     let cl = c("client");
     f.rc(&cl, 0);
-    match cl.json() {
+    match cl.run() {
         Ok(j) => {
             f.check(j["mode"] == "client", || {
                 format!("client: mode {}", j["mode"])
@@ -520,7 +536,7 @@ fn vm_verbs_suite() {
     }
     let sv = c("serve");
     f.rc(&sv, 0);
-    if let Ok(j) = sv.json() {
+    if let Ok(j) = sv.run() {
         let note = j["notes"][0].as_str().unwrap_or_default().to_string();
         f.check(
             j["mode"] == "server"
@@ -601,6 +617,8 @@ fn write_bw_skips_without_rdma() {
         .output()
         .unwrap();
     let j: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(j["schema"], "gpudoctor.probe-runs/1", "{j}");
+    let j = &j["runs"][0];
     assert_eq!(j["status"]["kind"], "skipped", "{j}");
     // Level 3 on host memory: the same clean skip, with the NIC named.
     let l3 = crate::gpudoctor()
@@ -611,6 +629,7 @@ fn write_bw_skips_without_rdma() {
         .unwrap();
     assert_eq!(l3.status.code(), Some(0));
     let j: Value = serde_json::from_slice(&l3.stdout).unwrap();
+    let j = &j["runs"][0];
     assert_eq!(j["status"]["kind"], "skipped", "{j}");
     assert_eq!(j["gdr"]["nic"]["device"], "mlx5_0", "{j}");
 }
@@ -628,6 +647,7 @@ fn gdr_write_bw_skips_without_gpus() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = &j["runs"];
     assert_eq!(j[0]["status"]["kind"], "skipped", "{j}");
     let out = crate::gpudoctor()
         .args(["probe", "write-bw", "--gpu", "auto", "--fail-on-skip"])
@@ -685,6 +705,7 @@ fn gpu_write_bw_skips_here() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = &j["runs"];
     assert_eq!(j[0]["schema"], "gpudoctor.gpu-write-bw/1", "{j}");
     assert_eq!(j[0]["status"]["kind"], "skipped", "{j}");
     // Nothing was set up: no queues, the request recorded.
@@ -719,6 +740,7 @@ fn gpu_write_bw_skips_here() {
             .unwrap();
         assert_eq!(out.status.code(), Some(0));
         let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let j = &j["runs"][0];
         let why = j["status"]["reason"].as_str().unwrap();
         assert!(why.starts_with("no RDMA device"), "{j}");
     }
@@ -732,10 +754,11 @@ fn checks_with_id(j: &Value, id: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// The first report of a `--gpu auto` array is a skip whose reason contains `why`.
-fn first_skipped_because(j: &Value, why: &str) -> bool {
-    j[0]["status"]["kind"] == "skipped"
-        && j[0]["status"]["reason"]
+/// The first run of a `--gpu auto` document is a skip whose reason contains `why`.
+fn first_skipped_because(runs: &[Value], why: &str) -> bool {
+    let Some(j) = runs.first() else { return false };
+    j["status"]["kind"] == "skipped"
+        && j["status"]["reason"]
             .as_str()
             .is_some_and(|r| r.contains(why))
 }

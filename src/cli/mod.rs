@@ -1,13 +1,21 @@
 //! Command-line arguments: pure clap definitions, nothing else. `config::Config::from_args`
 //! resolves them (and the environment) once; no later stage sees these structs.
+//!
+//! The only module with clap derives: the value enums of options (`values`) mirror engine
+//! types, which carry no clap. This module must not import `config` (config reads it, one way).
 
-use crate::probes::options as probe_defaults;
+mod man;
+mod probe;
+mod values;
+
+pub use man::{command, man_pages};
+pub use probe::{DmabufExportArgs, GpuArg, GpuWriteBwArgs, ProbeArgs, ProbeCommand, WriteBwArgs};
+pub use values::{
+    ColorChoice, FleetFormat, FormatArg, GdrModeArg, GpuSideArg, NicHandlerArg, QueuePlaceArg,
+};
+
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use std::path::PathBuf;
-
-// Older paths of the resolved types (they moved to `config` and `source`).
-pub use crate::config::{CheckOptions, Config, OutputFormat};
-pub use crate::source::SourceSpec;
 
 /// A doctor for GPU + RDMA servers: topology, GPUDirect readiness, bandwidth probes.
 #[derive(Debug, Parser)]
@@ -20,13 +28,6 @@ pub struct Args {
 
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ColorChoice {
-    Auto,
-    Always,
-    Never,
 }
 
 /// Where facts come from: offered only by the commands that read them.
@@ -144,17 +145,6 @@ pub enum Command {
     },
 }
 
-/// How `fleet` prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum FleetFormat {
-    /// Human table.
-    Table,
-    /// One JSON document.
-    Json,
-    /// Markdown (for a ticket).
-    Md,
-}
-
 #[derive(Debug, ClapArgs)]
 pub struct TopoArgs {
     #[command(flatten)]
@@ -177,7 +167,7 @@ pub struct CheckArgs {
     /// Output format: table, json, prometheus (node_exporter textfile collector), junit (CI
     /// test reports), reason (one line naming what failed: a Slurm drain reason).
     #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<OutputFormat>,
+    pub format: Option<FormatArg>,
     /// Exit 1 on warnings too.
     #[arg(long)]
     pub strict: bool,
@@ -274,115 +264,6 @@ pub struct BaselineArgs {
     pub level: u8,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum ProbeCommand {
-    /// Host-to-GPU copy bandwidth (copy engine and SM kernel), against the PCIe link rate.
-    H2d(ProbeArgs),
-    /// GPU-to-host copy bandwidth (copy engine and SM kernel), against the PCIe link rate.
-    D2h(ProbeArgs),
-    /// GPU-to-GPU peer access and copy bandwidth for every pair, against NVLink or PCIe.
-    P2p(ProbeArgs),
-    /// Export GPU memory as a dma-buf (the GPU half of dma-buf GPUDirect RDMA).
-    DmabufExport(DmabufExportArgs),
-    /// RDMA-write bandwidth over RC QPs, like ib_write_bw: loopback on one device (two QPs
-    /// connected to each other), or between two hosts with --serve / --peer.
-    WriteBw(WriteBwArgs),
-    /// Level 4: a CUDA kernel posts the RDMA writes itself on an mlx5 QP (loopback on one
-    /// ConnectX port); skips cleanly, exit 0, where the GPU, CUDA, libmlx5 or an mlx5 port is
-    /// absent. Schema gpudoctor.gpu-write-bw/1.
-    GpuWriteBw(GpuWriteBwArgs),
-}
-
-#[derive(Debug, Clone, ClapArgs)]
-pub struct GpuWriteBwArgs {
-    /// The GPU whose kernel posts (GPU<N> in PCI order, as `topo` labels it), or `auto`: every
-    /// GPU in turn [default: auto].
-    #[arg(long, value_name = "N|auto", value_parser = parse_gpu_arg)]
-    pub gpu: Option<GpuArg>,
-    /// RDMA device (as in /sys/class/infiniband), e.g. mlx5_0 [default: each GPU's closest
-    /// ACTIVE port in the topology].
-    #[arg(long, short = 'd', value_name = "DEV")]
-    pub device: Option<String>,
-    /// Port number (with -d).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..),
-          requires = "device")]
-    pub port: u8,
-    /// Message sizes in bytes, comma-separated [default: 64,256,1024,4096].
-    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
-    pub sizes: Option<Vec<u64>>,
-    /// Iterations (kernel launches) per message size.
-    #[arg(long, short = 'n', default_value_t = 2048, value_name = "N")]
-    pub iters: u32,
-    /// RDMA writes one kernel launch posts (a power of two, at most 1024: one thread each, one block).
-    #[arg(long, default_value_t = 512, value_name = "N")]
-    pub writes_per_iter: u32,
-    /// Who rings the doorbell: the GPU (BlueFlame register mapped with
-    /// CU_MEMHOSTREGISTER_IOMEMORY; needs PeerMappingOverride=1), a CPU proxy thread, or auto.
-    #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
-    pub nic_handler: crate::rdma::level4::NicHandler,
-    /// Where the send queue, CQ and doorbell records live: GPU memory (DevX QP and CQ over
-    /// umems, IBGDA's placement), libmlx5's host-memory queues, or auto (gpu where the gpu
-    /// handler rings and DevX allows it, else host, with the reason in the report).
-    #[arg(long, value_enum, default_value = "auto", value_name = "WHERE")]
-    pub queues: crate::rdma::level4::QueuePlace,
-    /// Check that the written bytes arrived intact after each size.
-    #[arg(long)]
-    pub validate: bool,
-    /// Print one JSON document (schema gpudoctor.gpu-write-bw/1; --gpu auto: an array).
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub gate: GateArgs,
-}
-
-#[derive(Debug, ClapArgs)]
-pub struct ProbeArgs {
-    /// Only this GPU (GPU<N> in PCI order, as `topo` labels it).
-    #[arg(long, value_name = "N")]
-    pub gpu: Option<u32>,
-    /// Bytes per timed transfer (a multiple of 16, at least 1 MiB).
-    #[arg(long, value_name = "BYTES", default_value_t = probe_defaults::DEFAULT_SIZE_BYTES)]
-    pub size: u64,
-    /// Timed transfers per measurement.
-    #[arg(long, value_name = "N", default_value_t = probe_defaults::DEFAULT_ITERS,
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub iters: u32,
-    /// Untimed transfers before the timed ones.
-    #[arg(long, value_name = "N", default_value_t = probe_defaults::DEFAULT_WARMUP)]
-    pub warmup: u32,
-    /// Give up after this many seconds: a copy or kernel still running then is a failure.
-    #[arg(long, value_name = "SECONDS", default_value_t = probe_defaults::DEFAULT_DEADLINE_S,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub deadline: u64,
-    #[command(flatten)]
-    pub gate: GateArgs,
-    /// Print one JSON document (schema gpudoctor.probe/1) with every raw sample.
-    #[arg(long, conflicts_with = "format")]
-    pub json: bool,
-    /// Output format: table, json or prometheus (node_exporter textfile collector).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<OutputFormat>,
-}
-
-#[derive(Debug, ClapArgs)]
-pub struct DmabufExportArgs {
-    /// Only this GPU (GPU<N> in PCI order, as `topo` labels it).
-    #[arg(long, value_name = "N")]
-    pub gpu: Option<u32>,
-    /// Give up after this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = probe_defaults::DEFAULT_DEADLINE_S,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub deadline: u64,
-    #[command(flatten)]
-    pub gate: GateArgs,
-    /// Print one JSON document (schema gpudoctor.probe/1).
-    #[arg(long, conflicts_with = "format")]
-    pub json: bool,
-    /// Output format: table, json or prometheus (node_exporter textfile collector).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<OutputFormat>,
-}
-
 /// For pre-deployment gates: a probe or check that could not be judged fails the gate.
 #[derive(Debug, Clone, Copy, Default, ClapArgs)]
 pub struct GateArgs {
@@ -392,122 +273,6 @@ pub struct GateArgs {
     /// node). For a probe: any skip (no CUDA, no GPU, no RDMA device).
     #[arg(long)]
     pub fail_on_skip: bool,
-}
-
-#[derive(Debug, Clone, ClapArgs)]
-pub struct WriteBwArgs {
-    /// RDMA device (as in /sys/class/infiniband), e.g. mlx5_0. With --gpu: default each GPU's
-    /// closest ACTIVE port in the topology.
-    #[arg(long, short = 'd', value_name = "DEV", required_unless_present = "gpu")]
-    pub device: Option<String>,
-    /// Level 3 (GPUDirect RDMA): buffers in this GPU's memory (GPU<N> in PCI order, as `topo`
-    /// labels it), or `auto`: every GPU in turn, each against its closest ACTIVE RDMA port.
-    #[arg(long, value_name = "N|auto", value_parser = parse_gpu_arg)]
-    pub gpu: Option<GpuArg>,
-    /// How GPU memory is registered: auto (as NCCL: dma-buf where it works, else
-    /// nvidia-peermem), dmabuf (ibv_reg_dmabuf_mr) or peermem (ibv_reg_mr on the GPU pointer).
-    /// Without --gpu: host memory, with the NIC's half of that decision reported [default with
-    /// --gpu: auto].
-    #[arg(long, value_enum, value_name = "HOW")]
-    pub gdr: Option<crate::rdma::gdr::GdrMode>,
-    /// Loopback with --gpu: which buffer is GPU memory: the one the NIC reads (source), the one
-    /// it writes (target), or both. Two-node mode: this host's buffer (the client's is the
-    /// source, the server's the target).
-    #[arg(long, value_enum, value_name = "SIDE", requires = "gpu")]
-    pub gpu_side: Option<crate::rdma::gdr::GpuSide>,
-    /// Level 3: run everything (allocate, register, measure, release) this many times in one
-    /// process; GPU memory free before the first run and after the last must agree.
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub repeat: u32,
-    /// Port number.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
-    pub port: u8,
-    /// Source GID index (default: chosen like NCCL: RoCE v2 with an IPv4-mapped address
-    /// preferred on Ethernet; LID routing on InfiniBand).
-    #[arg(long, short = 'x', value_name = "N")]
-    pub gid_index: Option<u32>,
-    /// Message sizes in bytes, comma-separated [default: 64,4096,65536,1048576].
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "BYTES",
-        conflicts_with = "all"
-    )]
-    pub sizes: Option<Vec<u64>>,
-    /// Sweep all powers of two from 2 B to 8 MiB (perftest's -a).
-    #[arg(long, short = 'a')]
-    pub all: bool,
-    /// Writes per message size (over all QPs) in each timed repetition.
-    #[arg(long, short = 'n', default_value_t = 5000, value_name = "N")]
-    pub iters: u32,
-    /// Timed repetitions per message size: a size is judged on the median of their
-    /// bandwidths; n, median, min, max and every sample are reported.
-    #[arg(long, default_value_t = crate::rdma::write_bw::DEFAULT_REPETITIONS, value_name = "N")]
-    pub reps: u32,
-    /// Writes in flight per QP.
-    #[arg(long, short = 't', default_value_t = 128, value_name = "N")]
-    pub tx_depth: u32,
-    /// A signalled completion every N writes (CQ moderation).
-    #[arg(long, short = 'Q', default_value_t = 100, value_name = "N")]
-    pub cq_mod: u32,
-    /// Writes chained into one ibv_post_send call (perftest's --post_list) [default: up to 16
-    /// writes and 64 KiB per post].
-    #[arg(long, short = 'l', value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub post_list: Option<u32>,
-    /// Number of QP pairs; writes are spread evenly over them.
-    #[arg(long, short = 'q', default_value_t = 1, value_name = "N")]
-    pub qps: u32,
-    /// Check that the written bytes arrived intact after each size.
-    #[arg(long)]
-    pub validate: bool,
-    /// Print one JSON document (schema gpudoctor.write-bw/3).
-    #[arg(long, conflicts_with = "format")]
-    pub json: bool,
-    /// Output format: table, json or prometheus (node_exporter textfile collector).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<OutputFormat>,
-    #[command(flatten)]
-    pub gate: GateArgs,
-    /// Two-node mode, passive side: wait for one --peer client and be written into.
-    #[arg(long, conflicts_with = "peer")]
-    pub serve: bool,
-    /// Address to listen on with --serve.
-    #[arg(
-        long,
-        value_name = "ADDR:PORT",
-        default_value = "0.0.0.0:18516",
-        requires = "serve"
-    )]
-    pub listen: String,
-    /// Two-node mode, active side: write into the --serve side at HOST[:PORT] (port 18516).
-    #[arg(long, value_name = "HOST")]
-    pub peer: Option<String>,
-    /// Shared secret for two-node mode, given to both sides (or GPUDOCTOR_TOKEN). It never
-    /// crosses the wire: each side proves it holds it (HMAC-SHA256 over fresh nonces).
-    #[arg(long, value_name = "TOKEN")]
-    pub token: Option<String>,
-    /// Deadline in seconds for each step: connecting, each answer from the peer, and the wait
-    /// for any completion.
-    #[arg(long, default_value_t = 30, value_name = "SECS")]
-    pub timeout: u64,
-}
-
-/// `--gpu N|auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuArg {
-    Index(u32),
-    Auto,
-}
-
-fn parse_gpu_arg(s: &str) -> Result<GpuArg, String> {
-    if s == "auto" {
-        return Ok(GpuArg::Auto);
-    }
-    s.parse::<u32>()
-        .map(GpuArg::Index)
-        .map_err(|_| format!("'{s}' is not a GPU number or 'auto'"))
 }
 
 #[derive(Debug, ClapArgs)]
@@ -527,35 +292,4 @@ pub struct BundleArgs {
     /// keep it secret: anyone with the key can test guesses against the tokens.
     #[arg(long, value_name = "FILE")]
     pub redact_key_file: Option<PathBuf>,
-}
-
-/// The clap command, for man page generation.
-pub fn command() -> clap::Command {
-    <Args as clap::CommandFactory>::command()
-}
-
-/// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>[-<subsub>].1` per visible
-/// subcommand at every depth, so every page a SUBCOMMANDS section names is shipped.
-pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
-    let mut pages = Vec::new();
-    man_page_tree(command(), "gpudoctor", &mut pages)?;
-    Ok(pages)
-}
-
-fn man_page_tree(
-    cmd: clap::Command,
-    name: &str,
-    pages: &mut Vec<(String, Vec<u8>)>,
-) -> Result<(), std::io::Error> {
-    // clap names are &'static str without its `string` feature: a few bytes per page, once.
-    let cmd = cmd.name(clap::builder::Str::from(
-        name.to_string().leak() as &'static str
-    ));
-    let mut buf = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
-    pages.push((format!("{name}.1"), buf));
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        man_page_tree(sub.clone(), &format!("{name}-{}", sub.get_name()), pages)?;
-    }
-    Ok(())
 }

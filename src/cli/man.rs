@@ -1,0 +1,35 @@
+//! The clap definition as other tools want it: the man pages (and, through `command`, shell
+//! completions).
+
+use super::Args;
+
+/// The clap command, for man page generation.
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+}
+
+/// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>[-<subsub>].1` per visible
+/// subcommand at every depth, so every page a SUBCOMMANDS section names is shipped.
+pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
+    let mut pages = Vec::new();
+    man_page_tree(command(), "gpudoctor", &mut pages)?;
+    Ok(pages)
+}
+
+fn man_page_tree(
+    cmd: clap::Command,
+    name: &str,
+    pages: &mut Vec<(String, Vec<u8>)>,
+) -> Result<(), std::io::Error> {
+    // clap names are &'static str without its `string` feature: a few bytes per page, once.
+    let cmd = cmd.name(clap::builder::Str::from(
+        name.to_string().leak() as &'static str
+    ));
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
+    pages.push((format!("{name}.1"), buf));
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        man_page_tree(sub.clone(), &format!("{name}-{}", sub.get_name()), pages)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! How each command prints, resolved from `--json`/`--format`/`--matrix` (one enum per family
+//! of outputs; `export::Exporter` turns a format into text).
+
+use crate::cli::{FleetFormat, FormatArg};
+use crate::export::Format;
+use anyhow::{Result, bail};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopoOutput {
+    Tree,
+    Matrix,
+    Json,
+}
+
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Human table.
+    Table,
+    /// One JSON document.
+    Json,
+    /// Prometheus text exposition (node_exporter textfile collector).
+    Prometheus,
+    /// JUnit XML (check only).
+    Junit,
+    /// One line naming what failed, subject and observation (check only): a Slurm drain
+    /// reason, a Node Problem Detector condition message.
+    Reason,
+}
+
+impl From<FormatArg> for OutputFormat {
+    fn from(f: FormatArg) -> OutputFormat {
+        match f {
+            FormatArg::Table => OutputFormat::Table,
+            FormatArg::Json => OutputFormat::Json,
+            FormatArg::Prometheus => OutputFormat::Prometheus,
+            FormatArg::Junit => OutputFormat::Junit,
+            FormatArg::Reason => OutputFormat::Reason,
+        }
+    }
+}
+
+impl OutputFormat {
+    /// `--json` and `--format` resolved (clap has already refused both together).
+    pub(super) fn resolve(json: bool, format: Option<FormatArg>) -> OutputFormat {
+        match (json, format) {
+            (_, Some(f)) => f.into(),
+            (true, None) => OutputFormat::Json,
+            (false, None) => OutputFormat::Table,
+        }
+    }
+}
+
+impl From<OutputFormat> for Format {
+    fn from(f: OutputFormat) -> Format {
+        match f {
+            OutputFormat::Table => Format::Table,
+            OutputFormat::Json => Format::Json,
+            OutputFormat::Prometheus => Format::Prometheus,
+            OutputFormat::Junit => Format::Junit,
+            OutputFormat::Reason => Format::Reason,
+        }
+    }
+}
+
+/// How `fleet` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FleetOutput {
+    Table,
+    Json,
+    /// Markdown (for a ticket).
+    Markdown,
+}
+
+impl FleetOutput {
+    /// `--json` and `--format` resolved (clap has already refused both together).
+    pub(super) fn resolve(json: bool, format: Option<FleetFormat>) -> FleetOutput {
+        match (json, format) {
+            (_, Some(FleetFormat::Table)) => FleetOutput::Table,
+            (_, Some(FleetFormat::Json)) => FleetOutput::Json,
+            (_, Some(FleetFormat::Md)) => FleetOutput::Markdown,
+            (true, None) => FleetOutput::Json,
+            (false, None) => FleetOutput::Table,
+        }
+    }
+}
+
+impl From<FleetOutput> for Format {
+    fn from(f: FleetOutput) -> Format {
+        match f {
+            FleetOutput::Table => Format::Table,
+            FleetOutput::Json => Format::Json,
+            FleetOutput::Markdown => Format::Markdown,
+        }
+    }
+}
+
+/// `--json` alone: JSON or the human table (list, diff, gpu-write-bw).
+pub fn json_or_table(json: bool) -> Format {
+    if json { Format::Json } else { Format::Table }
+}
+
+/// A probe's `--json`/`--format`: table, json or prometheus.
+pub(super) fn probe_format(json: bool, format: Option<FormatArg>) -> Result<OutputFormat> {
+    let f = OutputFormat::resolve(json, format);
+    if matches!(f, OutputFormat::Junit | OutputFormat::Reason) {
+        bail!(
+            "--format {} is for `check` (probes print table, json or prometheus)",
+            if f == OutputFormat::Junit {
+                "junit"
+            } else {
+                "reason"
+            }
+        );
+    }
+    Ok(f)
+}

@@ -1,0 +1,12 @@
+//! Markdown (for a ticket): the fleet summary.
+
+use super::exporter::Exporter;
+use crate::fleet::FleetReport;
+
+pub struct Markdown;
+
+impl Exporter for Markdown {
+    fn fleet(&self, r: &FleetReport) -> Option<String> {
+        Some(crate::render::fleet_markdown(r))
+    }
+}
