@@ -300,12 +300,12 @@ pub struct GpuWriteBwArgs {
     /// Who rings the doorbell: the GPU (BlueFlame register mapped with
     /// CU_MEMHOSTREGISTER_IOMEMORY; needs PeerMappingOverride=1), a CPU proxy thread, or auto.
     #[arg(long, value_enum, default_value = "auto", value_name = "HOW")]
-    pub nic_handler: crate::rdma::level4::NicHandler,
+    pub nic_handler: NicHandlerArg,
     /// Where the send queue, CQ and doorbell records live: GPU memory (DevX QP and CQ over
     /// umems, IBGDA's placement), libmlx5's host-memory queues, or auto (gpu where the gpu
     /// handler rings and DevX allows it, else host, with the reason in the report).
     #[arg(long, value_enum, default_value = "auto", value_name = "WHERE")]
-    pub queues: crate::rdma::level4::QueuePlace,
+    pub queues: QueuePlaceArg,
     /// Check that the written bytes arrived intact after each size.
     #[arg(long)]
     pub validate: bool,
@@ -390,12 +390,12 @@ pub struct WriteBwArgs {
     /// Without --gpu: host memory, with the NIC's half of that decision reported [default with
     /// --gpu: auto].
     #[arg(long, value_enum, value_name = "HOW")]
-    pub gdr: Option<crate::rdma::gdr::GdrMode>,
+    pub gdr: Option<GdrModeArg>,
     /// Loopback with --gpu: which buffer is GPU memory: the one the NIC reads (source), the one
     /// it writes (target), or both. Two-node mode: this host's buffer (the client's is the
     /// source, the server's the target).
     #[arg(long, value_enum, value_name = "SIDE", requires = "gpu")]
-    pub gpu_side: Option<crate::rdma::gdr::GpuSide>,
+    pub gpu_side: Option<GpuSideArg>,
     /// Level 3: run everything (allocate, register, measure, release) this many times in one
     /// process; GPU memory free before the first run and after the last must agree.
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -424,7 +424,7 @@ pub struct WriteBwArgs {
     pub iters: u32,
     /// Timed repetitions per message size: a size is judged on the median of their
     /// bandwidths; n, median, min, max and every sample are reported.
-    #[arg(long, default_value_t = crate::rdma::write_bw::DEFAULT_REPETITIONS, value_name = "N")]
+    #[arg(long, default_value_t = crate::rdma::request::write_bw::DEFAULT_REPETITIONS, value_name = "N")]
     pub reps: u32,
     /// Writes in flight per QP.
     #[arg(long, short = 't', default_value_t = 128, value_name = "N")]
@@ -539,4 +539,66 @@ fn man_page_tree(
         man_page_tree(sub.clone(), &format!("{name}-{}", sub.get_name()), pages)?;
     }
     Ok(())
+}
+
+/// The clap face of the probe requests' choices (`crate::rdma::request`, plain data without
+/// clap): the same variants and help, converted by `From`.
+macro_rules! value_enum_mirror {
+    ($(#[$m:meta])* $arg:ident => $to:path { $($(#[$vm:meta])* $v:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+        pub enum $arg { $($(#[$vm])* $v),* }
+        impl From<$arg> for $to {
+            fn from(a: $arg) -> $to {
+                match a { $($arg::$v => <$to>::$v),* }
+            }
+        }
+    };
+}
+
+value_enum_mirror! {
+    /// `--nic-handler` (`crate::rdma::request::gpu_write_bw::NicHandler`).
+    NicHandlerArg => crate::rdma::request::gpu_write_bw::NicHandler {
+        /// gpu when PeerMappingOverride=1 and the UAR page maps, else cpu-proxy.
+        Auto,
+        /// The kernel writes the BlueFlame register through the mapped UAR page.
+        Gpu,
+        /// A CPU thread watches the kernel's producer index and rings the doorbell.
+        CpuProxy,
+    }
+}
+
+value_enum_mirror! {
+    /// `--queues` (`crate::rdma::request::gpu_write_bw::QueuePlace`).
+    QueuePlaceArg => crate::rdma::request::gpu_write_bw::QueuePlace {
+        /// gpu where the gpu handler rings and the DevX queues can be created, else host.
+        Auto,
+        /// DevX QP and CQ over umems in GPU memory (IBGDA's placement; GPU-scope fences).
+        Gpu,
+        /// libmlx5's own queues in host memory, mapped for the GPU (cuMemHostRegister).
+        Host,
+    }
+}
+
+value_enum_mirror! {
+    /// `--gdr` (`crate::rdma::request::gdr::GdrMode`).
+    GdrModeArg => crate::rdma::request::gdr::GdrMode {
+        /// As NCCL decides: dma-buf where it can work, nvidia-peermem otherwise.
+        Auto,
+        /// ibv_reg_dmabuf_mr on a dma-buf exported by CUDA.
+        Dmabuf,
+        /// ibv_reg_mr on the device pointer (needs nvidia-peermem).
+        Peermem,
+    }
+}
+
+value_enum_mirror! {
+    /// `--gpu-side` (`crate::rdma::request::gdr::GpuSide`).
+    GpuSideArg => crate::rdma::request::gdr::GpuSide {
+        /// The NIC reads GPU memory (writes from the GPU).
+        Source,
+        /// The NIC writes into GPU memory.
+        Target,
+        Both,
+    }
 }

@@ -11,7 +11,7 @@ use crate::checks::Overrides;
 use crate::cli::{Args, ColorChoice, Command, ProbeArgs, ProbeCommand, SourceArgs, WriteBwArgs};
 use crate::probes::ProbeKind;
 use crate::probes::options::ProbeOptions;
-use crate::rdma::{Role, WriteBwRequest, write_bw};
+use crate::rdma::request::write_bw::{self, Role, WriteBwRequest};
 pub use crate::source::SourceSpec;
 use anyhow::{Context, Result, bail};
 use std::io::IsTerminal;
@@ -107,7 +107,7 @@ impl CheckOptions {
 pub struct WriteBwConfig {
     pub request: WriteBwRequest,
     /// Level 3 (`--gpu`/`--gdr`): GPU memory, the registration path, the NIC per GPU.
-    pub gdr: Option<crate::rdma::level3::GdrRequest>,
+    pub gdr: Option<crate::rdma::request::gdr::GdrRequest>,
     pub json: bool,
     pub format: OutputFormat,
     /// A skip (no RDMA device, no libibverbs) exits 1 (`--fail-on-skip`).
@@ -117,7 +117,7 @@ pub struct WriteBwConfig {
 /// `probe gpu-write-bw`, resolved.
 #[derive(Debug, Clone)]
 pub struct GpuWriteBwConfig {
-    pub request: crate::rdma::level4::GpuWriteRequest,
+    pub request: crate::rdma::request::gpu_write_bw::GpuWriteRequest,
     pub json: bool,
     /// A skip exits 1 (`--fail-on-skip`).
     pub fail_on_skip: bool,
@@ -481,10 +481,9 @@ fn level3_request(
     w: &WriteBwArgs,
     role: &Role,
     format: OutputFormat,
-) -> Result<Option<crate::rdma::level3::GdrRequest>> {
+) -> Result<Option<crate::rdma::request::gdr::GdrRequest>> {
     use crate::cli::GpuArg;
-    use crate::rdma::gdr::{GdrMode, GpuSide};
-    use crate::rdma::level3::{GdrRequest, GpuSelect};
+    use crate::rdma::request::gdr::{GdrMode, GdrRequest, GpuSelect, GpuSide};
     if w.gpu.is_none() && w.gdr.is_none() {
         if w.repeat != 1 {
             bail!("--repeat applies to level-3 runs (--gpu or --gdr)");
@@ -508,8 +507,8 @@ fn level3_request(
             Some(GpuArg::Index(n)) => GpuSelect::One(n),
             Some(GpuArg::Auto) => GpuSelect::Auto,
         },
-        mode: w.gdr.unwrap_or(GdrMode::Auto),
-        gpu_side: w.gpu_side.unwrap_or(GpuSide::Both),
+        mode: w.gdr.map_or(GdrMode::Auto, Into::into),
+        gpu_side: w.gpu_side.map_or(GpuSide::Both, Into::into),
         repeat: w.repeat,
         device_given: w.device.is_some(),
     }))
@@ -517,8 +516,8 @@ fn level3_request(
 
 fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs, env: &Env) -> Result<GpuWriteBwConfig> {
     use crate::cli::GpuArg;
-    use crate::rdma::level3::GpuSelect;
-    use crate::rdma::level4::{self, GpuWriteRequest};
+    use crate::rdma::request::gdr::GpuSelect;
+    use crate::rdma::request::gpu_write_bw::{self as level4, GpuWriteRequest};
     let request = GpuWriteRequest {
         gpu: match w.gpu {
             None | Some(GpuArg::Auto) => GpuSelect::Auto,
@@ -529,8 +528,8 @@ fn gpu_write_bw_config(w: crate::cli::GpuWriteBwArgs, env: &Env) -> Result<GpuWr
         sizes: w.sizes.unwrap_or_else(|| level4::DEFAULT_SIZES.to_vec()),
         iters: w.iters,
         writes_per_iter: w.writes_per_iter,
-        handler: w.nic_handler,
-        queues: w.queues,
+        handler: w.nic_handler.into(),
+        queues: w.queues.into(),
         validate: w.validate,
     };
     level4::validate(&request).map_err(|e| anyhow::anyhow!("probe gpu-write-bw: {e}"))?;
@@ -702,8 +701,7 @@ mod tests {
 
     #[test]
     fn level3_options() {
-        use crate::rdma::gdr::{GdrMode, GpuSide};
-        use crate::rdma::level3::{GdrRequest, GpuSelect};
+        use crate::rdma::request::gdr::{GdrMode, GdrRequest, GpuSelect, GpuSide};
         let env = Env::default();
         let gdr = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
             Action::WriteBw(w) => w.gdr,
@@ -798,8 +796,8 @@ mod tests {
 
     #[test]
     fn gpu_write_bw_options() {
-        use crate::rdma::level3::GpuSelect;
-        use crate::rdma::level4::NicHandler;
+        use crate::rdma::request::gdr::GpuSelect;
+        use crate::rdma::request::gpu_write_bw::NicHandler;
         let env = Env::default();
         let c = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
             Action::GpuWriteBw(w) => w,

@@ -58,8 +58,9 @@ pub(super) fn cuda(
 /// --fail-on-skip); 1 when the
 /// machine failed it (port down, completion error, peer unreachable); 2 for bad arguments.
 pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
-    use crate::rdma::engine::ErrorClass;
-    use crate::rdma::{self, write_bw::Status};
+    use crate::rdma::engine::error::ErrorClass;
+    use crate::rdma::engine::run as rdma;
+    use crate::rdma::report::write_bw::Status;
     if let Some(g) = &w.gdr {
         return gdr_write_bw(w, g);
     }
@@ -92,10 +93,11 @@ pub(super) fn write_bw(w: &WriteBwConfig) -> Result<Outcome> {
 
 /// `probe write-bw --gpu/--gdr` (level 3): one report per GPU (`--gpu auto`: a JSON array),
 /// exit as for level 2 with the worst run deciding; Ctrl-C is exit 2.
-fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Result<Outcome> {
-    use crate::rdma::engine::ErrorClass;
-    use crate::rdma::level3::{self, GpuSelect};
-    use crate::rdma::write_bw::Status;
+fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::request::gdr::GdrRequest) -> Result<Outcome> {
+    use crate::rdma::engine::error::ErrorClass;
+    use crate::rdma::level3;
+    use crate::rdma::report::write_bw::Status;
+    use crate::rdma::request::gdr::GpuSelect;
     let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level3::run(&m, &w.request, g);
@@ -106,7 +108,7 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
         };
         anyhow::bail!("probe write-bw: {why}");
     }
-    let reports: Vec<&crate::rdma::write_bw::WriteBwReport> =
+    let reports: Vec<&crate::rdma::report::write_bw::WriteBwReport> =
         runs.iter().map(|r| &r.report).collect();
     let stdout = match w.format {
         OutputFormat::Json if g.gpu == GpuSelect::Auto => render::json(&reports),
@@ -130,7 +132,7 @@ fn gdr_write_bw(w: &WriteBwConfig, g: &crate::rdma::level3::GdrRequest) -> Resul
 /// (the evidence a failure's cause cites). `--gpu N` naming no GPU is a usage error (exit 2);
 /// on a machine without GPUs too when `refuse_without_gpus` (level 4 reports that as a skip).
 fn live_gpu_machine(
-    gpu: crate::rdma::level3::GpuSelect,
+    gpu: crate::rdma::request::gdr::GpuSelect,
     refuse_without_gpus: bool,
 ) -> Result<(
     crate::source::Source,
@@ -141,7 +143,7 @@ fn live_gpu_machine(
     let source = crate::source::Source::open(&SourceSpec::Live)?;
     let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
     let topo = crate::topo::build(&inv);
-    if let crate::rdma::level3::GpuSelect::One(n) = gpu
+    if let crate::rdma::request::gdr::GpuSelect::One(n) = gpu
         && topo.gpu(&format!("GPU{n}")).is_none()
         && (refuse_without_gpus || !topo.gpus.is_empty())
     {
@@ -166,12 +168,13 @@ fn live_gpu_machine(
 /// `probe gpu-write-bw` (level 4): one report per GPU (`--gpu auto`: a JSON array); exit 0 on
 /// a skip (1 with --fail-on-skip), 1 when the machine failed it, 2 for an unknown --gpu N.
 pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcome> {
-    use crate::rdma::level3::GpuSelect;
     use crate::rdma::level4;
+    use crate::rdma::request::gdr::GpuSelect;
     let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level4::run(&m, &source.libs, &w.request, &w.cuda_homes);
-    let reports: Vec<&level4::GpuWriteBwReport> = runs.iter().map(|r| &r.report).collect();
+    let reports: Vec<&crate::rdma::report::gpu_write_bw::GpuWriteBwReport> =
+        runs.iter().map(|r| &r.report).collect();
     let stdout = if w.json {
         if w.request.gpu == GpuSelect::Auto {
             render::json(&reports)
@@ -196,10 +199,10 @@ pub(super) fn gpu_write_bw(w: &crate::config::GpuWriteBwConfig) -> Result<Outcom
 /// The exit code of several write-bw runs (one per GPU): SIGINT/SIGTERM 2; a machine failure, or
 /// a skip under --fail-on-skip, 1; else 0.
 fn runs_exit_code(
-    classes: impl Iterator<Item = Option<crate::rdma::engine::ErrorClass>>,
+    classes: impl Iterator<Item = Option<crate::rdma::engine::error::ErrorClass>>,
     fail_on_skip: bool,
 ) -> i32 {
-    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::engine::error::ErrorClass;
     let classes: Vec<_> = classes.collect();
     if classes.contains(&Some(ErrorClass::Interrupted)) {
         EXIT_ERROR
