@@ -477,6 +477,7 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
     let dev = &dev;
     let ctx = match cuda::Context::retain(dev.handle) {
         Ok(c) => c,
+        Err(e) if e.is_absent() => return skipped(base, facts, label, format!("{label}: {e}")),
         Err(e) => return machine_error(base, facts, label, e),
     };
     let target = GpuTarget {

@@ -116,6 +116,12 @@ impl ProbeError {
                 ..
             } => ErrorClass::Usage,
             ProbeError::Interrupted => ErrorClass::Interrupted,
+            // CUDA not there to ask (`crate::cuda::resolve`): a gap, like a missing libibverbs.
+            ProbeError::Cuda { source, .. }
+            | ProbeError::Memory {
+                source: MemoryError::Cuda { source, .. },
+                ..
+            } if source.is_absent() => ErrorClass::Skip,
             _ => ErrorClass::Machine,
         }
     }
@@ -126,4 +132,43 @@ pub fn stop_if_interrupted() -> Result<(), ProbeError> {
         return Err(ProbeError::Interrupted);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::CudaError;
+
+    #[test]
+    fn absent_cuda_is_a_skip_and_a_failed_call_the_machines() {
+        let missing = || CudaError::Missing {
+            library: "libcuda.so.1",
+            symbol: "cuMemGetHandleForAddressRange",
+            why: "undefined symbol".into(),
+        };
+        let failed = || CudaError::Driver {
+            call: "cuMemcpyHtoD",
+            name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            text: "an illegal memory access".into(),
+        };
+        let copy = |source| ProbeError::Cuda {
+            device: "mlx5_0".into(),
+            source,
+        };
+        let alloc = |source| ProbeError::Memory {
+            device: "mlx5_0".into(),
+            source: MemoryError::Cuda {
+                gpu: "GPU0".into(),
+                source,
+            },
+        };
+        assert_eq!(copy(missing()).class(), ErrorClass::Skip);
+        assert_eq!(alloc(missing()).class(), ErrorClass::Skip);
+        assert_eq!(
+            copy(CudaError::Unavailable("no libcuda".into())).class(),
+            ErrorClass::Skip
+        );
+        assert_eq!(copy(failed()).class(), ErrorClass::Machine);
+        assert_eq!(alloc(failed()).class(), ErrorClass::Machine);
+    }
 }
