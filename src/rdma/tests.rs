@@ -212,3 +212,54 @@ fn a_cycle_is_found() {
     assert_eq!(g["c/d"], BTreeSet::from(["c/mod".to_string()]));
     assert_eq!(cycle(&g), None);
 }
+
+/// The NIC stand-in (`mlx5/emu.rs`) and the kernel harness's checks (`mlx5/harness.rs`) are
+/// compiled only with the `standin` feature, which no default build turns on, the harness
+/// binary requires it, and no live file under src/rdma reaches either: nothing `cargo install`
+/// builds can emulate an adapter. (`nm -C target/release/gpudoctor | grep -ci emu` is 0.)
+#[test]
+fn the_stand_in_is_behind_its_feature() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let m = std::fs::read_to_string(dir.join("src/rdma/mlx5/mod.rs")).expect("mlx5/mod.rs");
+    let lines: Vec<&str> = m.lines().collect();
+    for name in ["emu", "harness"] {
+        let at = lines
+            .iter()
+            .position(|l| *l == format!("pub mod {name};"))
+            .unwrap_or_else(|| panic!("mlx5/mod.rs declares no {name}"));
+        assert_eq!(
+            lines.get(at.wrapping_sub(1)).copied(),
+            Some("#[cfg(feature = \"standin\")]"),
+            "mlx5::{name} must be behind the standin feature"
+        );
+    }
+    let g = graph();
+    for (from, to) in &g {
+        if from == "mlx5/emu" || from == "mlx5/harness" {
+            continue;
+        }
+        for gated in ["mlx5/emu", "mlx5/harness"] {
+            assert!(!to.contains(gated), "{from} reaches the stand-in ({gated})");
+        }
+    }
+    let cargo = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+    let bin = cargo
+        .split("[[bin]]")
+        .find(|b| b.contains("name = \"gpudoctor-mlx5-kernel\""))
+        .expect("the harness's [[bin]]");
+    assert!(
+        bin.contains("required-features = [\"standin\"]"),
+        "the harness must require the standin feature: {bin}"
+    );
+    let features = cargo
+        .split("[features]")
+        .nth(1)
+        .and_then(|f| f.split("\n[").next())
+        .expect("a [features] table");
+    assert!(
+        !features
+            .lines()
+            .any(|l| l.starts_with("default") && l.contains("standin")),
+        "standin must not be a default feature"
+    );
+}
