@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates src/verbs/sys.rs (libibverbs) and src/verbs/mlx5dv_sys.rs (libmlx5's mlx5dv) from
+# Regenerates src/verbs/ffi/sys.rs (libibverbs) and src/verbs/ffi/mlx5dv_sys.rs (libmlx5's mlx5dv) from
 # Debian 12's rdma-core headers with bindgen's dynamic-loading mode: the functions become fields
 # of a struct filled by dlopen/dlsym at run time, so the gpudoctor binary does not link
 # libibverbs and starts on machines without rdma-core. The outputs are committed; a normal build
@@ -48,8 +48,8 @@ printf '#include <infiniband/verbs.h>\n#include <infiniband/tm_types.h>\n' > "$o
 
 rustfmt --edition 2024 "$out/sys.rs" "$out/mlx5dv_sys.rs"
 if [ "${1:-}" = --check ]; then
-  diff -q "$out/sys.rs" src/verbs/sys.rs && diff -q "$out/mlx5dv_sys.rs" src/verbs/mlx5dv_sys.rs
+  diff -q "$out/sys.rs" src/verbs/ffi/sys.rs && diff -q "$out/mlx5dv_sys.rs" src/verbs/ffi/mlx5dv_sys.rs
 else
   cp "$out/sys.rs" "$out/mlx5dv_sys.rs" src/verbs/
-  wc -l src/verbs/sys.rs src/verbs/mlx5dv_sys.rs
+  wc -l src/verbs/ffi/sys.rs src/verbs/ffi/mlx5dv_sys.rs
 fi

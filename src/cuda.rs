@@ -4,7 +4,8 @@
 //!
 //! This module must not decide anything (no thresholds, no verdicts) and must not touch sysfs:
 //! it turns driver calls into values or typed errors. cudarc panics when a library or a symbol
-//! is missing; callers check `driver_presence()` first and keep a `catch_unwind` backstop.
+//! is missing; every call here goes through `resolve` (the `driver!`/`nvrtc!` macros), which
+//! turns either into `CudaError::Missing` first.
 
 use cudarc::driver::sys as cu;
 use cudarc::nvrtc::sys as nv;
@@ -25,6 +26,13 @@ pub enum CudaError {
     },
     #[error("NVRTC {call}: {text}")]
     Nvrtc { call: &'static str, text: String },
+    /// The library or one of its symbols is not there (`resolve`): a skip with this reason.
+    #[error("{library}: no {symbol} ({why})")]
+    Missing {
+        library: &'static str,
+        symbol: &'static str,
+        why: String,
+    },
     #[error("NVRTC could not compile {kernel} for {arch}: {log}")]
     Compile {
         kernel: String,
@@ -34,6 +42,12 @@ pub enum CudaError {
 }
 
 impl CudaError {
+    /// CUDA is not there to ask (no library, or one without a symbol this call needs): a gap
+    /// in what could be probed (a skip), not a failure of the machine.
+    pub fn is_absent(&self) -> bool {
+        matches!(self, CudaError::Unavailable(_) | CudaError::Missing { .. })
+    }
+
     /// The driver's error name (`CUDA_ERROR_NO_DEVICE`...), when this is a driver error.
     pub fn driver_name(&self) -> Option<&str> {
         match self {
@@ -41,6 +55,88 @@ impl CudaError {
             _ => None,
         }
     }
+}
+
+/// The libraries cudarc loads at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Library {
+    /// libcuda (the user-mode driver), by the names cudarc tries.
+    Driver,
+    /// libnvrtc (made loadable first by `find_nvrtc`).
+    Nvrtc,
+}
+
+impl Library {
+    pub fn name(self) -> &'static str {
+        match self {
+            Library::Driver => "libcuda.so.1",
+            Library::Nvrtc => "libnvrtc",
+        }
+    }
+}
+
+/// THE guarded place where CUDA symbols are loaded: every driver and NVRTC call in this
+/// module goes through `driver!`/`nvrtc!`, which call this first. cudarc's dynamic loading
+/// panics when the library or one symbol is missing (an old driver without
+/// cuMemGetHandleForAddressRange, a stub libcuda); here either is a `CudaError::Missing`, which
+/// the probes report as a skip with the reason, never a panic. Success is remembered per call
+/// site (`seen`); absence is not, since `find_nvrtc` can make NVRTC loadable later.
+pub fn resolve(
+    seen: &std::sync::OnceLock<()>,
+    lib: Library,
+    symbol: &'static str,
+) -> Result<(), CudaError> {
+    if seen.get().is_some() {
+        return Ok(());
+    }
+    let missing = |why: String| CudaError::Missing {
+        library: lib.name(),
+        symbol,
+        why,
+    };
+    // SAFETY: dlopen of cudarc's candidate names; the handles are dropped at once.
+    let present = unsafe {
+        match lib {
+            Library::Driver => cu::is_culib_present(),
+            Library::Nvrtc => nv::is_culib_present(),
+        }
+    };
+    if !present {
+        return Err(missing("the library could not be loaded".into()));
+    }
+    // SAFETY: the library is present (just checked), so cudarc's loader finds it and does not
+    // panic; looking a symbol up runs no code of it.
+    let found = unsafe {
+        let l = match lib {
+            Library::Driver => cu::culib(),
+            Library::Nvrtc => nv::culib(),
+        };
+        l.get::<*const c_void>(symbol.as_bytes()).map(|_| ())
+    };
+    match found {
+        Ok(()) => {
+            let _ = seen.set(());
+            Ok(())
+        }
+        Err(e) => Err(missing(e.to_string())),
+    }
+}
+
+/// `driver!(cuX)`: `Ok(cu::cuX)` once `resolve` found it, else the `CudaError::Missing`.
+/// Callers write `unsafe { driver!(cuX)?(args) }` with their own `// SAFETY:` for the call.
+macro_rules! driver {
+    ($sym:ident) => {{
+        static SEEN: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        resolve(&SEEN, Library::Driver, stringify!($sym)).map(|()| cu::$sym)
+    }};
+}
+
+/// `nvrtc!(nvrtcX)`: as `driver!`, for libnvrtc.
+macro_rules! nvrtc {
+    ($sym:ident) => {{
+        static SEEN: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        resolve(&SEEN, Library::Nvrtc, stringify!($sym)).map(|()| nv::$sym)
+    }};
 }
 
 fn cstr_or(p: *const c_char, fallback: &str) -> String {
@@ -60,8 +156,13 @@ pub fn check(call: &'static str, rc: cu::CUresult) -> Result<(), CudaError> {
     let mut text: *const c_char = std::ptr::null();
     // SAFETY: out-pointers to locals; the driver fills them with static strings or leaves them.
     unsafe {
-        let _ = cu::cuGetErrorName(rc, &mut name);
-        let _ = cu::cuGetErrorString(rc, &mut text);
+        // Without these two symbols the result's number stands for its name.
+        if let Ok(f) = driver!(cuGetErrorName) {
+            let _ = f(rc, &mut name);
+        }
+        if let Ok(f) = driver!(cuGetErrorString) {
+            let _ = f(rc, &mut text);
+        }
     }
     Err(CudaError::Driver {
         call,
@@ -74,8 +175,11 @@ fn nvrtc_check(call: &'static str, rc: nv::nvrtcResult) -> Result<(), CudaError>
     if rc == nv::nvrtcResult::NVRTC_SUCCESS {
         return Ok(());
     }
-    // SAFETY: nvrtcGetErrorString returns a static string for any result value.
-    let text = cstr_or(unsafe { nv::nvrtcGetErrorString(rc) }, &format!("{rc:?}"));
+    let text = match nvrtc!(nvrtcGetErrorString) {
+        // SAFETY: nvrtcGetErrorString returns a static string for any result value.
+        Ok(f) => cstr_or(unsafe { f(rc) }, &format!("{rc:?}")),
+        Err(_) => format!("{rc:?}"),
+    };
     Err(CudaError::Nvrtc { call, text })
 }
 
@@ -214,7 +318,7 @@ pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
     let (mut ma, mut mi) = (0, 0);
     // SAFETY: out-pointers to locals.
     nvrtc_check("nvrtcVersion", unsafe {
-        nv::nvrtcVersion(&mut ma, &mut mi)
+        nvrtc!(nvrtcVersion)?(&mut ma, &mut mi)
     })?;
     Ok((ma, mi))
 }
@@ -222,11 +326,11 @@ pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
 /// cuInit and the driver's CUDA version (13000 for 13.0).
 pub fn init() -> Result<i32, CudaError> {
     // SAFETY: cuInit has no pointer arguments.
-    check("cuInit", unsafe { cu::cuInit(0) })?;
+    check("cuInit", unsafe { driver!(cuInit)?(0) })?;
     let mut v = 0;
     // SAFETY: out-pointer to a local.
     check("cuDriverGetVersion", unsafe {
-        cu::cuDriverGetVersion(&mut v)
+        driver!(cuDriverGetVersion)?(&mut v)
     })?;
     Ok(v)
 }
@@ -259,7 +363,9 @@ fn attr(
 ) -> Result<i32, CudaError> {
     let mut v: c_int = 0;
     // SAFETY: out-pointer to a local; `dev` came from cuDeviceGet.
-    check(call, unsafe { cu::cuDeviceGetAttribute(&mut v, a, dev) })?;
+    check(call, unsafe {
+        driver!(cuDeviceGetAttribute)?(&mut v, a, dev)
+    })?;
     Ok(v)
 }
 
@@ -267,22 +373,26 @@ pub fn devices() -> Result<Vec<Device>, CudaError> {
     use cu::CUdevice_attribute as A;
     let mut n: c_int = 0;
     // SAFETY: out-pointer to a local.
-    check("cuDeviceGetCount", unsafe { cu::cuDeviceGetCount(&mut n) })?;
+    check("cuDeviceGetCount", unsafe {
+        driver!(cuDeviceGetCount)?(&mut n)
+    })?;
     let mut out = Vec::new();
     for ordinal in 0..n {
         let mut h: cu::CUdevice = 0;
         // SAFETY: out-pointer to a local.
-        check("cuDeviceGet", unsafe { cu::cuDeviceGet(&mut h, ordinal) })?;
+        check("cuDeviceGet", unsafe {
+            driver!(cuDeviceGet)?(&mut h, ordinal)
+        })?;
         let mut buf = [0 as c_char; 64];
         // SAFETY: the buffer is 64 bytes and its length is passed.
         check("cuDeviceGetPCIBusId", unsafe {
-            cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, h)
+            driver!(cuDeviceGetPCIBusId)?(buf.as_mut_ptr(), buf.len() as c_int, h)
         })?;
         let bdf = cstr_or(buf.as_ptr(), "").to_ascii_lowercase();
         let mut nb = [0 as c_char; 256];
         // SAFETY: as above.
         check("cuDeviceGetName", unsafe {
-            cu::cuDeviceGetName(nb.as_mut_ptr(), nb.len() as c_int, h)
+            driver!(cuDeviceGetName)?(nb.as_mut_ptr(), nb.len() as c_int, h)
         })?;
         let dma_buf_supported = attr(
             h,
@@ -328,7 +438,7 @@ impl Context {
         let mut raw: cu::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; `dev` is a valid device handle.
         check("cuDevicePrimaryCtxRetain", unsafe {
-            cu::cuDevicePrimaryCtxRetain(&mut raw, dev)
+            driver!(cuDevicePrimaryCtxRetain)?(&mut raw, dev)
         })?;
         let c = Rc::new(Context { dev, raw });
         c.make_current()?;
@@ -337,14 +447,16 @@ impl Context {
 
     pub fn make_current(&self) -> Result<(), CudaError> {
         // SAFETY: `raw` is a retained primary context.
-        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.raw) })
+        check("cuCtxSetCurrent", unsafe {
+            driver!(cuCtxSetCurrent)?(self.raw)
+        })
     }
 
     /// Let this context's kernels and copies reach `peer`'s memory.
     pub fn enable_peer_access(&self, peer: &Context) -> Result<(), CudaError> {
         self.make_current()?;
         // SAFETY: both contexts are retained.
-        let rc = unsafe { cu::cuCtxEnablePeerAccess(peer.raw, 0) };
+        let rc = unsafe { driver!(cuCtxEnablePeerAccess)?(peer.raw, 0) };
         if rc == cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
             return Ok(());
         }
@@ -355,7 +467,9 @@ impl Context {
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: balanced with the retain in `Context::retain`.
-        let _ = unsafe { cu::cuDevicePrimaryCtxRelease_v2(self.dev) };
+        if let Ok(f) = driver!(cuDevicePrimaryCtxRelease_v2) {
+            let _ = unsafe { f(self.dev) };
+        }
     }
 }
 
@@ -370,7 +484,7 @@ impl Stream {
         let mut raw: cu::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context is current.
         check("cuStreamCreate", unsafe {
-            cu::cuStreamCreate(&mut raw, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+            driver!(cuStreamCreate)?(&mut raw, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
         })?;
         Ok(Stream {
             ctx: ctx.clone(),
@@ -381,7 +495,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<(), CudaError> {
         // SAFETY: a live stream.
         check("cuStreamSynchronize", unsafe {
-            cu::cuStreamSynchronize(self.raw)
+            driver!(cuStreamSynchronize)?(self.raw)
         })
     }
 }
@@ -390,7 +504,9 @@ impl Drop for Stream {
     fn drop(&mut self) {
         let _ = self.ctx.make_current();
         // SAFETY: created by cuStreamCreate, destroyed once.
-        let _ = unsafe { cu::cuStreamDestroy_v2(self.raw) };
+        if let Ok(f) = driver!(cuStreamDestroy_v2) {
+            let _ = unsafe { f(self.raw) };
+        }
     }
 }
 
@@ -405,7 +521,7 @@ impl Event {
         let mut raw: cu::CUevent = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; CU_EVENT_DEFAULT keeps timing enabled.
         check("cuEventCreate", unsafe {
-            cu::cuEventCreate(&mut raw, cu::CUevent_flags::CU_EVENT_DEFAULT as u32)
+            driver!(cuEventCreate)?(&mut raw, cu::CUevent_flags::CU_EVENT_DEFAULT as u32)
         })?;
         Ok(Event {
             ctx: ctx.clone(),
@@ -416,14 +532,14 @@ impl Event {
     pub fn record(&self, s: &Stream) -> Result<(), CudaError> {
         // SAFETY: live event and stream of the same context.
         check("cuEventRecord", unsafe {
-            cu::cuEventRecord(self.raw, s.raw)
+            driver!(cuEventRecord)?(self.raw, s.raw)
         })
     }
 
     pub fn synchronize(&self) -> Result<(), CudaError> {
         // SAFETY: a live, recorded event.
         check("cuEventSynchronize", unsafe {
-            cu::cuEventSynchronize(self.raw)
+            driver!(cuEventSynchronize)?(self.raw)
         })
     }
 
@@ -432,7 +548,7 @@ impl Event {
         let mut ms = 0f32;
         // SAFETY: out-pointer to a local; both events live.
         check("cuEventElapsedTime", unsafe {
-            cu::cuEventElapsedTime_v2(&mut ms, start.raw, self.raw)
+            driver!(cuEventElapsedTime_v2)?(&mut ms, start.raw, self.raw)
         })?;
         Ok(ms)
     }
@@ -442,7 +558,9 @@ impl Drop for Event {
     fn drop(&mut self) {
         let _ = self.ctx.make_current();
         // SAFETY: created by cuEventCreate, destroyed once.
-        let _ = unsafe { cu::cuEventDestroy_v2(self.raw) };
+        if let Ok(f) = driver!(cuEventDestroy_v2) {
+            let _ = unsafe { f(self.raw) };
+        }
     }
 }
 
@@ -458,7 +576,9 @@ impl DeviceBuffer {
         ctx.make_current()?;
         let mut ptr: cu::CUdeviceptr = 0;
         // SAFETY: out-pointer to a local; the context is current.
-        check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) })?;
+        check("cuMemAlloc", unsafe {
+            driver!(cuMemAlloc_v2)?(&mut ptr, bytes)
+        })?;
         let b = DeviceBuffer {
             ctx: ctx.clone(),
             ptr,
@@ -466,7 +586,9 @@ impl DeviceBuffer {
         };
         // Touch every page so the first timed copy pays no first-use cost.
         // SAFETY: `ptr` spans `bytes`; the null stream is legal.
-        check("cuMemsetD8", unsafe { cu::cuMemsetD8_v2(ptr, 0x5a, bytes) })?;
+        check("cuMemsetD8", unsafe {
+            driver!(cuMemsetD8_v2)?(ptr, 0x5a, bytes)
+        })?;
         Ok(b)
     }
 }
@@ -475,7 +597,9 @@ impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let _ = self.ctx.make_current();
         // SAFETY: allocated by cuMemAlloc, freed once.
-        let _ = unsafe { cu::cuMemFree_v2(self.ptr) };
+        if let Ok(f) = driver!(cuMemFree_v2) {
+            let _ = unsafe { f(self.ptr) };
+        }
     }
 }
 
@@ -493,7 +617,7 @@ impl PinnedBuffer {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; flags are documented cuMemHostAlloc flags.
         check("cuMemHostAlloc", unsafe {
-            cu::cuMemHostAlloc(
+            driver!(cuMemHostAlloc)?(
                 &mut ptr,
                 bytes,
                 cu::CU_MEMHOSTALLOC_PORTABLE | cu::CU_MEMHOSTALLOC_DEVICEMAP,
@@ -518,7 +642,9 @@ impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         let _ = self.ctx.make_current();
         // SAFETY: allocated by cuMemHostAlloc, freed once.
-        let _ = unsafe { cu::cuMemFreeHost(self.ptr) };
+        if let Ok(f) = driver!(cuMemFreeHost) {
+            let _ = unsafe { f(self.ptr) };
+        }
     }
 }
 
@@ -551,16 +677,18 @@ impl HostRegistration {
         }
         // SAFETY: the caller's contract; documented flags.
         check("cuMemHostRegister", unsafe {
-            cu::cuMemHostRegister_v2(ptr, bytes, flags)
+            driver!(cuMemHostRegister_v2)?(ptr, bytes, flags)
         })?;
         let mut device: cu::CUdeviceptr = 0;
         // SAFETY: `ptr` was registered above; out-pointer to a local.
         let got = check("cuMemHostGetDevicePointer", unsafe {
-            cu::cuMemHostGetDevicePointer_v2(&mut device, ptr, 0)
+            driver!(cuMemHostGetDevicePointer_v2)?(&mut device, ptr, 0)
         });
         if let Err(e) = got {
             // SAFETY: registered above, unregistered once.
-            let _ = unsafe { cu::cuMemHostUnregister(ptr) };
+            if let Ok(f) = driver!(cuMemHostUnregister) {
+                let _ = unsafe { f(ptr) };
+            }
             return Err(e);
         }
         Ok(HostRegistration {
@@ -582,7 +710,9 @@ impl Drop for HostRegistration {
     fn drop(&mut self) {
         let _ = self.ctx.make_current();
         // SAFETY: registered by new, unregistered once.
-        let _ = unsafe { cu::cuMemHostUnregister(self.ptr) };
+        if let Ok(f) = driver!(cuMemHostUnregister) {
+            let _ = unsafe { f(self.ptr) };
+        }
     }
 }
 
@@ -596,7 +726,7 @@ pub fn memcpy_async(
     // SAFETY: the callers own both ranges for at least `bytes` and keep them alive until the
     // stream is synchronized.
     check("cuMemcpyAsync", unsafe {
-        cu::cuMemcpyAsync(dst, src, bytes, s.raw)
+        driver!(cuMemcpyAsync)?(dst, src, bytes, s.raw)
     })
 }
 
@@ -616,7 +746,7 @@ impl Module {
         let mut raw: cu::CUmodule = std::ptr::null_mut();
         // SAFETY: `cubin` is a complete CUBIN image produced by NVRTC.
         check("cuModuleLoadData", unsafe {
-            cu::cuModuleLoadData(&mut raw, cubin.as_ptr() as *const c_void)
+            driver!(cuModuleLoadData)?(&mut raw, cubin.as_ptr() as *const c_void)
         })?;
         Ok(Module {
             ctx: ctx.clone(),
@@ -629,7 +759,7 @@ impl Module {
         let mut f: cu::CUfunction = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; a loaded module.
         check("cuModuleGetFunction", unsafe {
-            cu::cuModuleGetFunction(&mut f, self.raw, c.as_ptr())
+            driver!(cuModuleGetFunction)?(&mut f, self.raw, c.as_ptr())
         })?;
         Ok(Kernel(f))
     }
@@ -639,7 +769,9 @@ impl Drop for Module {
     fn drop(&mut self) {
         let _ = self.ctx.make_current();
         // SAFETY: loaded by cuModuleLoadData, unloaded once.
-        let _ = unsafe { cu::cuModuleUnload(self.raw) };
+        if let Ok(f) = driver!(cuModuleUnload) {
+            let _ = unsafe { f(self.raw) };
+        }
     }
 }
 
@@ -679,7 +811,7 @@ pub unsafe fn launch(
 ) -> Result<(), CudaError> {
     // SAFETY: the caller's contract above; the driver copies the arguments at launch.
     check("cuLaunchKernel", unsafe {
-        cu::cuLaunchKernel(
+        driver!(cuLaunchKernel)?(
             f.0,
             grid,
             1,
@@ -703,7 +835,7 @@ pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, CudaE
     let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: NUL-terminated source and name; no headers.
     nvrtc_check("nvrtcCreateProgram", unsafe {
-        nv::nvrtcCreateProgram(
+        nvrtc!(nvrtcCreateProgram)?(
             &mut prog,
             csrc.as_ptr(),
             cname.as_ptr(),
@@ -714,7 +846,7 @@ pub fn compile_cubin(src: &str, name: &str, arch: &str) -> Result<Vec<u8>, CudaE
     })?;
     let result = compile_inner(prog, name, arch);
     // SAFETY: created above, destroyed once.
-    let _ = unsafe { nv::nvrtcDestroyProgram(&mut prog) };
+    let _ = unsafe { nvrtc!(nvrtcDestroyProgram)?(&mut prog) };
     result
 }
 
@@ -727,7 +859,7 @@ fn compile_inner(prog: nv::nvrtcProgram, name: &str, arch: &str) -> Result<Vec<u
         .collect();
     let ptrs: Vec<*const c_char> = copts.iter().map(|c| c.as_ptr()).collect();
     // SAFETY: `ptrs` holds `ptrs.len()` valid C strings that outlive the call.
-    let rc = unsafe { nv::nvrtcCompileProgram(prog, ptrs.len() as c_int, ptrs.as_ptr()) };
+    let rc = unsafe { nvrtc!(nvrtcCompileProgram)?(prog, ptrs.len() as c_int, ptrs.as_ptr()) };
     if rc != nv::nvrtcResult::NVRTC_SUCCESS {
         let log = program_log(prog).unwrap_or_else(|e| format!("(no log: {e})"));
         return Err(CudaError::Compile {
@@ -739,12 +871,12 @@ fn compile_inner(prog: nv::nvrtcProgram, name: &str, arch: &str) -> Result<Vec<u
     let mut size = 0usize;
     // SAFETY: out-pointer to a local.
     nvrtc_check("nvrtcGetCUBINSize", unsafe {
-        nv::nvrtcGetCUBINSize(prog, &mut size)
+        nvrtc!(nvrtcGetCUBINSize)?(prog, &mut size)
     })?;
     let mut buf = vec![0u8; size];
     // SAFETY: `buf` has the size NVRTC reported.
     nvrtc_check("nvrtcGetCUBIN", unsafe {
-        nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char)
+        nvrtc!(nvrtcGetCUBIN)?(prog, buf.as_mut_ptr() as *mut c_char)
     })?;
     Ok(buf)
 }
@@ -753,12 +885,12 @@ fn program_log(prog: nv::nvrtcProgram) -> Result<String, CudaError> {
     let mut size = 0usize;
     // SAFETY: out-pointer to a local.
     nvrtc_check("nvrtcGetProgramLogSize", unsafe {
-        nv::nvrtcGetProgramLogSize(prog, &mut size)
+        nvrtc!(nvrtcGetProgramLogSize)?(prog, &mut size)
     })?;
     let mut buf = vec![0u8; size.max(1)];
     // SAFETY: `buf` has the size NVRTC reported.
     nvrtc_check("nvrtcGetProgramLog", unsafe {
-        nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char)
+        nvrtc!(nvrtcGetProgramLog)?(prog, buf.as_mut_ptr() as *mut c_char)
     })?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
@@ -769,7 +901,7 @@ pub fn can_access_peer(src: &Device, dst: &Device) -> Result<bool, CudaError> {
     let mut v: c_int = 0;
     // SAFETY: out-pointer to a local; valid device handles.
     check("cuDeviceCanAccessPeer", unsafe {
-        cu::cuDeviceCanAccessPeer(&mut v, src.handle, dst.handle)
+        driver!(cuDeviceCanAccessPeer)?(&mut v, src.handle, dst.handle)
     })?;
     Ok(v != 0)
 }
@@ -799,8 +931,10 @@ pub fn p2p_attributes(src: &Device, dst: &Device) -> Vec<(&'static str, Result<i
         .map(|(name, a)| {
             let mut v: c_int = 0;
             // SAFETY: out-pointer to a local; valid device handles.
-            let r = check("cuDeviceGetP2PAttribute", unsafe {
-                cu::cuDeviceGetP2PAttribute(&mut v, a, src.handle, dst.handle)
+            let r = driver!(cuDeviceGetP2PAttribute).and_then(|f| {
+                check("cuDeviceGetP2PAttribute", unsafe {
+                    f(&mut v, a, src.handle, dst.handle)
+                })
             });
             (name, r.map(|_| v).map_err(|e| e.to_string()))
         })
@@ -815,7 +949,7 @@ pub fn export_dmabuf(buf: &DeviceBuffer) -> Result<(), CudaError> {
     // SAFETY: out-pointer to a local int (the driver writes an fd); the range is one whole
     // cuMemAlloc allocation, aligned to the host page size.
     check("cuMemGetHandleForAddressRange(DMA_BUF_FD)", unsafe {
-        cu::cuMemGetHandleForAddressRange(
+        driver!(cuMemGetHandleForAddressRange)?(
             &mut fd as *mut c_int as *mut c_void,
             buf.ptr,
             buf.bytes,
@@ -854,7 +988,9 @@ impl RdmaBuffer {
         let bytes = requested.max(1).div_ceil(GPU_PAGE_BYTES) * GPU_PAGE_BYTES;
         let mut ptr: cu::CUdeviceptr = 0;
         // SAFETY: out-pointer to a local; the context is current.
-        check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) })?;
+        check("cuMemAlloc", unsafe {
+            driver!(cuMemAlloc_v2)?(&mut ptr, bytes)
+        })?;
         let b = RdmaBuffer {
             ctx: ctx.clone(),
             ptr,
@@ -864,7 +1000,7 @@ impl RdmaBuffer {
         // SAFETY: `ptr` is the base of a live cuMemAlloc allocation; the attribute takes an
         // unsigned int.
         check("cuPointerSetAttribute(SYNC_MEMOPS)", unsafe {
-            cu::cuPointerSetAttribute(
+            driver!(cuPointerSetAttribute)?(
                 &one as *const u32 as *const c_void,
                 cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
                 ptr,
@@ -880,7 +1016,7 @@ impl RdmaBuffer {
         let mut v: u32 = 0;
         // SAFETY: out-pointer to a local unsigned int; `ptr` is live.
         check("cuPointerGetAttribute(SYNC_MEMOPS)", unsafe {
-            cu::cuPointerGetAttribute(
+            driver!(cuPointerGetAttribute)?(
                 &mut v as *mut u32 as *mut c_void,
                 cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
                 self.ptr,
@@ -894,7 +1030,7 @@ impl RdmaBuffer {
         self.ctx.make_current()?;
         // SAFETY: `ptr` spans `bytes`; callers pass len <= bytes.
         check("cuMemsetD8", unsafe {
-            cu::cuMemsetD8_v2(self.ptr, byte, len.min(self.bytes))
+            driver!(cuMemsetD8_v2)?(self.ptr, byte, len.min(self.bytes))
         })?;
         self.synchronize()
     }
@@ -919,7 +1055,7 @@ impl RdmaBuffer {
         self.ctx.make_current()?;
         // SAFETY: `src` holds src.len() readable bytes; the device range fits (checked).
         check("cuMemcpyHtoD", unsafe {
-            cu::cuMemcpyHtoD_v2(
+            driver!(cuMemcpyHtoD_v2)?(
                 self.ptr + off as cu::CUdeviceptr,
                 src.as_ptr() as *const c_void,
                 src.len(),
@@ -933,13 +1069,13 @@ impl RdmaBuffer {
         let n = dst.len().min(self.bytes);
         // SAFETY: `dst` holds n writable bytes; the device range holds n bytes.
         check("cuMemcpyDtoH", unsafe {
-            cu::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, self.ptr, n)
+            driver!(cuMemcpyDtoH_v2)?(dst.as_mut_ptr() as *mut c_void, self.ptr, n)
         })
     }
 
     fn synchronize(&self) -> Result<(), CudaError> {
         // SAFETY: the context is current.
-        check("cuCtxSynchronize", unsafe { cu::cuCtxSynchronize() })
+        check("cuCtxSynchronize", unsafe { driver!(cuCtxSynchronize)?() })
     }
 
     /// Export the whole allocation as a dma-buf; the caller owns (and closes) the descriptor.
@@ -950,7 +1086,7 @@ impl RdmaBuffer {
         // SAFETY: out-pointer to a local int; the range is one whole cuMemAlloc allocation,
         // a multiple of the host page size (64 KiB pages).
         check("cuMemGetHandleForAddressRange(DMA_BUF_FD)", unsafe {
-            cu::cuMemGetHandleForAddressRange(
+            driver!(cuMemGetHandleForAddressRange)?(
                 &mut fd as *mut c_int as *mut c_void,
                 self.ptr,
                 self.bytes,
@@ -973,7 +1109,9 @@ impl Drop for RdmaBuffer {
         let _ = self.ctx.make_current();
         // SAFETY: allocated by cuMemAlloc, freed once (after every registration of it: the
         // owner drops its memory regions first).
-        let _ = unsafe { cu::cuMemFree_v2(self.ptr) };
+        if let Ok(f) = driver!(cuMemFree_v2) {
+            let _ = unsafe { f(self.ptr) };
+        }
     }
 }
 
@@ -983,7 +1121,7 @@ pub fn mem_info(ctx: &Context) -> Result<(u64, u64), CudaError> {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: out-pointers to locals; a current context.
     check("cuMemGetInfo", unsafe {
-        cu::cuMemGetInfo_v2(&mut free, &mut total)
+        driver!(cuMemGetInfo_v2)?(&mut free, &mut total)
     })?;
     Ok((free as u64, total as u64))
 }
@@ -1002,6 +1140,112 @@ mod tests {
         // Where NVIDIA's Ubuntu packages put libnvrtc on our GPU machines.
         assert!(dirs.contains(&PathBuf::from("/usr/local/cuda/targets/x86_64-linux/lib")));
         assert!(dirs.contains(&PathBuf::from("/usr/local/cuda/lib64")));
+    }
+
+    /// A libcuda with only cuInit and cuDeviceGetCount (the latter failing), built here with
+    /// cc and preloaded by absolute path as `find_nvrtc` does, so cudarc's dlopen("libcuda.so")
+    /// gets it: every missing symbol is a `CudaError::Missing`, where cudarc would panic.
+    /// (Under nextest each test is its own process: the fake is seen by this test only.)
+    #[test]
+    fn a_missing_driver_symbol_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let c = dir.path().join("fake_cuda.c");
+        std::fs::write(
+            &c,
+            "int cuInit(unsigned int f) { (void)f; return 0; }\n\
+             int cuDeviceGetCount(int *n) { *n = 0; return 999; }\n",
+        )
+        .expect("write the fake's source");
+        let so = dir.path().join("libcuda.so");
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .status()
+            .expect("cc runs (scripts/test installs gcc)");
+        assert!(built.success(), "cc could not build the fake libcuda");
+        dlopen_global(&so).expect("the fake libcuda loads");
+        assert!(driver_presence().is_ok());
+        // cuInit is there and succeeds; cuDriverGetVersion is not.
+        match init() {
+            Err(CudaError::Missing {
+                library: "libcuda.so.1",
+                symbol: "cuDriverGetVersion",
+                ..
+            }) => {}
+            other => panic!("init: {other:?}"),
+        }
+        // cuDeviceGetCount fails with 999 (CUDA_ERROR_UNKNOWN); without cuGetErrorName and
+        // cuGetErrorString the error still says which.
+        match devices() {
+            Err(CudaError::Driver { call, name, text }) => {
+                assert_eq!(call, "cuDeviceGetCount");
+                assert_eq!(name, "CUDA_ERROR_UNKNOWN");
+                assert_eq!(text, "no description");
+            }
+            other => panic!("devices: {other:?}"),
+        }
+        let e = context_missing();
+        assert!(e.to_string().contains("no cuDevicePrimaryCtxRetain"), "{e}");
+    }
+
+    /// Context::retain on the fake: the first missing symbol of a context.
+    fn context_missing() -> CudaError {
+        match Context::retain(0) {
+            Err(e) => e,
+            Ok(_) => panic!("a context on the fake libcuda"),
+        }
+    }
+
+    /// The guard is the only door: no call into cudarc's bindings outside `driver!`/`nvrtc!`,
+    /// and no other module names cudarc.
+    #[test]
+    fn every_cuda_call_goes_through_the_guard() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let me = std::fs::read_to_string(root.join("cuda.rs")).expect("read src/cuda.rs");
+        for (i, line) in me.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for bare in ["cu::cu", "nv::nvrtc"] {
+                for (at, _) in line.match_indices(bare) {
+                    // A call: cuX/nvrtcX then "(" (types such as nv::nvrtcResult, the loader's
+                    // cu::culib() and the macros' own `cu::$sym` are not calls into the API).
+                    let rest = &line[at + bare.len()..];
+                    let name_end = rest
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(rest.len());
+                    let called = rest.starts_with(|c: char| c.is_ascii_uppercase())
+                        && rest[name_end..].starts_with('(');
+                    assert!(
+                        !called,
+                        "src/cuda.rs:{}: a CUDA call outside driver!/nvrtc!: {line}",
+                        i + 1
+                    );
+                }
+            }
+        }
+        fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(d).expect("read src").flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&root, &mut files);
+        assert!(files.len() > 50);
+        for f in files.iter().filter(|f| !f.ends_with("cuda.rs")) {
+            let text = std::fs::read_to_string(f).expect("read a source file");
+            assert!(
+                !text.contains("cudarc::"),
+                "{} uses cudarc directly: go through crate::cuda",
+                f.display()
+            );
+        }
     }
 
     #[test]

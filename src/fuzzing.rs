@@ -20,7 +20,7 @@ pub fn bundle_archive(data: &[u8]) {
 
 /// The serving side of the two-node handshake: without the token no input may pass.
 pub fn oob_server(data: &[u8]) {
-    use crate::rdma::oob::{Channel, Script, server_handshake};
+    use crate::rdma::engine::oob::{Channel, Script, server_handshake};
     let t = Duration::from_secs(5);
     let mut chan = Channel::new(Script::new(data.to_vec()), "fuzz".into(), t);
     let r = server_handshake(&mut chan, "fuzz-token", Instant::now() + t, t);

@@ -14,7 +14,8 @@
 //! Exit: 0 everything as expected, 1 a mismatch or an unexpected outcome, 2 could not run.
 //! CUDA_HOME / CUDA_PATH name toolkits to look for libnvrtc in (as gpudoctor's own probes do).
 
-use gpudoctor::rdma::mlx5_kernel::{self as k, BuildCase, EmuHandler, EmuPlan, Fence, SqPlace};
+use gpudoctor::rdma::mlx5::harness::{self, EmuHandler, EmuPlan, SqPlace};
+use gpudoctor::rdma::mlx5::kernel::{self as k, BuildCase, Fence};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -271,7 +272,7 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
             2,
         ),
     ] {
-        match k::emulate(l, &plan) {
+        match harness::emulate(l, &plan) {
             Ok(out) => {
                 let r = out.result;
                 let outcome = match r.status {
@@ -279,7 +280,7 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
                     1 => format!(
                         "error CQE for WQE {}: {}",
                         r.wqe_counter,
-                        gpudoctor::rdma::mlx5::Syndrome::from_u8(r.syndrome as u8)
+                        gpudoctor::rdma::mlx5::wqe::Syndrome::from_u8(r.syndrome as u8)
                     ),
                     2 => format!(
                         "timed out waiting for WQE {} (stopped, not hung)",
@@ -364,7 +365,7 @@ fn bench(l: &k::Loaded, o: &Opts) -> bool {
         for &fence in fences {
             let mut medians = Vec::new();
             for run in 1..=3 {
-                match k::post_only(l, place, fence, o.writes, o.iters, o.size) {
+                match harness::post_only(l, place, fence, o.writes, o.iters, o.size) {
                     Ok(ns) => {
                         let mut v = ns.clone();
                         let m = if v.is_empty() { 0.0 } else { median(&mut v) };
@@ -415,7 +416,7 @@ fn median_f(v: &mut [f64]) -> f64 {
 
 /// The GPU half of the DevX path: the queue memory as level 4 lays it out, the kernel over it.
 fn queues(l: &k::Loaded, o: &Opts) -> bool {
-    match k::gpu_queues_check(l, o.writes, o.iters, o.size) {
+    match harness::gpu_queues_check(l, o.writes, o.iters, o.size) {
         Ok(lines) => {
             for s in lines {
                 println!("queues: {s}");

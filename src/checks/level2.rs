@@ -3,7 +3,8 @@
 
 use super::{CheckId, Evidence, Finding, SkipKind, ev};
 use crate::findings::Judgement;
-use crate::rdma::write_bw::{SizeResult, Threshold, WriteBwReport, judge_run};
+use crate::rdma::judge::write_bw::judge_run;
+use crate::rdma::report::write_bw::{SizeResult, Threshold, WriteBwReport};
 
 pub const ID: CheckId = CheckId::ProbeWriteBw;
 
@@ -73,8 +74,8 @@ pub fn threshold_text(t: &Threshold) -> String {
 mod tests {
     use super::*;
     use crate::checks::Status;
-    use crate::rdma::path::{Addressing, LineRate};
-    use crate::rdma::write_bw::{Mode, Plan, PortFacts, Repetition};
+    use crate::rdma::report::write_bw::{Addressing, LineRate, Mode, PortFacts, Repetition};
+    use crate::rdma::request::write_bw::Plan;
 
     /// A completed, validated level-2 run at `gbps` (median of 5) on a port whose facts say
     /// `software` and `rate`: the finding the check makes of it.
@@ -96,7 +97,7 @@ mod tests {
             line_rate: line.clone().ok(),
             line_rate_unknown: line.clone().err().map(String::from),
         });
-        r.threshold = Some(crate::rdma::write_bw::threshold_for(
+        r.threshold = Some(crate::rdma::judge::write_bw::threshold_for(
             r.local.as_ref().unwrap(),
         ));
         for bytes in [65536, 1 << 20] {

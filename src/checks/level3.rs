@@ -4,7 +4,8 @@
 
 use super::{CheckId, Finding, Status, ev};
 use crate::findings::Judgement;
-use crate::rdma::write_bw::{Status as WStatus, WriteBwReport, judge_run};
+use crate::rdma::judge::write_bw::judge_run;
+use crate::rdma::report::write_bw::{Status as WStatus, WriteBwReport};
 
 pub const ID: CheckId = CheckId::ProbeGdrWriteBw;
 
@@ -113,8 +114,10 @@ pub fn finding(subject: &str, r: &WriteBwReport) -> Finding {
 mod tests {
     use super::*;
     use crate::checks::SkipKind;
-    use crate::rdma::gdr::{self, GdrFacts, GpuFacts, NicChoice};
-    use crate::rdma::write_bw::{Mode, Plan, SizeResult, Threshold};
+    use crate::rdma::judge::gdr;
+    use crate::rdma::report::gdr::{GdrFacts, GpuFacts, NicChoice};
+    use crate::rdma::report::write_bw::{Mode, SizeResult, Threshold};
+    use crate::rdma::request::write_bw::Plan;
     use crate::topo::PathType;
 
     /// A 1 MiB run at `gbps` on a 200 Gb/s port (threshold 180 Gb/s), as level 3's `finish`
@@ -122,7 +125,7 @@ mod tests {
     fn report(path: Option<PathType>, status: WStatus, gbps: f64) -> WriteBwReport {
         let plan = Plan::new(vec![1 << 20], 500, 128, 16, None, 1, true).unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
-        let rep = crate::rdma::write_bw::Repetition {
+        let rep = crate::rdma::report::write_bw::Repetition {
             elapsed_ns: 1,
             mb_per_s: gbps * 1e3 / 8.0,
             peak_mb_per_s: gbps * 1e3 / 8.0,
@@ -132,12 +135,12 @@ mod tests {
             .push(SizeResult::new(1 << 20, 500, vec![rep], Some(true)));
         r.status = status;
         let expectation = gdr::expectation(path);
-        let rate = crate::rdma::path::LineRate {
+        let rate = crate::rdma::report::write_bw::LineRate {
             gbps: 200.0,
             source: "4X HDR".into(),
         };
         r.threshold = Some(match path {
-            _ if expectation.judged => crate::rdma::write_bw::threshold(None, Ok(&rate)),
+            _ if expectation.judged => crate::rdma::judge::write_bw::threshold(None, Ok(&rate)),
             Some(_) => Threshold::NotApplicable {
                 reason: expectation.text.clone(),
             },
@@ -193,7 +196,10 @@ mod tests {
         assert!(f.message.contains("GPU-NIC path unknown"), "{}", f.message);
         // Line rate unknown: the same.
         let mut r = report(Some(PathType::PIX), WStatus::Ok, 190.0);
-        r.threshold = Some(crate::rdma::write_bw::threshold(None, Err("no rate")));
+        r.threshold = Some(crate::rdma::judge::write_bw::threshold(
+            None,
+            Err("no rate"),
+        ));
         let f = finding("GPU0", &r);
         assert_eq!((f.status, f.skip), (Status::Skip, Some(SkipKind::Unknown)));
         assert!(
@@ -202,17 +208,17 @@ mod tests {
             f.message
         );
         // A software device: measured, not judged.
-        r.threshold = Some(crate::rdma::write_bw::threshold(
+        r.threshold = Some(crate::rdma::judge::write_bw::threshold(
             Some("no PCI function"),
             Err("x"),
         ));
-        r.local = Some(crate::rdma::write_bw::PortFacts {
+        r.local = Some(crate::rdma::report::write_bw::PortFacts {
             device: "rxe0".into(),
             port: 1,
             state: "ACTIVE".into(),
             link_layer: "Ethernet".into(),
             mtu_bytes: 1024,
-            addressing: crate::rdma::path::Addressing::Lid { lid: 0 },
+            addressing: crate::rdma::report::write_bw::Addressing::Lid { lid: 0 },
             software_device: Some("no PCI function".into()),
             line_rate: None,
             line_rate_unknown: None,
@@ -235,7 +241,7 @@ mod tests {
             0.0,
         );
         if let Some(g) = r.gdr.as_mut() {
-            g.cause = Some(gdr::Cause {
+            g.cause = Some(crate::rdma::report::gdr::Cause {
                 summary: "nvidia-peermem is not loaded".into(),
                 checks: vec!["gdr.peermem"],
                 evidence: vec![ev("check gdr.peermem host", "fail")],

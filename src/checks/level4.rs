@@ -5,8 +5,9 @@
 
 use super::{CheckId, Finding, Status, ev};
 use crate::findings::Judgement;
-use crate::rdma::level4::GpuWriteBwReport;
-use crate::rdma::write_bw::{Status as WStatus, judge_run};
+use crate::rdma::judge::write_bw::judge_run;
+use crate::rdma::report::gpu_write_bw::GpuWriteBwReport;
+use crate::rdma::report::write_bw::Status as WStatus;
 
 pub const ID: CheckId = CheckId::ProbeGpuWriteBw;
 
@@ -75,9 +76,9 @@ pub fn finding(subject: &str, r: &GpuWriteBwReport) -> Finding {
 mod tests {
     use super::*;
     use crate::checks::SkipKind;
-    use crate::rdma::level3::GpuSelect;
-    use crate::rdma::level4::{GpuWriteRequest, NicHandler};
-    use crate::rdma::write_bw::SizeResult;
+    use crate::rdma::report::write_bw::SizeResult;
+    use crate::rdma::request::gdr::GpuSelect;
+    use crate::rdma::request::gpu_write_bw::{GpuWriteRequest, NicHandler};
 
     fn report(status: WStatus, not_applicable: bool, validated: Option<bool>) -> GpuWriteBwReport {
         let mut r = GpuWriteBwReport::new(&GpuWriteRequest {
@@ -88,12 +89,12 @@ mod tests {
             iters: 4,
             writes_per_iter: 512,
             handler: NicHandler::Auto,
-            queues: crate::rdma::level4::QueuePlace::Auto,
+            queues: crate::rdma::request::gpu_write_bw::QueuePlace::Auto,
             validate: true,
         });
         r.status = status;
         r.not_applicable = not_applicable;
-        let rep = crate::rdma::write_bw::Repetition {
+        let rep = crate::rdma::report::write_bw::Repetition {
             elapsed_ns: 1,
             mb_per_s: 1.0,
             peak_mb_per_s: 1.0,

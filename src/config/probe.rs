@@ -7,7 +7,7 @@ use super::{Action, Env};
 use crate::cli::{DmabufExportArgs, GpuWriteBwArgs, ProbeArgs, ProbeCommand, WriteBwArgs};
 use crate::probes::ProbeKind;
 use crate::probes::options::ProbeOptions;
-use crate::rdma::{Role, WriteBwRequest, write_bw};
+use crate::rdma::request::write_bw::{self, Role, WriteBwRequest};
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use std::time::Duration;
 pub struct WriteBwConfig {
     pub request: WriteBwRequest,
     /// Level 3 (`--gpu`/`--gdr`): GPU memory, the registration path, the NIC per GPU.
-    pub gdr: Option<crate::rdma::level3::GdrRequest>,
+    pub gdr: Option<crate::rdma::request::gdr::GdrRequest>,
     pub json: bool,
     pub format: OutputFormat,
     /// A skip (no RDMA device, no libibverbs) exits 1 (`--fail-on-skip`).
@@ -27,7 +27,7 @@ pub struct WriteBwConfig {
 /// `probe gpu-write-bw`, resolved.
 #[derive(Debug, Clone)]
 pub struct GpuWriteBwConfig {
-    pub request: crate::rdma::level4::GpuWriteRequest,
+    pub request: crate::rdma::request::gpu_write_bw::GpuWriteRequest,
     pub json: bool,
     /// A skip exits 1 (`--fail-on-skip`).
     pub fail_on_skip: bool,
@@ -89,10 +89,10 @@ fn level3_request(
     w: &WriteBwArgs,
     role: &Role,
     format: OutputFormat,
-) -> Result<Option<crate::rdma::level3::GdrRequest>> {
+) -> Result<Option<crate::rdma::request::gdr::GdrRequest>> {
     use crate::cli::GpuArg;
-    use crate::rdma::gdr::{GdrMode, GpuSide};
-    use crate::rdma::level3::{GdrRequest, GpuSelect};
+    use crate::rdma::request::gdr::{GdrMode, GpuSide};
+    use crate::rdma::request::gdr::{GdrRequest, GpuSelect};
     if w.gpu.is_none() && w.gdr.is_none() {
         if w.repeat != 1 {
             bail!("--repeat applies to level-3 runs (--gpu or --gdr)");
@@ -125,8 +125,8 @@ fn level3_request(
 
 fn gpu_write_bw_config(w: GpuWriteBwArgs, env: &Env) -> Result<GpuWriteBwConfig> {
     use crate::cli::GpuArg;
-    use crate::rdma::level3::GpuSelect;
-    use crate::rdma::level4::{self, GpuWriteRequest};
+    use crate::rdma::request::gdr::GpuSelect;
+    use crate::rdma::request::gpu_write_bw::{self as level4, GpuWriteRequest};
     let request = GpuWriteRequest {
         gpu: match w.gpu {
             None | Some(GpuArg::Auto) => GpuSelect::Auto,

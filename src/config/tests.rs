@@ -1,7 +1,7 @@
 //! Resolution of every command, end to end from argv (clap) to `Config`.
 
 use super::*;
-use crate::rdma::Role;
+use crate::rdma::request::write_bw::Role;
 use clap::Parser;
 use std::time::Duration;
 
@@ -110,8 +110,8 @@ fn usage_errors_are_found_before_anything_runs() {
 
 #[test]
 fn level3_options() {
-    use crate::rdma::gdr::{GdrMode, GpuSide};
-    use crate::rdma::level3::{GdrRequest, GpuSelect};
+    use crate::rdma::request::gdr::{GdrMode, GpuSide};
+    use crate::rdma::request::gdr::{GdrRequest, GpuSelect};
     let env = Env::default();
     let gdr = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
         Action::WriteBw(w) => w.gdr,
@@ -206,8 +206,8 @@ fn level3_options() {
 
 #[test]
 fn gpu_write_bw_options() {
-    use crate::rdma::level3::GpuSelect;
-    use crate::rdma::level4::NicHandler;
+    use crate::rdma::request::gdr::GpuSelect;
+    use crate::rdma::request::gpu_write_bw::NicHandler;
     let env = Env::default();
     let c = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
         Action::GpuWriteBw(w) => w,

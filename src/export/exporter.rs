@@ -5,8 +5,8 @@
 
 use crate::fleet::{DiffReport, FleetReport};
 use crate::probes::ProbeReport;
-use crate::rdma::level4::GpuWriteBwReport;
-use crate::rdma::write_bw::WriteBwReport;
+use crate::rdma::report::gpu_write_bw::GpuWriteBwReport;
+use crate::rdma::report::write_bw::WriteBwReport;
 use crate::report::{CatalogReport, CheckReport, TopoReport};
 
 /// An output format.

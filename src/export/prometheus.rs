@@ -450,8 +450,8 @@ fn borrow<'a>(k: &'a [(&'a str, String)]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// `gpudoctor probe write-bw --format prometheus`.
-pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
-    use crate::rdma::write_bw::Verdict;
+pub fn write_bw(r: &crate::rdma::report::write_bw::WriteBwReport) -> String {
+    use crate::rdma::report::write_bw::Verdict;
     let mut out = String::new();
     info(
         &mut out,
@@ -478,7 +478,7 @@ pub fn write_bw(r: &crate::rdma::write_bw::WriteBwReport) -> String {
     // The judge's word (`judge_run`), not how the run ended: a completed run whose line rate
     // is unknown, or a software device, is a skip here, never a pass.
     use crate::findings::Judgement;
-    let now = match crate::rdma::write_bw::judge_run(&r.view()).status {
+    let now = match crate::rdma::judge::write_bw::judge_run(&r.view()).status {
         Judgement::Pass => "pass",
         Judgement::Fail | Judgement::Warn => "fail",
         Judgement::Unknown | Judgement::NotApplicable => "skip",
@@ -552,7 +552,7 @@ impl super::exporter::Exporter for Prometheus {
     fn probe(&self, r: &ProbeReport) -> Option<String> {
         Some(probe(r))
     }
-    fn write_bw(&self, runs: &[&crate::rdma::write_bw::WriteBwReport]) -> Option<String> {
+    fn write_bw(&self, runs: &[&crate::rdma::report::write_bw::WriteBwReport]) -> Option<String> {
         match runs {
             [one] => Some(write_bw(one)),
             _ => None,

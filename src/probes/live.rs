@@ -303,7 +303,7 @@ struct Gpu {
 }
 
 fn worker(o: &ProbeOptions, plan: &Plan, sh: &SharedRef) -> Result<(), String> {
-    // Presence first: cudarc panics on a missing library.
+    // Presence first, for its reason; every later call is guarded too (`cuda::resolve`).
     if let Err(e) = cuda::driver_presence() {
         skip(sh, e.to_string());
         return Ok(());

@@ -6,55 +6,21 @@
 //!
 //! It must not print, and must not decide anything `gdr` decides.
 
-use super::engine::{self, ErrorClass, ProbeError};
-use super::gdr::{
-    self, CauseContext, Decision, Failure, GdrFacts, GdrMode, GpuBufferFacts, GpuFacts,
-    GpuMemoryCheck, GpuRegFacts, GpuSide, NicChoice, RegistrationFacts,
-};
-use super::memory::{GpuTarget, Memory, MemoryError};
-use super::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
-use super::{Role, Sides, WriteBwRequest};
+use super::engine::error::{ErrorClass, ProbeError};
+use super::engine::memory::Sides;
+use super::engine::memory::{GpuTarget, Memory, MemoryError};
+use super::engine::run as engine;
+use super::judge::gdr::{self, CauseContext, Failure, GpuRegFacts, RegistrationFacts};
+use super::report::gdr::{Decision, GdrFacts, GpuBufferFacts, GpuFacts, GpuMemoryCheck, NicChoice};
+use super::report::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
+use super::request::gdr::{GdrMode, GdrRequest, GpuSelect, GpuSide, Machine};
+use super::request::write_bw::{Role, WriteBwRequest};
 use crate::cuda;
-use crate::findings::Finding;
 use crate::inventory::Inventory;
 use crate::inventory::RdmaBacking;
-use crate::sysroot::SysRoot;
 use crate::topo::{PathType, Topology};
 use crate::verbs::DmabufProbe;
 use std::rc::Rc;
-
-/// Which GPUs (`--gpu`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuSelect {
-    /// `--gdr` without `--gpu`: host memory through the level-3 path (the NIC half of the
-    /// registration decision is made and reported).
-    Host,
-    /// `--gpu N`: GPU<N> in PCI order, as `topo` labels it.
-    One(u32),
-    /// `--gpu auto`: every GPU, one after another, each against its closest ACTIVE port.
-    Auto,
-}
-
-/// Level 3's part of a write-bw request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GdrRequest {
-    pub gpu: GpuSelect,
-    pub mode: GdrMode,
-    pub gpu_side: GpuSide,
-    /// Runs in one process (allocation, registration, measurement, release), for a leak check.
-    pub repeat: u32,
-    /// `-d` given: this device for every GPU, instead of each GPU's closest ACTIVE port.
-    pub device_given: bool,
-}
-
-/// What level 3 reads about the machine, gathered once by the caller.
-pub struct Machine<'a> {
-    pub sr: &'a SysRoot,
-    pub inv: &'a Inventory,
-    pub topo: &'a Topology,
-    /// Level-0 findings of the same inventory: the evidence `gdr::cause` cites.
-    pub level0: &'a [Finding],
-}
 
 /// One GPU's (or the host's) run.
 pub struct Run {
@@ -174,7 +140,7 @@ fn path_between(topo: &Topology, gpu: &str, device: &str) -> Option<(PathType, b
 
 /// NCCL's dma-buf probe on `device` (its own context and PD, closed again).
 pub fn probe_provider(device: &str) -> Result<DmabufProbe, ProbeError> {
-    let verbs = engine::load()?;
+    let verbs = crate::rdma::engine::side::load()?;
     let ctx = verbs.open(device).map_err(|e| match e {
         crate::verbs::VerbsError::NoDevice { .. } => ProbeError::BadDevice(e),
         other => ProbeError::Verbs {
@@ -234,7 +200,7 @@ fn host_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Run {
     if decision.used.is_none() {
         return refused(m, base, facts, &decision, "host", None);
     }
-    let (report, res) = super::measure(m.sr, base, &Sides::host());
+    let (report, res) = engine::measure(m.sr, base, &Sides::host());
     finish(m, report, res, facts, None, "host".into())
 }
 
@@ -244,7 +210,7 @@ fn stopped(base: &WriteBwRequest, facts: GdrFacts, subject: &str, e: ProbeError)
         gdr: Some(facts),
         ..WriteBwReport::new(mode_of(&base.role), base.plan.clone())
     };
-    let (report, class) = super::conclude(report, &Err(e));
+    let (report, class) = engine::conclude(report, &Err(e));
     Run {
         subject: subject.into(),
         report,
@@ -376,7 +342,7 @@ fn finish(
             Threshold::Unknown { reason }
         });
     }
-    let (mut report, class) = super::conclude(report, &res);
+    let (mut report, class) = engine::conclude(report, &res);
     if let Some(f) = failure_of(&res, &report) {
         let provider = provider_name(m, &facts.nic.device);
         let bdf_s = gpu.map(|(_, b)| b.to_string());
@@ -435,7 +401,7 @@ fn gpu_half(gpu: &GpuTarget, bytes: u64, dev: &cuda::Device) -> Result<GpuBuffer
     Ok(GpuBufferFacts {
         bytes: buf.bytes as u64,
         address: format!("{:#x}", buf.ptr),
-        address_alignment_bytes: super::memory::alignment_of(buf.ptr),
+        address_alignment_bytes: crate::rdma::engine::memory::alignment_of(buf.ptr),
         sync_memops: sync,
         dmabuf_export,
         dmabuf_exported,
@@ -511,6 +477,7 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
     let dev = &dev;
     let ctx = match cuda::Context::retain(dev.handle) {
         Ok(c) => c,
+        Err(e) if e.is_absent() => return skipped(base, facts, label, format!("{label}: {e}")),
         Err(e) => return machine_error(base, facts, label, e),
     };
     let target = GpuTarget {
@@ -656,7 +623,7 @@ fn one_gpu_run(
         port: nic.port,
         ..base.clone()
     };
-    let (mut report, res) = super::measure(m.sr, &req, &sides);
+    let (mut report, res) = engine::measure(m.sr, &req, &sides);
     drop(sides);
     report.notes.push(format!(
         "registration: {} ({})",
@@ -724,12 +691,14 @@ pub fn decide_registration(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sysroot::SysRoot;
 
     #[test]
     fn failures_map_to_the_cause_table() {
-        use crate::rdma::memory::Registration;
+        use crate::rdma::report::memory::Registration;
         use crate::verbs::VerbsError;
-        let plan = crate::rdma::write_bw::Plan::new(vec![64], 1, 1, 1, None, 1, true).unwrap();
+        let plan =
+            crate::rdma::request::write_bw::Plan::new(vec![64], 1, 1, 1, None, 1, true).unwrap();
         let empty = WriteBwReport::new(Mode::Loopback, plan);
         let reg = |r, e| {
             Err(ProbeError::Memory {
@@ -781,8 +750,8 @@ mod tests {
         assert_eq!(failure_of(&Err(ProbeError::Interrupted), &empty), None);
         assert_eq!(failure_of(&Ok(()), &empty), None);
         let mut r = empty.clone();
-        let rep = crate::rdma::write_bw::summarise(64, 1, 1, &Default::default());
-        let mut s = crate::rdma::write_bw::SizeResult::new(64, 1, vec![rep], Some(true));
+        let rep = crate::rdma::judge::write_bw::summarise(64, 1, 1, &Default::default());
+        let mut s = crate::rdma::report::write_bw::SizeResult::new(64, 1, vec![rep], Some(true));
         s.verdict = Verdict::Fail;
         r.results.push(s.clone());
         assert_eq!(failure_of(&Ok(()), &r), Some(Failure::BelowThreshold));

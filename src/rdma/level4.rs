@@ -6,343 +6,22 @@
 //! and the doorbell page mapped for the GPU, the kernel of `mlx5_kernel`). That live path has
 //! not met a ConnectX: no machine here has one beside a GPU (README, "Level 4").
 
-use super::engine::ErrorClass;
-use super::gdr::{self, GpuFacts, NicChoice};
-use super::level3::{GpuSelect, Machine};
-use super::write_bw::{SizeResult, Status};
-use crate::facts::PortState;
+use super::engine::error::ErrorClass;
+use super::judge::gdr;
+use super::judge::gpu_write_bw::{choose_handler, device_refusal, parse_mac};
+use super::mlx5::gpu_poster::{GpuPoster, QueueChoice};
+use super::report::gdr::{GpuFacts, NicChoice};
+use super::report::gpu_write_bw::{DeviceFacts, GpuWriteBwReport, PostingNs, Run};
+use super::report::write_bw::Status;
+use super::request::gdr::Machine;
+use super::request::gpu_write_bw::{GpuWriteRequest, NicHandler};
 use crate::libs::LibFacts;
-use serde::Serialize;
+use crate::verbs::LIBMLX5_SONAME as LIBMLX5;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub const SCHEMA: &str = "gpudoctor.gpu-write-bw/1";
 /// The library `mlx5dv_init_obj` comes from (as libs.rs probes it).
-pub const LIBMLX5: &str = "libmlx5.so.1";
 const LIBCUDA: &str = "libcuda.so.1";
-
-/// `--nic-handler`: who rings the doorbell after the kernel wrote the WQEs and the record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum NicHandler {
-    /// gpu when PeerMappingOverride=1 and the UAR page maps, else cpu-proxy.
-    Auto,
-    /// The kernel writes the BlueFlame register through the mapped UAR page.
-    Gpu,
-    /// A CPU thread watches the kernel's producer index and rings the doorbell.
-    CpuProxy,
-}
-
-impl NicHandler {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NicHandler::Auto => "auto",
-            NicHandler::Gpu => "gpu",
-            NicHandler::CpuProxy => "cpu-proxy",
-        }
-    }
-}
-
-/// `--queues`: where the SQ, the CQ and their doorbell records live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum QueuePlace {
-    /// gpu where the gpu handler rings and the DevX queues can be created, else host.
-    Auto,
-    /// DevX QP and CQ over umems in GPU memory (IBGDA's placement; GPU-scope fences).
-    Gpu,
-    /// libmlx5's own queues in host memory, mapped for the GPU (cuMemHostRegister).
-    Host,
-}
-
-impl QueuePlace {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueuePlace::Auto => "auto",
-            QueuePlace::Gpu => "gpu",
-            QueuePlace::Host => "host",
-        }
-    }
-}
-
-/// `probe gpu-write-bw`, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuWriteRequest {
-    pub gpu: GpuSelect,
-    /// `-d`: this device for every GPU; None: each GPU's closest ACTIVE port.
-    pub device: Option<String>,
-    pub port: u8,
-    pub sizes: Vec<u64>,
-    pub iters: u32,
-    pub writes_per_iter: u32,
-    pub handler: NicHandler,
-    pub queues: QueuePlace,
-    pub validate: bool,
-}
-
-pub const DEFAULT_SIZES: &[u64] = &[64, 256, 1024, 4096];
-/// One CUDA thread builds each write and one block of threads posts an iteration (its
-/// barrier orders the WQEs before the doorbell): a block has at most 1024 threads.
-pub const MAX_WRITES_PER_ITER: u32 = 1024;
-
-/// Argument checks (exit 2 on failure, in config).
-pub fn validate(req: &GpuWriteRequest) -> Result<(), String> {
-    if req.sizes.is_empty() {
-        return Err("--sizes: at least one size".into());
-    }
-    for &s in &req.sizes {
-        // One data segment per WQE; a 0-byte write posts nothing worth timing.
-        if s == 0 || s > 1 << 30 {
-            return Err(format!("--sizes: {s} is not between 1 B and 1 GiB"));
-        }
-    }
-    let mut sorted = req.sizes.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if sorted.len() != req.sizes.len() {
-        return Err("--sizes: a size is given twice".into());
-    }
-    if req.iters == 0 {
-        return Err("--iters: at least 1".into());
-    }
-    if req.writes_per_iter == 0
-        || req.writes_per_iter > MAX_WRITES_PER_ITER
-        || !req.writes_per_iter.is_power_of_two()
-    {
-        return Err(format!(
-            "--writes-per-iter: a power of two from 1 to {MAX_WRITES_PER_ITER} (one CUDA thread \
-             per write, one block per launch), not {}",
-            req.writes_per_iter
-        ));
-    }
-    if req.port == 0 {
-        return Err("--port: ports are numbered from 1".into());
-    }
-    if req.queues == QueuePlace::Gpu && req.handler == NicHandler::CpuProxy {
-        return Err(
-            "--queues gpu needs the gpu handler: a CPU proxy cannot watch a doorbell record in \
-             GPU memory (use --queues host or auto with --nic-handler cpu-proxy)"
-                .into(),
-        );
-    }
-    Ok(())
-}
-
-/// Posting time per iteration (one kernel launch), from `%globaltimer`.
-#[derive(Debug, Clone, Serialize)]
-pub struct PostingNs {
-    pub n: u64,
-    pub median: u64,
-    pub min: u64,
-    pub max: u64,
-}
-
-impl PostingNs {
-    /// Median (the upper one of an even count), min and max; None for no samples.
-    pub fn of(mut v: Vec<u64>) -> Option<PostingNs> {
-        v.sort_unstable();
-        Some(PostingNs {
-            n: v.len() as u64,
-            median: *v.get(v.len() / 2)?,
-            min: *v.first()?,
-            max: *v.last()?,
-        })
-    }
-}
-
-/// Who posted and why.
-#[derive(Debug, Clone, Serialize)]
-pub struct Poster {
-    pub requested: NicHandler,
-    /// The handler that rang the doorbell (None: nothing was posted).
-    pub handler: Option<NicHandler>,
-    pub why: String,
-    pub queues_requested: QueuePlace,
-    /// Where the queues the kernel posted on lived (None: no queues were set up).
-    pub queues: Option<QueuePlace>,
-    pub queues_why: String,
-    pub posting_ns: Option<PostingNs>,
-    pub sm_cycles: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PlanFacts {
-    pub sizes: Vec<u64>,
-    pub iters: u32,
-    pub writes_per_iter: u32,
-    pub validate: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuWriteBwReport {
-    pub schema: &'static str,
-    pub gpudoctor_version: &'static str,
-    pub mode: &'static str,
-    pub units: &'static str,
-    pub plan: PlanFacts,
-    pub gpu: Option<GpuFacts>,
-    /// The RDMA port and why it was chosen.
-    pub nic: Option<NicChoice>,
-    /// PCIe path type GPU-NIC ("PIX", "PXB", ...), where both are on the PCI tree.
-    pub path: Option<String>,
-    /// "mlx5_0 (mlx5_core)", "rxe0 (soft-RoCE on eth0)".
-    pub provider: Option<String>,
-    pub poster: Poster,
-    pub results: Vec<SizeResult>,
-    pub notes: Vec<String>,
-    pub status: Status,
-    /// The bar (delivery: every write of every size completed, its bytes validated).
-    pub threshold: super::write_bw::Threshold,
-    /// A skip with nothing to judge here (no GPU, no mlx5 port): not a gap in the check.
-    pub not_applicable: bool,
-}
-
-impl GpuWriteBwReport {
-    pub fn new(req: &GpuWriteRequest) -> Self {
-        GpuWriteBwReport {
-            schema: SCHEMA,
-            gpudoctor_version: env!("CARGO_PKG_VERSION"),
-            mode: "loopback",
-            units: super::write_bw::UNITS,
-            plan: PlanFacts {
-                sizes: req.sizes.clone(),
-                iters: req.iters,
-                writes_per_iter: req.writes_per_iter,
-                validate: req.validate,
-            },
-            gpu: None,
-            nic: None,
-            path: None,
-            provider: None,
-            poster: Poster {
-                requested: req.handler,
-                handler: None,
-                queues_requested: req.queues,
-                queues: None,
-                queues_why: String::new(),
-                why: "nothing was posted".into(),
-                posting_ns: None,
-                sm_cycles: None,
-            },
-            results: Vec::new(),
-            notes: Vec::new(),
-            status: Status::Skipped {
-                reason: String::new(),
-            },
-            threshold: super::write_bw::Threshold::Delivery {
-                reason: "every write of every size completes and its bytes arrive (validated); \
-                         bandwidth is reported, not judged: GPU-initiated posting of small \
-                         messages is not line-rate bound"
-                    .into(),
-            },
-            not_applicable: false,
-        }
-    }
-}
-
-pub struct Run {
-    pub subject: String,
-    pub report: GpuWriteBwReport,
-    pub class: Option<ErrorClass>,
-}
-
-/// What the preconditions look at, gathered from the inventory and the library probe (so the
-/// decision is a pure function, tested on hand-made facts).
-#[derive(Debug, Clone, Default)]
-pub struct DeviceFacts {
-    pub name: String,
-    /// Kernel driver of the PCI function (mlx5_core); None for software devices.
-    pub driver: Option<String>,
-    /// Some("rxe") / Some("siw") for software devices.
-    pub software: Option<String>,
-    /// The port's state (outer None: no such port; inner None: state unreadable).
-    pub port_state: Option<Option<PortState>>,
-}
-
-/// Why an mlx5 direct-verbs run cannot happen on this device, or None when it can; the flag
-/// says there is nothing for level 4 to judge there (not an mlx5 device, port not ACTIVE) as
-/// against a gap (driver unknown, libmlx5 missing on a ConnectX).
-pub fn device_refusal(
-    d: &DeviceFacts,
-    port: u8,
-    libmlx5: &Result<(), String>,
-) -> Option<(String, bool)> {
-    if let Some(sw) = &d.software {
-        return Some((
-            format!(
-                "{} is not an mlx5 device: no direct verbs ({sw} is a software RDMA provider; \
-             level 4 needs a ConnectX served by mlx5_core)",
-                d.name
-            ),
-            true,
-        ));
-    }
-    match d.driver.as_deref() {
-        Some("mlx5_core") => {}
-        Some(other) => {
-            return Some((
-                format!(
-                    "{} is not an mlx5 device: no direct verbs (driver {other}; level 4 needs a \
-                 ConnectX served by mlx5_core)",
-                    d.name
-                ),
-                true,
-            ));
-        }
-        None => {
-            return Some((
-                format!(
-                    "{}: its kernel driver is unknown, so whether it is an mlx5 device is unknown",
-                    d.name
-                ),
-                false,
-            ));
-        }
-    }
-    if let Err(why) = libmlx5 {
-        return Some((
-            format!(
-                "{LIBMLX5} does not load ({why}): no mlx5 direct verbs (install rdma-core's \
-             libibverbs providers, e.g. Debian's ibverbs-providers)"
-            ),
-            false,
-        ));
-    }
-    match &d.port_state {
-        None => Some((format!("{} has no port {port}", d.name), true)),
-        Some(Some(PortState::Active)) => None,
-        Some(s) => Some((
-            format!(
-                "{}/{port} is not ACTIVE ({}): no RDMA traffic can flow",
-                d.name,
-                s.map(|s| format!("{s:?}"))
-                    .unwrap_or_else(|| "state unknown".into())
-            ),
-            true,
-        )),
-    }
-}
-
-/// `auto`: gpu when the driver allows the peer mapping (PeerMappingOverride=1), else cpu-proxy;
-/// the mapping itself is tried by the live path, which falls back and says so.
-pub fn choose_handler(requested: NicHandler, peer_mapping: Option<bool>) -> (NicHandler, String) {
-    match (requested, peer_mapping) {
-        (NicHandler::Gpu, _) => (NicHandler::Gpu, "--nic-handler gpu".into()),
-        (NicHandler::CpuProxy, _) => (NicHandler::CpuProxy, "--nic-handler cpu-proxy".into()),
-        (NicHandler::Auto, Some(true)) => (
-            NicHandler::Gpu,
-            "auto: PeerMappingOverride=1, so the GPU may map the doorbell page".into(),
-        ),
-        (NicHandler::Auto, Some(false)) => (
-            NicHandler::CpuProxy,
-            "auto: PeerMappingOverride is not 1 (gdr.peer-mapping): a CPU thread rings the doorbell".into(),
-        ),
-        (NicHandler::Auto, None) => (
-            NicHandler::CpuProxy,
-            "auto: whether PeerMappingOverride is set is unknown (gdr.peer-mapping): a CPU thread rings the doorbell".into(),
-        ),
-    }
-}
 
 fn device_facts(m: &Machine, name: &str, port: u8) -> Option<DeviceFacts> {
     let d = m.inv.rdma.iter().find(|d| d.name == name)?;
@@ -436,21 +115,6 @@ fn stop(mut report: GpuWriteBwReport, subject: &str, class: ErrorClass, reason: 
         subject: subject.into(),
         report,
         class: Some(class),
-    }
-}
-
-impl GpuWriteBwReport {
-    /// The facts of this run as the judge (`write_bw::judge_run`) reads them. Level 4's bar
-    /// is delivery, not bandwidth: a software device never gets this far (refused as not mlx5).
-    pub fn view(&self) -> super::write_bw::RunView<'_> {
-        super::write_bw::RunView {
-            status: &self.status,
-            results: &self.results,
-            threshold: Some(&self.threshold),
-            software: false,
-            planned_sizes: self.plan.sizes.len(),
-            served: None,
-        }
     }
 }
 
@@ -598,8 +262,8 @@ fn live(
     cuda_homes: &[PathBuf],
     mut report: GpuWriteBwReport,
 ) -> Run {
-    use super::memory::{GpuTarget, Memory};
     use crate::cuda;
+    use crate::rdma::engine::memory::{GpuTarget, Memory};
     let Some(bdf) = m.topo.gpu(label).map(|g| g.bdf) else {
         return stop(
             report,
@@ -621,7 +285,7 @@ fn live(
     };
     let decision = super::level3::decide_registration(
         m,
-        super::gdr::GdrMode::Auto,
+        crate::rdma::request::gdr::GdrMode::Auto,
         label,
         &dev,
         &nic.device,
@@ -655,12 +319,12 @@ fn live(
         },
         registration,
     };
-    let sides = super::Sides {
+    let sides = crate::rdma::engine::memory::Sides {
         source: gpu_mem.clone(),
         target: gpu_mem,
     };
     let total = req.iters.saturating_mul(req.writes_per_iter);
-    let plan = match super::write_bw::Plan::new(
+    let plan = match crate::rdma::request::write_bw::Plan::new(
         req.sizes.clone(),
         total,
         req.writes_per_iter,
@@ -672,16 +336,16 @@ fn live(
         Ok(p) => p,
         Err(e) => return stop(report, label, ErrorClass::Usage, e.to_string()),
     };
-    let wreq = super::WriteBwRequest {
+    let wreq = crate::rdma::request::write_bw::WriteBwRequest {
         device: nic.device.clone(),
         port: nic.port,
         gid_index: None,
         plan,
-        role: super::Role::Loopback,
+        role: crate::rdma::request::write_bw::Role::Loopback,
         timeout: LIVE_TIMEOUT,
         progress: false,
     };
-    let mut poster = super::gpu_poster::GpuPoster::new(
+    let mut poster = GpuPoster::new(
         &nic.device,
         dev,
         cuda_homes.to_vec(),
@@ -691,20 +355,20 @@ fn live(
         handler,
         why,
     )
-    .with_queues(super::gpu_poster::QueueChoice {
+    .with_queues(QueueChoice {
         requested: req.queues,
         gpu_ctx: std::rc::Rc::clone(&ctx),
         registration,
         macs: port_macs(m, &nic.device, nic.port),
     });
-    let (measured, res) = super::measure_with(m.sr, &wreq, &sides, &mut poster);
+    let (measured, res) = crate::rdma::engine::run::measure_with(m.sr, &wreq, &sides, &mut poster);
     drop(sides);
-    let (measured, mut class) = super::conclude(measured, &res);
+    let (measured, mut class) = crate::rdma::engine::run::conclude(measured, &res);
     // The kernel module and the poster's pinned memory go with the poster's `live`, already
     // dropped by `finish`; the regions and buffers with the sides.
     let leak = match (before, cuda::mem_info(&ctx)) {
         (Ok(b), Ok(a)) => {
-            let c = super::gdr::GpuMemoryCheck::new(b, a, 1);
+            let c = crate::rdma::report::gdr::GpuMemoryCheck::new(b, a, 1);
             report.notes.push(format!(
                 "GPU memory (cuMemGetInfo): free {} B before, {} B after",
                 c.free_before_bytes, c.free_after_bytes
@@ -750,8 +414,29 @@ fn live(
     }
 }
 
-/// The MAC address of each GID's netdev on `device`'s `port` (read through the sysfs
-/// reader): RoCE's next hop when level 4's own QP loops back on the port.
+/// The MAC address of each RDMA GID's netdev in `inv` (read through the sysfs reader), for
+/// `Machine::netdev_macs`: gathered by the caller before any probe runs. A netdev whose
+/// address cannot be read or parsed is left out (its GIDs then have no next hop).
+pub fn netdev_macs(
+    sr: &crate::sysroot::SysRoot,
+    inv: &crate::inventory::Inventory,
+) -> std::collections::BTreeMap<String, [u8; 6]> {
+    inv.rdma
+        .iter()
+        .flat_map(|d| d.ports.iter())
+        .flat_map(|p| p.gids.iter())
+        .filter_map(|g| g.ndev.as_deref())
+        .filter_map(|ndev| {
+            let text = sr
+                .read_text(&format!("/sys/class/net/{ndev}/address"))
+                .ok()?;
+            Some((ndev.to_string(), parse_mac(&text)?))
+        })
+        .collect()
+}
+
+/// The MAC address of each GID's netdev on `device`'s `port`, from what the caller gathered
+/// (`Machine::netdev_macs`): RoCE's next hop when level 4's own QP loops back on the port.
 fn port_macs(m: &Machine, device: &str, port: u8) -> Vec<(u32, [u8; 6])> {
     let Some(p) = m
         .inv
@@ -766,26 +451,9 @@ fn port_macs(m: &Machine, device: &str, port: u8) -> Vec<(u32, [u8; 6])> {
         .iter()
         .filter_map(|g| {
             let ndev = g.ndev.as_deref()?;
-            let text =
-                m.sr.read_text(&format!("/sys/class/net/{ndev}/address"))
-                    .ok()?;
-            Some((g.index, parse_mac(&text)?))
+            Some((g.index, *m.netdev_macs.get(ndev)?))
         })
         .collect()
-}
-
-/// "aa:bb:cc:dd:ee:ff" (sysfs's address attribute), None for anything else.
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = text.trim().split(':');
-    for b in &mut mac {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {
@@ -799,6 +467,9 @@ fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::PortState;
+    use crate::rdma::request::gdr::GpuSelect;
+    use crate::rdma::request::gpu_write_bw::{DEFAULT_SIZES, QueuePlace, validate};
 
     #[test]
     fn macs_parse_from_sysfs_text_only() {

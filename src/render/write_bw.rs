@@ -1,11 +1,11 @@
 //! Text for the RDMA probes' reports: &Report -> String, nothing else.
 
-use crate::rdma::write_bw::WriteBwReport;
+use crate::rdma::report::write_bw::WriteBwReport;
 /// write-bw in perftest's layout (`#bytes #iterations BW peak BW average MsgRate`), with the
 /// units said once (decimal MB/s; perftest's own "MB" is 2^20 bytes) and a Gb/s column.
 pub fn write_bw_table(r: &WriteBwReport) -> String {
-    use crate::rdma::path::Addressing;
-    use crate::rdma::write_bw::{Status, Threshold, Verdict};
+    use crate::rdma::report::write_bw::Addressing;
+    use crate::rdma::report::write_bw::{Status, Threshold, Verdict};
     use std::fmt::Write as _;
     let mut o = String::new();
     let rule = "-".repeat(100);
@@ -49,7 +49,7 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         },
         if p.validate { ", validating data" } else { "" }
     );
-    let _ = writeln!(o, " Units: {}", crate::rdma::write_bw::UNITS);
+    let _ = writeln!(o, " Units: {}", crate::rdma::report::write_bw::UNITS);
     match &r.threshold {
         Some(Threshold::LineRate {
             source, min_bytes, ..
@@ -139,7 +139,7 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
     o
 }
 
-fn memory_text(m: &crate::rdma::memory::MemoryFacts) -> String {
+fn memory_text(m: &crate::rdma::report::memory::MemoryFacts) -> String {
     let what = match (&m.gpu, &m.bdf) {
         (Some(g), Some(b)) => format!("{g} {b} via {}", m.registration),
         _ => "host memory (ibv_reg_mr)".to_string(),
@@ -163,8 +163,8 @@ fn memory_text(m: &crate::rdma::memory::MemoryFacts) -> String {
 
 /// Level 3's lines above the table: GPU, NIC and path, memory, registration, expectation.
 fn gdr_header(
-    g: &crate::rdma::gdr::GdrFacts,
-    mem: Option<&crate::rdma::write_bw::MemorySides>,
+    g: &crate::rdma::report::gdr::GdrFacts,
+    mem: Option<&crate::rdma::report::write_bw::MemorySides>,
     o: &mut String,
 ) {
     use std::fmt::Write as _;
@@ -235,8 +235,8 @@ fn gdr_header(
 
 /// `probe gpu-write-bw` (level 4): level 2's columns plus the posting time per iteration and
 /// the handler that rang the doorbell.
-pub fn gpu_write_bw_table(r: &crate::rdma::level4::GpuWriteBwReport) -> String {
-    use crate::rdma::write_bw::Status;
+pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwReport) -> String {
+    use crate::rdma::report::write_bw::Status;
     use std::fmt::Write as _;
     let mut o = String::new();
     let rule = "-".repeat(100);

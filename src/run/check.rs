@@ -255,7 +255,8 @@ fn level2(
     budget: Option<&Budget>,
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
-    use crate::rdma::{self, Role, WriteBwRequest, write_bw::Plan};
+    use crate::rdma::engine::run as rdma;
+    use crate::rdma::request::write_bw::{Plan, Role, WriteBwRequest};
     use checks::level2;
     if replay_skip(source, level2::ID, "RDMA-write probes", findings) {
         return Ok(());
@@ -329,7 +330,7 @@ fn level2(
                 progress: opts_progress,
             };
             let (report, class) = rdma::write_bw(&source.sysroot, &req);
-            if class == Some(rdma::engine::ErrorClass::Interrupted) {
+            if class == Some(crate::rdma::engine::error::ErrorClass::Interrupted) {
                 anyhow::bail!(
                     "interrupted by {}; queue pairs destroyed and memory regions deregistered",
                     crate::signals::which()
@@ -362,10 +363,10 @@ fn level3(
     budget: Option<&Budget>,
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
-    use crate::rdma::engine::ErrorClass;
-    use crate::rdma::gdr::{GdrMode, GpuSide};
-    use crate::rdma::level3::{self, GdrRequest, GpuSelect};
-    use crate::rdma::{Role, WriteBwRequest, write_bw::Plan};
+    use crate::rdma::engine::error::ErrorClass;
+    use crate::rdma::level3;
+    use crate::rdma::request::gdr::{GdrMode, GdrRequest, GpuSelect, GpuSide};
+    use crate::rdma::request::write_bw::{Plan, Role, WriteBwRequest};
     use checks::level3 as l3;
     if replay_skip(source, l3::ID, "GPUDirect RDMA probes", findings) {
         return Ok(());
@@ -414,12 +415,13 @@ pub(super) fn machine<'a>(
     inv: &'a Inventory,
     topo: &'a crate::topo::Topology,
     level0: &'a [Finding],
-) -> crate::rdma::level3::Machine<'a> {
-    crate::rdma::level3::Machine {
+) -> crate::rdma::request::gdr::Machine<'a> {
+    crate::rdma::request::gdr::Machine {
         sr: &source.sysroot,
         inv,
         topo,
         level0,
+        netdev_macs: crate::rdma::level4::netdev_macs(&source.sysroot, inv),
     }
 }
 
@@ -455,9 +457,10 @@ fn level4(
     cuda_homes: &[std::path::PathBuf],
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
-    use crate::rdma::engine::ErrorClass;
-    use crate::rdma::level3::GpuSelect;
-    use crate::rdma::level4::{self, GpuWriteRequest, NicHandler};
+    use crate::rdma::engine::error::ErrorClass;
+    use crate::rdma::level4;
+    use crate::rdma::request::gdr::GpuSelect;
+    use crate::rdma::request::gpu_write_bw::{GpuWriteRequest, NicHandler};
     use checks::level4 as l4;
     if replay_skip(source, l4::ID, "GPU-initiated RDMA probes", findings) {
         return Ok(());
@@ -471,7 +474,7 @@ fn level4(
         iters: 64,
         writes_per_iter: 512,
         handler: NicHandler::Auto,
-        queues: crate::rdma::level4::QueuePlace::Auto,
+        queues: crate::rdma::request::gpu_write_bw::QueuePlace::Auto,
         validate: true,
     };
     let runs = level4::run(

@@ -51,8 +51,9 @@ pub(super) fn cuda(
 /// --fail-on-skip); 1 when the
 /// machine failed it (port down, completion error, peer unreachable); 2 for bad arguments.
 pub(super) fn write_bw(w: &WriteBwConfig, text: ExportOptions) -> Result<Outcome> {
-    use crate::rdma::engine::ErrorClass;
-    use crate::rdma::{self, write_bw::Status};
+    use crate::rdma::engine::error::ErrorClass;
+    use crate::rdma::engine::run as rdma;
+    use crate::rdma::report::write_bw::Status;
     if let Some(g) = &w.gdr {
         return gdr_write_bw(w, g, text);
     }
@@ -83,12 +84,12 @@ pub(super) fn write_bw(w: &WriteBwConfig, text: ExportOptions) -> Result<Outcome
 /// exit as for level 2 with the worst run deciding; Ctrl-C is exit 2.
 fn gdr_write_bw(
     w: &WriteBwConfig,
-    g: &crate::rdma::level3::GdrRequest,
+    g: &crate::rdma::request::gdr::GdrRequest,
     text: ExportOptions,
 ) -> Result<Outcome> {
-    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::engine::error::ErrorClass;
     use crate::rdma::level3;
-    use crate::rdma::write_bw::Status;
+    use crate::rdma::report::write_bw::Status;
     let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level3::run(&m, &w.request, g);
@@ -99,7 +100,7 @@ fn gdr_write_bw(
         };
         anyhow::bail!("probe write-bw: {why}");
     }
-    let reports: Vec<&crate::rdma::write_bw::WriteBwReport> =
+    let reports: Vec<&crate::rdma::report::write_bw::WriteBwReport> =
         runs.iter().map(|r| &r.report).collect();
     let stdout = export(w.format.into(), text, "a write-bw report", |e| {
         e.write_bw(&reports)
@@ -116,7 +117,7 @@ fn gdr_write_bw(
 /// (the evidence a failure's cause cites). `--gpu N` naming no GPU is a usage error (exit 2);
 /// on a machine without GPUs too when `refuse_without_gpus` (level 4 reports that as a skip).
 fn live_gpu_machine(
-    gpu: crate::rdma::level3::GpuSelect,
+    gpu: crate::rdma::request::gdr::GpuSelect,
     refuse_without_gpus: bool,
 ) -> Result<(
     crate::source::Source,
@@ -127,7 +128,7 @@ fn live_gpu_machine(
     let source = crate::source::Source::open(&SourceSpec::Live)?;
     let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
     let topo = crate::topo::build(&inv);
-    if let crate::rdma::level3::GpuSelect::One(n) = gpu
+    if let crate::rdma::request::gdr::GpuSelect::One(n) = gpu
         && topo.gpu(&format!("GPU{n}")).is_none()
         && (refuse_without_gpus || !topo.gpus.is_empty())
     {
@@ -159,7 +160,8 @@ pub(super) fn gpu_write_bw(
     let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level4::run(&m, &source.libs, &w.request, &w.cuda_homes);
-    let reports: Vec<&level4::GpuWriteBwReport> = runs.iter().map(|r| &r.report).collect();
+    let reports: Vec<&crate::rdma::report::gpu_write_bw::GpuWriteBwReport> =
+        runs.iter().map(|r| &r.report).collect();
     let stdout = export(json_or_table(w.json), text, "a gpu-write-bw report", |e| {
         e.gpu_write_bw(&reports)
     })?;
@@ -174,10 +176,10 @@ pub(super) fn gpu_write_bw(
 /// The exit code of several write-bw runs (one per GPU): SIGINT/SIGTERM 2; a machine failure, or
 /// a skip under --fail-on-skip, 1; else 0.
 fn runs_exit_code(
-    classes: impl Iterator<Item = Option<crate::rdma::engine::ErrorClass>>,
+    classes: impl Iterator<Item = Option<crate::rdma::engine::error::ErrorClass>>,
     fail_on_skip: bool,
 ) -> i32 {
-    use crate::rdma::engine::ErrorClass;
+    use crate::rdma::engine::error::ErrorClass;
     let classes: Vec<_> = classes.collect();
     if classes.contains(&Some(ErrorClass::Interrupted)) {
         EXIT_ERROR

@@ -25,7 +25,7 @@ fn kernels_compile_with_nvrtc() {
     }
     let kernels = [
         ("copy.cu", gpudoctor::probes::live::COPY_KERNEL_SRC),
-        ("mlx5_post.cu", gpudoctor::rdma::mlx5_kernel::SRC),
+        ("mlx5_post.cu", gpudoctor::rdma::mlx5::kernel::SRC),
     ];
     for (name, src) in kernels {
         for arch in ["sm_80", "sm_90"] {

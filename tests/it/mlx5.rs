@@ -1,11 +1,11 @@
-//! The Rust mlx5 WQE/CQE layer (`gpudoctor::rdma::mlx5`) against libmlx5's own inline helpers:
+//! The Rust mlx5 WQE/CQE layer (`gpudoctor::rdma::mlx5::wqe`) against libmlx5's own inline helpers:
 //! tests/c/mlx5_reference.c is compiled with `cc` against `infiniband/mlx5dv.h` (libibverbs-dev)
 //! and fed the same cases; every WQE, doorbell, doorbell record and CQE must match byte for
 //! byte, and both sides must read the same CQE bytes the same way. Skips (with a message) where
 //! cc or the header is missing, unless GPUDOCTOR_REQUIRE_MLX5DV=1 (scripts/test installs them).
 
 use crate::repo;
-use gpudoctor::rdma::mlx5::{self, CqeFields, CqePoll, RdmaWrite};
+use gpudoctor::rdma::mlx5::wqe::{self as mlx5, CqeFields, CqePoll, RdmaWrite};
 use std::io::Write;
 use std::process::{Command, Stdio};
 

@@ -1,12 +1,12 @@
 //! The poster protocol (what the level-4 CUDA kernel runs) driven against the NIC stand-in
-//! (`gpudoctor::rdma::mlx5_emu`, a software model of an mlx5 SQ/CQ, not an adapter): data
+//! (`gpudoctor::rdma::mlx5::emu`, a software model of an mlx5 SQ/CQ, not an adapter): data
 //! lands, CQEs carry the right owner bit over many ring wraps, both doorbell handlers work,
 //! bad keys come back as decoded error CQEs, and a lost completion is a timeout, not a hang.
 
-use gpudoctor::rdma::mlx5::Syndrome;
-use gpudoctor::rdma::mlx5_emu::{
-    Handler, Mr, Nic, PostError, Poster, Proxy, QueueMemory, WaitError, Write,
-};
+use gpudoctor::rdma::mlx5::emu::{Handler, Mr, Nic, PostError, Poster, WaitError, Write};
+use gpudoctor::rdma::mlx5::proxy::Proxy;
+use gpudoctor::rdma::mlx5::queues::QueueMemory;
+use gpudoctor::rdma::mlx5::wqe::Syndrome;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -296,8 +296,8 @@ fn ordering_mistakes_are_caught() {
 /// big-endian in the second word, CQEs with op_own in byte 63, the doorbell's 8 bytes.
 #[test]
 fn caller_owned_memory_has_the_device_layout() {
-    use gpudoctor::rdma::mlx5::{self, CqePoll};
-    use gpudoctor::rdma::mlx5_emu::RawQueues;
+    use gpudoctor::rdma::mlx5::queues::RawQueues;
+    use gpudoctor::rdma::mlx5::wqe::{self as mlx5, CqePoll};
     let mut sq = vec![0xa5a5_a5a5u32; 8 * 16];
     let mut cq = vec![0u32; 4 * 16];
     let mut dbrec = [7u32; 2];
@@ -332,7 +332,7 @@ fn caller_owned_memory_has_the_device_layout() {
     drop((nic, poster, mem));
     let bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_ne_bytes()).collect() };
     let sq_bytes = bytes(&sq);
-    let w1 = gpudoctor::rdma::mlx5::RdmaWrite {
+    let w1 = gpudoctor::rdma::mlx5::wqe::RdmaWrite {
         index: 1,
         qpn: QPN,
         laddr: SRC + 64,

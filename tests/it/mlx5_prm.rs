@@ -1,4 +1,4 @@
-//! Level 4's DevX commands (`gpudoctor::rdma::mlx5_prm`) against rdma-core's own PRM
+//! Level 4's DevX commands (`gpudoctor::rdma::mlx5::prm`) against rdma-core's own PRM
 //! definitions: tests/py/mlx5_prm_reference.py builds every case with rdma-core's
 //! tests/mlx5_prm_structs.py (Debian's python3-pyverbs, scapy from python3-scapy), setting the
 //! fields as rdma-core's DevX RC test resources do, and the bytes must match the Rust builders'
@@ -7,7 +7,7 @@
 
 use crate::mlx5::{Rng, hex};
 use crate::repo;
-use gpudoctor::rdma::mlx5_prm::{self as prm, Cmd, Connect, CqParams, QpParams, Route};
+use gpudoctor::rdma::mlx5::prm::{self as prm, Cmd, Connect, CqParams, QpParams, Route};
 use std::io::Write;
 use std::process::{Command, Stdio};
 

@@ -1,130 +1,17 @@
 //! The verbs side of write-bw: open a port, set up QPs and buffers, connect them, and run the
 //! post/poll loop for one message size. It measures and reports facts; it must not judge them
-//! (that is `write_bw::judge_run`, over `findings::judge`) nor print anything.
+//! (that is `crate::rdma::judge::write_bw::judge_run`, over `findings::judge`) nor print anything.
 
-use super::memory::{Memory, MemoryError, Region};
-use super::path::{self, Addressing, GidError};
-use super::write_bw::{Plan, PortFacts, Timeline};
+use super::error::ProbeError;
+use super::memory::{Memory, Region};
 use crate::inventory;
+use crate::rdma::judge::path::{self, GidError};
+use crate::rdma::report::write_bw::{Addressing, PortFacts, Timeline};
+use crate::rdma::request::write_bw::{Plan, WriteBwRequest};
 use crate::sysroot::SysRoot;
 use crate::verbs::{self, Context, Cq, LocalPath, Pd, Qp, RemoteQp, Verbs, VerbsError, sys};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Why the probe stopped. `class` maps each cause to an exit code at the edge.
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    /// libibverbs absent, etc.: the probe cannot run here.
-    #[error("{0}")]
-    Unavailable(VerbsError),
-    #[error("{0}")]
-    BadDevice(VerbsError),
-    #[error("{device} has no port {port} (ports 1..={count})")]
-    BadPort { device: String, port: u8, count: u8 },
-    #[error("{device} port {port} is {state}, not ACTIVE")]
-    PortDown {
-        device: String,
-        port: u8,
-        state: String,
-    },
-    #[error("{device}: {source}")]
-    Gid {
-        device: String,
-        #[source]
-        source: GidError,
-    },
-    #[error("{device}: sysfs has no entry for port {port} ({reason})")]
-    NoSysfs {
-        device: String,
-        port: u8,
-        reason: String,
-    },
-    /// A verb failed while setting up or running.
-    #[error("{device}: {source}")]
-    Verbs {
-        device: String,
-        #[source]
-        source: VerbsError,
-    },
-    #[error("{device}: {bytes} B writes: {source}")]
-    Completion {
-        device: String,
-        bytes: u64,
-        #[source]
-        source: VerbsError,
-    },
-    #[error(
-        "{device}: {bytes} B writes: no completion for {timeout:?} ({completed} of {iterations} done): the QP never completed"
-    )]
-    NoCompletion {
-        device: String,
-        bytes: u64,
-        completed: u64,
-        iterations: u64,
-        timeout: Duration,
-    },
-    /// The buffer could not be allocated or registered (host or GPU memory).
-    #[error("{device}: {source}")]
-    Memory {
-        device: String,
-        #[source]
-        source: MemoryError,
-    },
-    /// A CUDA copy into or out of a GPU buffer failed (validation).
-    #[error("{device}: {source}")]
-    Cuda {
-        device: String,
-        #[source]
-        source: crate::cuda::CudaError,
-    },
-    /// Ctrl-C: stopped between polls; every region was deregistered and freed on the way out.
-    #[error("interrupted by {}", crate::signals::which())]
-    Interrupted,
-    #[error("{bytes} B writes do not fit the registered buffers ({len} B)")]
-    TooLarge { bytes: u64, len: u64 },
-    /// Two-node mode: TCP to the peer.
-    #[error("peer {peer}: {reason}")]
-    Peer { peer: String, reason: String },
-    /// Level 4: the mlx5 direct-verbs queues or the GPU kernel posting on them.
-    #[error("{device}: {reason}")]
-    Mlx5 { device: String, reason: String },
-}
-
-/// What a ProbeError means for the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// The probe could not run on this machine (reported as skipped, exit 1).
-    Skip,
-    /// The machine failed (exit 1).
-    Machine,
-    /// The request was wrong: no such device/port/GID index (exit 2).
-    Usage,
-    /// Ctrl-C (exit 2).
-    Interrupted,
-}
-
-impl ProbeError {
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            ProbeError::Unavailable(_) => ErrorClass::Skip,
-            // No RDMA device at all (or no kernel support): nothing to probe on this machine.
-            ProbeError::BadDevice(VerbsError::NoDevice { found, .. }) if found == "none" => {
-                ErrorClass::Skip
-            }
-            ProbeError::Verbs {
-                source: VerbsError::NoKernelSupport(_),
-                ..
-            } => ErrorClass::Skip,
-            ProbeError::BadDevice(_) | ProbeError::BadPort { .. } => ErrorClass::Usage,
-            ProbeError::Gid {
-                source: GidError::BadIndex { .. },
-                ..
-            } => ErrorClass::Usage,
-            ProbeError::Interrupted => ErrorClass::Interrupted,
-            _ => ErrorClass::Machine,
-        }
-    }
-}
 
 /// One end: an open port with `qps` RC QPs, one CQ and one registered buffer.
 pub struct Side {
@@ -438,7 +325,7 @@ impl Side {
     }
 
     /// What this side's buffer is (host or GPU memory, how registered).
-    pub fn memory(&self) -> &super::memory::MemoryFacts {
+    pub fn memory(&self) -> &crate::rdma::report::memory::MemoryFacts {
         self.region.facts()
     }
 
@@ -607,50 +494,25 @@ impl Side {
     }
 }
 
-/// The validation pattern for one size: position- and size-dependent so that a write landing at
-/// the wrong offset, a short write or a stale buffer from the previous size all show.
-pub fn fill_pattern(buf: &mut [u8], size: u64, seed: u64) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pattern_byte(i as u64, size, seed);
-    }
-}
-
-fn pattern_byte(i: u64, size: u64, seed: u64) -> u8 {
-    let x = i
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(size.rotate_left(17))
-        .wrapping_add(seed);
-    (x ^ (x >> 29)) as u8
-}
-
-/// First offset in buf[..size] that does not hold the pattern.
-pub fn check_pattern(buf: &[u8], size: u64, seed: u64) -> Option<u64> {
-    buf.iter()
-        .take(size as usize)
-        .enumerate()
-        .find(|(i, b)| **b != pattern_byte(*i as u64, size, seed))
-        .map(|(i, _)| i as u64)
-        .or(if (buf.len() as u64) < size {
-            Some(buf.len() as u64)
-        } else {
-            None
-        })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pattern_catches_errors() {
-        let mut b = vec![0u8; 4096];
-        fill_pattern(&mut b, 4096, 7);
-        assert_eq!(check_pattern(&b, 4096, 7), None);
-        assert_eq!(check_pattern(&b, 4096, 8), Some(0));
-        b[100] ^= 1;
-        assert_eq!(check_pattern(&b, 4096, 7), Some(100));
-        let z = vec![0u8; 64];
-        assert!(check_pattern(&z, 64, 1).is_some());
-        assert_eq!(check_pattern(&z, 128, 1), Some(0));
-    }
+/// This request's side: its device, port and GID choice, a buffer of `len` bytes in `memory`
+/// (the context opened for DevX when `devx` is given).
+pub fn open_for(
+    verbs: &std::sync::Arc<crate::verbs::Verbs>,
+    sr: &SysRoot,
+    req: &WriteBwRequest,
+    memory: &Memory,
+    len: u64,
+    devx: Option<&crate::verbs::mlx5dv_sys::Mlx5Dv>,
+) -> Result<Side, ProbeError> {
+    open_side(
+        verbs,
+        sr,
+        &req.device,
+        req.port,
+        req.gid_index,
+        &req.plan,
+        len,
+        memory,
+        devx,
+    )
 }

@@ -1,229 +1,18 @@
-//! The write-bw probe's plan, result model and evaluation: what to measure, what was measured,
-//! and whether it passes (`judge_run`, the one judge of levels 2-4, over
-//! `crate::findings::judge`). Pure: the verbs side is in `engine`, the TCP side in `oob`, the
-//! table in `render`. Nothing here does I/O.
+//! Write-bw's judgements, pure functions over the report's facts: each repetition's summary
+//! (`summarise`), the port's threshold, each size's verdict and the run's judgement
+//! (`judge_run`, the one judge of levels 2-4, over `crate::findings::judge`). Nothing here
+//! does I/O or prints.
 
-use super::path::{Addressing, LineRate};
-use serde::{Deserialize, Serialize};
+use crate::rdma::report::write_bw::{
+    Judged, Mode, PortFacts, Repetition, Served, SizeResult, Status, Threshold, Timeline,
+    WriteBwReport,
+};
+use crate::rdma::report::write_bw::{LineRate, SOFTWARE_NOT_JUDGED};
+use crate::rdma::request::write_bw::LARGE_MESSAGE_BYTES;
 
-/// /3: each size keeps its timed repetitions (`samples`) and their n/median/min/max (`stats`);
-/// the run carries the judge's `judgement`.
-pub const WRITE_BW_SCHEMA: &str = "gpudoctor.write-bw/3";
-
-/// perftest's default sweep for `-a`: 2 B to 8 MiB.
-pub const ALL_SIZES: std::ops::RangeInclusive<u32> = 1..=23;
-pub const DEFAULT_SIZES: [u64; 4] = [64, 4096, 65536, 1_048_576];
-/// Messages at least this large must reach the line-rate threshold (small messages are
-/// message-rate bound, not bandwidth bound).
-pub const LARGE_MESSAGE_BYTES: u64 = 65536;
 /// Pass at >= 90% of the port's data rate, the margin AzNHC and SuperBench use for
 /// ib_write_bw loopback on healthy HCAs.
 pub const LINE_RATE_FRACTION: f64 = 0.90;
-/// Largest message: 1 GiB is far past any useful sweep and bounds the registered buffers.
-pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
-/// Timed repetitions per size: a size is judged on the median of their rates, as level 1
-/// judges a copy on the median of its samples, not on one run's average.
-pub const DEFAULT_REPETITIONS: u32 = 5;
-pub const MAX_REPETITIONS: u32 = 1000;
-
-/// What to run, resolved from the arguments.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Plan {
-    pub sizes: Vec<u64>,
-    pub iterations: u32,
-    pub tx_depth: u32,
-    /// A signalled completion every this many writes.
-    pub cq_moderation: u32,
-    /// Writes chained into one ibv_post_send call, at most; None: `auto_post_list` per size.
-    pub post_list: Option<u32>,
-    pub qps: u32,
-    pub validate: bool,
-    /// Timed repetitions of `iterations` writes per size (`DEFAULT_REPETITIONS`).
-    pub repetitions: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
-    #[error("--iters must be at least 1")]
-    NoIterations,
-    #[error("--tx-depth must be between 1 and 8192")]
-    TxDepth,
-    #[error("--qps must be between 1 and 64")]
-    Qps,
-    #[error("message size {0} is out of range (1 B to 1 GiB)")]
-    Size(u64),
-    #[error("--iters {iters} is not a multiple of --qps {qps}")]
-    ItersPerQp { iters: u32, qps: u32 },
-    #[error("--reps must be between 1 and 1000")]
-    Repetitions,
-}
-
-impl Plan {
-    pub fn new(
-        sizes: Vec<u64>,
-        iterations: u32,
-        tx_depth: u32,
-        cq_moderation: u32,
-        post_list: Option<u32>,
-        qps: u32,
-        validate: bool,
-    ) -> Result<Plan, PlanError> {
-        if iterations == 0 {
-            return Err(PlanError::NoIterations);
-        }
-        if !(1..=8192).contains(&tx_depth) {
-            return Err(PlanError::TxDepth);
-        }
-        if !(1..=64).contains(&qps) {
-            return Err(PlanError::Qps);
-        }
-        if !iterations.is_multiple_of(qps) {
-            return Err(PlanError::ItersPerQp {
-                iters: iterations,
-                qps,
-            });
-        }
-        if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s > MAX_MESSAGE_BYTES) {
-            return Err(PlanError::Size(s));
-        }
-        // perftest clamps CQ moderation to the TX depth the same way.
-        let cq_moderation = cq_moderation.clamp(1, tx_depth);
-        Ok(Plan {
-            sizes,
-            iterations,
-            tx_depth,
-            cq_moderation,
-            post_list: post_list.map(|l| l.clamp(1, tx_depth)),
-            qps,
-            validate,
-            repetitions: DEFAULT_REPETITIONS,
-        })
-    }
-
-    /// The same plan with `n` timed repetitions per size.
-    pub fn with_repetitions(self, n: u32) -> Result<Plan, PlanError> {
-        if !(1..=MAX_REPETITIONS).contains(&n) {
-            return Err(PlanError::Repetitions);
-        }
-        Ok(Plan {
-            repetitions: n,
-            ..self
-        })
-    }
-
-    /// The chain length used for `size`-byte writes.
-    pub fn post_list_for(&self, size: u64) -> u32 {
-        self.post_list
-            .unwrap_or_else(|| auto_post_list(size))
-            .clamp(1, self.tx_depth)
-    }
-
-    pub fn max_size(&self) -> u64 {
-        self.sizes.iter().copied().max().unwrap_or(0)
-    }
-}
-
-/// Chain up to 16 writes but at most 64 KiB of payload per post. Lists save a doorbell per
-/// write where writes are small; a long chain of large writes gains nothing and on soft-RoCE
-/// costs bandwidth, because rxe (Linux 6.1, rxe_post_send) runs the requester for user QPs inside
-/// the posting call: 16 x 1 MiB measured 27-42 MB/s against 41-45 MB/s unchained in the VM
-/// (scripts/bench-write-bw).
-pub fn auto_post_list(size: u64) -> u32 {
-    (65536 / size.max(1)).clamp(1, 16) as u32
-}
-
-pub fn all_sizes() -> Vec<u64> {
-    ALL_SIZES.map(|p| 1u64 << p).collect()
-}
-
-/// One timed repetition of a message size: `iterations` writes, from the first post to the
-/// last completion.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Repetition {
-    pub elapsed_ns: u64,
-    /// The repetition's average (decimal MB/s): one sample of the size's bandwidth.
-    pub mb_per_s: f64,
-    /// Best rate over any window of at least `peak_window` consecutive writes, timed between
-    /// signalled completions.
-    pub peak_mb_per_s: f64,
-    pub peak_window: u64,
-}
-
-/// n, median, min and max of a size's samples (decimal MB/s; the median also in Gb/s and as
-/// a message rate).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SizeStats {
-    pub n: usize,
-    pub median_mb_per_s: f64,
-    pub min_mb_per_s: f64,
-    pub max_mb_per_s: f64,
-    pub median_gbps: f64,
-    pub median_msg_rate_mpps: f64,
-}
-
-/// One message size, measured: every timed repetition, and what they add up to.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SizeResult {
-    pub bytes: u64,
-    /// Writes per repetition.
-    pub iterations: u64,
-    /// Every timed repetition, in the order taken (the raw samples).
-    pub samples: Vec<Repetition>,
-    /// Over the samples' rates; None when there is none. The size is judged on the median.
-    pub stats: Option<SizeStats>,
-    /// The best windowed rate of any repetition.
-    pub peak_mb_per_s: f64,
-    /// Some(true/false) when --validate compared the written bytes (after every repetition:
-    /// false if any did not match).
-    pub validated: Option<bool>,
-    pub verdict: Verdict,
-}
-
-impl SizeResult {
-    pub fn new(
-        bytes: u64,
-        iterations: u64,
-        samples: Vec<Repetition>,
-        validated: Option<bool>,
-    ) -> SizeResult {
-        let rates: Vec<f64> = samples.iter().map(|r| r.mb_per_s).collect();
-        let finite: Vec<f64> = rates.iter().copied().filter(|x| x.is_finite()).collect();
-        // Level 1's median (mean of the middle two for even n), so both levels say the same.
-        let stats = crate::probes::median(&rates).map(|m| SizeStats {
-            n: finite.len(),
-            median_mb_per_s: m,
-            min_mb_per_s: finite.iter().copied().fold(f64::INFINITY, f64::min),
-            max_mb_per_s: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            median_gbps: m * 8.0 / 1e3,
-            median_msg_rate_mpps: if bytes == 0 { 0.0 } else { m / bytes as f64 },
-        });
-        SizeResult {
-            bytes,
-            iterations,
-            peak_mb_per_s: samples.iter().map(|r| r.peak_mb_per_s).fold(0.0, f64::max),
-            samples,
-            stats,
-            validated,
-            verdict: Verdict::Unknown,
-        }
-    }
-
-    /// The bandwidth this size is judged on: the median over its repetitions, in Gb/s.
-    pub fn rate_gbps(&self) -> Option<f64> {
-        self.stats.as_ref().map(|s| s.median_gbps)
-    }
-}
-
-/// A message size's verdict (`size_verdicts`, by the one judge): pass, fail, unknown (a small
-/// message, an unknown line rate, data not validated) or skip (a software device: measured,
-/// not judged). The project's one vocabulary (`crate::findings`).
-pub use crate::findings::Verdict;
-
-/// Completion timestamps of one size: (ns since the first post, writes completed so far).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Timeline {
-    pub marks: Vec<(u64, u64)>,
-}
 
 /// Decimal MB/s (10^6 bytes/s): perftest 6.06 prints 2^20-byte "MB" (its MsgRate x size shows
 /// it); we say decimal everywhere and convert where we compare.
@@ -268,31 +57,6 @@ pub fn summarise(bytes: u64, iterations: u64, cq_moderation: u32, t: &Timeline) 
         peak_window: window,
     }
 }
-
-/// The rule a run is judged by, and where it comes from. The verdict is the judge's
-/// (`judge_run`, over `crate::findings::judge`); this only says what the bar is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Threshold {
-    /// Bandwidth of messages >= min_bytes must reach `gbps`.
-    LineRate {
-        fraction: f64,
-        gbps: f64,
-        min_bytes: u64,
-        source: String,
-    },
-    /// No bar could be set (the port's line rate is unknown, or its sources disagree): the run
-    /// is measured and reported, and can never pass.
-    Unknown { reason: String },
-    /// No bar on purpose (a software device, a path NCCL would not use): measured, not judged.
-    NotApplicable { reason: String },
-    /// Level 4: the bar is delivery (every write of every size completed and its bytes
-    /// arrived), not bandwidth: GPU-initiated posting of small messages is not line-rate bound.
-    Delivery { reason: String },
-}
-
-/// The reason a software device is not judged (levels 2 and 3 alike).
-pub const SOFTWARE_NOT_JUDGED: &str = "software RDMA: measured, not judged";
 
 pub fn threshold(software_device: Option<&str>, rate: Result<&LineRate, &str>) -> Threshold {
     if let Some(what) = software_device {
@@ -344,23 +108,6 @@ pub struct RunView<'a> {
     pub planned_sizes: usize,
     /// Server mode: what the server checked of the client's writes.
     pub served: Option<&'a Served>,
-}
-
-/// The judge's word on a run, with its reason.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Judged {
-    pub status: crate::findings::Judgement,
-    pub reason: String,
-}
-
-/// What a server checked of its client's writes (two-node mode): facts, judged by `judge_run`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Served {
-    pub peer: String,
-    pub sizes: u32,
-    pub validated: u32,
-    /// "65536 B (first difference at offset 12)".
-    pub mismatched: Vec<String>,
 }
 
 /// A size is judged on its bandwidth (`rate_gbps`) against a line-rate bar when it is at least
@@ -526,108 +273,7 @@ pub fn judge_run(v: &RunView) -> Judged {
     mk(status, reason)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Two QPs on one device connected to each other.
-    Loopback,
-    /// This host writes into a `--serve` peer.
-    Client,
-    /// This host is written into by a `--peer` client.
-    Server,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PortFacts {
-    pub device: String,
-    pub port: u8,
-    pub state: String,
-    pub link_layer: String,
-    pub mtu_bytes: u32,
-    pub addressing: Addressing,
-    /// Some(driver) for software devices (no PCI function behind them).
-    pub software_device: Option<String>,
-    /// The line rate verbs and sysfs agree on; None: see `line_rate_unknown`.
-    pub line_rate: Option<LineRate>,
-    /// Why the line rate is unknown (unreadable, undefined, or verbs and sysfs disagree).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line_rate_unknown: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Status {
-    /// Measured; see verdicts.
-    Ok,
-    /// Measured, and the judge failed it (a size below its threshold, or data that did not
-    /// match): set by `WriteBwReport::conclude`, never by the engine.
-    Failed { reason: String },
-    /// The probe could not run on this machine (no libibverbs, no device, port down...).
-    Skipped { reason: String },
-    /// The probe started and the machine made it fail (completion error, peer gone...).
-    Error { reason: String },
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct WriteBwReport {
-    pub schema: &'static str,
-    pub gpudoctor_version: &'static str,
-    pub mode: Mode,
-    pub units: &'static str,
-    pub plan: Plan,
-    pub local: Option<PortFacts>,
-    /// In two-node mode: what the peer reported about its port.
-    pub remote: Option<PortFacts>,
-    pub threshold: Option<Threshold>,
-    pub results: Vec<SizeResult>,
-    /// Plain statements about the run (e.g. what a server served).
-    pub notes: Vec<String>,
-    pub status: Status,
-    /// The judge's verdict on the run (`judge_run`); None until judged.
-    pub judgement: Option<Judged>,
-    /// Server mode: what this side checked of the client's writes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub served: Option<Served>,
-    /// Where the buffers were (host or GPU memory, how registered); absent in reports made
-    /// before level 3.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemorySides>,
-    /// Level 3 (`--gpu`/`--gdr`): the GPU, its NIC and path, the registration choice, GPU
-    /// memory before and after, and the cause of a failure.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gdr: Option<super::gdr::GdrFacts>,
-}
-
-/// Each side's buffer, as set up (None: not on this host, in two-node mode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MemorySides {
-    pub source: Option<super::memory::MemoryFacts>,
-    pub target: Option<super::memory::MemoryFacts>,
-}
-
-pub const UNITS: &str = "bandwidth in decimal MB/s (10^6 bytes/s) and Gb/s (10^9 bits/s); message rate in Mpps (10^6 messages/s)";
-
 impl WriteBwReport {
-    pub fn new(mode: Mode, plan: Plan) -> Self {
-        WriteBwReport {
-            schema: WRITE_BW_SCHEMA,
-            gpudoctor_version: env!("CARGO_PKG_VERSION"),
-            mode,
-            units: UNITS,
-            plan,
-            local: None,
-            remote: None,
-            threshold: None,
-            results: Vec::new(),
-            notes: Vec::new(),
-            status: Status::Ok,
-            judgement: None,
-            served: None,
-            memory: None,
-            gdr: None,
-        }
-    }
-
     /// The facts of this run as the judge reads them.
     pub fn view(&self) -> RunView<'_> {
         RunView {
@@ -664,6 +310,8 @@ impl WriteBwReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rdma::report::write_bw::Verdict;
+    use crate::rdma::request::write_bw::{Plan, PlanError, all_sizes};
 
     #[test]
     fn plan_checks() {

@@ -6,39 +6,13 @@
 //!
 //! A `Region` deregisters its memory region before it frees the memory, on every path (error,
 //! Ctrl-C, panic unwinding): field order is drop order. This module must not choose the
-//! registration path (that is `gdr::choose_registration`) nor judge anything.
+//! registration path (that is `crate::rdma::judge::gdr::choose_registration`) nor judge anything.
 
+use super::pattern::{check_pattern, fill_pattern};
 use crate::cuda::{self, CudaError, RdmaBuffer};
+use crate::rdma::report::memory::{MemoryFacts, Registration};
 use crate::verbs::{self, AlignedBuf, Pd, RawMr, VerbsError};
-use serde::Serialize;
 use std::rc::Rc;
-
-/// How GPU memory is registered with the NIC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Registration {
-    /// ibv_reg_mr on the device pointer: the kernel's peer-memory client (nvidia-peermem)
-    /// resolves and pins the GPU pages.
-    Peermem,
-    /// ibv_reg_dmabuf_mr on a dma-buf exported by CUDA (open kernel module, Linux >= 5.12).
-    Dmabuf,
-}
-
-impl Registration {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Registration::Peermem => "peermem",
-            Registration::Dmabuf => "dma-buf",
-        }
-    }
-    /// The verb that registers memory this way.
-    pub fn call(self) -> &'static str {
-        match self {
-            Registration::Peermem => "ibv_reg_mr",
-            Registration::Dmabuf => "ibv_reg_dmabuf_mr",
-        }
-    }
-}
 
 /// A GPU as level 3 addresses it: its topology label and PCI address, and its retained CUDA
 /// context (found by PCI address, never by index).
@@ -70,26 +44,6 @@ impl Memory {
     }
 }
 
-/// What a side's buffer turned out to be (for the report).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MemoryFacts {
-    /// "host" or "gpu".
-    pub kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bdf: Option<String>,
-    /// How it was registered: "host" (ibv_reg_mr on host memory), "peermem" or "dma-buf".
-    pub registration: String,
-    pub bytes: u64,
-    pub address: String,
-    /// The largest power of two (up to 2 MiB) the address is a multiple of.
-    pub address_alignment_bytes: u64,
-    /// CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as read back from the driver (GPU memory only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sync_memops: Option<bool>,
-}
-
 /// Why a buffer could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -103,7 +57,7 @@ pub enum MemoryError {
     },
     #[error("{gpu}: CU_POINTER_ATTRIBUTE_SYNC_MEMOPS reads back 0 after being set")]
     SyncMemops { gpu: String },
-    /// The NIC refused the memory: `errno` drives `gdr::cause`.
+    /// The NIC refused the memory: `errno` drives `crate::rdma::judge::gdr::cause`.
     #[error("{what}: {source}")]
     Register {
         what: String,
@@ -269,12 +223,12 @@ impl Region {
         let n = (size as usize).min(self.len());
         match &mut self.backing {
             Backing::Host(b) => {
-                super::engine::fill_pattern(&mut b.as_mut_slice()[..n], size, seed);
+                fill_pattern(&mut b.as_mut_slice()[..n], size, seed);
                 Ok(())
             }
             Backing::Gpu { buf, staging } => {
                 staging.resize(n, 0);
-                super::engine::fill_pattern(staging, size, seed);
+                fill_pattern(staging, size, seed);
                 buf.upload(staging)
             }
         }
@@ -296,12 +250,12 @@ impl Region {
     /// copied back first). Read only when no write into the buffer is in flight.
     pub fn check(&mut self, size: u64, seed: u64) -> Result<Option<u64>, CudaError> {
         match &mut self.backing {
-            Backing::Host(b) => Ok(super::engine::check_pattern(b.as_slice(), size, seed)),
+            Backing::Host(b) => Ok(check_pattern(b.as_slice(), size, seed)),
             Backing::Gpu { buf, staging } => {
                 let n = (size as usize).min(buf.bytes);
                 staging.resize(n, 0);
                 buf.download(staging)?;
-                Ok(super::engine::check_pattern(staging, size, seed))
+                Ok(check_pattern(staging, size, seed))
             }
         }
     }
@@ -325,5 +279,23 @@ mod tests {
         assert_eq!(Registration::Dmabuf.call(), "ibv_reg_dmabuf_mr");
         assert_eq!(Registration::Peermem.call(), "ibv_reg_mr");
         assert_eq!(Memory::Host.describe(), "host memory");
+    }
+}
+
+/// Where each side's buffer lives: the source is written from (loopback's first QP side, the
+/// `--peer` client), the target written into (loopback's second side, the `--serve` side).
+/// Level 2 is host memory on both; level 3 puts one or both in GPU memory.
+#[derive(Clone)]
+pub struct Sides {
+    pub source: Memory,
+    pub target: Memory,
+}
+
+impl Sides {
+    pub fn host() -> Sides {
+        Sides {
+            source: Memory::Host,
+            target: Memory::Host,
+        }
     }
 }

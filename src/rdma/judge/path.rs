@@ -3,23 +3,7 @@
 //! (sysfs) and from ibv_query_port.
 
 use crate::inventory::RdmaPort;
-use serde::{Deserialize, Serialize};
-
-/// How the probe routes to the remote QP.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Addressing {
-    /// InfiniBand link layer, no GID: LID routing.
-    Lid { lid: u16 },
-    /// A GRH with this source GID (always on Ethernet / RoCE).
-    Gid {
-        index: u32,
-        gid: String,
-        gid_type: Option<String>,
-        /// Why this entry (auto choice) or "given with --gid-index".
-        why: String,
-    },
-}
+use crate::rdma::report::write_bw::{Addressing, LineRate};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GidError {
@@ -114,15 +98,6 @@ pub fn choose_addressing(
         gid_type: best.gid_type.clone(),
         why,
     })
-}
-
-/// The data rate a port should carry, from ibv_port_attr's speed and width codes, agreed by
-/// sysfs `ports/N/rate` (`port_line_rate`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LineRate {
-    pub gbps: f64,
-    /// e.g. "4X HDR: 4 lanes x 50 Gb/s data rate (53.125 Gb/s signalling, 64b/66b)".
-    pub source: String,
 }
 
 /// One speed code (`enum ib_port_speed`): its name, data rate per lane after line coding, the

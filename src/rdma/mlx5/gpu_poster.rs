@@ -11,28 +11,32 @@
 //! - Queues in host memory (`--queues host`, and auto's fallback): the SQ buffer, the QP
 //!   doorbell record, the CQ buffer and its record are libmlx5's process memory from
 //!   `mlx5dv_init_obj` on the engine's own QP, made visible to the GPU with cuMemHostRegister
-//!   (`mlx5_kernel::HostMap`, which the NIC stand-in's runs on the GPU machines go through as
+//!   (`crate::rdma::mlx5::kernel::HostMap`, which the NIC stand-in's runs on the GPU machines go through as
 //!   well); system-scope fences.
 //! - `gpu` handler: the doorbell page (BlueFlame/UAR register) is registered with
 //!   CU_MEMHOSTREGISTER_IOMEMORY (needs the driver's PeerMappingOverride=1) and the kernel
 //!   writes the doorbell; `cpu-proxy`: the kernel writes WQEs and the record, a CPU thread
-//!   (`mlx5_emu::Proxy`) rings.
+//!   (`crate::rdma::mlx5::emu::Proxy`) rings.
 //!
 //! NOT RUN ON A CONNECTX: no machine here has a GPU and an mlx5 device together. The kernel,
 //! the mapping and both handlers ran on H100/H200 against the stand-in; this file's verbs half
 //! has met no adapter.
 
 use super::devx::{DevxTarget, GpuQueues};
-use super::engine::{Endpoint, ProbeError, Side};
-use super::level4::{NicHandler, QueuePlace};
-use super::memory::Registration;
-use super::mlx5::{self, Syndrome};
-use super::mlx5_emu::{Proxy, QueueMemory, RawQueues};
-use super::mlx5_kernel::{self as k, Fence, HostMap, PostArgs, PostResult};
-use super::mlx5_prm as prm;
-use super::write_bw::{self, Repetition, Timeline};
-use super::{Poster, WriteBwRequest};
+use super::kernel::{self as k, Fence, HostMap, PostArgs, PostResult};
+use super::prm;
+use super::proxy::Proxy;
+use super::queues::{QueueMemory, RawQueues};
+use super::wqe::{self, Syndrome};
 use crate::cuda::{self, CudaError, HostRegistration, PinnedBuffer};
+use crate::rdma::engine::error::ProbeError;
+use crate::rdma::engine::poster::Poster;
+use crate::rdma::engine::side::{Endpoint, Side};
+use crate::rdma::judge::write_bw;
+use crate::rdma::report::memory::Registration;
+use crate::rdma::report::write_bw::{Addressing, Repetition, Timeline};
+use crate::rdma::request::gpu_write_bw::{NicHandler, QueuePlace};
+use crate::rdma::request::write_bw::WriteBwRequest;
 use crate::verbs::mlx5dv_sys as dv;
 use std::ffi::c_void;
 use std::path::PathBuf;
@@ -59,7 +63,7 @@ pub struct Layout {
 
 /// Whether the kernel can post `writes` WQEs per iteration on queues of this layout.
 pub fn check_layout(l: &Layout, writes: u32) -> Result<(), String> {
-    if l.sq_stride != mlx5::WQEBB_BYTES as u32 {
+    if l.sq_stride != wqe::WQEBB_BYTES as u32 {
         return Err(format!(
             "the SQ stride is {} B; the kernel writes 64-byte WQEBBs",
             l.sq_stride
@@ -71,7 +75,7 @@ pub fn check_layout(l: &Layout, writes: u32) -> Result<(), String> {
             l.sq_wqe_cnt
         ));
     }
-    if l.cqe_size != mlx5::CQE_BYTES as u32 {
+    if l.cqe_size != wqe::CQE_BYTES as u32 {
         return Err(format!(
             "CQEs are {} B (MLX5_CQE_SIZE set?); the kernel reads 64-byte CQEs",
             l.cqe_size
@@ -304,7 +308,7 @@ impl GpuPoster {
                     })?;
                 let v2 = matches!(
                     &source.facts.addressing,
-                    super::path::Addressing::Gid { gid_type: Some(t), .. } if t.contains("v2")
+                    Addressing::Gid { gid_type: Some(t), .. } if t.contains("v2")
                 );
                 prm::Route::Gid {
                     rgid,
@@ -369,9 +373,9 @@ impl GpuPoster {
             return Ok(None);
         };
         let layout = Layout {
-            sq_stride: mlx5::WQEBB_BYTES as u32,
+            sq_stride: wqe::WQEBB_BYTES as u32,
             sq_wqe_cnt: q.mem.place.sq_entries,
-            cqe_size: mlx5::CQE_BYTES as u32,
+            cqe_size: wqe::CQE_BYTES as u32,
             cqe_cnt: q.mem.place.cq_entries,
             bf_reg: true,
             bf_size: 8,
@@ -471,12 +475,12 @@ impl GpuPoster {
                 &[
                     (
                         raw.sq as *const u8,
-                        layout.sq_wqe_cnt as usize * mlx5::WQEBB_BYTES,
+                        layout.sq_wqe_cnt as usize * wqe::WQEBB_BYTES,
                     ),
                     (raw.dbrec as *const u8, 8),
                     (
                         raw.cq as *const u8,
-                        layout.cqe_cnt as usize * mlx5::CQE_BYTES,
+                        layout.cqe_cnt as usize * wqe::CQE_BYTES,
                     ),
                     (raw.cq_dbrec as *const u8, 4),
                 ],
@@ -568,7 +572,7 @@ impl Poster for GpuPoster {
         }
         let loaded = crate::verbs::load_mlx5dv()
             .map_err(|e| e.to_string())
-            .and_then(|l| super::devx::devx_entry_points(&l).map(|()| l));
+            .and_then(|l| crate::rdma::mlx5::devx::devx_entry_points(&l).map(|()| l));
         match loaded {
             Ok(l) => {
                 self.devx_lib = Some(Rc::new(l));

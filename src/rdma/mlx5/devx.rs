@@ -12,10 +12,10 @@
 //! NOT RUN ON A CONNECTX: no machine here has one; on any failure before the first post,
 //! `--queues auto` falls back to libmlx5's queues and says why.
 
-use super::memory::Registration;
-use super::mlx5;
-use super::mlx5_prm::{self as prm, Cmd, CmdFailed};
+use super::kernel::page_size;
+use super::prm::{self as prm, Cmd, CmdFailed};
 use crate::cuda::{self, HostRegistration, RdmaBuffer};
+use crate::rdma::report::memory::Registration;
 use crate::verbs::mlx5dv_sys as dv;
 use crate::verbs::sys;
 use std::ffi::c_void;
@@ -51,8 +51,8 @@ pub fn placement(writes: u32, page: usize) -> Result<Placement, String> {
         ));
     }
     let round = |n: usize| n.div_ceil(page) * page;
-    let sq_bytes = round(entries as usize * mlx5::WQEBB_BYTES);
-    let cq_bytes = round(entries as usize * mlx5::CQE_BYTES);
+    let sq_bytes = round(entries as usize * crate::rdma::mlx5::wqe::WQEBB_BYTES);
+    let cq_bytes = round(entries as usize * crate::rdma::mlx5::wqe::CQE_BYTES);
     let dbr_bytes = page;
     Ok(Placement {
         sq_entries: entries,
@@ -70,9 +70,9 @@ pub fn placement(writes: u32, page: usize) -> Result<Placement, String> {
 /// The CQ ring before first use: every CQE's op_own = MLX5_CQE_INVALID << 4 | owner 1 (as UCX
 /// and DOCA initialise theirs): the kernel's poll takes none of them for a completion.
 pub fn cq_image(entries: u32) -> Vec<u8> {
-    let mut v = vec![0u8; entries as usize * mlx5::CQE_BYTES];
-    for cqe in v.chunks_mut(mlx5::CQE_BYTES) {
-        cqe[mlx5::CQE_BYTES - 1] = 0xf1;
+    let mut v = vec![0u8; entries as usize * crate::rdma::mlx5::wqe::CQE_BYTES];
+    for cqe in v.chunks_mut(crate::rdma::mlx5::wqe::CQE_BYTES) {
+        cqe[crate::rdma::mlx5::wqe::CQE_BYTES - 1] = 0xf1;
     }
     v
 }
@@ -91,7 +91,7 @@ pub struct GpuQueueMem {
 
 impl GpuQueueMem {
     pub fn new(gpu: &Rc<cuda::Context>, writes: u32) -> Result<GpuQueueMem, String> {
-        let place = placement(writes, super::mlx5_kernel::page_size())?;
+        let place = placement(writes, page_size())?;
         let buf = RdmaBuffer::new(gpu, place.total).map_err(|e| format!("queue memory: {e}"))?;
         buf.upload_at(place.cq_off, &cq_image(place.cq_entries))
             .map_err(|e| format!("queue memory: {e}"))?;
@@ -281,7 +281,7 @@ impl GpuQueues {
         writes: u32,
     ) -> Result<GpuQueues, String> {
         devx_entry_points(&lib)?;
-        let page = super::mlx5_kernel::page_size();
+        let page = page_size();
         // The PD's number.
         let mut dpd: dv::mlx5dv_pd = unsafe { std::mem::zeroed() };
         let mut o: dv::mlx5dv_obj = unsafe { std::mem::zeroed() };
@@ -496,12 +496,16 @@ mod tests {
     fn the_cq_image_holds_no_completion_for_the_poll() {
         let img = cq_image(16);
         assert_eq!(img.len(), 16 * 64);
-        // mlx5::poll_cqe reads op_own as the kernel does (tests/it/mlx5.rs): nothing ready at
+        // crate::rdma::mlx5::wqe::poll_cqe reads op_own as the kernel does (tests/it/mlx5.rs): nothing ready at
         // any consumer index of the first two passes.
         for ci in 0..32u32 {
             let at = (ci % 16) as usize * 64;
             let b: &[u8; 64] = img[at..at + 64].try_into().unwrap();
-            assert_eq!(mlx5::poll_cqe(b, ci, 16), mlx5::CqePoll::Empty, "ci {ci}");
+            assert_eq!(
+                crate::rdma::mlx5::wqe::poll_cqe(b, ci, 16),
+                crate::rdma::mlx5::wqe::CqePoll::Empty,
+                "ci {ci}"
+            );
         }
         for cqe in img.chunks(64) {
             assert_eq!(cqe[63] >> 4, 0xf, "opcode MLX5_CQE_INVALID");

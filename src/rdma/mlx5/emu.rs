@@ -22,12 +22,10 @@
 //! watches the producer index (`Handler::CpuProxy`, NVSHMEM's CPU-assisted mode); then poll the
 //! CQ with a deadline.
 
-use super::mlx5::{
-    self, CQE_BYTES, CQE_OPCODE_INVALID, CqeError, CqeFields, CqePoll, RdmaWrite, Syndrome,
-    WQEBB_BYTES,
-};
+use super::queues::{QueueMemory, Shared, load, store};
+use super::wqe::{self, CQE_BYTES, CqeError, CqeFields, CqePoll, RdmaWrite, Syndrome, WQEBB_BYTES};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// `MLX5_CQE_REQ`, `MLX5_CQE_REQ_ERR`.
@@ -35,200 +33,6 @@ const CQE_REQ: u8 = 0;
 const CQE_REQ_ERR: u8 = 13;
 /// The largest message the stand-in accepts (a ConnectX port's max_msg_sz is 1 GiB).
 pub const MAX_MESSAGE_BYTES: u32 = 1 << 30;
-
-/// A slice of atomics the stand-in and the poster share: owned here, or memory the caller
-/// owns (pinned host memory a GPU kernel writes through its mapping).
-pub struct Shared<T: 'static> {
-    ptr: *const T,
-    len: usize,
-    _owned: Option<Box<[T]>>,
-}
-
-impl<T> Shared<T> {
-    fn owned(v: Box<[T]>) -> Self {
-        Shared {
-            ptr: v.as_ptr(),
-            len: v.len(),
-            _owned: Some(v),
-        }
-    }
-    /// # Safety
-    /// `ptr` must be aligned for `T`, valid for `len` elements, and outlive the result.
-    pub unsafe fn borrowed(ptr: *const T, len: usize) -> Self {
-        Shared {
-            ptr,
-            len,
-            _owned: None,
-        }
-    }
-}
-
-impl<T> std::ops::Deref for Shared<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        // SAFETY: owned: the box's buffer, which does not move; borrowed: the caller's promise.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-// SAFETY: the elements are atomics (Sync), reached only through shared references.
-unsafe impl<T: Sync> Send for Shared<T> {}
-// SAFETY: as above.
-unsafe impl<T: Sync> Sync for Shared<T> {}
-
-/// Memory shared by the poster and the NIC, laid out as libmlx5 hands it out through
-/// `mlx5dv_init_obj`: the SQ ring (WQEBBs), the QP doorbell record (`dbrec[MLX5_RCV_DBR]`,
-/// `dbrec[MLX5_SND_DBR]`), the CQ ring (64-byte CQEs), the CQ doorbell record, and the
-/// BlueFlame register. Held as 32-bit atomics whose in-memory bytes are the big-endian device
-/// layout, so both sides can run on different threads (or a GPU) without a data race.
-pub struct QueueMemory {
-    sq: Shared<AtomicU32>,
-    sq_size: u32,
-    dbrec: Shared<AtomicU32>,
-    cq: Shared<AtomicU32>,
-    cq_size: u32,
-    cq_dbrec: Shared<AtomicU32>,
-    /// The BlueFlame/UAR doorbell register (its in-memory bytes are the 8 doorbell bytes).
-    bf: Shared<AtomicU64>,
-}
-
-fn words(n: usize) -> Shared<AtomicU32> {
-    Shared::owned((0..n).map(|_| AtomicU32::new(0)).collect())
-}
-
-/// Raw pointers to caller-owned queue memory (`QueueMemory::from_raw`).
-#[derive(Debug, Clone, Copy)]
-pub struct RawQueues {
-    /// `sq_size` * 64 bytes, 4-aligned.
-    pub sq: *mut u8,
-    pub sq_size: u32,
-    /// 8 bytes: the receive and send doorbell records.
-    pub dbrec: *mut u32,
-    /// `cq_size` * 64 bytes, 4-aligned.
-    pub cq: *mut u8,
-    pub cq_size: u32,
-    /// 4 bytes.
-    pub cq_dbrec: *mut u32,
-    /// 8 bytes, 8-aligned.
-    pub bf: *mut u64,
-}
-
-impl QueueMemory {
-    /// An SQ of `sq_size` WQEBBs and a CQ of `cq_size` CQEs (powers of two). CQEs start as
-    /// libmlx5 initialises them: opcode `MLX5_CQE_INVALID`.
-    pub fn new(sq_size: u32, cq_size: u32) -> Self {
-        assert!(sq_size.is_power_of_two() && cq_size.is_power_of_two());
-        let m = QueueMemory {
-            sq: words(sq_size as usize * WQEBB_BYTES / 4),
-            sq_size,
-            dbrec: words(2),
-            cq: words(cq_size as usize * CQE_BYTES / 4),
-            cq_size,
-            cq_dbrec: words(1),
-            bf: Shared::owned(Box::new([AtomicU64::new(0)])),
-        };
-        m.reset();
-        m
-    }
-
-    /// Queue memory the caller owns (pinned host memory mapped for a GPU), reset as `new`'s.
-    ///
-    /// # Safety
-    /// Every pointer in `raw` must be valid and aligned for the sizes given there, and stay so
-    /// for the life of the result; nothing but atomics may touch that memory meanwhile.
-    pub unsafe fn from_raw(raw: RawQueues) -> Self {
-        // SAFETY: the caller's contract.
-        let m = unsafe { Self::attach(raw) };
-        m.reset();
-        m
-    }
-
-    /// A live QP's queues as libmlx5 set them up (`mlx5dv_init_obj`), left as they are: no
-    /// reset, and `bf` is the device's doorbell register (only the proxy writes it).
-    ///
-    /// # Safety
-    /// As `from_raw`; the QP and CQ must outlive the result.
-    pub unsafe fn attach(raw: RawQueues) -> Self {
-        assert!(raw.sq_size.is_power_of_two() && raw.cq_size.is_power_of_two());
-        // SAFETY: the caller's contract; AtomicU32/AtomicU64 have the layout of u32/u64.
-        unsafe {
-            QueueMemory {
-                sq: Shared::borrowed(
-                    raw.sq as *const AtomicU32,
-                    raw.sq_size as usize * WQEBB_BYTES / 4,
-                ),
-                sq_size: raw.sq_size,
-                dbrec: Shared::borrowed(raw.dbrec as *const AtomicU32, 2),
-                cq: Shared::borrowed(
-                    raw.cq as *const AtomicU32,
-                    raw.cq_size as usize * CQE_BYTES / 4,
-                ),
-                cq_size: raw.cq_size,
-                cq_dbrec: Shared::borrowed(raw.cq_dbrec as *const AtomicU32, 1),
-                bf: Shared::borrowed(raw.bf as *const AtomicU64, 1),
-            }
-        }
-    }
-
-    /// Empty rings: zero WQEs and records, every CQE `MLX5_CQE_INVALID` with owner 0.
-    fn reset(&self) {
-        for w in self
-            .sq
-            .iter()
-            .chain(self.dbrec.iter())
-            .chain(self.cq_dbrec.iter())
-        {
-            w.store(0, Ordering::Relaxed);
-        }
-        self.bf[0].store(0, Ordering::Relaxed);
-        for i in 0..self.cq_size as usize {
-            let mut b = [0u8; CQE_BYTES];
-            b[63] = CQE_OPCODE_INVALID << 4;
-            store(&self.cq, i * CQE_BYTES, &b);
-        }
-        fence(Ordering::SeqCst);
-    }
-    pub fn sq_size(&self) -> u32 {
-        self.sq_size
-    }
-    pub fn cq_size(&self) -> u32 {
-        self.cq_size
-    }
-    /// The send doorbell record's producer index (16 bits).
-    pub fn sq_producer(&self) -> u16 {
-        u32::from_be_bytes(self.dbrec[1].load(Ordering::Acquire).to_ne_bytes()) as u16
-    }
-    /// Write the send doorbell record directly, as a (buggy) poster could: lets tests show
-    /// what the stand-in does with a record that does not match the ring.
-    pub fn write_sq_dbr(&self, pi: u16) {
-        let rec = u32::from_ne_bytes(mlx5::sq_dbr(u32::from(pi)));
-        self.dbrec[1].store(rec, Ordering::Release);
-    }
-    /// Write the BlueFlame register directly (what a doorbell is).
-    pub fn ring(&self, doorbell: u64) {
-        self.bf[0].store(doorbell, Ordering::Release);
-    }
-    /// The raw bytes of the WQEBB in slot `slot`.
-    pub fn wqe_bytes(&self, slot: u32) -> [u8; WQEBB_BYTES] {
-        load(&self.sq, slot as usize * WQEBB_BYTES)
-    }
-}
-
-/// Store `bytes` at byte offset `off` (4-aligned) of a word array, relaxed.
-fn store<const N: usize>(w: &[AtomicU32], off: usize, bytes: &[u8; N]) {
-    for (i, c) in bytes.chunks_exact(4).enumerate() {
-        let v = u32::from_ne_bytes(c.try_into().expect("4 bytes"));
-        w[off / 4 + i].store(v, Ordering::Relaxed);
-    }
-}
-
-fn load<const N: usize>(w: &[AtomicU32], off: usize) -> [u8; N] {
-    let mut b = [0u8; N];
-    for (i, c) in b.chunks_exact_mut(4).enumerate() {
-        c.copy_from_slice(&w[off / 4 + i].load(Ordering::Relaxed).to_ne_bytes());
-    }
-    b
-}
 
 /// A registered memory region: what `ibv_reg_mr` gives (lkey, rkey, address range, access).
 /// Its addresses are the ones WQEs carry; `mem` is the memory they name.
@@ -401,7 +205,7 @@ impl Nic {
                     return;
                 }
                 self.copy(&w);
-                if w.flags & mlx5::CTRL_CQ_UPDATE != 0 {
+                if w.flags & wqe::CTRL_CQ_UPDATE != 0 {
                     self.write_cqe(CqeFields {
                         raw_opcode: CQE_REQ,
                         owner: 0,
@@ -435,7 +239,7 @@ impl Nic {
     }
 
     fn validate(&mut self, index: u16, bytes: &[u8; WQEBB_BYTES]) -> Result<RdmaWrite, Syndrome> {
-        let w = mlx5::parse_write_wqe(bytes).map_err(|_| Syndrome::LocalQpOperation)?;
+        let w = wqe::parse_write_wqe(bytes).map_err(|_| Syndrome::LocalQpOperation)?;
         if w.qpn != self.qpn || w.index != index {
             // A WQE counter that is not the slot's index is a stale WQE: the doorbell record
             // moved before the WQE was written.
@@ -504,7 +308,7 @@ impl Nic {
                 self.cq_pi
             ));
         }
-        c.owner = mlx5::owner_for(self.cq_pi, n);
+        c.owner = wqe::owner_for(self.cq_pi, n);
         let b = c.bytes();
         let off = (self.cq_pi & (n - 1)) as usize * CQE_BYTES;
         // Everything but the last word, then the word with op_own, released: a poller that
@@ -630,21 +434,21 @@ impl Poster {
                 raddr: w.raddr,
                 rkey: w.rkey,
                 flags: if i + 1 == writes.len() {
-                    mlx5::CTRL_CQ_UPDATE
+                    wqe::CTRL_CQ_UPDATE
                 } else {
                     0
                 },
                 imm: None,
                 signature: 0,
             };
-            store(&self.mem.sq, mlx5::wqe_offset(wqe.index, size), &wqe.wqe());
+            store(&self.mem.sq, wqe::wqe_offset(wqe.index, size), &wqe.wqe());
             last = Some(wqe);
         }
         let last = last.expect("not empty");
         self.pi = self.pi.wrapping_add(writes.len() as u16);
         // WQEs before the record (the kernel: __threadfence_system, then __syncthreads).
         fence(Ordering::Release);
-        let rec = u32::from_ne_bytes(mlx5::sq_dbr(u32::from(self.pi)));
+        let rec = u32::from_ne_bytes(wqe::sq_dbr(u32::from(self.pi)));
         self.mem.dbrec[1].store(rec, Ordering::Release);
         // The record before the doorbell (libmlx5: udma_to_device_barrier, then the MMIO).
         fence(Ordering::SeqCst);
@@ -665,10 +469,10 @@ impl Poster {
             let last = self.mem.cq[off / 4 + 15].load(Ordering::Acquire);
             let mut b: [u8; CQE_BYTES] = load(&self.mem.cq, off);
             b[60..64].copy_from_slice(&last.to_ne_bytes());
-            match mlx5::poll_cqe(&b, self.cq_ci, n) {
+            match wqe::poll_cqe(&b, self.cq_ci, n) {
                 CqePoll::Ready(c) => {
                     self.cq_ci = self.cq_ci.wrapping_add(1);
-                    let rec = u32::from_ne_bytes(mlx5::cq_dbr(self.cq_ci));
+                    let rec = u32::from_ne_bytes(wqe::cq_dbr(self.cq_ci));
                     self.mem.cq_dbrec[0].store(rec, Ordering::Release);
                     if let Some(error) = c.error {
                         return Err(WaitError::Completion {
@@ -695,47 +499,5 @@ impl Poster {
                 }
             }
         }
-    }
-}
-
-/// The CPU proxy (`cpu-proxy` handler): watches the send doorbell record and, when the
-/// producer index moves, rings the doorbell with the last WQE's first 8 control bytes.
-pub struct Proxy;
-
-impl Proxy {
-    /// `rung_up_to`: the producer index the doorbell has already covered (the poster's at the
-    /// time of the call; not read on the new thread, which may start after a post).
-    pub fn spawn(
-        mem: Arc<QueueMemory>,
-        rung_up_to: u16,
-        stop: Arc<AtomicBool>,
-    ) -> std::thread::JoinHandle<u64> {
-        std::thread::spawn(move || {
-            let mut seen = rung_up_to;
-            let mut rings = 0u64;
-            while !stop.load(Ordering::Acquire) {
-                let pi = mem.sq_producer();
-                if pi == seen {
-                    std::thread::yield_now();
-                    continue;
-                }
-                // The record was released after the WQEs: the last WQE is complete here.
-                let slot = u32::from(pi.wrapping_sub(1)) & (mem.sq_size - 1);
-                let ctrl = mem.wqe_bytes(slot);
-                let v = u64::from_ne_bytes(ctrl[0..8].try_into().expect("8 bytes"));
-                fence(Ordering::SeqCst);
-                mem.bf[0].store(v, Ordering::Release);
-                // A real doorbell page may be write-combining (BlueFlame): flush the store
-                // now, as libmlx5's mmio_flush_writes does.
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: sfence has no preconditions.
-                unsafe {
-                    std::arch::x86_64::_mm_sfence()
-                };
-                seen = pi;
-                rings += 1;
-            }
-            rings
-        })
     }
 }

@@ -25,8 +25,8 @@
 //! dribbles bytes, is dropped when it passes. Every read and write has a deadline.
 //! Nothing here touches verbs.
 
-use super::engine::Endpoint;
-use super::write_bw::PortFacts;
+use super::side::Endpoint;
+use crate::rdma::report::write_bw::PortFacts;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -618,7 +618,7 @@ pub fn client_handshake<S: Wire>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma::path::Addressing;
+    use crate::rdma::report::write_bw::Addressing;
     use std::sync::{Arc, Mutex};
 
     const T: Duration = Duration::from_secs(5);

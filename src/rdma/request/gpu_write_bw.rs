@@ -1,0 +1,113 @@
+//! Level 4's request (`probe gpu-write-bw`): GPUs, device, sizes, iterations, the doorbell
+//! handler and where the queues live. Plain data and its validation; no clap.
+
+use super::gdr::GpuSelect;
+use serde::Serialize;
+
+/// `--nic-handler`: who rings the doorbell after the kernel wrote the WQEs and the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NicHandler {
+    /// gpu when PeerMappingOverride=1 and the UAR page maps, else cpu-proxy.
+    Auto,
+    /// The kernel writes the BlueFlame register through the mapped UAR page.
+    Gpu,
+    /// A CPU thread watches the kernel's producer index and rings the doorbell.
+    CpuProxy,
+}
+
+impl NicHandler {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NicHandler::Auto => "auto",
+            NicHandler::Gpu => "gpu",
+            NicHandler::CpuProxy => "cpu-proxy",
+        }
+    }
+}
+
+/// `--queues`: where the SQ, the CQ and their doorbell records live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueuePlace {
+    /// gpu where the gpu handler rings and the DevX queues can be created, else host.
+    Auto,
+    /// DevX QP and CQ over umems in GPU memory (IBGDA's placement; GPU-scope fences).
+    Gpu,
+    /// libmlx5's own queues in host memory, mapped for the GPU (cuMemHostRegister).
+    Host,
+}
+
+impl QueuePlace {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueuePlace::Auto => "auto",
+            QueuePlace::Gpu => "gpu",
+            QueuePlace::Host => "host",
+        }
+    }
+}
+
+/// `probe gpu-write-bw`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuWriteRequest {
+    pub gpu: GpuSelect,
+    /// `-d`: this device for every GPU; None: each GPU's closest ACTIVE port.
+    pub device: Option<String>,
+    pub port: u8,
+    pub sizes: Vec<u64>,
+    pub iters: u32,
+    pub writes_per_iter: u32,
+    pub handler: NicHandler,
+    pub queues: QueuePlace,
+    pub validate: bool,
+}
+
+pub const DEFAULT_SIZES: &[u64] = &[64, 256, 1024, 4096];
+
+/// One CUDA thread builds each write and one block of threads posts an iteration (its
+/// barrier orders the WQEs before the doorbell): a block has at most 1024 threads.
+pub const MAX_WRITES_PER_ITER: u32 = 1024;
+
+/// Argument checks (exit 2 on failure, in config).
+pub fn validate(req: &GpuWriteRequest) -> Result<(), String> {
+    if req.sizes.is_empty() {
+        return Err("--sizes: at least one size".into());
+    }
+    for &s in &req.sizes {
+        // One data segment per WQE; a 0-byte write posts nothing worth timing.
+        if s == 0 || s > 1 << 30 {
+            return Err(format!("--sizes: {s} is not between 1 B and 1 GiB"));
+        }
+    }
+    let mut sorted = req.sizes.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != req.sizes.len() {
+        return Err("--sizes: a size is given twice".into());
+    }
+    if req.iters == 0 {
+        return Err("--iters: at least 1".into());
+    }
+    if req.writes_per_iter == 0
+        || req.writes_per_iter > MAX_WRITES_PER_ITER
+        || !req.writes_per_iter.is_power_of_two()
+    {
+        return Err(format!(
+            "--writes-per-iter: a power of two from 1 to {MAX_WRITES_PER_ITER} (one CUDA thread \
+             per write, one block per launch), not {}",
+            req.writes_per_iter
+        ));
+    }
+    if req.port == 0 {
+        return Err("--port: ports are numbered from 1".into());
+    }
+    if req.queues == QueuePlace::Gpu && req.handler == NicHandler::CpuProxy {
+        return Err(
+            "--queues gpu needs the gpu handler: a CPU proxy cannot watch a doorbell record in \
+             GPU memory (use --queues host or auto with --nic-handler cpu-proxy)"
+                .into(),
+        );
+    }
+    Ok(())
+}

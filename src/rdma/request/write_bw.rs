@@ -1,0 +1,162 @@
+//! What a write-bw run is asked to do (levels 2 and 3): the device, port, GID, the plan of
+//! sizes and repetitions, and the role (loopback, `--serve`, `--peer`). Plain data: the
+//! command line is resolved into these by `config`; nothing here knows about clap.
+
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    Loopback,
+    /// Wait on `listen` for one `--peer` client presenting `token`.
+    Serve {
+        listen: String,
+        token: String,
+    },
+    /// Write into the `--serve` side at `peer`.
+    Client {
+        peer: String,
+        token: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct WriteBwRequest {
+    pub device: String,
+    pub port: u8,
+    pub gid_index: Option<u32>,
+    pub plan: Plan,
+    pub role: Role,
+    /// Deadline for each step: TCP connect/accept/answer, and the wait for any completion.
+    pub timeout: Duration,
+    /// Draw a progress line on stderr (a person at a terminal; never with machine output).
+    pub progress: bool,
+}
+
+/// perftest's default sweep for `-a`: 2 B to 8 MiB.
+pub const ALL_SIZES: std::ops::RangeInclusive<u32> = 1..=23;
+
+pub const DEFAULT_SIZES: [u64; 4] = [64, 4096, 65536, 1_048_576];
+
+/// Messages at least this large must reach the line-rate threshold (small messages are
+/// message-rate bound, not bandwidth bound).
+pub const LARGE_MESSAGE_BYTES: u64 = 65536;
+
+/// Largest message: 1 GiB is far past any useful sweep and bounds the registered buffers.
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+
+/// Timed repetitions per size: a size is judged on the median of their rates, as level 1
+/// judges a copy on the median of its samples, not on one run's average.
+pub const DEFAULT_REPETITIONS: u32 = 5;
+
+pub const MAX_REPETITIONS: u32 = 1000;
+
+/// What to run, resolved from the arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub sizes: Vec<u64>,
+    pub iterations: u32,
+    pub tx_depth: u32,
+    /// A signalled completion every this many writes.
+    pub cq_moderation: u32,
+    /// Writes chained into one ibv_post_send call, at most; None: `auto_post_list` per size.
+    pub post_list: Option<u32>,
+    pub qps: u32,
+    pub validate: bool,
+    /// Timed repetitions of `iterations` writes per size (`DEFAULT_REPETITIONS`).
+    pub repetitions: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("--iters must be at least 1")]
+    NoIterations,
+    #[error("--tx-depth must be between 1 and 8192")]
+    TxDepth,
+    #[error("--qps must be between 1 and 64")]
+    Qps,
+    #[error("message size {0} is out of range (1 B to 1 GiB)")]
+    Size(u64),
+    #[error("--iters {iters} is not a multiple of --qps {qps}")]
+    ItersPerQp { iters: u32, qps: u32 },
+    #[error("--reps must be between 1 and 1000")]
+    Repetitions,
+}
+
+impl Plan {
+    pub fn new(
+        sizes: Vec<u64>,
+        iterations: u32,
+        tx_depth: u32,
+        cq_moderation: u32,
+        post_list: Option<u32>,
+        qps: u32,
+        validate: bool,
+    ) -> Result<Plan, PlanError> {
+        if iterations == 0 {
+            return Err(PlanError::NoIterations);
+        }
+        if !(1..=8192).contains(&tx_depth) {
+            return Err(PlanError::TxDepth);
+        }
+        if !(1..=64).contains(&qps) {
+            return Err(PlanError::Qps);
+        }
+        if !iterations.is_multiple_of(qps) {
+            return Err(PlanError::ItersPerQp {
+                iters: iterations,
+                qps,
+            });
+        }
+        if let Some(&s) = sizes.iter().find(|&&s| s == 0 || s > MAX_MESSAGE_BYTES) {
+            return Err(PlanError::Size(s));
+        }
+        // perftest clamps CQ moderation to the TX depth the same way.
+        let cq_moderation = cq_moderation.clamp(1, tx_depth);
+        Ok(Plan {
+            sizes,
+            iterations,
+            tx_depth,
+            cq_moderation,
+            post_list: post_list.map(|l| l.clamp(1, tx_depth)),
+            qps,
+            validate,
+            repetitions: DEFAULT_REPETITIONS,
+        })
+    }
+
+    /// The same plan with `n` timed repetitions per size.
+    pub fn with_repetitions(self, n: u32) -> Result<Plan, PlanError> {
+        if !(1..=MAX_REPETITIONS).contains(&n) {
+            return Err(PlanError::Repetitions);
+        }
+        Ok(Plan {
+            repetitions: n,
+            ..self
+        })
+    }
+
+    /// The chain length used for `size`-byte writes.
+    pub fn post_list_for(&self, size: u64) -> u32 {
+        self.post_list
+            .unwrap_or_else(|| auto_post_list(size))
+            .clamp(1, self.tx_depth)
+    }
+
+    pub fn max_size(&self) -> u64 {
+        self.sizes.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Chain up to 16 writes but at most 64 KiB of payload per post. Lists save a doorbell per
+/// write where writes are small; a long chain of large writes gains nothing and on soft-RoCE
+/// costs bandwidth, because rxe (Linux 6.1, rxe_post_send) runs the requester for user QPs inside
+/// the posting call: 16 x 1 MiB measured 27-42 MB/s against 41-45 MB/s unchained in the VM
+/// (scripts/bench-write-bw).
+pub fn auto_post_list(size: u64) -> u32 {
+    (65536 / size.max(1)).clamp(1, 16) as u32
+}
+
+pub fn all_sizes() -> Vec<u64> {
+    ALL_SIZES.map(|p| 1u64 << p).collect()
+}
