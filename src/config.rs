@@ -143,7 +143,8 @@ pub enum Action {
     List {
         json: bool,
     },
-    Explain(String),
+    /// A check's document: (id, raw Markdown instead of terminal text).
+    Explain(String, bool),
     Snapshot(String),
     Probe {
         options: ProbeOptions,
@@ -297,7 +298,7 @@ impl Config {
                 )
             }
             Command::List { json } => (None, Action::List { json }),
-            Command::Explain { id } => (None, Action::Explain(id)),
+            Command::Explain { id, format } => (None, Action::Explain(id, format == "md")),
             Command::Snapshot { what, source } => (Some(source), Action::Snapshot(what)),
             Command::Probe(cmd) => (
                 None,
