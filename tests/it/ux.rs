@@ -699,3 +699,65 @@ fn readme_examples_are_real_runs() {
         stale.join("\n")
     );
 }
+
+/// The README's setup paragraph names every package scripts/test and vm/build.sh install, and
+/// both install them without recommends (issue 26: a bare Debian 12 must get everything the
+/// tests need from `./scripts/test` alone).
+#[test]
+fn readme_setup_names_what_scripts_test_installs() {
+    let repo = crate::repo();
+    let test = std::fs::read_to_string(repo.join("scripts/test")).unwrap();
+    let vm = std::fs::read_to_string(repo.join("vm/build.sh")).unwrap();
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let setup = &readme[readme.find("## Quick start").unwrap()..readme.find("## Usage").unwrap()];
+    let mut pkgs: Vec<String> = Vec::new();
+    for part in test.split("need_pkgs+=(").skip(1) {
+        let list = &part[..part.find(')').unwrap()];
+        pkgs.extend(list.split_whitespace().map(str::to_string));
+    }
+    let vm_list = vm.split("PKGS=\"").nth(1).unwrap();
+    let vm_pkgs: Vec<&str> = vm_list[..vm_list.find('"').unwrap()]
+        .split_whitespace()
+        .collect();
+    assert!(
+        pkgs.len() >= 15 && vm_pkgs.len() >= 8,
+        "{pkgs:?} {vm_pkgs:?}"
+    );
+    for p in [
+        "ca-certificates",
+        "gcc",
+        "libc6-dev",
+        "g++",
+        "python3",
+        "python3-pip",
+        "python3-venv",
+    ] {
+        assert!(
+            pkgs.iter().any(|x| x == p),
+            "scripts/test installs {p} on a bare Debian 12"
+        );
+    }
+    for p in &pkgs {
+        assert!(
+            setup.contains(p.as_str()),
+            "README's setup lines do not name {p}"
+        );
+    }
+    // vm/build.sh's packages: named in the README, rdma-core's userspace as such.
+    for p in vm_pkgs {
+        let named = match p {
+            "libibverbs-dev" | "ibverbs-providers" | "ibverbs-utils" => "rdma-core's userspace",
+            "qemu-system-x86" => "QEMU",
+            p => p,
+        };
+        assert!(
+            setup.contains(named),
+            "README's setup lines do not name {p} ({named})"
+        );
+    }
+    for script in [&test, &vm] {
+        for l in script.lines().filter(|l| l.contains("apt-get install")) {
+            assert!(l.contains("--no-install-recommends"), "{l}");
+        }
+    }
+}
