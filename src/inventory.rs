@@ -876,6 +876,11 @@ fn read_backing(sr: &SysRoot, dir: &str, u: &mut Unread) -> RdmaBacking {
     }
 }
 
+/// Most entries a port's GID table may list (each is a read, and two more for its attributes).
+/// Real tables are the device's `gid_tbl_len`: 128 on an InfiniBand port, 255 for RoCE on
+/// ConnectX; a larger listing is refused naming the directory (the port's GIDs unknown).
+pub const MAX_GID_ENTRIES: usize = 4096;
+
 fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
     let mut u = Unread::new();
     let state = text(sr, &mut u, "state", &format!("{dir}/state"));
@@ -890,7 +895,7 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
     let listing = if link_layer_kind == Some(LinkLayer::InfiniBand) {
         Ok(Vec::new())
     } else {
-        sr.list_names(&format!("{dir}/gids"))
+        sr.list_names_max(&format!("{dir}/gids"), MAX_GID_ENTRIES)
     };
     match listing {
         Ok(names) => {
@@ -1205,16 +1210,18 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
     }
 }
 
-/// The running nv-fabricmanager processes: /proc/PID/comm of every process (the kernel
-/// truncates comm to 15 characters: "nv-fabricmanage"). A process that exits between the
-/// listing and the read is simply gone.
+/// nv-fabricmanager's /proc/PID/comm: the kernel truncates comm to 15 characters.
+pub const FABRIC_MANAGER_COMM: &str = "nv-fabricmanage";
+
+/// The running nv-fabricmanager processes: /proc/PID/comm of every process is
+/// FABRIC_MANAGER_COMM. A process that exits between the listing and the read is simply gone.
 pub fn read_fabric_manager(sr: &SysRoot, h: &mut Host) {
     match sr.list_names("/proc") {
         Ok(names) => {
             let mut pids = Vec::new();
             for pid in names.iter().filter_map(|n| n.parse::<u32>().ok()) {
                 if let Ok(c) = sr.read_text(&format!("/proc/{pid}/comm"))
-                    && c == "nv-fabricmanage"
+                    && c == FABRIC_MANAGER_COMM
                 {
                     pids.push(pid);
                 }

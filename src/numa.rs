@@ -73,9 +73,21 @@ pub fn parse_numa_node(s: &str) -> Result<Option<u32>, String> {
     }
 }
 
-/// A node's `distance` line: `10 21`.
+/// Most entries a node's `distance` line may hold: one per node, and the kernel has at most
+/// 1 << NODES_SHIFT (at most 10) nodes. Without the cap every node of a hostile tree could hold
+/// a 1 MiB line, and a few thousand nodes gigabytes of distances.
+pub const MAX_DISTANCES: usize = 1024;
+
+/// A node's `distance` line: `10 21`. More than MAX_DISTANCES entries is refused (None).
 pub fn parse_distances(s: &str) -> Option<Vec<u32>> {
-    s.split_whitespace().map(|x| x.parse().ok()).collect()
+    let mut out = Vec::new();
+    for x in s.split_whitespace() {
+        if out.len() == MAX_DISTANCES {
+            return None;
+        }
+        out.push(x.parse().ok()?);
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -110,6 +122,17 @@ mod tests {
             "{:?}",
             t0.elapsed()
         );
+    }
+
+    /// One entry per node, at most MAX_DISTANCES: a 1 MiB line is refused, not kept.
+    #[test]
+    fn distances_are_capped() {
+        assert_eq!(parse_distances("10 21\n"), Some(vec![10, 21]));
+        let full = vec!["10"; MAX_DISTANCES].join(" ");
+        assert_eq!(parse_distances(&full).map(|v| v.len()), Some(MAX_DISTANCES));
+        assert!(parse_distances(&format!("{full} 10")).is_none());
+        assert!(parse_distances(&"10 ".repeat(500_000)).is_none());
+        assert!(parse_distances("10 x").is_none());
     }
 
     #[test]

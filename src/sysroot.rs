@@ -24,6 +24,20 @@ const NOT_REGULAR: &str = "not a regular file (device node, FIFO or socket): ref
 /// tree: a bundle's entry limit (`bundle::read::MAX_ENTRY_BYTES`); real ones are under 1 MiB.
 pub const MAX_DOCUMENT_BYTES: u64 = 16 << 20;
 
+/// Most entries one directory listing returns; a larger directory is refused with an error
+/// naming it, so no tree can make a listing unbounded in memory or time. The largest real
+/// listings gpudoctor makes are /proc (one entry per process: tens of thousands on the busiest
+/// hosts), /sys/class/net (thousands with containers' veths) and /sys/bus/pci/devices (a few
+/// thousand functions with SR-IOV); a directory with more is hostile or broken.
+pub const MAX_DIR_ENTRIES: usize = 1 << 17;
+
+/// Most bytes one recorded tree may hand out over a whole run, files and documents together.
+/// Each file is capped (MAX_FILE_BYTES) and each listing too, but a tree may hard-link one
+/// large file under many names (a bundle refuses hard links; a `--root` tree cannot be checked
+/// for them cheaply): without a total, 131,072 NUMA nodes sharing one 1 MiB cpulist would hand
+/// out 128 GiB. A whole recorded host is a few MiB; this is a bundle's own total limit.
+pub const MAX_TREE_BYTES: u64 = 256 << 20;
+
 /// Symlink hops allowed while resolving one path (the kernel's own limit is 40).
 const MAX_LINK_HOPS: usize = 40;
 /// Longest path (below the root) a resolution may build: the kernel's PATH_MAX.
@@ -148,6 +162,8 @@ pub struct SysRoot {
     /// Reads and listings in progress (a deadline's message tells a read that never returns
     /// from time spent on what was read).
     in_flight: std::sync::atomic::AtomicUsize,
+    /// Bytes this reader has handed out (recorded trees: bounded by MAX_TREE_BYTES).
+    handed_out: std::sync::atomic::AtomicU64,
     /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
     /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
     recorded: BTreeMap<String, (String, Option<String>)>,
@@ -307,6 +323,7 @@ impl SysRoot {
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            handed_out: std::sync::atomic::AtomicU64::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         }
@@ -338,6 +355,7 @@ impl SysRoot {
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            handed_out: std::sync::atomic::AtomicU64::new(0),
             recorded: BTreeMap::new(),
             _owner: None,
         })
@@ -940,6 +958,26 @@ impl SysRoot {
         }
     }
 
+    /// Count `n` bytes handed out of a recorded tree; past MAX_TREE_BYTES in all, an error
+    /// naming the file (the live machine is not limited: its files are the kernel's own).
+    fn charge(&self, path: &str, n: usize) -> Result<(), ReadError> {
+        if self.live {
+            return Ok(());
+        }
+        let before = self
+            .handed_out
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        if before.saturating_add(n as u64) > MAX_TREE_BYTES {
+            return Err(ReadError::Io {
+                path: path.to_string(),
+                message: format!(
+                    "this recorded tree has already handed out {MAX_TREE_BYTES} bytes in all (hard-linked or repeated large files?): refused"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Read a whole file (bounded by MAX_FILE_BYTES), following links inside the root, and
     /// hand its bytes to `f` (from a stack buffer when they fit in one read).
     fn read_with<R>(
@@ -966,6 +1004,7 @@ impl SysRoot {
         };
         let whole = n < FIRST_READ && (!self.live || kpath.starts_with("/sys/"));
         if whole || n == 0 {
+            self.charge(kpath, n)?;
             return f(&first[..n]);
         }
         let mut buf = first[..n].to_vec();
@@ -975,6 +1014,7 @@ impl SysRoot {
         if buf.len() as u64 > MAX_FILE_BYTES {
             return Err(ReadError::TooLarge(kpath.to_string()));
         }
+        self.charge(kpath, buf.len())?;
         f(&buf)
     }
 
@@ -1001,6 +1041,7 @@ impl SysRoot {
                 message: format!("larger than {cap} bytes, refused"),
             });
         }
+        self.charge(path, buf.len())?;
         Ok(Some(buf))
     }
 
@@ -1088,6 +1129,49 @@ impl SysRoot {
             .map_err(|e| ReadError::from_io(kpath, &e))
     }
 
+    /// Where the link at `kpath` leads as this reader follows it: its target's directory
+    /// resolved inside the root (canonical, links followed, `..` clamped at the root) and the
+    /// target's last component as written (so `link_name` reads the same). For a copy of a
+    /// recorded tree whose link climbs above the tree's root, which a bundle cannot hold: a
+    /// link to `dir/last` leads in the copy where this one led in the tree. Fails when the
+    /// target's directory does not resolve, or its last component is `.` or `..`.
+    pub fn link_destination(&self, kpath: &str) -> Result<(String, String), ReadError> {
+        let phys = self.resolve(kpath, false)?;
+        let target = {
+            let (dir, last) = split_comp(&phys).ok_or_else(|| ReadError::BadPath(kpath.into()))?;
+            self.readlink_in(&Arc::from(dir), None, last)
+                .map_err(|e| ReadError::from_io(kpath, &e))?
+        };
+        let mut comps: Vec<&str> = target.split('/').filter(|c| !c.is_empty()).collect();
+        let last = match comps.pop() {
+            Some(l) if l != "." && l != ".." => l.to_string(),
+            _ => {
+                return Err(ReadError::Io {
+                    path: kpath.to_string(),
+                    message: format!("link target '{target}' names no entry"),
+                });
+            }
+        };
+        let mut base = if target.starts_with('/') {
+            String::new()
+        } else {
+            split_comp(&phys)
+                .map(|(d, _)| d.to_string())
+                .unwrap_or_default()
+        };
+        let (mut pending, mut hops) = (Vec::new(), 0usize);
+        for c in comps {
+            self.step(&mut base, c, &mut pending, kpath, &mut hops)?;
+            while let Some(t) = pending.pop() {
+                self.step(&mut base, &t, &mut pending, kpath, &mut hops)?;
+            }
+        }
+        if !self.host_path(&base).is_dir() {
+            return Err(ReadError::NotFound(kpath.to_string()));
+        }
+        Ok((format!("/{base}"), last))
+    }
+
     /// The last component of a symlink's target (e.g. a `driver` link's driver name).
     pub fn link_name(&self, kpath: &str) -> Result<String, ReadError> {
         let t = self.read_link(kpath)?;
@@ -1100,14 +1184,16 @@ impl SysRoot {
             })
     }
 
-    /// Directory entries, sorted by name.
+    /// Directory entries, sorted by name; more than MAX_DIR_ENTRIES is an error.
     pub fn list(&self, kpath: &str) -> Result<Vec<Entry>, ReadError> {
-        self.list_entries(kpath, true)
+        self.list_entries(kpath, true, MAX_DIR_ENTRIES)
     }
 
     /// `list`; `kinds`: whether to find out if each link leads to a directory (one stat per
     /// link: /sys/bus/pci/devices holds a link per PCI function, and `list_names` needs none).
-    fn list_entries(&self, kpath: &str, kinds: bool) -> Result<Vec<Entry>, ReadError> {
+    /// More than `max` entries (KEEP_FILE not counted) is refused naming the directory, after
+    /// reading at most `max + 1` of them.
+    fn list_entries(&self, kpath: &str, kinds: bool, max: usize) -> Result<Vec<Entry>, ReadError> {
         self.note(kpath);
         {
             let mut l = match self.listed.lock() {
@@ -1130,6 +1216,14 @@ impl SysRoot {
             let name = ent.file_name().to_string_lossy().into_owned();
             if !self.live && name == KEEP_FILE {
                 continue;
+            }
+            if out.len() >= max {
+                return Err(ReadError::Io {
+                    path: kpath.to_string(),
+                    message: format!(
+                        "more than {max} directory entries: refused (no real directory here has so many)"
+                    ),
+                });
             }
             let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
             let is_dir = if ft.is_symlink() && !kinds {
@@ -1154,10 +1248,17 @@ impl SysRoot {
     }
 
     /// Names in a directory (sorted); a missing directory is an empty list only when the caller
-    /// says absence is normal, so this returns the error and lets the caller decide.
+    /// says absence is normal, so this returns the error and lets the caller decide. More than
+    /// MAX_DIR_ENTRIES is an error naming the directory.
     pub fn list_names(&self, kpath: &str) -> Result<Vec<String>, ReadError> {
+        self.list_names_max(kpath, MAX_DIR_ENTRIES)
+    }
+
+    /// `list_names` with a tighter cap where the kernel bounds a directory far below
+    /// MAX_DIR_ENTRIES (a port's GID table).
+    pub fn list_names_max(&self, kpath: &str, max: usize) -> Result<Vec<String>, ReadError> {
         Ok(self
-            .list_entries(kpath, false)?
+            .list_entries(kpath, false, max)?
             .into_iter()
             .map(|e| e.name)
             .collect())
@@ -1182,6 +1283,40 @@ impl SysRoot {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_recorded_tree_hands_out_at_most_max_tree_bytes() {
+        // One 1 MiB file hard-linked under 300 names (as a hostile --root tree could): every
+        // read is within MAX_FILE_BYTES, the total is not.
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("sys/devices/system/node");
+        fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big");
+        fs::write(&big, vec![b'0'; MAX_FILE_BYTES as usize]).unwrap();
+        for i in 0..300 {
+            fs::hard_link(&big, dir.join(format!("n{i}"))).unwrap();
+        }
+        let root = SysRoot::at(d.path()).unwrap();
+        let mut ok = 0u64;
+        let mut refused = None;
+        for i in 0..300 {
+            match root.read_bytes(&format!("/sys/devices/system/node/n{i}")) {
+                Ok(b) => ok += b.len() as u64,
+                Err(e) => {
+                    refused = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        assert_eq!(ok, MAX_TREE_BYTES, "handed out up to the budget, no more");
+        let msg = refused.expect("the read past the budget is refused");
+        assert!(
+            msg.contains("/sys/devices/system/node/n256") && msg.contains("handed out"),
+            "{msg}"
+        );
+        // The live machine is not limited by it (its files are the kernel's own).
+        assert!(SysRoot::live().charge("/sys/x", usize::MAX).is_ok());
+    }
 
     fn tree() -> (tempfile::TempDir, SysRoot) {
         let d = tempfile::tempdir().unwrap();

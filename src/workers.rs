@@ -19,14 +19,33 @@ pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
     map_min(items, MIN_ITEMS_PER_WORKER, f)
 }
 
+/// The CPUs this process may run on (sched_getaffinity(2)), counted once. Not
+/// `std::thread::available_parallelism`: that also reads the cgroup's CPU quota under
+/// /sys/fs/cgroup and /proc/self/cgroup on every call, and a replay of a bundle or recorded
+/// tree reads nothing of the host but the binary's own libraries (issue 22). A quota does not
+/// bound this work anyway: its threads mostly wait on the kernel's reads.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set for the kernel to fill in.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: set is writable for the size we pass; pid 0 is this thread.
+        let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+        if r != 0 {
+            return 1;
+        }
+        // SAFETY: set was filled in by the kernel.
+        (unsafe { libc::CPU_COUNT(&set) } as usize).max(1)
+    })
+}
+
 /// `map`, starting another thread for every `min_items` items (1: for few but large items).
 pub fn map_min<T: Sync, R: Send>(
     items: &[T],
     min_items: usize,
     f: impl Fn(&T) -> R + Sync,
 ) -> Vec<R> {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
+    let workers = cores()
         .min(MAX_WORKERS)
         .min(items.len() / min_items.max(1))
         .max(1);

@@ -69,9 +69,18 @@ pub const CAPTURE: &[&str] = &[
     "/proc/version",
     "/proc/uptime",
     // Process names (gpu.fabric: is nv-fabricmanager running); read only on NVSwitch systems.
+    // Only nv-fabricmanager's are kept (see ONLY_WITH).
     "/proc/*/comm",
     "/proc/sys/kernel/osrelease",
 ];
+
+/// Files of the capture list kept only when their whole text (trimmed) is one of the values
+/// the checks look for; the others are left out, and so are their directories. Discovery
+/// reads the name of every process to find nv-fabricmanager (gpu.fabric): a bundle keeps
+/// that one, so its replay finds the same processes, and records no other process's name or
+/// PID. The listing of /proc in a bundle therefore shows only the processes kept.
+pub const ONLY_WITH: &[(&str, &[&str])] =
+    &[("/proc/*/comm", &[crate::inventory::FABRIC_MANAGER_COMM])];
 
 /// Walk limits: a hostile recorded tree must not make a capture run forever.
 const MAX_ENTRIES: usize = 200_000;
@@ -141,6 +150,19 @@ fn glob_match(pat: &str, name: &str) -> bool {
         }
     }
     true
+}
+
+/// Whether the concrete `path` is one that `pattern` names (no `**`).
+fn path_matches(pattern: &str, path: &str) -> bool {
+    let segs = parse_pattern(pattern);
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    segs.len() == comps.len()
+        && segs.iter().zip(&comps).all(|(s, c)| match s {
+            Seg::Lit(l) => l == c,
+            Seg::All => true,
+            Seg::Glob(alts) => alts.iter().any(|a| glob_match(a, c)),
+            Seg::Tree => false,
+        })
 }
 
 fn join(dir: &str, name: &str) -> String {
@@ -333,10 +355,22 @@ impl Capture {
     }
 
     fn file(&mut self, sr: &SysRoot, path: &str) {
+        let only = ONLY_WITH
+            .iter()
+            .find(|(pattern, _)| path_matches(pattern, path));
         match sr.read_bytes(path) {
             Ok(b) => {
+                if let Some((_, values)) = only
+                    && !values
+                        .iter()
+                        .any(|v| String::from_utf8_lossy(&b).trim() == *v)
+                {
+                    return;
+                }
                 self.items.insert(path.to_string(), Item::File(b));
             }
+            // Which process could not be read says nothing the checks use, and names a PID.
+            Err(_) if only.is_some() => {}
             Err(e) => self.fail(path, e),
         }
     }

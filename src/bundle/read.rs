@@ -222,6 +222,21 @@ fn resolve_inside(
     Ok(())
 }
 
+/// The links of `links` (relative path -> target) that extraction would refuse as leading
+/// outside the tree, by text or once resolved through the others (`Extractor::check_links`'s
+/// rule): what `bundle` must not write.
+pub(crate) fn links_outside(links: &BTreeMap<PathBuf, String>) -> Vec<PathBuf> {
+    let mut budget = LINK_CHECK_BUDGET;
+    links
+        .iter()
+        .filter(|(link, target)| {
+            target_inside(link, target).is_err()
+                || resolve_inside(links, link, target, &mut budget).is_err()
+        })
+        .map(|(link, _)| link.clone())
+        .collect()
+}
+
 /// The manifest's `contents` against what the archive held: a bundle that lost or gained
 /// files since it was written is refused (all zeros: a hand-made manifest that records none).
 /// Directories may be more than recorded (a repacked bundle lists every one).

@@ -43,6 +43,10 @@ pub struct Written {
     pub reports: BTreeMap<String, serde_json::Value>,
     /// The archive written, open for reading (the self-replay reads this, not the path).
     pub file: std::fs::File,
+    /// Links of the recorded tree that climb above its root, (path, target as written): each
+    /// is recorded leading where gpudoctor read it, inside the tree (or left out as unreadable
+    /// when it led nowhere).
+    pub clamped_links: Vec<(String, String)>,
 }
 
 /// `bundle -o` writes a regular file or atomically replaces one; anything else already at the
@@ -108,30 +112,7 @@ pub fn write_bundle(
     if opts.progress {
         let _ = write!(std::io::stderr(), "\r\x1b[2K");
     }
-    // A recorded tree may hold links that climb out of it; a bundle never does.
-    let escaping: Vec<String> = cap
-        .items
-        .iter()
-        .filter_map(|(p, it)| match it {
-            Item::Link(t) => {
-                let rel = Path::new(p.trim_start_matches('/'));
-                read::target_inside(rel, &relative_target(p, t))
-                    .err()
-                    .map(|_| p.clone())
-            }
-            _ => None,
-        })
-        .collect();
-    for p in escaping {
-        cap.items.remove(&p);
-        cap.failures.push(Failure {
-            path: p.clone(),
-            error: ReadError::Io {
-                path: p,
-                message: "symlink points outside the recorded tree: not captured".into(),
-            },
-        });
-    }
+    let clamped = clamp_escaping_links(sr, &mut cap);
     let uncovered = cap.uncovered(sr, discovery.touched, discovery.listed);
 
     let mut red = match (opts.redact, opts.redact_key) {
@@ -186,6 +167,13 @@ pub fn write_bundle(
         notes.push(format!(
             "{} device nodes, fifos or sockets (under /dev) are recorded as empty files: only their names are facts",
             cap.special
+        ));
+    }
+    if let Some((p, t)) = clamped.first() {
+        notes.push(format!(
+            "{} symlink(s) of the recorded tree climb above its root (first: {p} -> {}): recorded leading where gpudoctor read them, inside the tree",
+            clamped.len(),
+            t.chars().take(120).collect::<String>()
         ));
     }
     if cap.truncated {
@@ -261,7 +249,91 @@ pub fn write_bundle(
         archive_bytes,
         reports,
         file,
+        clamped_links: clamped,
     })
+}
+
+/// A recorded tree may hold links that climb above its root (`..` past it, or through `s -> .`
+/// links), which SysRoot reads clamped at the root; a bundle never holds one (extraction
+/// refuses it). Each such link is rewritten to lead, inside the copy, where it led in the tree
+/// (`SysRoot::link_destination`), so the bundle replays as the tree read; one that leads
+/// nowhere even so is left out and recorded as unreadable. Returns (link, target as written in
+/// the tree) of every link rewritten or left out.
+fn clamp_escaping_links(sr: &SysRoot, cap: &mut Capture) -> Vec<(String, String)> {
+    let rel = |p: &str| PathBuf::from(p.trim_start_matches('/'));
+    let links = |cap: &Capture| -> BTreeMap<PathBuf, String> {
+        cap.items
+            .iter()
+            .filter_map(|(p, it)| match it {
+                Item::Link(t) => Some((rel(p), relative_target(p, t))),
+                _ => None,
+            })
+            .collect()
+    };
+    let outside = read::links_outside(&links(cap));
+    if outside.is_empty() {
+        return Vec::new();
+    }
+    let mut clamped = Vec::new();
+    for l in &outside {
+        let p = format!("/{}", l.display());
+        let Some(Item::Link(was)) = cap.items.get(&p).cloned() else {
+            continue;
+        };
+        clamped.push((p.clone(), was.clone()));
+        let to = match sr.link_destination(&p) {
+            Ok((dir, last)) => format!("{}/{last}", dir.trim_end_matches('/')),
+            // Leads nowhere in the tree (a dangling `driver` link still names its driver):
+            // the same text without the `..` that climb above the root, dangling as well.
+            Err(_) => clamp_text(&p, &relative_target(&p, &was)),
+        };
+        cap.items.insert(p, Item::Link(to));
+    }
+    // What still leads outside (a destination that did not resolve, or one that leads through
+    // another escaping link): left out, as unreadable.
+    for l in read::links_outside(&links(cap)) {
+        let p = format!("/{}", l.display());
+        cap.items.remove(&p);
+        cap.failures.push(Failure {
+            path: p.clone(),
+            error: ReadError::Io {
+                path: p,
+                message: "symlink leads outside the recorded tree: not captured".into(),
+            },
+        });
+    }
+    clamped
+}
+
+/// `target` of the link at `link_path` without the `..` components that would climb above the
+/// root (as written: links on the way are not followed).
+fn clamp_text(link_path: &str, target: &str) -> String {
+    let mut depth = link_path
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .count()
+        .saturating_sub(1);
+    let mut out: Vec<&str> = Vec::new();
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." if depth == 0 => {}
+            ".." => {
+                depth -= 1;
+                out.push(c);
+            }
+            _ => {
+                depth += 1;
+                out.push(c);
+            }
+        }
+    }
+    if out.is_empty() {
+        ".".to_string()
+    } else {
+        out.join("/")
+    }
 }
 
 /// serde_json over a few concrete types without generics in the closure above.
@@ -368,6 +440,16 @@ fn relative_target(link_path: &str, target: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clamped_text_stays_inside() {
+        assert_eq!(
+            clamp_text("/sys/a/b", "../../../../../sys/x/y"),
+            "../../sys/x/y"
+        );
+        assert_eq!(clamp_text("/sys/a", "../b/../c"), "../b/../c");
+        assert_eq!(clamp_text("/a", ".."), ".");
+    }
 
     #[test]
     fn absolute_targets_become_relative() {

@@ -208,7 +208,17 @@ pub(super) fn roce_gid(ctx: &Ctx, out: &mut Vec<Finding>) {
             .filter(|g| g.gid_type_kind == Some(GidType::RoceV2))
             .collect();
         let types_known = p.gids.iter().any(|g| g.gid_type.is_some());
-        if !v2.is_empty() {
+        // A GID table that could not be listed (absent, denied, or over MAX_GID_ENTRIES) is
+        // unknown: its emptiness is no evidence that the port lacks a RoCE v2 GID.
+        let unlisted = p.unread.get("gids").filter(|_| p.gids.is_empty());
+        if let Some(why) = unlisted {
+            out.push(Finding::new(
+                id,
+                subject.clone(),
+                Status::Skip,
+                format!("GID table unreadable: {why}"),
+            ));
+        } else if !v2.is_empty() {
             let ipv4 = v2
                 .iter()
                 .find(|g| g.gid.starts_with("0000:0000:0000:0000:0000:ffff:"));

@@ -2,7 +2,7 @@
 //! where it reads differently from what was seen live.
 
 use super::check::{check_report_from, topo_report_from};
-use super::{DISCOVERY_DEADLINE, EXIT_OK, Outcome, with_deadline};
+use super::{DISCOVERY_DEADLINE, EXIT_OK, Outcome, with_deadline_of};
 use crate::bundle;
 use crate::config::{CheckOptions, Redaction};
 use crate::source::{Source, SourceSpec};
@@ -74,7 +74,8 @@ pub(super) fn make(
         output.to_path_buf(),
     );
     let watched = source.sysroot.clone();
-    let written = with_deadline(
+    let written = with_deadline_of(
+        "the bundle capture",
         DISCOVERY_DEADLINE,
         move || {
             let discovery = bundle::write::Discovery {
@@ -101,6 +102,14 @@ pub(super) fn make(
             anyhow::bail!("{msg}");
         }
         warnings.push(msg);
+    }
+    if let Some((p, t)) = w.clamped_links.first() {
+        // A damaged or hostile tree, not a gpudoctor bug: the bundle says so in its notes.
+        warnings.push(format!(
+            "{} symlink(s) of the recorded tree climb above its root (first: {p} -> {}): the bundle records them leading where gpudoctor read them, inside the tree",
+            w.clamped_links.len(),
+            t.chars().take(120).collect::<String>()
+        ));
     }
     // Replay what was just written; only where the data came from may differ.
     // From our own file: another run may have renamed its bundle over the path since.

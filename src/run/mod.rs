@@ -109,6 +109,17 @@ pub fn with_deadline<T: Send + 'static, S: Into<Stall>>(
     work: impl FnOnce() -> T + Send + 'static,
     stuck_on: impl FnOnce() -> S,
 ) -> Result<T> {
+    with_deadline_of("discovery", deadline, work, stuck_on)
+}
+
+/// `with_deadline` for work other than discovery (`what`: "the bundle capture"), which the
+/// message names.
+pub fn with_deadline_of<T: Send + 'static, S: Into<Stall>>(
+    what: &str,
+    deadline: std::time::Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+    stuck_on: impl FnOnce() -> S,
+) -> Result<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("gpudoctor-discovery".into())
@@ -122,13 +133,13 @@ pub fn with_deadline<T: Send + 'static, S: Into<Stall>>(
             let stall: Stall = stuck_on().into();
             if stall.in_read {
                 anyhow::bail!(
-                    "reading {} did not finish within {} s: a device or file system is not answering (hung PCI device?)",
+                    "reading {} did not finish within {} s ({what} waited on it): a device or file system is not answering (hung PCI device?)",
                     stall.path,
                     deadline.as_secs_f64()
                 )
             }
             anyhow::bail!(
-                "discovery did not finish within {} s, and not for want of an answer: no read was in progress (the last path read, {}, had returned); the time went into processing what was read (an oversized or hostile recorded tree?)",
+                "{what} did not finish within {} s, and not for want of an answer: no read was in progress (the last path read, {}, had returned); the time went into processing what was read (an oversized or hostile recorded tree?)",
                 deadline.as_secs_f64(),
                 stall.path
             )

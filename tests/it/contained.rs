@@ -481,9 +481,9 @@ fn closed_pipe() -> std::process::Stdio {
     }
 }
 
-/// `bundle` with warnings to print (a link that climbs out of the tree is not captured, so
-/// the self-replay differs) and stderr, stdout or both closed pipes: no panic (exit 101),
-/// the bundle is written and the exit code is the run's.
+/// `bundle` with a warning to print (a link that climbs out of the tree, which the bundle
+/// records clamped) and stderr, stdout or both closed pipes: no panic (exit 101), the bundle
+/// is written and the exit code is the run's.
 #[test]
 fn closed_output_pipes_never_panic() {
     let (tmp, tree) = tree_with_secret();
@@ -503,7 +503,11 @@ fn closed_output_pipes_never_panic() {
         .output()
         .unwrap();
     assert_eq!(warned.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&warned.stderr).contains("warning"));
+    let err = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        err.contains("warning") && err.contains("climb above"),
+        "{err}"
+    );
     for (case, stdout, stderr) in [
         ("stderr", false, true),
         ("stdout", true, false),
@@ -530,6 +534,61 @@ fn closed_output_pipes_never_panic() {
         assert_eq!(st.code(), Some(0), "{case}");
         assert!(out.is_file(), "{case}");
     }
+}
+
+/// A recorded tree whose links climb above its root (read clamped at the root) bundles into
+/// one that replays as the tree read: the same reports, no false "please report this"
+/// (the links were once left out of the bundle, so its GPU went missing in the replay), a
+/// warning and a manifest note naming the links.
+#[test]
+fn escaping_links_are_bundled_as_read() {
+    let (tmp, tree) = tree_with_secret();
+    let gpu = tree.join("sys/bus/pci/devices/0000:00:06.0");
+    std::fs::remove_file(&gpu).unwrap();
+    symlink(
+        "../../../../../../../sys/devices/pci0000:00/0000:00:06.0",
+        &gpu,
+    )
+    .unwrap();
+    let driver = tree.join("sys/devices/pci0000:00/0000:00:06.0/driver");
+    std::fs::remove_file(&driver).unwrap();
+    symlink(
+        "../../../../../../../../../sys/bus/pci/drivers/nvidia",
+        &driver,
+    )
+    .unwrap();
+    let out = tmp.path().join("b.tar.gz");
+    let made = gpudoctor()
+        .arg("--root")
+        .arg(&tree)
+        .args(["bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&made.stderr);
+    assert_eq!(made.status.code(), Some(0), "{err}");
+    assert!(!err.contains("please report"), "{err}");
+    assert!(!err.contains("does not replay"), "{err}");
+    assert!(
+        err.contains("2 symlink(s) of the recorded tree climb above its root"),
+        "{err}"
+    );
+    let check = |src: &[&std::ffi::OsStr]| {
+        let o = gpudoctor()
+            .args(src)
+            .args(["check", "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code(), v)
+    };
+    let (code_tree, mut from_tree) = check(&["--root".as_ref(), tree.as_os_str()]);
+    let (code_bundle, mut from_bundle) = check(&["--bundle".as_ref(), out.as_os_str()]);
+    assert_eq!(code_tree, code_bundle);
+    // The GPU behind the clamped link is seen.
+    assert!(from_tree.to_string().contains("GPU0 x16"), "{from_tree}");
+    let diff = gpudoctor::bundle::first_difference(&mut from_tree, &mut from_bundle);
+    assert_eq!(diff, None);
 }
 
 /// `fleet DIR` over link cycles (two `up -> ..` links once made it run for ever) and over
@@ -617,7 +676,26 @@ fn deadline_message_names_what_took_the_time() {
         e.contains("processing") && e.contains("node0/cpulist"),
         "{e}"
     );
+    assert!(e.starts_with("discovery did not finish"), "{e}");
     assert!(!e.contains("hung"), "{e}");
+    // A read still in progress: the path it waits on, and who waited.
+    let hung = gpudoctor::run::with_deadline_of(
+        "the bundle capture",
+        Duration::from_millis(50),
+        || std::thread::sleep(Duration::from_secs(2)),
+        || gpudoctor::run::Stall {
+            path: "/sys/bus/pci/devices/0000:17:00.0/config".into(),
+            in_read: true,
+        },
+    );
+    let e = format!("{:#}", hung.unwrap_err());
+    assert!(
+        e.starts_with("reading /sys/bus/pci/devices/0000:17:00.0/config did not finish")
+            && e.contains("the bundle capture waited on it")
+            && e.contains("not answering"),
+        "{e}"
+    );
+    assert!(!e.contains("processing"), "{e}");
 }
 
 /// `tar czf X -C DIR .` of an unpacked bundle (members `./`, `./sys/...`, a directory entry
@@ -727,4 +805,245 @@ fn concurrent_bundles_to_one_path_do_not_warn() {
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("same.tar.gz")]);
     }
+}
+
+/// A temporary directory on tmpfs where there is one: the listing tests below create a hundred
+/// thousand entries, which takes seconds on a disk file system and a fraction of one in RAM.
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().unwrap()
+}
+
+/// A directory listing with more entries than any real one (here /sys/module, one over
+/// MAX_DIR_ENTRIES) and a port's GID table over its own cap (4097 entries) end, within
+/// seconds, as unknowns whose reason names the directory, instead of growing without bound.
+#[test]
+fn directory_listings_are_capped() {
+    let tmp = scratch();
+    let tree = crate::copy_fixture_into("pcie-2socket-roce", tmp.path());
+    let gids = tree
+        .join("sys/devices/pci0000:00/0000:00:01.2/0000:02:00.0/infiniband/mlx5_0/ports/1/gids");
+    assert!(gids.is_dir());
+    for i in 16..=gpudoctor::inventory::MAX_GID_ENTRIES {
+        std::fs::write(
+            gids.join(i.to_string()),
+            "fe80:0000:0000:0000:0000:0000:0000:0001\n",
+        )
+        .unwrap();
+    }
+    let modules = tree.join("sys/module");
+    let have = std::fs::read_dir(&modules).unwrap().count();
+    for i in have..=gpudoctor::sysroot::MAX_DIR_ENTRIES {
+        symlink("x", modules.join(format!("m{i}"))).unwrap();
+    }
+    let r = run(&["check", "--json"], &tree);
+    assert!(matches!(r.code, Some(0 | 1)), "{}", r.stderr);
+    assert!(r.took < Duration::from_secs(15), "took {:?}", r.took);
+    for dir in [
+        format!(
+            "/sys/class/infiniband/mlx5_0/ports/1/gids: more than {} directory entries: refused",
+            gpudoctor::inventory::MAX_GID_ENTRIES
+        ),
+        format!(
+            "/sys/module: more than {} directory entries: refused",
+            gpudoctor::sysroot::MAX_DIR_ENTRIES
+        ),
+    ] {
+        assert!(r.stdout.contains(&dir), "wanted '{dir}' in: {}", r.stdout);
+    }
+}
+
+/// Every member of a bundle and its bytes, decompressed.
+fn members(bundle: &Path) -> Vec<(String, Vec<u8>)> {
+    let f = std::fs::File::open(bundle).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    ar.entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut b).unwrap();
+            (name, b)
+        })
+        .collect()
+}
+
+/// A bundle records the name of no process but nv-fabricmanager's (discovery reads every
+/// process's name to find it): other processes of the tree leave neither their names nor
+/// their PIDs in it, and the replay finds the same fabric manager as the tree.
+#[test]
+fn bundles_carry_no_other_process_names() {
+    let tmp = scratch();
+    let tree = crate::copy_fixture_into("hgx-h100-8gpu", tmp.path());
+    for (pid, comm) in [(4242, "secret-daemon"), (777, "payroll-batch")] {
+        std::fs::create_dir_all(tree.join(format!("proc/{pid}"))).unwrap();
+        std::fs::write(tree.join(format!("proc/{pid}/comm")), format!("{comm}\n")).unwrap();
+    }
+    let out = tmp.path().join("b.tar.gz");
+    let made = gpudoctor()
+        .arg("--root")
+        .arg(&tree)
+        .args(["bundle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&made.stderr);
+    assert_eq!(made.status.code(), Some(0), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let all = members(&out);
+    let procs: Vec<&str> = all
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| n.starts_with("proc/") && n[5..].starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(procs, ["proc/2817/", "proc/2817/comm"], "{procs:?}");
+    for (name, bytes) in &all {
+        let text = String::from_utf8_lossy(bytes);
+        for secret in [
+            "secret-daemon",
+            "payroll-batch",
+            "systemd\n",
+            "4242",
+            "\"/proc/777",
+        ] {
+            assert!(!text.contains(secret), "{name} holds {secret}");
+        }
+    }
+    let fabric = |src: &[&std::ffi::OsStr]| {
+        let o = gpudoctor()
+            .args(src)
+            .args(["check", "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let fabric: Vec<serde_json::Value> = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["id"] == "gpu.fabric")
+            .cloned()
+            .collect();
+        serde_json::Value::from(fabric)
+    };
+    let want = fabric(&["--root".as_ref(), tree.as_os_str()]);
+    assert!(want.to_string().contains("2817"), "{want}");
+    assert_eq!(fabric(&["--bundle".as_ref(), out.as_os_str()]), want);
+}
+
+/// What `strace` shows `gpudoctor check --bundle` opening, reading as a link or looking at
+/// outside the bundle's extraction directory, for a bundle whose links and documents lead at
+/// this process's own files (`/proc/self/environ`, `/proc/self/maps`) and that has no kernel
+/// log (kmsg.json): nothing but the binary, its libraries and the places the extraction
+/// directory is made in. Once std's `available_parallelism` read the cgroup's CPU quota under
+/// /sys/fs/cgroup on every replay. Needs strace (skipped, saying so, without it).
+#[test]
+fn bundle_replay_reads_nothing_of_the_host() {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("strace not installed: skipped");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let orig = tmp.path().join("orig.tar.gz");
+    let r = gpudoctor()
+        .args(["--root", FIXTURE, "bundle", "-o"])
+        .arg(&orig)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0));
+    let dir = tmp.path().join("unpacked");
+    std::fs::create_dir(&dir).unwrap();
+    let tar = |args: &[&std::ffi::OsStr]| {
+        let st = std::process::Command::new("tar")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    tar(&[
+        "xzf".as_ref(),
+        orig.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+    ]);
+    let numa = dir.join("sys/devices/pci0000:00/0000:00:06.0/numa_node");
+    std::fs::remove_file(&numa).unwrap();
+    symlink("../../../../proc/self/environ", &numa).unwrap();
+    std::fs::remove_file(dir.join("libs.json")).unwrap();
+    symlink("proc/self/maps", dir.join("libs.json")).unwrap();
+    std::fs::remove_file(dir.join("kmsg.json")).unwrap();
+    let mpath = dir.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+    m.as_object_mut().unwrap().remove("contents");
+    std::fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
+    let hostile = tmp.path().join("hostile.tar.gz");
+    tar(&[
+        "czf".as_ref(),
+        hostile.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+        ".".as_ref(),
+    ]);
+    let trace = tmp.path().join("trace");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gpudoctor"));
+    let st = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-s", "8192", "-o"])
+        .arg(&trace)
+        .arg("-e")
+        .arg("trace=open,openat,openat2,readlink,readlinkat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2")
+        .arg(&bin)
+        // cargo's library path would have the loader search target/ first.
+        .env_remove("LD_LIBRARY_PATH")
+        .args(["check", "--bundle"])
+        .arg(&hostile)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(matches!(st.code(), Some(0 | 1)), "{st:?}");
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let scratch: Vec<String> = [PathBuf::from("/dev/shm"), std::env::temp_dir()]
+        .iter()
+        .map(|d| format!("{}/gpudoctor-bundle-", d.display()))
+        .collect();
+    let host_ok = |p: &str| {
+        scratch.iter().any(|s| p.starts_with(s.as_str()))
+            || p == hostile.to_str().unwrap()
+            || p == bin.to_str().unwrap()
+            // Where the extraction directory is made, and its ancestors (canonicalized).
+            || ["/dev/shm", "/dev"].contains(&p)
+            || std::env::temp_dir().starts_with(p)
+            // The dynamic loader, the C library, this process's own maps (glibc's stack
+            // bounds for the main thread).
+            || p.starts_with("/etc/ld.so")
+            || p.starts_with("/lib")
+            || p.starts_with("/usr/lib")
+            || p == "/proc/self/maps"
+    };
+    let mut outside = Vec::new();
+    for line in trace.lines() {
+        for (i, part) in line.split('"').enumerate() {
+            if i % 2 == 1
+                && (part.starts_with('/') || line.contains(&format!("AT_FDCWD, \"{part}\"")))
+                && !host_ok(part)
+            {
+                outside.push(line.to_string());
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "read outside the bundle:\n{}",
+        outside.join("\n")
+    );
+    assert!(trace.contains("gpudoctor-bundle-"), "no extraction seen");
 }

@@ -107,7 +107,7 @@ for _ in $(seq 150); do
 done
 if [ $ok = 0 ]; then
   echo "health check never ran" >&2
-  tail -20 "$work/log/slurmd.log" "$work/log/slurmctld.log" "$work/log/munged.log" >&2 || true
+  tail -n 20 "$work/log/slurmd.log" "$work/log/slurmctld.log" "$work/log/munged.log" >&2 || true
   exit 3
 fi
 sleep 2
