@@ -81,11 +81,11 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
             "MsgRate",
             "BW median",
         );
-        let _ = writeln!(
-            o,
+        let units = format!(
             " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10} {:<9}",
             "", "", "", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[Mpps]", "[Gb/sec]",
         );
+        let _ = writeln!(o, "{}", units.trim_end());
         for s in &r.results {
             let verdict = match (s.verdict, s.validated) {
                 (Verdict::Fail, Some(false)) => "FAIL (data mismatch)",
@@ -298,11 +298,11 @@ pub fn gpu_write_bw_table(r: &crate::rdma::level4::GpuWriteBwReport) -> String {
             " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10}",
             "#bytes", "#iters", "n", "BW peak", "BW median", "BW min", "BW max", "MsgRate",
         );
-        let _ = writeln!(
-            o,
+        let units = format!(
             " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10}",
             "", "", "", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[Mpps]",
         );
+        let _ = writeln!(o, "{}", units.trim_end());
         for s in &r.results {
             let _ = match &s.stats {
                 Some(st) => writeln!(
