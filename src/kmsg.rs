@@ -174,7 +174,10 @@ impl KernelLog {
 
     /// What the log covers, for evidence: records read and whether it reaches back to boot.
     pub fn coverage(&self) -> String {
-        let mut s = format!("{} records read", self.records_read);
+        let mut s = format!(
+            "{} read",
+            crate::render::layout::count(self.records_read as usize, "record", "records")
+        );
         match self.first_seq {
             Some(0) => s.push_str(" (from boot)"),
             Some(n) => s.push_str(&format!(

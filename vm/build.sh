@@ -20,6 +20,8 @@ fi
 
 # 2. Debian kernel package (never installed on this machine: only unpacked in a scratch dir).
 mkdir -p "$CACHE/debs"
+# A minimal image may carry no package lists (its packages all present): fetch them once.
+apt-cache show linux-image-amd64 >/dev/null 2>&1 || $SUDO apt-get update -q
 KPKG=${GPUDOCTOR_VM_KPKG:-$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')}
 KVER=${KPKG#linux-image-}
 [ -n "$(ls "$CACHE"/debs/"${KPKG}"_*.deb 2>/dev/null)" ] ||

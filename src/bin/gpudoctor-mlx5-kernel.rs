@@ -42,9 +42,37 @@ Options: --gpu N (0), --iters N (2048), --writes N (512, at most 1024), --size B
 CUDA_HOME / CUDA_PATH name toolkits to look for libnvrtc in.
 Exit: 0 everything as expected, 1 a mismatch or an unexpected outcome, 2 could not run.";
 
-fn parse() -> Result<Opts, String> {
-    let mut a = std::env::args().skip(1);
+/// What the command line asks for; decided before anything loads CUDA, so that help, the
+/// version and every usage error answer on a machine without a GPU.
+enum Parsed {
+    Help,
+    Version,
+    Run(Opts),
+}
+
+const MODES: [&str; 4] = ["build", "emulate", "bench", "queues"];
+
+fn parse(args: &[String]) -> Result<Parsed, String> {
+    // `--help` / `--version` anywhere (`build --help` too) win over everything else.
+    if args.iter().any(|a| matches!(a.as_str(), "--help" | "-h"))
+        || args.first().is_some_and(|a| a == "help")
+    {
+        return Ok(Parsed::Help);
+    }
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "--version" | "-V"))
+    {
+        return Ok(Parsed::Version);
+    }
+    let mut a = args.iter().cloned();
     let mode = a.next().ok_or(USAGE)?;
+    if !MODES.contains(&mode.as_str()) {
+        return Err(format!(
+            "unknown mode {mode} ({}); {USAGE}",
+            MODES.join(", ")
+        ));
+    }
     let mut o = Opts {
         mode,
         gpu: 0,
@@ -66,7 +94,7 @@ fn parse() -> Result<Opts, String> {
     if !(1..=1024).contains(&o.writes) {
         return Err("--writes must be 1..=1024 (one block)".into());
     }
-    Ok(o)
+    Ok(Parsed::Run(o))
 }
 
 fn cuda_homes() -> Vec<PathBuf> {
@@ -432,20 +460,19 @@ fn queues(l: &k::Loaded, o: &Opts) -> bool {
 }
 
 fn main() -> ExitCode {
-    // Answered before CUDA is loaded: help works on a machine without a GPU.
-    match std::env::args().nth(1).as_deref() {
-        Some("--help" | "-h" | "help") => {
+    // Parsed whole before CUDA is loaded: help, the version and usage errors work on a machine
+    // without a GPU.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let o = match parse(&args) {
+        Ok(Parsed::Help) => {
             println!("{HELP}");
             return ExitCode::SUCCESS;
         }
-        Some("--version" | "-V") => {
+        Ok(Parsed::Version) => {
             println!("gpudoctor-mlx5-kernel {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
-        _ => {}
-    }
-    let o = match parse() {
-        Ok(o) => o,
+        Ok(Parsed::Run(o)) => o,
         Err(e) => {
             eprintln!("gpudoctor-mlx5-kernel: {e}");
             return ExitCode::from(2);
@@ -471,7 +498,10 @@ fn main() -> ExitCode {
         "bench" => bench(&l, &o),
         "queues" => queues(&l, &o),
         m => {
-            eprintln!("gpudoctor-mlx5-kernel: unknown mode {m} (build, emulate, bench, queues)");
+            eprintln!(
+                "gpudoctor-mlx5-kernel: unknown mode {m} ({})",
+                MODES.join(", ")
+            );
             return ExitCode::from(2);
         }
     };

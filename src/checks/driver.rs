@@ -62,7 +62,7 @@ pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default())),
         ),
         (None, n) => out.push(
-            Finding::new(id, "host", Status::Fail, format!("{n} NVIDIA GPU(s) on the PCI bus but the NVIDIA kernel driver is not loaded"))
+            Finding::new(id, "host", Status::Fail, format!("{} on the PCI bus but the NVIDIA kernel driver is not loaded", crate::render::layout::count(n, "NVIDIA GPU", "NVIDIA GPUs")))
                 .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default()))
                 .fix("Install the NVIDIA data-center driver and load it (`modprobe nvidia`); check `dmesg | grep -i nvrm` for why it failed to load"),
         ),
@@ -79,8 +79,8 @@ pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
                 "host",
                 Status::Pass,
                 format!(
-                    "NVML answers ({} GPU(s), driver {})",
-                    nvml.gpus.len(),
+                    "NVML answers ({}, driver {})",
+                    crate::render::layout::count(nvml.gpus.len(), "GPU", "GPUs"),
                     nvml.driver_version.as_deref().unwrap_or("?")
                 ),
             )
@@ -256,7 +256,8 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
                 "host",
                 Status::Skip,
                 format!(
-                    "only sysfs is known ({sysfs_gpus} GPUs); {} unknown",
+                    "only sysfs is known ({}); {} unknown",
+                    crate::render::layout::count(sysfs_gpus, "GPU", "GPUs"),
                     unknown.join(", ")
                 ),
             )
@@ -264,7 +265,8 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
         );
     } else {
         let mut msg = format!(
-            "{sysfs_gpus} GPU(s) in {}",
+            "{} in {}",
+            crate::render::layout::count(sysfs_gpus, "GPU", "GPUs"),
             counts
                 .iter()
                 .map(|(n, _)| *n)

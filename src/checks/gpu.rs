@@ -246,7 +246,10 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
                     id,
                     s.clone(),
                     Status::Pass,
-                    format!("{total} NVLinks active"),
+                    format!(
+                        "{} active",
+                        crate::render::layout::count(total, "NVLink", "NVLinks")
+                    ),
                 )
                 .with(ev(
                     "nvmlDeviceGetNvLinkState",
@@ -257,7 +260,8 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
             // A peer the driver lost (driver.gpu-count) takes its links down with it: say so,
             // definitely where NVML names the far end, as a lead where it does not.
             let mut msg = format!(
-                "NVLink(s) {down:?} down ({} of {total} active)",
+                "{} {down:?} down ({} of {total} active)",
+                if down.len() == 1 { "NVLink" } else { "NVLinks" },
                 total - down.len()
             );
             let lost = super::driver::missing_gpus(ctx);

@@ -206,8 +206,8 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                         subject,
                         Status::Skip,
                         format!(
-                            "none of the judged error counters is present ({} counters read)",
-                            c.len()
+                            "none of the judged error counters is present ({} read)",
+                            crate::render::layout::count(c.len(), "counter", "counters")
                         ),
                     )
                     .evidence(evs),
@@ -692,7 +692,13 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             }
             let text = by_reason
                 .iter()
-                .map(|(r, ls)| format!("link(s) {}: {r}", ls.join(",")))
+                .map(|(r, ls)| {
+                    format!(
+                        "{} {}: {r}",
+                        if ls.len() == 1 { "link" } else { "links" },
+                        ls.join(",")
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("; ");
             out.push(
@@ -717,7 +723,10 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                 )
                 .with(ev(
                     "nvmlDeviceGetNvLinkErrorCounter",
-                    format!("{} links read", active.len()),
+                    format!(
+                        "{} read",
+                        crate::render::layout::count(active.len(), "link", "links")
+                    ),
                 ))
                 .evidence(evs),
             );

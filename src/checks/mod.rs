@@ -351,7 +351,8 @@ impl Overrides {
             .collect();
         if !unknown.is_empty() {
             return Err(format!(
-                "unknown check id(s) {}: `gpudoctor list` shows them all",
+                "unknown check {} {}: `gpudoctor list` shows them all",
+                if unknown.len() == 1 { "id" } else { "ids" },
                 unknown.join(", ")
             ));
         }

@@ -130,8 +130,11 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
     let boot_param = format!("pci=disable_acs_redir={}", redirecting.join(";"));
     let all_of_them = if redirecting.len() > 1 {
         format!(
-            " (one parameter for all {} bridges flagged here: the kernel keeps only the last disable_acs_redir= it is given)",
-            redirecting.len()
+            " (one parameter for {} flagged here: the kernel keeps only the last disable_acs_redir= it is given)",
+            match redirecting.len() {
+                2 => "both bridges".to_string(),
+                n => format!("all {n} bridges"),
+            }
         )
     } else {
         String::new()

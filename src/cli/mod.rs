@@ -60,7 +60,13 @@ pub enum Command {
     /// Explain one check: what it checks, why it matters, how to fix it.
     Explain {
         /// Check id, e.g. pcie.acs-redirect.
+        #[arg(value_parser = check_id_parser(), hide_possible_values = true)]
         id: String,
+        /// Output format: text (for a terminal, wrapped to its width) or md (the Markdown
+        /// document as written, checks/ID.md).
+        #[arg(long, value_name = "FORMAT", default_value = "text",
+              value_parser = ["text", "md"])]
+        format: String,
     },
     /// Print the live NVML and library snapshots (nvml.json / libs.json of a recorded tree).
     #[command(hide = true)]
@@ -136,8 +142,8 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Write the man pages (roff) into a directory.
-    #[command(hide = true)]
+    /// Write the man pages (roff), one per command, into DIR: after `cargo install`, e.g.
+    /// `sudo gpudoctor man /usr/local/share/man/man1`.
     Man {
         /// Output directory.
         #[arg(value_name = "DIR")]
@@ -192,13 +198,16 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=4))]
     pub level: u8,
     /// Downgrade a failing check to a warning (repeatable).
-    #[arg(long = "warn", value_name = "ID")]
+    #[arg(long = "warn", value_name = "ID", value_parser = check_id_parser(),
+          hide_possible_values = true)]
     pub warn: Vec<String>,
     /// Upgrade a warning check to a failure (repeatable).
-    #[arg(long = "deny", value_name = "ID")]
+    #[arg(long = "deny", value_name = "ID", value_parser = check_id_parser(),
+          hide_possible_values = true)]
     pub deny: Vec<String>,
     /// Do not judge this check (repeatable); it is reported as skip.
-    #[arg(long = "skip", value_name = "ID")]
+    #[arg(long = "skip", value_name = "ID", value_parser = check_id_parser(),
+          hide_possible_values = true)]
     pub skip: Vec<String>,
     /// Compare with a baseline written by `gpudoctor baseline` (findings baseline.*).
     #[arg(long, value_name = "FILE")]
@@ -292,4 +301,32 @@ pub struct BundleArgs {
     /// keep it secret: anyone with the key can test guesses against the tokens.
     #[arg(long, value_name = "FILE")]
     pub redact_key_file: Option<PathBuf>,
+}
+
+/// Any string is accepted (an unknown id gets `explain`'s own suggestion), but the check ids
+/// are offered as possible values, so shell completions list them.
+fn check_id_parser() -> impl clap::builder::TypedValueParser<Value = String> {
+    #[derive(Clone)]
+    struct CheckIdParser;
+    impl clap::builder::TypedValueParser for CheckIdParser {
+        type Value = String;
+        fn parse_ref(
+            &self,
+            cmd: &clap::Command,
+            arg: Option<&clap::Arg>,
+            value: &std::ffi::OsStr,
+        ) -> Result<String, clap::Error> {
+            clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+        }
+        fn possible_values(
+            &self,
+        ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+            Some(Box::new(
+                crate::checks::CATALOG
+                    .iter()
+                    .map(|c| clap::builder::PossibleValue::new(c.id.as_str())),
+            ))
+        }
+    }
+    CheckIdParser
 }

@@ -157,8 +157,9 @@ pub struct WriteBwArgs {
         conflicts_with = "all"
     )]
     pub sizes: Option<Vec<u64>>,
-    /// Sweep all powers of two from 2 B to 8 MiB (perftest's -a).
-    #[arg(long, short = 'a')]
+    /// Sweep all powers of two from 2 B to 8 MiB (perftest's -a). Not `--all`: that lists
+    /// passing subjects in `check` and `diff`.
+    #[arg(long = "all-sizes", short = 'a')]
     pub all: bool,
     /// Writes per message size (over all QPs) in each timed repetition.
     #[arg(long, short = 'n', default_value_t = 5000, value_name = "N")]
@@ -178,8 +179,9 @@ pub struct WriteBwArgs {
     #[arg(long, short = 'l', value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub post_list: Option<u32>,
-    /// Number of QP pairs; writes are spread evenly over them.
-    #[arg(long, short = 'q', default_value_t = 1, value_name = "N")]
+    /// Number of QP pairs; writes are spread evenly over them. No `-q` (perftest's): that is
+    /// `--quiet` in `check`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
     pub qps: u32,
     /// Check that the written bytes arrived intact after each size.
     #[arg(long)]

@@ -37,7 +37,8 @@ pub enum Action {
     List {
         json: bool,
     },
-    Explain(String),
+    /// A check's document: (id, raw Markdown instead of terminal text).
+    Explain(String, bool),
     Snapshot(String),
     Probe {
         options: ProbeOptions,
@@ -161,7 +162,7 @@ impl Config {
             Command::Topo(t) => topo::resolve(t),
             Command::Check(c) => check::resolve(c, env)?,
             Command::List { json } => (None, Action::List { json }),
-            Command::Explain { id } => (None, Action::Explain(id)),
+            Command::Explain { id, format } => (None, Action::Explain(id, format == "md")),
             Command::Snapshot { what, source } => (Some(source), Action::Snapshot(what)),
             Command::Probe(cmd) => (None, probe::resolve(cmd, env)?),
             Command::Completions { shell } => (None, Action::Completions(shell)),

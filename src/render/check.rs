@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// Width when stdout is not a terminal: reads well in a log viewer and a 100-column terminal.
-pub const PIPE_WIDTH: usize = 100;
+pub use super::layout::PIPE_WIDTH;
 
 /// How a check report is printed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,38 +46,7 @@ fn word(status: Status) -> &'static str {
     }
 }
 
-/// Greedy word wrap: the first line after `first` (already `first_len` columns long), every
-/// further line indented by `indent` spaces. A word longer than the width (a sysfs path) is
-/// never broken: it stands on its own line.
-fn wrap(out: &mut String, text: &str, first_len: usize, indent: usize, width: usize) {
-    let mut col = first_len;
-    let mut at_line_start = true;
-    for (i, para) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-            out.push_str(&" ".repeat(indent));
-            col = indent;
-            at_line_start = true;
-        }
-        for w in para.split_whitespace() {
-            let need = w.chars().count() + usize::from(!at_line_start);
-            if !at_line_start && col + need > width {
-                out.push('\n');
-                out.push_str(&" ".repeat(indent));
-                col = indent;
-                at_line_start = true;
-            }
-            if !at_line_start {
-                out.push(' ');
-                col += 1;
-            }
-            out.push_str(w);
-            col += w.chars().count();
-            at_line_start = false;
-        }
-    }
-    out.push('\n');
-}
+use super::layout::wrap;
 
 /// "on A, B, C" with at most `max` names, then "and N more".
 fn subjects_text(subjects: &[&str], max: usize) -> String {
@@ -143,7 +112,7 @@ fn skipped_by_request(f: &Finding) -> bool {
 }
 
 pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
-    let width = st.width.map(usize::from).unwrap_or(PIPE_WIDTH).max(40);
+    let width = super::layout::width(st.width);
     let mut out = String::new();
     if !st.quiet {
         let head = format!(
@@ -155,8 +124,8 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
         if r.summary.not_root > 0 {
             let _ = write!(out, "{} ", paint("not root:", Status::Warn, st.color));
             let line = format!(
-                "{} findings could not be judged (unprivileged readers see 64 bytes of PCI config space); run as root",
-                r.summary.not_root
+                "{} could not be judged (unprivileged readers see 64 bytes of PCI config space); run as root",
+                super::layout::count(r.summary.not_root, "finding", "findings")
             );
             wrap(&mut out, &line, 10, 2, width);
         }
@@ -275,22 +244,33 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
     } else {
         String::new()
     };
-    // The gate's reasons when it, not a failing check, decided the verdict.
+    // The gate's reasons when it, not a failing check, decided the verdict: on a line of their
+    // own, so that the Result line stays one line within 100 columns (scripts read the last).
     let gate = if r.gate.decided() {
-        format!(" (gate): {};", r.gate.reasons.join("; "))
+        wrap(
+            &mut out,
+            &format!("Gate: {}", r.gate.reasons.join("; ")),
+            0,
+            6,
+            width,
+        );
+        " (gate):"
     } else {
-        ":".to_string()
+        ":"
     };
-    let _ = writeln!(
-        out,
+    // "Result: VERDICT" stays on the first line (scripts look for it); the counts wrap.
+    let line = format!(
         "Result: {}{gate} {} pass, {} warn, {} fail, {} skip ({} findings{unjudged}).",
-        paint(&verdict, r.status, st.color),
+        verdict,
         s.pass,
         s.warn,
         s.fail,
         s.skip,
         r.checks.len()
     );
+    let mut wrapped = String::new();
+    wrap(&mut wrapped, &line, 0, 8, width);
+    out.push_str(&wrapped.replacen(&verdict, &paint(&verdict, r.status, st.color), 1));
     out
 }
 

@@ -16,8 +16,8 @@ pub fn fleet_table(r: &FleetReport) -> String {
     let st: Vec<String> = r.status.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         s,
-        "{} nodes: {}",
-        r.nodes,
+        "{}: {}",
+        super::layout::count(r.nodes, "node", "nodes"),
         if st.is_empty() {
             "no check reports".to_string()
         } else {
@@ -28,9 +28,9 @@ pub fn fleet_table(r: &FleetReport) -> String {
     for g in &r.groups {
         let _ = writeln!(
             s,
-            "  {}: {} nodes, {} (reference: {})",
+            "  {}: {}, {} (reference: {})",
             g.name,
-            g.nodes.len(),
+            super::layout::count(g.nodes.len(), "node", "nodes"),
             g.model,
             g.reference
         );
@@ -146,11 +146,15 @@ pub fn fleet_table(r: &FleetReport) -> String {
             );
         }
     }
-    let _ = writeln!(s, "\nDrain ({} nodes):", r.drain.len());
+    let _ = writeln!(
+        s,
+        "\nDrain ({}):",
+        super::layout::count(r.drain.len(), "node", "nodes")
+    );
     for d in &r.drain {
         let _ = writeln!(s, "  {}: {}", d.node, d.reasons.join("; "));
     }
-    s
+    super::layout::fit(&s, super::layout::PIPE_WIDTH)
 }
 
 /// Markdown for a ticket: the nodes to drain and why first, then what the fleet looked like.
@@ -160,8 +164,8 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
     let st: Vec<String> = r.status.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         s,
-        "## gpudoctor fleet: {} nodes, {} to drain\n",
-        r.nodes,
+        "## gpudoctor fleet: {}, {} to drain\n",
+        super::layout::count(r.nodes, "node", "nodes"),
         r.drain.len()
     );
     if !st.is_empty() {
@@ -306,8 +310,8 @@ pub fn diff_table(d: &DiffReport) -> String {
         d.checks.len(),
         if d.hidden > 0 {
             format!(
-                "; {} subjects judged pass in one node only not shown (--all)",
-                d.hidden
+                "; {} judged pass in one node only not shown (--all)",
+                super::layout::count(d.hidden, "subject", "subjects")
             )
         } else {
             String::new()
@@ -348,7 +352,7 @@ pub fn diff_table(d: &DiffReport) -> String {
             );
         }
     }
-    s
+    super::layout::fit(&s, super::layout::PIPE_WIDTH)
 }
 
 /// "the bar" (gpudoctor's own) or "the floor of baseline NAME".

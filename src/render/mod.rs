@@ -4,12 +4,12 @@
 use crate::pci::Bdf;
 use crate::report::TopoReport;
 use crate::topo::{Device, DeviceKind, LinkState, Topology};
-use comfy_table::{ContentArrangement, Table, presets};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 mod check;
 mod fleet;
+pub mod layout;
 mod probe;
 mod write_bw;
 
@@ -27,20 +27,11 @@ pub struct Style {
     pub all_rows: bool,
 }
 
-pub fn new_table(style: Style) -> Table {
-    let mut t = Table::new();
-    t.load_style(presets::ASCII_FULL_CONDENSED);
-    t.force_no_tty();
-    match style.width {
-        Some(w) => {
-            t.set_content_arrangement(ContentArrangement::Dynamic);
-            t.set_width(w);
-        }
-        None => {
-            t.set_content_arrangement(ContentArrangement::Disabled);
-        }
+impl Style {
+    /// The columns to lay out in: the terminal's (or COLUMNS), else layout::PIPE_WIDTH.
+    pub fn columns(&self) -> usize {
+        layout::width(self.width)
     }
-    t
 }
 
 fn gen_width(g: Option<u8>, w: Option<u8>) -> String {
@@ -174,7 +165,10 @@ pub fn topo_tree(r: &TopoReport, style: Style) -> String {
             "\n{} (root complex, {numa}{})",
             rc.id,
             if hidden > 0 {
-                format!(", {hidden} other functions not shown")
+                format!(
+                    ", {} not shown",
+                    layout::count(hidden, "other function", "other functions")
+                )
             } else {
                 String::new()
             }
@@ -211,7 +205,7 @@ pub fn topo_tree(r: &TopoReport, style: Style) -> String {
         out.push_str(&nic_table(t, &by_bdf, style));
     }
     out.push_str(&notes_text(r));
-    out
+    layout::fit(&out, style.columns())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -273,8 +267,7 @@ fn gpu_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
     if t.gpus.is_empty() {
         return "No NVIDIA GPUs found.\n".into();
     }
-    let mut table = new_table(style);
-    table.set_header(vec![
+    let header = [
         "GPU",
         "BDF",
         "Name",
@@ -285,14 +278,15 @@ fn gpu_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
         "NVLinks",
         "Closest NIC",
         "Path",
-    ]);
+    ];
+    let mut rows = Vec::new();
     for (g, c) in t.gpus.iter().zip(t.closest_nics.iter()) {
         let d = by_bdf.get(&g.bdf);
         let gib = |b: Option<u64>| {
             b.map(|b| format!("{} GiB", b >> 30))
                 .unwrap_or_else(|| "?".into())
         };
-        table.add_row(vec![
+        rows.push(vec![
             g.label.clone(),
             g.bdf.to_string(),
             g.name.clone(),
@@ -320,12 +314,11 @@ fn gpu_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
                 .unwrap_or_else(|| "-".into()),
         ]);
     }
-    format!("{table}\n")
+    format!("{}\n", layout::table(&header, &rows, style.columns()))
 }
 
 fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> String {
-    let mut table = new_table(style);
-    table.set_header(vec![
+    let header = [
         "NIC",
         "RDMA device",
         "BDF",
@@ -334,7 +327,8 @@ fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
         "NUMA",
         "PCIe link",
         "Ports",
-    ]);
+    ];
+    let mut rows = Vec::new();
     for n in &t.nics {
         let d = by_bdf.get(&n.bdf);
         let ports = n
@@ -351,7 +345,7 @@ fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
             })
             .collect::<Vec<_>>()
             .join("\n");
-        table.add_row(vec![
+        rows.push(vec![
             n.label.clone(),
             n.rdma_device.clone(),
             n.bdf.to_string(),
@@ -365,7 +359,7 @@ fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
     }
     for n in &t.nics_without_rdma {
         let d = by_bdf.get(&n.bdf);
-        table.add_row(vec![
+        rows.push(vec![
             "-".to_string(),
             match &n.unknown {
                 Some(_) => format!("unknown ({})", n.rdma_module),
@@ -380,7 +374,7 @@ fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
             format!("driver {}", n.driver.as_deref().unwrap_or("none")),
         ]);
     }
-    format!("{table}\n")
+    format!("{}\n", layout::table(&header, &rows, style.columns()))
 }
 
 fn notes_text(r: &TopoReport) -> String {
@@ -441,16 +435,41 @@ pub fn topo_matrix(r: &TopoReport) -> String {
             }
         }
     }
-    out.push_str(
-        "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n",
-    );
+    // nvidia-smi's legend, each entry wrapped under its text (9 columns in).
+    let mut legend = String::from("\nLegend:\n\n");
+    for (key, text) in [
+        ("X", "Self"),
+        (
+            "SYS",
+            "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+        ),
+        (
+            "NODE",
+            "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
+        ),
+        (
+            "PHB",
+            "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+        ),
+        (
+            "PXB",
+            "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+        ),
+        ("PIX", "Connection traversing at most a single PCIe bridge"),
+        ("NV#", "Connection traversing a bonded set of # NVLinks"),
+    ] {
+        let _ = write!(legend, "  {key:<4} = ");
+        layout::wrap(&mut legend, text, 9, 9, layout::PIPE_WIDTH);
+    }
     if !t.nics.is_empty() {
-        out.push_str("\nNIC Legend:\n\n");
+        legend.push_str("\nNIC Legend:\n\n");
         for n in &t.nics {
-            let _ = writeln!(out, "  {}: {}", n.label, n.rdma_device);
+            let _ = writeln!(legend, "  {}: {}", n.label, n.rdma_device);
         }
     }
-    out.push_str(&notes_text(r));
+    legend.push_str(&notes_text(r));
+    // The grid stays nvidia-smi's tab-separated layout (scripts read it); the prose fits.
+    out.push_str(&layout::fit(&legend, layout::PIPE_WIDTH));
     out
 }
 
@@ -467,20 +486,29 @@ pub fn json<T: serde::Serialize>(v: &T) -> String {
 }
 
 pub fn catalog_table(style: Style) -> String {
-    let mut t = new_table(style);
-    t.set_header(vec!["Check", "Level", "Severity", "What it checks"]);
-    for c in crate::checks::CATALOG {
-        t.add_row(vec![
-            c.id.to_string(),
-            c.level.to_string(),
-            c.severity.as_str().to_string(),
-            c.title.to_string(),
-        ]);
-    }
-    format!("{t}\n")
+    let rows: Vec<Vec<String>> = crate::checks::CATALOG
+        .iter()
+        .map(|c| {
+            vec![
+                c.id.to_string(),
+                c.level.to_string(),
+                c.severity.as_str().to_string(),
+                c.title.to_string(),
+            ]
+        })
+        .collect();
+    format!(
+        "{}\n",
+        layout::table(
+            &["Check", "Level", "Severity", "What it checks"],
+            &rows,
+            style.columns()
+        )
+    )
 }
 
-pub fn explain(c: &crate::checks::CheckInfo) -> String {
+/// `explain ID --format md`: the document as written.
+pub fn explain_markdown(c: &crate::checks::CheckInfo) -> String {
     let mut s = format!(
         "{}  (level {}, default severity {})\n\n{}",
         c.id,
@@ -492,6 +520,169 @@ pub fn explain(c: &crate::checks::CheckInfo) -> String {
         s.push('\n');
     }
     s
+}
+
+/// Inline Markdown as plain text: `code` and **strong** lose their markers, [text](url) reads
+/// "text (url)".
+fn plain_inline(s: &str) -> String {
+    let s = s.replace("**", "").replace('`', "");
+    let mut out = String::new();
+    let mut rest = s.as_str();
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        match after
+            .find("](")
+            .and_then(|m| after[m + 2..].find(')').map(|e| (m, m + 2 + e)))
+        {
+            Some((m, e)) => {
+                out.push_str(&rest[..open]);
+                out.push_str(&after[..m]);
+                out.push_str(" (");
+                out.push_str(&after[m + 2..e]);
+                out.push(')');
+                rest = &after[e + 1..];
+            }
+            None => {
+                out.push_str(&rest[..=open]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `explain ID`: the document for a terminal, `width` columns: headings underlined,
+/// paragraphs and list items wrapped at words (items hang under their text), code blocks
+/// indented 4 and kept as written (a line wider than the width continues, indented 6, on the
+/// next; `--format md` gives the text to copy).
+pub fn explain(c: &crate::checks::CheckInfo, width: usize) -> String {
+    enum Block {
+        Heading(usize, String),
+        Para(String),
+        Item(String),
+        Code(Vec<String>),
+    }
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut in_fence = false;
+    for line in c.doc.lines() {
+        let t = line.trim_end();
+        if t.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            if in_fence {
+                blocks.push(Block::Code(Vec::new()));
+            }
+            continue;
+        }
+        if in_fence || (t.starts_with("    ") && !matches!(blocks.last(), Some(Block::Item(_)))) {
+            let code = if in_fence { t } else { &t[4..] };
+            match blocks.last_mut() {
+                Some(Block::Code(v)) => v.push(code.to_string()),
+                _ => blocks.push(Block::Code(vec![code.to_string()])),
+            }
+            continue;
+        }
+        if t.is_empty() {
+            // Blank lines end paragraphs and items; inside code they are kept.
+            if let Some(Block::Code(v)) = blocks.last_mut() {
+                v.push(String::new());
+            }
+            blocks.push(Block::Para(String::new()));
+            continue;
+        }
+        let hashes = t.chars().take_while(|c| *c == '#').count();
+        if hashes > 0 && t[hashes..].starts_with(' ') {
+            blocks.push(Block::Heading(hashes, plain_inline(t[hashes..].trim())));
+            continue;
+        }
+        let lead = t.trim_start();
+        let numbered = lead
+            .split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if lead.starts_with("- ") || lead.starts_with("* ") || numbered {
+            blocks.push(Block::Item(lead.to_string()));
+            continue;
+        }
+        match blocks.last_mut() {
+            Some(Block::Item(s)) | Some(Block::Para(s)) if !s.is_empty() || !t.starts_with(' ') => {
+                if !s.is_empty() {
+                    s.push(' ');
+                }
+                s.push_str(lead);
+            }
+            _ => blocks.push(Block::Para(lead.to_string())),
+        }
+    }
+    let mut out = format!(
+        "{}  (level {}, default severity {})\n",
+        c.id,
+        c.level,
+        c.severity.as_str()
+    );
+    // One blank line between blocks; list items follow each other directly.
+    let blank = |out: &mut String| {
+        if !out.ends_with("\n\n") {
+            out.push('\n');
+        }
+    };
+    let mut last_was_item = false;
+    for b in blocks {
+        match b {
+            Block::Heading(level, text) => {
+                let text = if level == 1 {
+                    text.split_once(": ")
+                        .map_or(text.clone(), |(_, t)| t.to_string())
+                } else {
+                    text
+                };
+                blank(&mut out);
+                layout::wrap(&mut out, &text, 0, 0, width);
+                let n = text.chars().count().min(width);
+                out.push_str(&(if level == 1 { "=" } else { "-" }).repeat(n));
+                out.push('\n');
+                last_was_item = false;
+            }
+            Block::Para(text) if text.is_empty() => {}
+            Block::Para(text) => {
+                blank(&mut out);
+                layout::wrap(&mut out, &plain_inline(&text), 0, 0, width);
+                last_was_item = false;
+            }
+            Block::Item(text) => {
+                if !last_was_item {
+                    blank(&mut out);
+                }
+                let (marker, body) = match text.split_once(' ') {
+                    Some((m, b)) if m == "-" || m == "*" => ("  - ".to_string(), b.to_string()),
+                    Some((m, b)) => (format!("  {m} "), b.to_string()),
+                    None => ("  - ".to_string(), text.clone()),
+                };
+                let hang = marker.chars().count();
+                out.push_str(&marker);
+                layout::wrap(&mut out, &plain_inline(&body), hang, hang, width);
+                last_was_item = true;
+            }
+            Block::Code(lines) => {
+                blank(&mut out);
+                let end = lines
+                    .iter()
+                    .rposition(|l| !l.is_empty())
+                    .map_or(0, |i| i + 1);
+                let mut code = String::new();
+                for l in &lines[..end] {
+                    code.push_str("    ");
+                    code.push_str(l);
+                    code.push('\n');
+                }
+                out.push_str(&layout::fit(&code, width));
+                last_was_item = false;
+            }
+        }
+    }
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    out
 }
 
 /// What `gpudoctor bundle` prints once the bundle is written.
@@ -534,9 +725,9 @@ pub fn bundle_summary(
     if !m.unreadable.is_empty() {
         let _ = writeln!(
             s,
-            "{} path(s) could not be read (listed in manifest.json, replayed as the same errors)",
-            m.unreadable.len()
+            "{} could not be read (listed in manifest.json, replayed as the same errors)",
+            layout::count(m.unreadable.len(), "path", "paths")
         );
     }
-    s
+    layout::fit(&s, layout::PIPE_WIDTH)
 }

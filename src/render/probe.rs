@@ -1,7 +1,7 @@
 //! Level-1 probe reports as text: pure functions of a `ProbeReport` (JSON goes through
 //! `render::json`).
 
-use super::{Style, new_table};
+use super::{Style, layout};
 use crate::probes::{ProbeKind, ProbeReport, Status};
 use std::fmt::Write;
 
@@ -16,7 +16,7 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
     let _ = writeln!(out, "probe {} ({})", r.probe.as_str(), r.units);
     if let Some(why) = &r.skipped {
         let _ = writeln!(out, "status: skip: {why}");
-        return out;
+        return layout::fit(&out, style.columns());
     }
     if let Some(c) = &r.cuda {
         let drv = c.driver_version.map_or("?".to_string(), |v| {
@@ -39,8 +39,7 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
         }
     }
     if !r.measurements.is_empty() {
-        let mut t = new_table(style);
-        t.set_header(vec![
+        let header = [
             "transfer",
             "method",
             "median",
@@ -50,14 +49,15 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
             "expected",
             "threshold",
             "status",
-        ]);
+        ];
+        let mut rows = Vec::new();
         for m in &r.measurements {
             let s = m.evaluation.stats.as_ref();
             let expected = match &m.expected {
                 Ok(e) => format!("{:.1}", e.bandwidth_gbps),
                 Err(_) => "?".to_string(),
             };
-            t.add_row(vec![
+            rows.push(vec![
                 format!("{} -> {}", m.src, m.dst),
                 m.method.as_str().to_string(),
                 opt_gbps(s.map(|s| s.median_gbps)),
@@ -69,7 +69,7 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
                 m.evaluation.status.as_str().to_string(),
             ]);
         }
-        let _ = writeln!(out, "{t}");
+        let _ = writeln!(out, "{}", layout::table(&header, &rows, style.columns()));
         let size = r.measurements.first().map(|m| m.size_bytes).unwrap_or(0);
         let warm = r.measurements.first().map(|m| m.warmup).unwrap_or(0);
         let _ = writeln!(
@@ -151,7 +151,7 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
         let _ = writeln!(out, "error: {e}");
     }
     let _ = writeln!(out, "status: {}", r.status.as_str());
-    out
+    layout::fit(&out, style.columns())
 }
 
 /// Copy-engine medians as a src (rows) x dst (columns) matrix, like nvbandwidth prints.

@@ -67,19 +67,25 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
     }
     let _ = writeln!(o, "{rule}");
     if !r.results.is_empty() {
+        // perftest's columns, the units on a second header line so the table keeps within 100.
         let _ = writeln!(
             o,
-            " {:<10} {:<14} {:<4} {:<18} {:<19} {:<16} {:<16} {:<15} {:<18} verdict",
+            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10} {:<9} verdict",
             "#bytes",
-            "#iterations",
+            "#iters",
             "n",
-            "BW peak[MB/sec]",
-            "BW median[MB/sec]",
-            "BW min[MB/sec]",
-            "BW max[MB/sec]",
-            "MsgRate[Mpps]",
-            "BW median[Gb/sec]",
+            "BW peak",
+            "BW median",
+            "BW min",
+            "BW max",
+            "MsgRate",
+            "BW median",
         );
+        let units = format!(
+            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10} {:<9}",
+            "", "", "", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[Mpps]", "[Gb/sec]",
+        );
+        let _ = writeln!(o, "{}", units.trim_end());
         for s in &r.results {
             let verdict = match (s.verdict, s.validated) {
                 (Verdict::Fail, Some(false)) => "FAIL (data mismatch)",
@@ -92,7 +98,7 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
             let _ = match &s.stats {
                 Some(st) => writeln!(
                     o,
-                    " {:<10} {:<14} {:<4} {:<18.2} {:<19.2} {:<16.2} {:<16.2} {:<15.6} {:<18.3} {}",
+                    " {:<8} {:<8} {:<3} {:<9.2} {:<9.2} {:<9.2} {:<9.2} {:<10.6} {:<9.3} {}",
                     s.bytes,
                     s.iterations,
                     st.n,
@@ -106,7 +112,7 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
                 ),
                 None => writeln!(
                     o,
-                    " {:<10} {:<14} 0    no samples {}",
+                    " {:<8} {:<8} 0   no samples {}",
                     s.bytes, s.iterations, verdict
                 ),
             };
@@ -136,7 +142,7 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         Status::Skipped { reason } => writeln!(o, " write-bw: skipped: {reason}"),
         Status::Error { reason } => writeln!(o, " write-bw: ERROR: {reason}"),
     };
-    o
+    super::layout::fit(&o, super::layout::PIPE_WIDTH)
 }
 
 fn memory_text(m: &crate::rdma::report::memory::MemoryFacts) -> String {
@@ -220,10 +226,10 @@ fn gdr_header(
     if let Some(m) = &g.gpu_memory {
         let _ = writeln!(
             o,
-            " GPU memory (cuMemGetInfo): free {} B before, {} B after {} run(s): {}",
+            " GPU memory (cuMemGetInfo): free {} B before, {} B after {}: {}",
             m.free_before_bytes,
             m.free_after_bytes,
-            m.runs,
+            super::layout::count(m.runs as usize, "run", "runs"),
             if m.leaked() {
                 format!("{} MiB NOT given back", m.left_behind_bytes >> 20)
             } else {
@@ -267,9 +273,9 @@ pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwRepor
     let p = &r.plan;
     let _ = writeln!(
         o,
-        " {} writes per iteration (one kernel launch), {} iterations per size{}",
-        p.writes_per_iter,
-        p.iters,
+        " {} per iteration (one kernel launch), {} per size{}",
+        super::layout::count(p.writes_per_iter as usize, "write", "writes"),
+        super::layout::count(p.iters as usize, "iteration", "iterations"),
         if p.validate { ", validating data" } else { "" }
     );
     let _ = writeln!(o, " Doorbell: {}", r.poster.why);
@@ -289,21 +295,19 @@ pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwRepor
         let _ = writeln!(o, "{rule}");
         let _ = writeln!(
             o,
-            " {:<10} {:<14} {:<4} {:<18} {:<19} {:<16} {:<16} {:<15}",
-            "#bytes",
-            "#iterations",
-            "n",
-            "BW peak[MB/sec]",
-            "BW median[MB/sec]",
-            "BW min[MB/sec]",
-            "BW max[MB/sec]",
-            "MsgRate[Mpps]"
+            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10}",
+            "#bytes", "#iters", "n", "BW peak", "BW median", "BW min", "BW max", "MsgRate",
         );
+        let units = format!(
+            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10}",
+            "", "", "", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[Mpps]",
+        );
+        let _ = writeln!(o, "{}", units.trim_end());
         for s in &r.results {
             let _ = match &s.stats {
                 Some(st) => writeln!(
                     o,
-                    " {:<10} {:<14} {:<4} {:<18.2} {:<19.2} {:<16.2} {:<16.2} {:<15.6}",
+                    " {:<8} {:<8} {:<3} {:<9.2} {:<9.2} {:<9.2} {:<9.2} {:<10.6}",
                     s.bytes,
                     s.iterations,
                     st.n,
@@ -313,7 +317,7 @@ pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwRepor
                     st.max_mb_per_s,
                     st.median_msg_rate_mpps
                 ),
-                None => writeln!(o, " {:<10} {:<14} 0    no samples", s.bytes, s.iterations),
+                None => writeln!(o, " {:<8} {:<8} 0   no samples", s.bytes, s.iterations),
             };
         }
     }
@@ -336,5 +340,36 @@ pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwRepor
         Status::Skipped { reason } => writeln!(o, " gpu-write-bw: skipped: {reason}"),
         Status::Error { reason } => writeln!(o, " gpu-write-bw: ERROR: {reason}"),
     };
-    o
+    super::layout::fit(&o, super::layout::PIPE_WIDTH)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::rdma::write_bw::{Mode, Plan, Repetition, SizeResult, WriteBwReport};
+
+    /// A full perftest-style sweep (2 B .. 8 MiB at 400 Gb/s, five repetitions) renders within
+    /// the pipe width, every size on one line (issue 26: it was 142 columns).
+    #[test]
+    fn sweep_fits_100_columns() {
+        let sizes: Vec<u64> = (1..=23).map(|p| 1u64 << p).collect();
+        let plan = Plan::new(sizes.clone(), 100_000, 128, 100, None, 16, true).unwrap();
+        let mut r = WriteBwReport::new(Mode::Loopback, plan);
+        for b in sizes {
+            let rep = Repetition {
+                elapsed_ns: 1,
+                mb_per_s: 49_321.123,
+                peak_mb_per_s: 49_999.999,
+                peak_window: 1,
+            };
+            r.results
+                .push(SizeResult::new(b, 100_000, vec![rep; 5], Some(true)));
+        }
+        let text = super::write_bw_table(&r);
+        let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(
+            widest <= super::super::layout::PIPE_WIDTH,
+            "{widest}:\n{text}"
+        );
+        assert!(text.lines().any(|l| l.starts_with(" 8388608 ")), "{text}");
+    }
 }

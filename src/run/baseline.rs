@@ -37,13 +37,32 @@ pub fn write(
         Some(p) => {
             std::fs::write(p, &text).with_context(|| format!("writing {}", p.display()))?;
             Ok(Outcome::new(
-                format!(
-                    "wrote {} ({} GPUs, {} NICs, {} paths, {} bandwidth floors)\n",
-                    p.display(),
-                    b.gpus.as_ref().map_or(0, Vec::len),
-                    b.nics.as_ref().map_or(0, Vec::len),
-                    b.paths.as_ref().map_or(0, Vec::len),
-                    b.bandwidth.as_ref().map_or(0, Vec::len)
+                crate::render::layout::fit(
+                    &format!(
+                        "wrote {} ({}, {}, {}, {})\n",
+                        p.display(),
+                        crate::render::layout::count(
+                            b.gpus.as_ref().map_or(0, Vec::len),
+                            "GPU",
+                            "GPUs"
+                        ),
+                        crate::render::layout::count(
+                            b.nics.as_ref().map_or(0, Vec::len),
+                            "NIC",
+                            "NICs"
+                        ),
+                        crate::render::layout::count(
+                            b.paths.as_ref().map_or(0, Vec::len),
+                            "path",
+                            "paths"
+                        ),
+                        crate::render::layout::count(
+                            b.bandwidth.as_ref().map_or(0, Vec::len),
+                            "bandwidth floor",
+                            "bandwidth floors"
+                        )
+                    ),
+                    crate::render::layout::PIPE_WIDTH,
                 ),
                 EXIT_OK,
             ))

@@ -93,8 +93,8 @@ pub(super) fn make(
     let mut warnings = Vec::new();
     if !w.manifest.uncovered.is_empty() {
         let msg = format!(
-            "discovery read {} path(s) the capture list does not cover (add a pattern to CAPTURE in src/bundle/capture.rs): {}",
-            w.manifest.uncovered.len(),
+            "discovery read {} the capture list does not cover (add a pattern to CAPTURE in src/bundle/capture.rs): {}",
+            crate::render::layout::count(w.manifest.uncovered.len(), "path", "paths"),
             w.manifest.uncovered.join(", ")
         );
         if cfg!(debug_assertions) {

@@ -17,10 +17,10 @@ pub fn nccl_topo(spec: &SourceSpec, output: Option<&Path>) -> Result<Outcome> {
             std::fs::write(p, &text).with_context(|| format!("writing {}", p.display()))?;
             Ok(Outcome::new(
                 format!(
-                    "wrote {} ({} GPUs, {} NICs)\n",
+                    "wrote {} ({}, {})\n",
                     p.display(),
-                    topo.gpus.len(),
-                    topo.nics.len()
+                    crate::render::layout::count(topo.gpus.len(), "GPU", "GPUs"),
+                    crate::render::layout::count(topo.nics.len(), "NIC", "NICs")
                 ),
                 EXIT_OK,
             ))

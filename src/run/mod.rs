@@ -260,7 +260,33 @@ pub fn record_failure(dir: &std::path::Path, reason: &str, exit_code: i32) -> Re
     )
 }
 
+/// Text for a person whose renderer lays out at the pipe width: fitted again to a narrower
+/// terminal (COLUMNS) here. Machine formats (JSON, Prometheus, JUnit, Markdown) never are.
+fn fits_terminal(action: &Action) -> bool {
+    match action {
+        Action::WriteBw(w) => !w.json && w.format == crate::config::OutputFormat::Table,
+        Action::GpuWriteBw(w) => !w.json,
+        Action::Fleet { format, .. } => *format == crate::config::FleetOutput::Table,
+        Action::Diff { json, .. } => !json,
+        Action::Bundle { .. }
+        | Action::Baseline {
+            output: Some(_), ..
+        } => true,
+        _ => false,
+    }
+}
+
 pub fn run(cfg: &Config) -> Result<Outcome> {
+    let mut outcome = run_action(cfg)?;
+    if let Some(w) = cfg.width
+        && fits_terminal(&cfg.action)
+    {
+        outcome.stdout = render::layout::fit(&outcome.stdout, render::layout::width(Some(w)));
+    }
+    Ok(outcome)
+}
+
+fn run_action(cfg: &Config) -> Result<Outcome> {
     // What the text formats need; each command's exporter is chosen by `export` alone.
     let text = ExportOptions {
         width: cfg.width,
@@ -333,8 +359,12 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             })?,
             EXIT_OK,
         )),
-        Action::Explain(id) => match crate::checks::info(id) {
-            Some(c) => Ok(Outcome::new(render::explain(c), EXIT_OK)),
+        Action::Explain(id, markdown) => match crate::checks::info(id) {
+            Some(c) if *markdown => Ok(Outcome::new(render::explain_markdown(c), EXIT_OK)),
+            Some(c) => Ok(Outcome::new(
+                render::explain(c, render::layout::width(cfg.width)),
+                EXIT_OK,
+            )),
             None => match crate::checks::suggest(id) {
                 Some(near) => anyhow::bail!("no check '{id}' (did you mean {near}?)"),
                 None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
@@ -391,10 +421,18 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             for (name, bytes) in crate::cli::man_pages().context("rendering man pages")? {
                 let p = dir.join(&name);
                 std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
-                names.push(p.display().to_string());
+                names.push(name);
             }
             Ok(Outcome::new(
-                format!("wrote {}\n", names.join(", ")),
+                crate::render::layout::fit(
+                    &format!(
+                        "wrote {} into {}: {}\n",
+                        crate::render::layout::count(names.len(), "man page", "man pages"),
+                        dir.display(),
+                        names.join(" ")
+                    ),
+                    cfg.width.map_or(crate::render::PIPE_WIDTH, usize::from),
+                ),
                 EXIT_OK,
             ))
         }

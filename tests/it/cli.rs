@@ -495,15 +495,37 @@ fn harness_help_needs_no_gpu() {
         ),
         ("--version", "gpudoctor-mlx5-kernel 0.1.0"),
     ] {
+        for args in [
+            vec![arg],
+            vec!["build", arg],
+            vec!["emulate", "--gpu", "0", arg],
+        ] {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpudoctor-mlx5-kernel"))
+                .args(&args)
+                .output()
+                .unwrap();
+            assert_eq!(o.status.code(), Some(0), "{args:?}");
+            assert!(
+                String::from_utf8_lossy(&o.stdout).starts_with(want),
+                "{args:?}"
+            );
+        }
+    }
+    // Usage errors are answered before CUDA is looked for: one line, exit 2, no CUDA message.
+    for args in [
+        &["bogus"][..],
+        &[],
+        &["bench", "--iters", "x"],
+        &["build", "--frob", "1"],
+    ] {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpudoctor-mlx5-kernel"))
-            .arg(arg)
+            .args(args)
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(0), "{arg}");
-        assert!(
-            String::from_utf8_lossy(&o.stdout).starts_with(want),
-            "{arg}"
-        );
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.to_lowercase().contains("cuda"), "{args:?}: {err}");
     }
 }
 

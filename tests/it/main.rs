@@ -29,6 +29,7 @@ pub mod rdma_unknown;
 mod slurm;
 mod sriov;
 mod unreadable;
+mod ux;
 mod vm;
 
 use std::path::{Path, PathBuf};

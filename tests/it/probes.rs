@@ -6,7 +6,7 @@ use crate::repo;
 use gpudoctor::probes::{Method, ProbeReport, Status};
 use std::path::PathBuf;
 
-fn recorded() -> Vec<(PathBuf, ProbeReport)> {
+pub fn recorded() -> Vec<(PathBuf, ProbeReport)> {
     let mut out = Vec::new();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(repo().join("fixtures"))
         .unwrap()

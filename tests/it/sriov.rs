@@ -63,9 +63,11 @@ fn sriov_host() {
         dev("0000:18:00.0").get("physfn").is_none(),
         "a PF has no physfn"
     );
+    // Wide enough for the line to stay whole (in a pipe it wraps at 100 columns).
     let out = gpudoctor()
         .args(["topo", "--root"])
         .arg(root)
+        .env("COLUMNS", "250")
         .output()
         .unwrap();
     let tree = String::from_utf8(out.stdout).unwrap();
