@@ -345,7 +345,8 @@ pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwRepor
 
 #[cfg(test)]
 mod tests {
-    use crate::rdma::write_bw::{Mode, Plan, Repetition, SizeResult, WriteBwReport};
+    use crate::rdma::report::write_bw::{Mode, Repetition, SizeResult, WriteBwReport};
+    use crate::rdma::request::write_bw::Plan;
 
     /// A full perftest-style sweep (2 B .. 8 MiB at 400 Gb/s, five repetitions) renders within
     /// the pipe width, every size on one line (issue 26: it was 142 columns).
