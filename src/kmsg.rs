@@ -176,7 +176,7 @@ impl KernelLog {
     pub fn coverage(&self) -> String {
         let mut s = format!(
             "{} read",
-            crate::render::layout::count(self.records_read as usize, "record", "records")
+            crate::words::count(self.records_read as usize, "record", "records")
         );
         match self.first_seq {
             Some(0) => s.push_str(" (from boot)"),

@@ -29,4 +29,5 @@ pub mod source;
 pub mod sysroot;
 pub mod topo;
 pub mod verbs;
+pub mod words;
 pub mod workers;

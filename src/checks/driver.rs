@@ -62,7 +62,7 @@ pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default())),
         ),
         (None, n) => out.push(
-            Finding::new(id, "host", Status::Fail, format!("{} on the PCI bus but the NVIDIA kernel driver is not loaded", crate::render::layout::count(n, "NVIDIA GPU", "NVIDIA GPUs")))
+            Finding::new(id, "host", Status::Fail, format!("{} on the PCI bus but the NVIDIA kernel driver is not loaded", crate::words::count(n, "NVIDIA GPU", "NVIDIA GPUs")))
                 .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default()))
                 .fix("Install the NVIDIA data-center driver and load it (`modprobe nvidia`); check `dmesg | grep -i nvrm` for why it failed to load"),
         ),
@@ -80,7 +80,7 @@ pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Status::Pass,
                 format!(
                     "NVML answers ({}, driver {})",
-                    crate::render::layout::count(nvml.gpus.len(), "GPU", "GPUs"),
+                    crate::words::count(nvml.gpus.len(), "GPU", "GPUs"),
                     nvml.driver_version.as_deref().unwrap_or("?")
                 ),
             )
@@ -257,7 +257,7 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Status::Skip,
                 format!(
                     "only sysfs is known ({}); {} unknown",
-                    crate::render::layout::count(sysfs_gpus, "GPU", "GPUs"),
+                    crate::words::count(sysfs_gpus, "GPU", "GPUs"),
                     unknown.join(", ")
                 ),
             )
@@ -266,7 +266,7 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
     } else {
         let mut msg = format!(
             "{} in {}",
-            crate::render::layout::count(sysfs_gpus, "GPU", "GPUs"),
+            crate::words::count(sysfs_gpus, "GPU", "GPUs"),
             counts
                 .iter()
                 .map(|(n, _)| *n)

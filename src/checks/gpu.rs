@@ -246,10 +246,7 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
                     id,
                     s.clone(),
                     Status::Pass,
-                    format!(
-                        "{} active",
-                        crate::render::layout::count(total, "NVLink", "NVLinks")
-                    ),
+                    format!("{} active", crate::words::count(total, "NVLink", "NVLinks")),
                 )
                 .with(ev(
                     "nvmlDeviceGetNvLinkState",

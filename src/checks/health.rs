@@ -207,7 +207,7 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                         Status::Skip,
                         format!(
                             "none of the judged error counters is present ({} read)",
-                            crate::render::layout::count(c.len(), "counter", "counters")
+                            crate::words::count(c.len(), "counter", "counters")
                         ),
                     )
                     .evidence(evs),
@@ -725,7 +725,7 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                     "nvmlDeviceGetNvLinkErrorCounter",
                     format!(
                         "{} read",
-                        crate::render::layout::count(active.len(), "link", "links")
+                        crate::words::count(active.len(), "link", "links")
                     ),
                 ))
                 .evidence(evs),

@@ -229,7 +229,7 @@ pub(super) fn roce_gid(ctx: &Ctx, out: &mut Vec<Finding>) {
                     Status::Pass,
                     format!(
                         "{}{}",
-                        crate::render::layout::count(v2.len(), "RoCE v2 GID", "RoCE v2 GIDs"),
+                        crate::words::count(v2.len(), "RoCE v2 GID", "RoCE v2 GIDs"),
                         ipv4.map(|g| format!("; IPv4-mapped at index {}", g.index))
                             .unwrap_or_else(|| {
                                 "; no IPv4-mapped GID (routable RoCE needs an IP on the netdev)"

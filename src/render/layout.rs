@@ -18,10 +18,7 @@ pub fn width(terminal: Option<u16>) -> usize {
         .max(MIN_WIDTH)
 }
 
-/// "1 function", "2 functions": the count and the noun in its number.
-pub fn count(n: usize, singular: &str, plural: &str) -> String {
-    format!("{n} {}", if n == 1 { singular } else { plural })
-}
+pub use crate::words::count;
 
 fn is_separator(c: char) -> bool {
     matches!(c, '/' | ':' | '.' | ',' | '=' | '-' | '_' | ';')
