@@ -187,6 +187,10 @@ pub struct CheckReport {
     /// without a budget).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_budget: Option<TimeBudget>,
+    /// Work the time budget cut was left running on a thread (a CUDA copy): the process
+    /// must leave without joining it once the report is printed.
+    #[serde(skip)]
+    pub abandoned_work: bool,
 }
 
 /// A run's time budget as the report gives it.
@@ -370,6 +374,7 @@ impl CheckReport {
             unread: inv.notes.clone(),
             gpus: Vec::new(),
             time_budget: None,
+            abandoned_work: false,
         }
     }
 

@@ -18,6 +18,9 @@ pub struct Budget {
     end: Instant,
     /// The step that was running when the budget ran out (the first one cut).
     spent_during: Mutex<Option<String>>,
+    /// A probe's CUDA work was still running when the budget cut it: its thread cannot be
+    /// joined, so the process must leave without exit handlers once the report is out.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 /// A step of a run, for the checks it would have judged.
@@ -39,7 +42,19 @@ impl Budget {
             total,
             end: Instant::now() + total,
             spent_during: Mutex::new(None),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Note that work cut by the budget is still running on a thread (see `abandoned`).
+    pub fn abandon(&self) {
+        self.abandoned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether work cut by the budget was left running.
+    pub fn abandoned(&self) -> bool {
+        self.abandoned.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Time left (zero once spent).

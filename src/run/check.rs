@@ -226,6 +226,7 @@ fn finish(
     }
     if let Some(b) = budget {
         r = r.with_time_budget(b.seconds(), b.spent_during());
+        r.abandoned_work = b.abandoned();
     }
     r.at(source.hostname.clone(), source.time.clone())
         .gated(opts.strict, opts.fail_on_skip)
@@ -531,6 +532,13 @@ fn level1_reports_within(
                 ..opts.probe.clone()
             };
             let r = probes::live::run(&o, topo);
+            // Cut by the budget's end (its capped deadline), not hung: not judged. The copy may
+            // still be running on its thread, so the process leaves without joining it.
+            if r.hung && b.spent_at(|| id.to_string()) {
+                b.abandon();
+                out.push(cut(kind));
+                continue;
+            }
             if r.hung {
                 return Err(Hung(format!(
                     "level-1 probe {id} hung: {}",

@@ -333,10 +333,13 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
                     all_series: opts.all_series,
                     ..text
                 };
-                Ok(Outcome::new(
+                let mut out = Outcome::new(
                     export(opts.format.into(), text, "a check report", |e| e.check(&r))?,
                     code,
-                ))
+                );
+                // Budget-cut CUDA work still running: leave as after a hung probe.
+                out.hung = r.abandoned_work;
+                Ok(out)
             }
             Err(e) => match e {
                 CheckError::Hung(h) => {
