@@ -8,6 +8,14 @@ pub fn command() -> clap::Command {
     <Args as clap::CommandFactory>::command()
 }
 
+/// The shell completion script for `shell` (`gpudoctor completions SHELL`), generated from the
+/// clap definition: clap's types stay in `cli`.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut command(), "gpudoctor", &mut buf);
+    buf
+}
+
 /// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>[-<subsub>].1` per visible
 /// subcommand at every depth, so every page a SUBCOMMANDS section names is shipped.
 pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {

@@ -8,7 +8,7 @@ mod man;
 mod probe;
 mod values;
 
-pub use man::{command, man_pages};
+pub use man::{command, completion_script, man_pages};
 pub use probe::{DmabufExportArgs, GpuArg, GpuWriteBwArgs, ProbeArgs, ProbeCommand, WriteBwArgs};
 pub use values::{
     ColorChoice, FleetFormat, FormatArg, GdrModeArg, GpuSideArg, NicHandlerArg, QueuePlaceArg,

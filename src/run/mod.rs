@@ -392,14 +392,10 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
         } => probe::cuda(&cfg.source, options, (*format).into(), *fail_on_skip, text),
         Action::WriteBw(w) => probe::write_bw(w, text),
         Action::GpuWriteBw(w) => probe::gpu_write_bw(w, text),
-        Action::Completions(shell) => {
-            let mut buf = Vec::new();
-            clap_complete::generate(*shell, &mut crate::cli::command(), "gpudoctor", &mut buf);
-            Ok(Outcome::new(
-                String::from_utf8(buf).context("completion script is not UTF-8")?,
-                EXIT_OK,
-            ))
-        }
+        Action::Completions(script) => Ok(Outcome::new(
+            String::from_utf8(script.clone()).context("completion script is not UTF-8")?,
+            EXIT_OK,
+        )),
         Action::Bundle {
             output,
             redact,
