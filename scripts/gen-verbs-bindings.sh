@@ -50,6 +50,6 @@ rustfmt --edition 2024 "$out/sys.rs" "$out/mlx5dv_sys.rs"
 if [ "${1:-}" = --check ]; then
   diff -q "$out/sys.rs" src/verbs/ffi/sys.rs && diff -q "$out/mlx5dv_sys.rs" src/verbs/ffi/mlx5dv_sys.rs
 else
-  cp "$out/sys.rs" "$out/mlx5dv_sys.rs" src/verbs/
+  cp "$out/sys.rs" "$out/mlx5dv_sys.rs" src/verbs/ffi/
   wc -l src/verbs/ffi/sys.rs src/verbs/ffi/mlx5dv_sys.rs
 fi
