@@ -164,6 +164,25 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
         &[],
         r.summary.unjudged as f64,
     );
+    if let Some(t) = &r.time_budget {
+        family(
+            &mut out,
+            "gpudoctor_time_budget_seconds",
+            "The run's --time-budget (present only when one was given).",
+        );
+        sample(&mut out, "gpudoctor_time_budget_seconds", &[], t.seconds);
+        family(
+            &mut out,
+            "gpudoctor_time_budget_spent",
+            "1 when the --time-budget ran out and the steps it cut were left unjudged (unknown skips).",
+        );
+        sample(
+            &mut out,
+            "gpudoctor_time_budget_spent",
+            &[],
+            f64::from(u8::from(t.spent_during.is_some())),
+        );
+    }
     family(
         &mut out,
         "gpudoctor_check_findings",

@@ -98,6 +98,32 @@ fn budget_spent_in_discovery_leaves_every_check_unknown() {
         )),
         "{line}"
     );
+
+    // Prometheus says the budget ran out (and what it was); without a budget, no such series.
+    let prom = |budget: &[&str]| {
+        let out = gpudoctor()
+            .env("GPUDOCTOR_TEST_SLOW_READ", format!("{CLASS}=30"))
+            .args(["check", "--root", "fixtures/pcie-2socket-roce"])
+            .args(budget)
+            .args(["--format", "prometheus"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let cut = prom(&["--time-budget", "1"]);
+    assert!(cut.contains("\ngpudoctor_time_budget_seconds 1\n"), "{cut}");
+    assert!(cut.contains("\ngpudoctor_time_budget_spent 1\n"), "{cut}");
+    let whole = gpudoctor()
+        .args([
+            "check",
+            "--root",
+            "fixtures/pcie-2socket-roce",
+            "--format",
+            "prometheus",
+        ])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&whole.stdout).contains("gpudoctor_time_budget"));
 }
 
 /// A probe that does not answer (level 1, replayed from probes/*.json): every level-0 finding
