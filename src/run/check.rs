@@ -25,35 +25,6 @@ pub enum CheckError {
     Failed(#[from] anyhow::Error),
 }
 
-/// A hung level-1 probe while the budgeted steps (anyhow errors) run: turned back into
-/// `CheckError::Hung` at this module's boundary (`CheckError::of`).
-#[derive(Debug)]
-struct Hung(String);
-
-impl std::fmt::Display for Hung {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Hung {}
-
-impl CheckError {
-    fn of(e: anyhow::Error) -> CheckError {
-        match e.downcast::<Hung>() {
-            Ok(Hung(h)) => CheckError::Hung(h),
-            Err(e) => CheckError::Failed(e),
-        }
-    }
-
-    fn into_anyhow(self) -> anyhow::Error {
-        match self {
-            CheckError::Hung(h) => Hung(h).into(),
-            CheckError::Failed(e) => e,
-        }
-    }
-}
-
 pub fn topo_report(spec: &SourceSpec) -> Result<TopoReport> {
     topo_report_from(&Source::open(spec)?)
 }
@@ -71,12 +42,12 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
     if let Some((path, delay)) = &opts.test_slow_read {
         source.sysroot.delay_reads_of(path.clone(), *delay);
     }
-    report_within(&source, opts, budget.as_ref()).map_err(CheckError::of)
+    report_within(&source, opts, budget.as_ref())
 }
 
 pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     let budget = opts.time_budget.map(Budget::start);
-    report_within(source, opts, budget.as_ref()).map_err(CheckError::of)
+    report_within(source, opts, budget.as_ref())
 }
 
 /// Discovery under the budget (and never longer than the discovery deadline). None: the
@@ -131,7 +102,7 @@ fn report_within(
     source: &Source,
     opts: &CheckOptions,
     budget: Option<&Budget>,
-) -> Result<CheckReport> {
+) -> Result<CheckReport, CheckError> {
     let Some(inv) = budgeted_inventory(source, budget)? else {
         // Nothing was judged: every check this run would have judged is unknown.
         let b = budget.expect("only a budget cuts discovery short");
@@ -508,9 +479,9 @@ fn level1_reports_within(
     topo: &crate::topo::Topology,
     opts: &CheckOptions,
     budget: Option<&Budget>,
-) -> Result<Vec<ProbeReport>> {
+) -> Result<Vec<ProbeReport>, CheckError> {
     let Some(b) = budget else {
-        return level1_reports(source, topo, opts).map_err(CheckError::into_anyhow);
+        return level1_reports(source, topo, opts);
     };
     let cut = |kind: ProbeKind| {
         let mut r = ProbeReport::new(kind, opts.probe.policy.clone());
@@ -540,17 +511,17 @@ fn level1_reports_within(
                 continue;
             }
             if r.hung {
-                return Err(Hung(format!(
+                return Err(CheckError::Hung(format!(
                     "level-1 probe {id} hung: {}",
                     r.report.error.clone().unwrap_or_default()
-                ))
-                .into());
+                )));
             }
             if r.interrupted {
-                anyhow::bail!(
+                return Err(anyhow::anyhow!(
                     "interrupted by {}; device and pinned memory freed",
                     crate::signals::which()
-                );
+                )
+                .into());
             }
             // Broken off at the budget's end (the capped deadline): not judged.
             if r.report.error.is_some() && b.spent_at(|| id.to_string()) {
