@@ -698,36 +698,45 @@ fn deadline_message_names_what_took_the_time() {
     assert!(!e.contains("processing"), "{e}");
 }
 
-/// `tar czf X -C DIR .` of an unpacked bundle (members `./`, `./sys/...`, a directory entry
-/// for every directory) replays like the original; the manifest's `contents` counts are
-/// checked against the archive (one file more or less is refused).
-#[test]
-fn repacked_bundles_replay_and_contents_are_checked() {
-    let tmp = tempfile::tempdir().unwrap();
-    let orig = tmp.path().join("orig.tar.gz");
+/// `tar ARGS`, which must succeed.
+fn run_tar(args: &[&std::ffi::OsStr]) {
+    let st = std::process::Command::new("tar")
+        .args(args)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// A bundle of FIXTURE in `tmp` (orig.tar.gz) and the same bundle unpacked with tar
+/// (unpacked/): (bundle, directory).
+fn bundle_unpacked(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let orig = tmp.join("orig.tar.gz");
     let r = gpudoctor()
         .args(["--root", FIXTURE, "bundle", "-o"])
         .arg(&orig)
         .output()
         .unwrap();
     assert_eq!(r.status.code(), Some(0));
-    let dir = tmp.path().join("unpacked");
+    let dir = tmp.join("unpacked");
     std::fs::create_dir(&dir).unwrap();
-    let tar = |args: &[&std::ffi::OsStr]| {
-        let st = std::process::Command::new("tar")
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
-    tar(&[
+    run_tar(&[
         "xzf".as_ref(),
         orig.as_os_str(),
         "-C".as_ref(),
         dir.as_os_str(),
     ]);
+    (orig, dir)
+}
+
+/// `tar czf X -C DIR .` of an unpacked bundle (members `./`, `./sys/...`, a directory entry
+/// for every directory) replays like the original; the manifest's `contents` counts are
+/// checked against the archive (one file more or less is refused).
+#[test]
+fn repacked_bundles_replay_and_contents_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (orig, dir) = bundle_unpacked(tmp.path());
     let repacked = tmp.path().join("repacked.tar.gz");
-    tar(&[
+    run_tar(&[
         "czf".as_ref(),
         repacked.as_os_str(),
         "-C".as_ref(),
@@ -759,7 +768,7 @@ fn repacked_bundles_replay_and_contents_are_checked() {
     // One file more than the manifest records.
     std::fs::write(dir.join("sys/extra"), b"planted\n").unwrap();
     let planted = tmp.path().join("planted.tar.gz");
-    tar(&[
+    run_tar(&[
         "czf".as_ref(),
         planted.as_os_str(),
         "-C".as_ref(),
@@ -949,32 +958,16 @@ fn bundle_replay_reads_nothing_of_the_host() {
         .output()
         .is_err()
     {
+        // scripts/test installs strace and sets this: there the test must run, not skip.
+        assert!(
+            std::env::var("GPUDOCTOR_REQUIRE_STRACE").as_deref() != Ok("1"),
+            "strace is required (GPUDOCTOR_REQUIRE_STRACE=1) but not installed"
+        );
         eprintln!("strace not installed: skipped");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let orig = tmp.path().join("orig.tar.gz");
-    let r = gpudoctor()
-        .args(["--root", FIXTURE, "bundle", "-o"])
-        .arg(&orig)
-        .output()
-        .unwrap();
-    assert_eq!(r.status.code(), Some(0));
-    let dir = tmp.path().join("unpacked");
-    std::fs::create_dir(&dir).unwrap();
-    let tar = |args: &[&std::ffi::OsStr]| {
-        let st = std::process::Command::new("tar")
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
-    tar(&[
-        "xzf".as_ref(),
-        orig.as_os_str(),
-        "-C".as_ref(),
-        dir.as_os_str(),
-    ]);
+    let (_, dir) = bundle_unpacked(tmp.path());
     let numa = dir.join("sys/devices/pci0000:00/0000:00:06.0/numa_node");
     std::fs::remove_file(&numa).unwrap();
     symlink("../../../../proc/self/environ", &numa).unwrap();
@@ -986,7 +979,7 @@ fn bundle_replay_reads_nothing_of_the_host() {
     m.as_object_mut().unwrap().remove("contents");
     std::fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
     let hostile = tmp.path().join("hostile.tar.gz");
-    tar(&[
+    run_tar(&[
         "czf".as_ref(),
         hostile.as_os_str(),
         "-C".as_ref(),
