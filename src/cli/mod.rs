@@ -155,9 +155,14 @@ pub enum Command {
 pub struct TopoArgs {
     #[command(flatten)]
     pub source: SourceArgs,
-    /// Print the GPU/NIC matrix in the layout of `nvidia-smi topo -m`.
+    /// Print the GPU/NIC matrix of `nvidia-smi topo -m` (its path types, CPU and NUMA
+    /// affinity), in aligned columns within the width: a wider grid is cut into column blocks.
     #[arg(long, conflicts_with = "json")]
     pub matrix: bool,
+    /// With --matrix: nvidia-smi's own tab-separated layout, one line per row however wide (for
+    /// its parsers and a diff against `nvidia-smi topo -m`).
+    #[arg(long, requires = "matrix")]
+    pub tsv: bool,
     /// Print one JSON document (schema gpudoctor.topo/1).
     #[arg(long)]
     pub json: bool,

@@ -8,7 +8,10 @@ use anyhow::{Result, bail};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopoOutput {
     Tree,
+    /// Aligned, within the width.
     Matrix,
+    /// nvidia-smi's tab-separated layout.
+    MatrixTsv,
     Json,
 }
 

@@ -7,6 +7,8 @@ use crate::cli::{SourceArgs, TopoArgs};
 pub(super) fn resolve(t: TopoArgs) -> (Option<SourceArgs>, Action) {
     let out = if t.json {
         TopoOutput::Json
+    } else if t.tsv {
+        TopoOutput::MatrixTsv
     } else if t.matrix {
         TopoOutput::Matrix
     } else {

@@ -10,11 +10,13 @@ use std::fmt::Write;
 mod check;
 mod fleet;
 pub mod layout;
+mod matrix;
 mod probe;
 mod write_bw;
 
 pub use check::{PIPE_WIDTH, REASON_MAX, TextStyle, check_text, reason};
 pub use fleet::{diff_table, fleet_markdown, fleet_table};
+pub use matrix::{topo_matrix, topo_matrix_tsv};
 pub use probe::table as probe_table;
 pub use write_bw::{gpu_write_bw_table, write_bw_table};
 
@@ -377,7 +379,7 @@ fn nic_table(t: &Topology, by_bdf: &BTreeMap<Bdf, &Device>, style: Style) -> Str
     format!("{}\n", layout::table(&header, &rows, style.columns()))
 }
 
-fn notes_text(r: &TopoReport) -> String {
+pub(super) fn notes_text(r: &TopoReport) -> String {
     let mut out = String::new();
     let t = &r.topology;
     if !t.notes.is_empty() || r.nvml.unavailable.is_some() || !r.unread.is_empty() {
@@ -392,84 +394,6 @@ fn notes_text(r: &TopoReport) -> String {
             let _ = writeln!(out, "  - {}: {}", n.path, n.reason);
         }
     }
-    out
-}
-
-/// `gpudoctor topo --matrix`: the `nvidia-smi topo -m` layout (tab-separated, no ANSI).
-pub fn topo_matrix(r: &TopoReport) -> String {
-    let t = &r.topology;
-    let m = &t.matrix;
-    let mut out = String::new();
-    out.push('\t');
-    for l in &m.labels {
-        out.push_str(l);
-        out.push('\t');
-    }
-    out.push_str("CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
-    for (i, l) in m.labels.iter().enumerate() {
-        out.push_str(l);
-        for (c, path) in m.cells[i].iter().zip(&m.paths[i]) {
-            out.push('\t');
-            // nvidia-smi pads the diagonal.
-            if path.kind == crate::topo::PathType::X {
-                out.push_str(" X ");
-            } else {
-                out.push_str(c);
-            }
-        }
-        // nvidia-smi's GPU NUMA ID: the NUMA node of the GPU's own memory, N/A where NVML has
-        // none (every PCIe/SXM GPU of an x86 host); its rows carry an empty field before it.
-        match t.gpu(l) {
-            Some(g) => {
-                let id = g
-                    .numa_node_id
-                    .map_or_else(|| "N/A".to_string(), |n| n.to_string());
-                let _ = writeln!(
-                    out,
-                    "\t{}\t{}\t\t{id}",
-                    m.cpu_affinity[i], m.numa_affinity[i]
-                );
-            }
-            None => {
-                let _ = writeln!(out, "\t{}\t{}", m.cpu_affinity[i], m.numa_affinity[i]);
-            }
-        }
-    }
-    // nvidia-smi's legend, each entry wrapped under its text (9 columns in).
-    let mut legend = String::from("\nLegend:\n\n");
-    for (key, text) in [
-        ("X", "Self"),
-        (
-            "SYS",
-            "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
-        ),
-        (
-            "NODE",
-            "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
-        ),
-        (
-            "PHB",
-            "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
-        ),
-        (
-            "PXB",
-            "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
-        ),
-        ("PIX", "Connection traversing at most a single PCIe bridge"),
-        ("NV#", "Connection traversing a bonded set of # NVLinks"),
-    ] {
-        let _ = write!(legend, "  {key:<4} = ");
-        layout::wrap(&mut legend, text, 9, 9, layout::PIPE_WIDTH);
-    }
-    if !t.nics.is_empty() {
-        legend.push_str("\nNIC Legend:\n\n");
-        for n in &t.nics {
-            let _ = writeln!(legend, "  {}: {}", n.label, n.rdma_device);
-        }
-    }
-    legend.push_str(&notes_text(r));
-    // The grid stays nvidia-smi's tab-separated layout (scripts read it); the prose fits.
-    out.push_str(&layout::fit(&legend, layout::PIPE_WIDTH));
     out
 }
 

@@ -302,7 +302,8 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
                         export(Format::Table, text, "the topology", |e| e.topo(&r))?
                     }
                     // The matrix is a view of the topology, not a format of every report.
-                    TopoOutput::Matrix => render::topo_matrix(&r),
+                    TopoOutput::Matrix => render::topo_matrix(&r, render::layout::width(cfg.width)),
+                    TopoOutput::MatrixTsv => render::topo_matrix_tsv(&r),
                     TopoOutput::Json => export(Format::Json, text, "the topology", |e| e.topo(&r))?,
                 },
                 EXIT_OK,

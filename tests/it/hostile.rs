@@ -43,7 +43,12 @@ fn walk(p: &Path) -> Vec<PathBuf> {
 fn run_all(root: &Path) {
     let spec = SourceSpec::Root(root.to_path_buf());
     // Either a report or a clean error: both are fine, a panic is not.
-    let _ = gpudoctor::run::topo_report(&spec).map(|r| gpudoctor::render::topo_matrix(&r));
+    let _ = gpudoctor::run::topo_report(&spec).map(|r| {
+        (
+            gpudoctor::render::topo_matrix(&r, 40),
+            gpudoctor::render::topo_matrix_tsv(&r),
+        )
+    });
     let opts = CheckOptions::level0();
     if let Ok(r) = gpudoctor::run::check_report(&spec, &opts) {
         let _ = gpudoctor::render::json(&r);
@@ -232,7 +237,7 @@ fn rdma_device_on_an_unlisted_function() {
         .position(|l| t.nic(l).is_some_and(|n| n.rdma_device == "mlx5_0"))
         .expect("mlx5_0 is still a NIC in the matrix");
     assert_eq!(t.matrix.cpu_affinity[i], "N/A");
-    assert!(gpudoctor::render::topo_matrix(&r).contains("NIC"));
+    assert!(gpudoctor::render::topo_matrix(&r, 100).contains("NIC"));
     let opts = CheckOptions::level0();
     let c = gpudoctor::run::check_report(&spec, &opts).unwrap();
     // Every PCIe check that judges NICs names the unread function as unknown, never a pass.
