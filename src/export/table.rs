@@ -37,7 +37,7 @@ impl Exporter for Table {
     fn write_bw(&self, runs: &[&WriteBwReport]) -> Option<String> {
         Some(
             runs.iter()
-                .map(|r| render::write_bw_table(r))
+                .map(|r| render::write_bw_table(r, self.style().columns()))
                 .collect::<Vec<_>>()
                 .join("\n"),
         )
@@ -45,7 +45,7 @@ impl Exporter for Table {
     fn gpu_write_bw(&self, runs: &[&GpuWriteBwReport]) -> Option<String> {
         Some(
             runs.iter()
-                .map(|r| render::gpu_write_bw_table(r))
+                .map(|r| render::gpu_write_bw_table(r, self.style().columns()))
                 .collect::<Vec<_>>()
                 .join("\n"),
         )

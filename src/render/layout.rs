@@ -163,20 +163,17 @@ pub fn fit(text: &str, width: usize) -> String {
     out
 }
 
-/// A box table (`+---+` borders, `=` under the header, no rules between rows) at most `width`
-/// columns wide where the words allow: columns shrink widest first, cells wrap at spaces, and
-/// only when every column is down to its longest word are words broken, after a separator.
-/// Cells may hold newlines (one item per line).
-pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
-    let ncols = header.len();
-    let cell = |r: usize, c: usize| -> &str {
-        if r == 0 {
-            header[c]
-        } else {
-            rows[r - 1].get(c).map_or("", String::as_str)
-        }
-    };
-    let nrows = rows.len() + 1;
+/// Column widths that fit `budget` where the words allow: each column as wide as its widest
+/// line, then columns shrink towards whole words, then towards separator pieces, then down to
+/// `hard` (the least a column may get); each step takes a column from the one that makes the
+/// table least taller (widest on a tie). Row 0 is the header.
+fn fitted_widths<'a>(
+    cell: &dyn Fn(usize, usize) -> &'a str,
+    nrows: usize,
+    ncols: usize,
+    budget: usize,
+    hard: Vec<usize>,
+) -> Vec<usize> {
     let col_max = |f: &dyn Fn(&str) -> usize| -> Vec<usize> {
         (0..ncols)
             .map(|c| (0..nrows).map(|r| f(cell(r, c))).max().unwrap_or(0).max(1))
@@ -199,9 +196,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
             .max()
             .unwrap_or(0)
     });
-    let overhead = 3 * ncols + 1;
-    let budget = width.saturating_sub(overhead);
-    let mut widths = natural.clone();
+    let mut widths = natural;
     // Lines a cell takes at a width, and the table's height (each row as tall as its tallest).
     let cell_lines = |r: usize, c: usize, w: usize| -> usize {
         cell(r, c)
@@ -219,9 +214,13 @@ pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
             })
             .sum()
     };
-    // Shrink towards whole words first, then towards separator pieces, then anything; each
-    // step takes a column from the one that makes the table least taller (widest on a tie).
-    for floor in [longest_word, longest_piece, vec![1; ncols]] {
+    let at_least =
+        |f: Vec<usize>| -> Vec<usize> { f.iter().zip(&hard).map(|(a, b)| *a.max(b)).collect() };
+    for floor in [
+        at_least(longest_word),
+        at_least(longest_piece),
+        hard.clone(),
+    ] {
         while widths.iter().sum::<usize>() > budget {
             let Some(c) = (0..ncols)
                 .filter(|c| widths[*c] > floor[*c])
@@ -236,6 +235,134 @@ pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
             widths[c] -= 1;
         }
     }
+    widths
+}
+
+/// Each cell of a row wrapped to its column: one Vec of lines per column.
+fn wrapped_row(cell: &dyn Fn(usize) -> String, widths: &[usize]) -> Vec<Vec<String>> {
+    widths
+        .iter()
+        .enumerate()
+        .map(|(c, w)| {
+            cell(c)
+                .split('\n')
+                .flat_map(|l| wrap_words(l, *w, *w))
+                .collect()
+        })
+        .collect()
+}
+
+/// Per column, the longest of the data cells' words and the header's words: what `columns`
+/// never breaks (a number, a column name).
+fn unbroken_words(header: &[&str], rows: &[Vec<String>]) -> Vec<usize> {
+    (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c).map(String::as_str))
+                .chain([header[c]])
+                .flat_map(str::split_whitespace)
+                .map(|w| w.chars().count())
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        })
+        .collect()
+}
+
+/// The width `columns` needs to give every data row one line (header cells may still wrap at
+/// their spaces).
+pub fn columns_one_line_width(
+    header: &[&str],
+    rows: &[Vec<String>],
+    indent: usize,
+    gap: usize,
+) -> usize {
+    let words = unbroken_words(header, rows);
+    indent
+        + gap * header.len().saturating_sub(1)
+        + (0..header.len())
+            .map(|c| {
+                rows.iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+                    .max(words[c])
+            })
+            .sum::<usize>()
+}
+
+/// Aligned columns without borders (perftest's layout): `indent` spaces, then the cells, left
+/// aligned, `gap` spaces apart, at most `width` columns where the words allow. Header cells may
+/// hold newlines (a units line under the names); columns shrink and cells wrap at spaces as
+/// `table`'s do, but a word (a number, a column name) is never broken: where even that is too
+/// wide, the lines are. Callers drop columns until `columns_one_line_width` fits.
+pub fn columns(
+    header: &[&str],
+    rows: &[Vec<String>],
+    width: usize,
+    indent: usize,
+    gap: usize,
+) -> String {
+    let ncols = header.len();
+    let cell = |r: usize, c: usize| -> &str {
+        if r == 0 {
+            header[c]
+        } else {
+            rows[r - 1].get(c).map_or("", String::as_str)
+        }
+    };
+    let budget = width.saturating_sub(indent + gap * ncols.saturating_sub(1));
+    let widths = fitted_widths(
+        &cell,
+        rows.len() + 1,
+        ncols,
+        budget,
+        unbroken_words(header, rows),
+    );
+    let mut out = String::new();
+    for r in 0..=rows.len() {
+        let cols = wrapped_row(&|c| cell(r, c).to_string(), &widths);
+        let height = cols.iter().map(Vec::len).max().unwrap_or(1);
+        for i in 0..height {
+            let mut line = " ".repeat(indent);
+            for (c, lines) in cols.iter().enumerate() {
+                if c > 0 {
+                    line.push_str(&" ".repeat(gap));
+                }
+                let l = lines.get(i).map_or("", String::as_str);
+                line.push_str(l);
+                line.push_str(&" ".repeat(widths[c].saturating_sub(l.chars().count())));
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A box table (`+---+` borders, `=` under the header, no rules between rows) at most `width`
+/// columns wide where the words allow: columns shrink widest first, cells wrap at spaces, and
+/// only when every column is down to its longest word are words broken, after a separator.
+/// Cells may hold newlines (one item per line).
+pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
+    let ncols = header.len();
+    let cell = |r: usize, c: usize| -> &str {
+        if r == 0 {
+            header[c]
+        } else {
+            rows[r - 1].get(c).map_or("", String::as_str)
+        }
+    };
+    let nrows = rows.len() + 1;
+    let overhead = 3 * ncols + 1;
+    let widths = fitted_widths(
+        &cell,
+        nrows,
+        ncols,
+        width.saturating_sub(overhead),
+        vec![1; ncols],
+    );
     let border = {
         let mut s = String::from("+");
         for w in &widths {
@@ -249,14 +376,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>], width: usize) -> String {
     out.push_str(&border);
     out.push('\n');
     for r in 0..nrows {
-        let cols: Vec<Vec<String>> = (0..ncols)
-            .map(|c| {
-                cell(r, c)
-                    .split('\n')
-                    .flat_map(|l| wrap_words(l, widths[c], widths[c]))
-                    .collect()
-            })
-            .collect();
+        let cols = wrapped_row(&|c| cell(r, c).to_string(), &widths);
         let height = cols.iter().map(Vec::len).max().unwrap_or(1);
         for i in 0..height {
             out.push('|');

@@ -1,14 +1,96 @@
 //! Text for the RDMA probes' reports: &Report -> String, nothing else.
 
-use crate::rdma::report::write_bw::WriteBwReport;
+use crate::rdma::report::write_bw::{SizeResult, SizeStats, WriteBwReport};
 /// write-bw in perftest's layout (`#bytes #iterations BW peak BW average MsgRate`), with the
 /// units said once (decimal MB/s; perftest's own "MB" is 2^20 bytes) and a Gb/s column.
-pub fn write_bw_table(r: &WriteBwReport) -> String {
+/// Columns of the sweep that a narrow terminal drops, first to last (`--json` keeps them all).
+const DROPPABLE: [&str; 5] = ["BW min", "BW max", "BW peak", "MsgRate", "#iters"];
+
+/// The sweep's columns (perftest's, units on a second header line), laid out within `width`:
+/// where a size does not fit on one line, the columns of DROPPABLE are left out, in that order,
+/// and a line says which.
+fn sweep(
+    results: &[SizeResult],
+    verdict: Option<&dyn Fn(&SizeResult) -> String>,
+    width: usize,
+) -> String {
+    fn stat(s: &SizeResult, f: impl Fn(&SizeStats) -> String) -> String {
+        s.stats.as_ref().map_or_else(|| "-".to_string(), f)
+    }
+    // (name, header cell, one cell per size)
+    type Column = (&'static str, &'static str, Vec<String>);
+    let col = |name, head, f: &dyn Fn(&SizeResult) -> String| -> Column {
+        (name, head, results.iter().map(f).collect())
+    };
+    let mut cols = vec![
+        col("#bytes", "#bytes", &|s| s.bytes.to_string()),
+        col("#iters", "#iters", &|s| s.iterations.to_string()),
+        col("n", "n", &|s| {
+            s.stats.as_ref().map_or(0, |st| st.n).to_string()
+        }),
+        col("BW peak", "BW peak\n[MB/sec]", &|s| match s.stats {
+            Some(_) => format!("{:.2}", s.peak_mb_per_s),
+            None => "no samples".into(),
+        }),
+        col("BW median", "BW median\n[MB/sec]", &|s| {
+            stat(s, |st| format!("{:.2}", st.median_mb_per_s))
+        }),
+        col("BW min", "BW min\n[MB/sec]", &|s| {
+            stat(s, |st| format!("{:.2}", st.min_mb_per_s))
+        }),
+        col("BW max", "BW max\n[MB/sec]", &|s| {
+            stat(s, |st| format!("{:.2}", st.max_mb_per_s))
+        }),
+        col("MsgRate", "MsgRate\n[Mpps]", &|s| {
+            stat(s, |st| format!("{:.6}", st.median_msg_rate_mpps))
+        }),
+    ];
+    if let Some(v) = verdict {
+        cols.push(col("Gb/sec", "BW median\n[Gb/sec]", &|s| {
+            stat(s, |st| format!("{:.3}", st.median_gbps))
+        }));
+        cols.push(col("verdict", "verdict", v));
+    }
+    fn table(cols: &[Column], n: usize) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        let header = cols.iter().map(|c| c.1).collect();
+        let rows = (0..n)
+            .map(|i| cols.iter().map(|c| c.2[i].clone()).collect())
+            .collect();
+        (header, rows)
+    }
+    let mut dropped = Vec::new();
+    for name in DROPPABLE {
+        let (header, rows) = table(&cols, results.len());
+        if super::layout::columns_one_line_width(&header, &rows, 1, 2) <= width {
+            break;
+        }
+        cols.retain(|c| c.0 != name);
+        dropped.push(name);
+    }
+    let (header, rows) = table(&cols, results.len());
+    let mut out = super::layout::columns(&header, &rows, width, 1, 2);
+    if !dropped.is_empty() {
+        out.push(' ');
+        super::layout::wrap(
+            &mut out,
+            &format!(
+                "Left out at this width: {} (--json has every column)",
+                dropped.join(", ")
+            ),
+            1,
+            3,
+            width,
+        );
+    }
+    out
+}
+
+pub fn write_bw_table(r: &WriteBwReport, width: usize) -> String {
     use crate::rdma::report::write_bw::Addressing;
     use crate::rdma::report::write_bw::{Status, Threshold, Verdict};
     use std::fmt::Write as _;
     let mut o = String::new();
-    let rule = "-".repeat(100);
+    let rule = "-".repeat(width);
     let _ = writeln!(o, "{rule}");
     let _ = writeln!(o, " RDMA write bandwidth ({:?}, RC)", r.mode);
     if let Some(f) = &r.local {
@@ -67,56 +149,18 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
     }
     let _ = writeln!(o, "{rule}");
     if !r.results.is_empty() {
-        // perftest's columns, the units on a second header line so the table keeps within 100.
-        let _ = writeln!(
-            o,
-            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10} {:<9} verdict",
-            "#bytes",
-            "#iters",
-            "n",
-            "BW peak",
-            "BW median",
-            "BW min",
-            "BW max",
-            "MsgRate",
-            "BW median",
-        );
-        let units = format!(
-            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10} {:<9}",
-            "", "", "", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[Mpps]", "[Gb/sec]",
-        );
-        let _ = writeln!(o, "{}", units.trim_end());
-        for s in &r.results {
-            let verdict = match (s.verdict, s.validated) {
+        let verdict = |s: &SizeResult| -> String {
+            match (s.verdict, s.validated) {
                 (Verdict::Fail, Some(false)) => "FAIL (data mismatch)",
                 (Verdict::Fail, _) => "FAIL",
                 (Verdict::Pass, _) => "pass",
                 (Verdict::Warn, _) => "warn",
                 (Verdict::Unknown | Verdict::Skip, Some(true)) => "- (data ok)",
                 (Verdict::Unknown | Verdict::Skip, _) => "-",
-            };
-            let _ = match &s.stats {
-                Some(st) => writeln!(
-                    o,
-                    " {:<8} {:<8} {:<3} {:<9.2} {:<9.2} {:<9.2} {:<9.2} {:<10.6} {:<9.3} {}",
-                    s.bytes,
-                    s.iterations,
-                    st.n,
-                    s.peak_mb_per_s,
-                    st.median_mb_per_s,
-                    st.min_mb_per_s,
-                    st.max_mb_per_s,
-                    st.median_msg_rate_mpps,
-                    st.median_gbps,
-                    verdict
-                ),
-                None => writeln!(
-                    o,
-                    " {:<8} {:<8} 0   no samples {}",
-                    s.bytes, s.iterations, verdict
-                ),
-            };
-        }
+            }
+            .to_string()
+        };
+        o.push_str(&sweep(&r.results, Some(&verdict), width));
         let _ = writeln!(
             o,
             " n timed repetitions per size; the median is what a size is judged on"
@@ -142,7 +186,7 @@ pub fn write_bw_table(r: &WriteBwReport) -> String {
         Status::Skipped { reason } => writeln!(o, " write-bw: skipped: {reason}"),
         Status::Error { reason } => writeln!(o, " write-bw: ERROR: {reason}"),
     };
-    super::layout::fit(&o, super::layout::PIPE_WIDTH)
+    super::layout::fit(&o, width)
 }
 
 fn memory_text(m: &crate::rdma::report::memory::MemoryFacts) -> String {
@@ -241,11 +285,14 @@ fn gdr_header(
 
 /// `probe gpu-write-bw` (level 4): level 2's columns plus the posting time per iteration and
 /// the handler that rang the doorbell.
-pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwReport) -> String {
+pub fn gpu_write_bw_table(
+    r: &crate::rdma::report::gpu_write_bw::GpuWriteBwReport,
+    width: usize,
+) -> String {
     use crate::rdma::report::write_bw::Status;
     use std::fmt::Write as _;
     let mut o = String::new();
-    let rule = "-".repeat(100);
+    let rule = "-".repeat(width);
     let _ = writeln!(o, "{rule}");
     let _ = writeln!(
         o,
@@ -293,33 +340,7 @@ pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwRepor
     let _ = writeln!(o, " Units: {}", r.units);
     if !r.results.is_empty() {
         let _ = writeln!(o, "{rule}");
-        let _ = writeln!(
-            o,
-            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10}",
-            "#bytes", "#iters", "n", "BW peak", "BW median", "BW min", "BW max", "MsgRate",
-        );
-        let units = format!(
-            " {:<8} {:<8} {:<3} {:<9} {:<9} {:<9} {:<9} {:<10}",
-            "", "", "", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[MB/sec]", "[Mpps]",
-        );
-        let _ = writeln!(o, "{}", units.trim_end());
-        for s in &r.results {
-            let _ = match &s.stats {
-                Some(st) => writeln!(
-                    o,
-                    " {:<8} {:<8} {:<3} {:<9.2} {:<9.2} {:<9.2} {:<9.2} {:<10.6}",
-                    s.bytes,
-                    s.iterations,
-                    st.n,
-                    s.peak_mb_per_s,
-                    st.median_mb_per_s,
-                    st.min_mb_per_s,
-                    st.max_mb_per_s,
-                    st.median_msg_rate_mpps
-                ),
-                None => writeln!(o, " {:<8} {:<8} 0   no samples", s.bytes, s.iterations),
-            };
-        }
+        o.push_str(&sweep(&r.results, None, width));
     }
     if let Some(t) = &r.poster.posting_ns {
         let _ = writeln!(
@@ -340,7 +361,7 @@ pub fn gpu_write_bw_table(r: &crate::rdma::report::gpu_write_bw::GpuWriteBwRepor
         Status::Skipped { reason } => writeln!(o, " gpu-write-bw: skipped: {reason}"),
         Status::Error { reason } => writeln!(o, " gpu-write-bw: ERROR: {reason}"),
     };
-    super::layout::fit(&o, super::layout::PIPE_WIDTH)
+    super::layout::fit(&o, width)
 }
 
 #[cfg(test)]
@@ -349,9 +370,11 @@ mod tests {
     use crate::rdma::request::write_bw::Plan;
 
     /// A full perftest-style sweep (2 B .. 8 MiB at 400 Gb/s, five repetitions) renders within
-    /// the pipe width, every size on one line (issue 26: it was 142 columns).
+    /// the width, every size on one line at 100 and 80 columns (issue 26: it was 142 columns,
+    /// and a narrower terminal re-wrapped the rows), its columns wrapping their headers, never
+    /// a number, below that.
     #[test]
-    fn sweep_fits_100_columns() {
+    fn sweep_fits_the_width() {
         let sizes: Vec<u64> = (1..=23).map(|p| 1u64 << p).collect();
         let plan = Plan::new(sizes.clone(), 100_000, 128, 100, None, 16, true).unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
@@ -365,12 +388,40 @@ mod tests {
             r.results
                 .push(SizeResult::new(b, 100_000, vec![rep; 5], Some(true)));
         }
-        let text = super::write_bw_table(&r);
-        let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
-        assert!(
-            widest <= super::super::layout::PIPE_WIDTH,
-            "{widest}:\n{text}"
-        );
-        assert!(text.lines().any(|l| l.starts_with(" 8388608 ")), "{text}");
+        for width in [100, 80, 72, 60] {
+            let text = super::write_bw_table(&r, width);
+            let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+            assert!(widest <= width, "{widest} > {width}:\n{text}");
+            let row = text
+                .lines()
+                .find(|l| l.starts_with(" 8388608 "))
+                .unwrap_or_else(|| panic!("{width}:\n{text}"));
+            // Every number whole, in order: the full row at 100, a subsequence of it narrower.
+            let full = [
+                "8388608", "100000", "5", "50000.00", "49321.12", "49321.12", "49321.12",
+                "0.005880", "394.569", "-",
+            ];
+            let cells: Vec<&str> = row.split_whitespace().collect();
+            let mut at = full.iter();
+            for c in cells.iter().take_while(|c| **c != "-") {
+                assert!(at.any(|f| f == c), "{c} out of place at {width}:\n{text}");
+            }
+            if width == 100 {
+                assert_eq!(cells[..full.len()], full, "{text}");
+                assert!(!text.contains("Left out"), "{text}");
+            } else {
+                let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                assert!(
+                    words.contains("Left out at this width: BW min"),
+                    "{width}:\n{text}"
+                );
+            }
+            if width >= 80 {
+                assert!(
+                    row.ends_with("- (data ok)"),
+                    "one line per size at {width}:\n{text}"
+                );
+            }
+        }
     }
 }

@@ -264,8 +264,6 @@ pub fn record_failure(dir: &std::path::Path, reason: &str, exit_code: i32) -> Re
 /// terminal (COLUMNS) here. Machine formats (JSON, Prometheus, JUnit, Markdown) never are.
 fn fits_terminal(action: &Action) -> bool {
     match action {
-        Action::WriteBw(w) => !w.json && w.format == crate::config::OutputFormat::Table,
-        Action::GpuWriteBw(w) => !w.json,
         Action::Fleet { format, .. } => *format == crate::config::FleetOutput::Table,
         Action::Diff { json, .. } => !json,
         Action::Bundle { .. }
