@@ -925,7 +925,10 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
     let mut u = Unread::new();
     let state = text(sr, &mut u, "state", &format!("{dir}/state"));
     let phys_state = text(sr, &mut u, "phys_state", &format!("{dir}/phys_state"));
-    let rate = text(sr, &mut u, "rate", &format!("{dir}/rate"));
+    // The kernel always writes a rate ("400 Gb/sec (4X NDR)"); an empty file is damage.
+    let rate = parsed(sr, &mut u, "rate", &format!("{dir}/rate"), |s| {
+        (!s.trim().is_empty()).then(|| s.to_string())
+    });
     let link_layer = text(sr, &mut u, "link_layer", &format!("{dir}/link_layer"));
     let lid = text(sr, &mut u, "lid", &format!("{dir}/lid"));
     let mut gids = Vec::new();
@@ -1072,6 +1075,9 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
 pub struct Host {
     /// First line of /proc/driver/nvidia/version.
     pub nvidia_version_line: Option<String>,
+    /// /proc/driver/nvidia/version is not there (the driver creates it when it loads), as
+    /// opposed to there and unreadable (`unread["nvidia_version"]` says why).
+    pub nvidia_version_absent: bool,
     /// /proc/driver/nvidia/params: the module parameters the driver runs with (`Name: value`
     /// lines; RegistryDwords holds NVreg_RegistryDwords, e.g. PeerMappingOverride).
     pub nvidia_params: Option<String>,
@@ -1275,9 +1281,20 @@ pub fn read_fabric_manager(sr: &SysRoot, h: &mut Host) {
 
 pub fn read_host(sr: &SysRoot) -> Host {
     let mut u = Unread::new();
+    let (nvidia_version_line, nvidia_version_absent) =
+        match sr.read_text("/proc/driver/nvidia/version") {
+            Ok(s) => (
+                Some(s.lines().next().unwrap_or("").trim().to_string()),
+                false,
+            ),
+            Err(e) => {
+                note_err(&mut u, "nvidia_version", &e);
+                (None, matches!(e, ReadError::NotFound(_)))
+            }
+        };
     let mut h = Host {
-        nvidia_version_line: text(sr, &mut u, "nvidia_version", "/proc/driver/nvidia/version")
-            .map(|s| s.lines().next().unwrap_or("").trim().to_string()),
+        nvidia_version_line,
+        nvidia_version_absent,
         nvidia_params: text(sr, &mut u, "nvidia_params", "/proc/driver/nvidia/params"),
         modules: text(sr, &mut u, "modules", "/proc/modules").map(|s| {
             s.lines()

@@ -38,34 +38,109 @@ fn sysfs_gpu_count(ctx: &Ctx) -> usize {
         .count()
 }
 
+/// Loaded when /proc/driver/nvidia/version holds an NVRM version line, or, where it does not
+/// (garbled, empty, unreadable), when the module lists show `nvidia`; not loaded only when the
+/// version file is absent and no list shows the module. Anything else is unknown: a version
+/// file that cannot be read or makes no sense never passes on its own (issue 21).
 pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
     let (sysfs_gpus, h) = (sysfs_gpu_count(ctx), &ctx.inv.host);
     let id = CheckId::DriverNvidiaLoaded;
-    match (&h.nvidia_version_line, sysfs_gpus) {
-        (Some(line), _) => {
-            let (v, open) = parse_nvrm(line);
-            let kind = match open {
-                Some(true) => "open kernel module",
-                Some(false) => "proprietary kernel module",
-                None => "module flavour not recognised",
-            };
-            out.push(
-                Finding::new(id, "host", Status::Pass, format!(
-                    "NVIDIA driver {} loaded ({kind})",
-                    v.as_deref().unwrap_or("(version not parsed)")
-                ))
-                .with(ev(VER, line.clone())),
-            );
+    if let Some(line) = &h.nvidia_version_line
+        && let (Some(v), open) = parse_nvrm(line)
+    {
+        let kind = match open {
+            Some(true) => "open kernel module",
+            Some(false) => "proprietary kernel module",
+            None => "module flavour not recognised",
+        };
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Pass,
+                format!("NVIDIA driver {v} loaded ({kind})"),
+            )
+            .with(ev(VER, line.clone())),
+        );
+        return;
+    }
+    let version_says = match &h.nvidia_version_line {
+        Some(l) => format!(
+            "reads '{}' (no NVRM version)",
+            l.chars().take(60).collect::<String>()
+        ),
+        None => h
+            .unread
+            .get("nvidia_version")
+            .cloned()
+            .unwrap_or_else(|| "not read".into()),
+    };
+    let in_proc = h.modules.as_ref().map(|m| m.iter().any(|n| n == "nvidia"));
+    let in_sys = h
+        .sys_modules
+        .as_ref()
+        .map(|m| m.iter().any(|n| n == "nvidia"));
+    if in_proc == Some(true) || in_sys == Some(true) {
+        let (src, value) = if in_proc == Some(true) {
+            ("/proc/modules", "nvidia listed")
+        } else {
+            ("/sys/module/nvidia", "present")
+        };
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Pass,
+                format!(
+                    "NVIDIA kernel module loaded ({src}); its version is unknown: {VER} {version_says}"
+                ),
+            )
+            .with(ev(src, value)),
+        );
+        return;
+    }
+    let lists = format!(
+        "{}; {}",
+        match in_proc {
+            Some(_) => "/proc/modules does not list nvidia".to_string(),
+            None => h
+                .unread
+                .get("modules")
+                .cloned()
+                .unwrap_or_else(|| "/proc/modules not read".into()),
+        },
+        match in_sys {
+            Some(_) => "/sys/module/nvidia absent".to_string(),
+            None => h
+                .unread
+                .get("sys_modules")
+                .cloned()
+                .unwrap_or_else(|| "/sys/module not listed".into()),
         }
-        (None, 0) => out.push(
-            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus").not_applicable()
-                .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default())),
-        ),
-        (None, n) => out.push(
-            Finding::new(id, "host", Status::Fail, format!("{} on the PCI bus but the NVIDIA kernel driver is not loaded", crate::words::count(n, "NVIDIA GPU", "NVIDIA GPUs")))
-                .with(ev(VER, h.unread.get("nvidia_version").cloned().unwrap_or_default()))
+    );
+    if sysfs_gpus == 0 {
+        out.push(
+            Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs on the PCI bus")
+                .not_applicable()
+                .with(ev(VER, version_says)),
+        );
+    } else if h.nvidia_version_absent {
+        out.push(
+            Finding::new(id, "host", Status::Fail, format!("{} on the PCI bus but the NVIDIA kernel driver is not loaded", crate::words::count(sysfs_gpus, "NVIDIA GPU", "NVIDIA GPUs")))
+                .with(ev(VER, version_says))
+                .with(ev("/proc/modules, /sys/module", lists))
                 .fix("Install the NVIDIA data-center driver and load it (`modprobe nvidia`); check `dmesg | grep -i nvrm` for why it failed to load"),
-        ),
+        );
+    } else {
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!("whether the NVIDIA driver is loaded is unknown: {VER} {version_says}, and the module lists do not show it ({lists})"),
+            )
+            .with(ev(VER, version_says)),
+        );
     }
 }
 

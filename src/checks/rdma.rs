@@ -127,7 +127,9 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
             ),
             ev(
                 format!("{pdir}/rate"),
-                p.rate.clone().unwrap_or_else(|| "?".into()),
+                p.rate
+                    .clone()
+                    .unwrap_or_else(|| p.unread.get("rate").cloned().unwrap_or_else(|| "?".into())),
             ),
             ev(format!("{pdir}/link_layer"), ll.clone()),
         ];
@@ -147,6 +149,16 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
             Some(format!(
                 "link layer unreadable ({}): whether the port needs a LID from a subnet manager is unknown",
                 unread("link_layer")
+            ))
+        } else if p.link_layer_kind == Some(LinkLayer::Other) {
+            Some(format!(
+                "link layer '{}' not recognised (neither InfiniBand nor Ethernet): whether the port needs a LID from a subnet manager is unknown",
+                p.link_layer
+                    .as_deref()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(40)
+                    .collect::<String>()
             ))
         } else if ib && lid_value.is_none() {
             Some(format!(

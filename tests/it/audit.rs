@@ -48,6 +48,47 @@ const UNCHANGED_OK: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// A pass that may stand on a garbled or emptied file it cites, by tree ("*": every tree), kind
+/// of file, mutations and check, with the reason: the damaged content is itself a valid value,
+/// or the verdict rests on other evidence and the file is shown, not judged.
+const PASS_ON_DAMAGE_OK: &[(&str, &str, &[&str], &str, &str)] = &[
+    (
+        "*",
+        "/proc/cmdline",
+        &["Garbage", "Truncate"],
+        "iommu.mode",
+        "a command line without IOMMU options is a valid value: the mode comes from the IOMMU groups",
+    ),
+    (
+        "*",
+        "/proc/modules",
+        &["Garbage", "Truncate"],
+        "gdr.peermem",
+        "nvidia-peermem is loaded when any of memory_peers/nv_mem, /sys/module, /proc/modules shows it; the others still do",
+    ),
+    (
+        "*",
+        "/sys/kernel/mm/memory_peers/nv_mem/version",
+        &["Truncate"],
+        "gdr.peermem",
+        "as for /proc/modules: /sys/module/nvidia_peermem still shows the module",
+    ),
+    (
+        "pcie-2socket-roce",
+        "/proc/version",
+        &["Garbage", "Truncate"],
+        "gdr.dmabuf",
+        "the proprietary module already rules dma-buf out and nvidia-peermem covers GPUDirect RDMA: the kernel version is shown, not needed",
+    ),
+    (
+        "*",
+        "/sys/class/infiniband/*/ports/*/rate",
+        &["Garbage", "Truncate"],
+        "rdma.port-state",
+        "the port's state is judged from state, phys_state, link layer and LID; the rate is shown as read (or why not)",
+    ),
+];
+
 /// Defects the audit finds that are known and not yet fixed, each by (audit, tree, mutation,
 /// damaged path): every finding of that damage is excused, nothing else. An entry that no
 /// longer reproduces fails its audit, so the list cannot go stale. Empty: the RDMA-backing
@@ -114,6 +155,8 @@ struct Verdict {
     status: String,
     /// The skip kind (`unknown`, `not-root`, `not-applicable`), empty unless a skip.
     skip: String,
+    /// The sources its evidence cites (a kernel path, an NVML call).
+    sources: Vec<String>,
 }
 
 impl Verdict {
@@ -192,6 +235,14 @@ fn look(dir: &Path) -> Option<Seen> {
             Verdict {
                 status: c["status"].as_str()?.to_string(),
                 skip: c["skip"].as_str().unwrap_or_default().to_string(),
+                sources: c["evidence"]
+                    .as_array()
+                    .map(|e| {
+                        e.iter()
+                            .filter_map(|x| x["source"].as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             },
         );
     }
@@ -276,6 +327,7 @@ impl Audit {
     fn judge(&mut self, kpath: &str, m: &Mutation, after: Option<Seen>, header_only: bool) {
         // gpudoctor refused the tree (exit 2 with a message): nothing passed.
         let Some(after) = after else { return };
+        let kind = kind_of(kpath);
         let before = &self.before;
         let mut found = Vec::new();
         for (key, v) in &after.verdicts {
@@ -332,13 +384,38 @@ impl Audit {
                 ));
             }
         }
+        // A pass never rests on a damaged file: a check that still passes after the file it
+        // cites was garbled or emptied, and still cites it, judged garbage (issue 21: an
+        // empty /proc/driver/nvidia/version passed driver.nvidia-loaded).
+        if matches!(m, Mutation::Garbage | Mutation::Truncate) && !header_only {
+            for (key, v) in &after.verdicts {
+                let cited = |x: &Verdict| x.sources.iter().any(|s| s == kpath);
+                if v.status == "pass"
+                    && cited(v)
+                    && before
+                        .verdicts
+                        .get(key)
+                        .is_some_and(|b| b.status == "pass" && cited(b))
+                    && !PASS_ON_DAMAGE_OK.iter().any(|(tree, k, how, id, _)| {
+                        (*tree == "*" || *tree == self.tree_name)
+                            && *k == kind
+                            && how.contains(&m.name().as_str())
+                            && *id == key.0
+                    })
+                {
+                    found.push(format!(
+                        "{} {} still passes on the damaged file it cites",
+                        key.0, key.1
+                    ));
+                }
+            }
+        }
         if self.faulty() && after.gated != "fail" {
             found.push(format!(
                 "a faulty tree exits 0 under --fail-on-skip (verdict {})",
                 after.gated
             ));
         }
-        let kind = kind_of(kpath);
         // A field dropped from nvml.json or libs.json that nothing reads (a serial number, an
         // index where sysfs names the GPU) legitimately changes nothing; the rules above still
         // hold for every dropped field.
@@ -716,4 +793,70 @@ fn damaged_faulty_trees_still_fail() {
     }
     assert!(faulty >= 15, "faulty variants audited: {faulty}");
     report("faulty", mutations, failures, 150);
+}
+
+/// What the pass-on-damage rule found (issue 21): an NVRM version line that makes no sense
+/// passed driver.nvidia-loaded, and a link layer that is neither InfiniBand nor Ethernet passed
+/// rdma.port-state. Now the first passes only where the module lists show `nvidia`, else is
+/// unknown; the second is unknown.
+#[test]
+fn garbled_driver_version_and_link_layer_are_unknown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = copy(&crate::repo().join("fixtures/hgx-h100-8gpu"), tmp.path(), "t");
+    let finding = |id: &str, subject: &str| -> (String, String, String) {
+        let spec = SourceSpec::Root(tree.clone());
+        let source = Source::open(&spec).unwrap();
+        let r = gpudoctor::run::check_report_from(&source, &CheckOptions::level0()).unwrap();
+        let v = serde_json::to_value(&r).unwrap();
+        let c = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id && c["subject"] == subject)
+            .unwrap_or_else(|| panic!("{id} {subject}"))
+            .clone();
+        (
+            c["status"].as_str().unwrap().to_string(),
+            c["skip"].as_str().unwrap_or_default().to_string(),
+            c["message"].as_str().unwrap().to_string(),
+        )
+    };
+    let version = tree.join("proc/driver/nvidia/version");
+    let modules = tree.join("proc/modules");
+    std::fs::write(&version, "garbage\n").unwrap();
+    let (status, _, message) = finding("driver.nvidia-loaded", "host");
+    assert_eq!(status, "pass", "nvidia is in /proc/modules: {message}");
+    assert!(message.contains("its version is unknown"), "{message}");
+    // Neither list shows the module: unknown, never pass (and not "not loaded" either: the
+    // version file is there).
+    let listed = std::fs::read_to_string(&modules).unwrap();
+    let without: String = listed
+        .lines()
+        .filter(|l| !l.starts_with("nvidia "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&modules, without).unwrap();
+    let _ = std::fs::remove_dir_all(tree.join("sys/module/nvidia"));
+    for garbled in ["garbage\n", ""] {
+        std::fs::write(&version, garbled).unwrap();
+        let (status, skip, message) = finding("driver.nvidia-loaded", "host");
+        assert_eq!(
+            (status.as_str(), skip.as_str()),
+            ("skip", "unknown"),
+            "{garbled:?}: {message}"
+        );
+    }
+    // Absent, and no list shows it: not loaded.
+    std::fs::remove_file(&version).unwrap();
+    assert_eq!(finding("driver.nvidia-loaded", "host").0, "fail");
+    let ll = tree.join("sys/class/infiniband/mlx5_0/ports/1/link_layer");
+    for garbled in ["", "Infini\n"] {
+        std::fs::write(&ll, garbled).unwrap();
+        let (status, skip, message) = finding("rdma.port-state", "mlx5_0/1");
+        assert_eq!(
+            (status.as_str(), skip.as_str()),
+            ("skip", "unknown"),
+            "{garbled:?}: {message}"
+        );
+    }
 }
