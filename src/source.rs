@@ -40,8 +40,10 @@ pub struct Source {
     pub sysroot: Arc<SysRoot>,
     pub nvml: Arc<NvmlSnapshot>,
     pub libs: LibFacts,
-    /// The kernel log's Xid and link-down records (`kmsg.json` of a recorded tree).
-    pub kernel_log: Arc<KernelLog>,
+    /// The kernel log's Xid and link-down records: `kmsg.json` of a recorded tree (read when
+    /// it is opened), live /dev/kmsg when first asked for (`kernel_log()`: only the checks and
+    /// `bundle` need it, so `topo` never reads the kernel log).
+    kernel_log: std::sync::OnceLock<Arc<KernelLog>>,
     pub info: SourceInfo,
     /// The node's name: live from /proc/sys/kernel/hostname (through the reader), recorded
     /// from the manifest (a redaction token in a redacted bundle).
@@ -60,12 +62,18 @@ pub enum RecordedProbe {
 }
 
 impl Source {
+    /// The kernel log: the recorded one, or live /dev/kmsg read now (once) through the reader.
+    pub fn kernel_log(&self) -> Arc<KernelLog> {
+        self.kernel_log
+            .get_or_init(|| Arc::new(KernelLog::collect(&self.sysroot)))
+            .clone()
+    }
+
     /// Open the source: the reader and the NVML/library snapshots that go with it.
     pub fn open(spec: &SourceSpec) -> Result<Source> {
         match spec {
             SourceSpec::Live => {
                 let sysroot = SysRoot::live();
-                let kernel_log = Arc::new(KernelLog::collect(&sysroot));
                 let hostname = sysroot
                     .read_text("/proc/sys/kernel/hostname")
                     .ok()
@@ -80,7 +88,7 @@ impl Source {
                     sysroot: Arc::new(sysroot),
                     nvml: NvmlSnapshot::collect_live().into(),
                     libs: LibFacts::probe_live(),
-                    kernel_log,
+                    kernel_log: std::sync::OnceLock::new(),
                     info: SourceInfo::Live,
                     hostname,
                     time: Some(bundle::rfc3339(now)),
@@ -95,7 +103,7 @@ impl Source {
                     sysroot: Arc::new(sysroot),
                     nvml: nvml.into(),
                     libs,
-                    kernel_log,
+                    kernel_log: kernel_log.into(),
                     info: SourceInfo::Root {
                         path: dir.display().to_string(),
                     },
@@ -132,7 +140,7 @@ impl Source {
             sysroot: Arc::new(sysroot.holding(x.dir)),
             nvml: nvml.into(),
             libs,
-            kernel_log,
+            kernel_log: kernel_log.into(),
             info: SourceInfo::Bundle {
                 path: file.display().to_string(),
             },

@@ -64,7 +64,7 @@ pub(super) fn make(
     );
     extra.insert(
         "kmsg.json".to_string(),
-        serde_json::to_value(&*source.kernel_log).context("serializing kmsg.json")?,
+        serde_json::to_value(&*source.kernel_log()).context("serializing kmsg.json")?,
     );
     // The capture reads more than discovery did (full config space, GID tables...): the same
     // deadline guards it against a device that stops answering.

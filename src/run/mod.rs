@@ -81,7 +81,9 @@ fn inventory_within(
         Waited::Cut(stall) => return Ok(Waited::Cut(stall)),
     };
     let r = r.map(|mut inv| {
-        inv.kernel_log = source.kernel_log.clone();
+        if scope == Scope::Checks {
+            inv.kernel_log = source.kernel_log();
+        }
         inv
     });
     r.map(Waited::Done).map_err(|e| match e {

@@ -802,7 +802,11 @@ fn damaged_faulty_trees_still_fail() {
 #[test]
 fn garbled_driver_version_and_link_layer_are_unknown() {
     let tmp = tempfile::tempdir().unwrap();
-    let tree = copy(&crate::repo().join("fixtures/hgx-h100-8gpu"), tmp.path(), "t");
+    let tree = copy(
+        &crate::repo().join("fixtures/hgx-h100-8gpu"),
+        tmp.path(),
+        "t",
+    );
     let finding = |id: &str, subject: &str| -> (String, String, String) {
         let spec = SourceSpec::Root(tree.clone());
         let source = Source::open(&spec).unwrap();

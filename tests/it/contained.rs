@@ -1040,3 +1040,22 @@ fn bundle_replay_reads_nothing_of_the_host() {
     );
     assert!(trace.contains("gpudoctor-bundle-"), "no extraction seen");
 }
+
+/// Live `topo` reads no kernel log: /dev/kmsg is read when a check needs it (the health checks,
+/// `bundle`), not when the source is opened. Runs on this machine's own /sys and /proc.
+#[test]
+fn live_topo_reads_no_kernel_log() {
+    use gpudoctor::source::{Source, SourceSpec};
+    let source = Source::open(&SourceSpec::Live).unwrap();
+    let _ = gpudoctor::run::topo_report_from(&source);
+    let touched = source.sysroot.touched();
+    assert!(
+        !touched.iter().any(|p| p == "/dev/kmsg"),
+        "topo read the kernel log"
+    );
+    let _ = gpudoctor::run::check_report_from(&source, &gpudoctor::config::CheckOptions::level0());
+    assert!(
+        source.sysroot.touched().iter().any(|p| p == "/dev/kmsg"),
+        "check reads it (the health checks judge Xid and link-down records)"
+    );
+}
