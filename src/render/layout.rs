@@ -49,17 +49,39 @@ pub fn break_word(word: &str, width: usize) -> Vec<String> {
 /// at most `room`. Whitespace runs collapse to one space; a word longer than its line is broken
 /// by `break_word`.
 pub fn wrap_words(text: &str, first_room: usize, room: usize) -> Vec<String> {
+    let words: Vec<(usize, &str)> = text.split_whitespace().map(|w| (1, w)).collect();
+    wrap_tokens(&words, first_room, room)
+}
+
+/// The same, keeping the spaces between words that stay on one line (a list's aligned columns
+/// keep their alignment on the line they start); a word that starts a line drops its gap.
+fn wrap_keeping_gaps(text: &str, first_room: usize, room: usize) -> Vec<String> {
+    let mut words: Vec<(usize, &str)> = Vec::new();
+    let mut gap = 0;
+    for piece in text.split(' ') {
+        if piece.is_empty() {
+            gap += 1;
+        } else {
+            words.push((gap.max(1), piece));
+            gap = 1;
+        }
+    }
+    wrap_tokens(&words, first_room, room)
+}
+
+/// Greedy wrap of `(gap before, word)` tokens.
+fn wrap_tokens(words: &[(usize, &str)], first_room: usize, room: usize) -> Vec<String> {
     let room = room.max(1);
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
     let mut len = 0;
     let mut limit = first_room;
-    for w in text.split_whitespace() {
+    for &(gap, w) in words {
         let n = w.chars().count();
-        if !line.is_empty() && len + 1 + n <= limit {
-            line.push(' ');
+        if !line.is_empty() && len + gap + n <= limit {
+            line.extend(std::iter::repeat_n(' ', gap));
             line.push_str(w);
-            len += 1 + n;
+            len += gap + n;
             continue;
         }
         if !line.is_empty() || (n > limit && n <= room && lines.is_empty()) {
@@ -107,8 +129,9 @@ pub fn wrap(out: &mut String, text: &str, first: usize, indent: usize, width: us
 
 /// Every line of `text` at most `width` columns: a longer line is wrapped at word boundaries,
 /// its continuation lines under its first word (a tree line's continuation keeps the tree's
-/// vertical bars); a rule of one repeated character is cut to the width. Lines that fit are
-/// unchanged, so a renderer can lay out freely and call this last.
+/// vertical bars), the spaces between the words it keeps together kept (a list's aligned
+/// columns stay aligned where its line starts); a rule of one repeated character is cut to the
+/// width. Lines that fit are unchanged, so a renderer can lay out freely and call this last.
 pub fn fit(text: &str, width: usize) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
@@ -146,7 +169,7 @@ pub fn fit(text: &str, width: usize) -> String {
         let cont_len = cont.chars().count().min(width / 2);
         let cont: String = cont.chars().take(cont_len).collect();
         let rest = &body[lead.len()..];
-        let lines = wrap_words(
+        let lines = wrap_keeping_gaps(
             rest,
             width.saturating_sub(lead_len),
             width.saturating_sub(cont_len),
@@ -453,6 +476,19 @@ mod tests {
         assert!(widest(&f) <= 60, "{f}");
         assert!(f.lines().nth(1).unwrap().starts_with("│  │     "), "{f}");
         assert_eq!(fit(&"-".repeat(100), 80), "-".repeat(80));
+        // Aligned columns keep their spaces on the line they start; the wrapped rest does not.
+        let list = "  gpu.ecc                  GPU2             pass -> fail: 3 volatile uncorrectable ECC errors\n";
+        let f = fit(list, 60);
+        assert!(widest(&f) <= 60, "{f}");
+        assert!(
+            f.starts_with("  gpu.ecc                  GPU2             pass -> fail: 3\n"),
+            "{f}"
+        );
+        assert_eq!(
+            f.lines().nth(1).unwrap(),
+            "     volatile uncorrectable ECC errors",
+            "{f}"
+        );
     }
 
     #[test]

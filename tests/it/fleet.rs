@@ -1,6 +1,6 @@
 //! `gpudoctor fleet` and `gpudoctor diff` on reports and bundles made from the fixtures.
 
-use crate::{gpudoctor, repo};
+use crate::{gpudoctor, readme, repo};
 use serde_json::Value;
 use std::path::Path;
 
@@ -198,20 +198,22 @@ fn drained(r: &Value) -> Vec<String> {
 /// gpudoctor's bar for the measurement (the probe's threshold) is drained.
 #[test]
 fn fleet_outliers_need_the_tolerance_floor_and_floors_drain() {
-    let dir = tempfile::tempdir().unwrap();
+    let top = tempfile::tempdir().unwrap();
+    let nodes = top.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
     let h2d = repo().join("fixtures/h200x2-live/probes/h2d.json");
     for i in 0..20 {
         let jitter = 1.0 + ((i * 7 % 11) as f64 - 5.0) / 5.0 * 0.003;
-        let to = dir.path().join(format!("node{i:02}.h2d.json"));
+        let to = nodes.join(format!("node{i:02}.h2d.json"));
         scaled_probe_only(&h2d, jitter, &to, Some("copy-engine"));
     }
     scaled_probe_only(
         &h2d,
         0.97,
-        &dir.path().join("near.h2d.json"),
+        &nodes.join("near.h2d.json"),
         Some("copy-engine"),
     );
-    let (code, r) = fleet_json(&[dir.path()]);
+    let (code, r) = fleet_json(&[&nodes]);
     assert_eq!(code, 0, "{r:#}");
     assert!(drained(&r).is_empty(), "{r:#}");
     for p in r["probes"].as_array().unwrap() {
@@ -226,7 +228,7 @@ fn fleet_outliers_need_the_tolerance_floor_and_floors_drain() {
     }
     let o = gpudoctor()
         .arg("fleet")
-        .arg(dir.path())
+        .arg(&nodes)
         .args(["--json", "--min-deviation", "2"])
         .output()
         .unwrap();
@@ -239,12 +241,16 @@ fn fleet_outliers_need_the_tolerance_floor_and_floors_drain() {
     scaled_probe_only(
         &h2d,
         0.93,
-        &dir.path().join("slow.h2d.json"),
+        &nodes.join("slow.h2d.json"),
         Some("copy-engine"),
     );
-    let (code, r) = fleet_json(&[dir.path()]);
+    let (code, r) = fleet_json(&[&nodes]);
     assert_eq!(code, 1);
     assert_eq!(drained(&r), vec!["slow"], "{r:#}");
+    let shown = readme::run(top.path(), "fleet nodes/");
+    assert_eq!(shown.code, 1);
+    assert!(shown.output.contains("*slow 51."), "{}", shown.output);
+    readme::show("fleet-tolerance", &[shown]);
     let reasons = r["drain"][0]["reasons"].as_array().unwrap();
     assert!(
         reasons
@@ -255,22 +261,26 @@ fn fleet_outliers_need_the_tolerance_floor_and_floors_drain() {
 
     // Uniformly slow (85% of the recorded ~55.3 GB/s: ~47 GB/s, below the 50.4 bar): no
     // outlier, every node drained by the floor.
-    let slow = tempfile::tempdir().unwrap();
+    let slow = top.path().join("slow");
+    std::fs::create_dir(&slow).unwrap();
     for i in 0..5 {
         scaled_probe_only(
             &h2d,
             0.85,
-            &slow.path().join(format!("s{i}.h2d.json")),
+            &slow.join(format!("s{i}.h2d.json")),
             Some("copy-engine"),
         );
     }
-    let (code, r) = fleet_json(&[slow.path()]);
+    let (code, r) = fleet_json(&[&slow]);
     assert_eq!(code, 1);
     assert_eq!(drained(&r).len(), 5, "{r:#}");
     for p in r["probes"].as_array().unwrap() {
         assert!(p["outliers"].as_array().unwrap().is_empty());
         assert_eq!(p["below_floor"].as_array().unwrap().len(), 5);
     }
+    let shown = readme::run(top.path(), "fleet slow/");
+    assert!(shown.output.contains("Drain (5 nodes)"), "{}", shown.output);
+    readme::show("fleet-uniformly-slow", &[shown]);
 }
 
 /// Nodes of three server models (4 baselines each, 12 nodes): grouped by model, nothing
@@ -280,7 +290,9 @@ fn fleet_outliers_need_the_tolerance_floor_and_floors_drain() {
 /// aggregated line (its paths), listed and not drained.
 #[test]
 fn fleet_groups_by_model_and_drains_shape_drift() {
-    let dir = tempfile::tempdir().unwrap();
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("nodes");
+    std::fs::create_dir(&dir).unwrap();
     for (root, prefix) in [
         ("fixtures/hgx-h100-8gpu", "hgx"),
         ("fixtures/pcie-2socket-roce", "pcie"),
@@ -289,17 +301,17 @@ fn fleet_groups_by_model_and_drains_shape_drift() {
         let b = baseline_of(root);
         for i in 0..4 {
             std::fs::write(
-                dir.path().join(format!("{prefix}{i}.baseline.json")),
+                dir.join(format!("{prefix}{i}.baseline.json")),
                 serde_json::to_string(&b).unwrap(),
             )
             .unwrap();
         }
     }
-    let (code, r) = fleet_json(&[dir.path()]);
+    let (code, r) = fleet_json(&[&dir]);
     assert_eq!(code, 0, "{r:#}");
     assert_eq!(r["groups"].as_array().unwrap().len(), 3, "{r:#}");
     assert!(r["shape"].as_array().unwrap().is_empty(), "{r:#}");
-    let o = gpudoctor().arg("fleet").arg(dir.path()).output().unwrap();
+    let o = gpudoctor().arg("fleet").arg(&dir).output().unwrap();
     let t = String::from_utf8(o.stdout).unwrap();
     assert!(t.lines().count() < 20, "{t}");
 
@@ -311,19 +323,19 @@ fn fleet_groups_by_model_and_drains_shape_drift() {
         .as_array_mut()
         .unwrap()
         .retain(|p| p["a"] != lost.as_str() && p["b"] != lost.as_str());
-    std::fs::write(dir.path().join("hgx1.baseline.json"), b.to_string()).unwrap();
+    std::fs::write(dir.join("hgx1.baseline.json"), b.to_string()).unwrap();
     let mut b = baseline_of("fixtures/hgx-h100-8gpu");
     let slow_port = b["nics"][0]["position"].as_str().unwrap().to_string();
     b["nics"][0]["ports"][0]["rate"] = "200 Gb/sec (4X HDR)".into();
-    std::fs::write(dir.path().join("hgx2.baseline.json"), b.to_string()).unwrap();
+    std::fs::write(dir.join("hgx2.baseline.json"), b.to_string()).unwrap();
     // pcie3: NUMA unknown (its bundle).
-    std::fs::remove_file(dir.path().join("pcie3.baseline.json")).unwrap();
+    std::fs::remove_file(dir.join("pcie3.baseline.json")).unwrap();
     std::fs::copy(
         repo().join("fixtures/variants/pcie-2socket-roce--numa-unknown/bundle.tar.gz"),
-        dir.path().join("pcie3.tar.gz"),
+        dir.join("pcie3.tar.gz"),
     )
     .unwrap();
-    let (code, r) = fleet_json(&[dir.path()]);
+    let (code, r) = fleet_json(&[&dir]);
     assert_eq!(code, 1);
     let shape = r["shape"].as_array().unwrap();
     let of = |n: &str| -> Vec<&Value> { shape.iter().filter(|d| d["node"] == n).collect() };
@@ -357,8 +369,8 @@ fn fleet_groups_by_model_and_drains_shape_drift() {
         "{d2}"
     );
     // The table: one line per node and difference.
-    let o = gpudoctor().arg("fleet").arg(dir.path()).output().unwrap();
-    let t = String::from_utf8(o.stdout).unwrap();
+    let shown = readme::run(top.path(), "fleet nodes/");
+    let t = shown.output.clone();
     let shape_lines = t
         .lines()
         .skip_while(|l| !l.ends_with("* drained):"))
@@ -368,15 +380,12 @@ fn fleet_groups_by_model_and_drains_shape_drift() {
         .filter(|l| !l.starts_with("     "))
         .count();
     assert_eq!(shape_lines, 3, "{t}");
+    readme::show("fleet-models", &[shown]);
     // Markdown for a ticket: the drain table first.
-    let o = gpudoctor()
-        .arg("fleet")
-        .arg(dir.path())
-        .args(["--format", "md"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let md = String::from_utf8(o.stdout).unwrap();
+    let shown = readme::run(top.path(), "fleet nodes/ --format md");
+    assert_eq!(shown.code, 1);
+    let md = shown.output.clone();
+    readme::show("fleet-models-md", &[shown]);
     assert!(
         md.starts_with("## gpudoctor fleet: 12 nodes, 2 to drain"),
         "{md}"
@@ -535,6 +544,10 @@ fn fleet_expect_floors_drain_a_uniformly_slow_group() {
         );
     }
     // Markdown names the floor.
+    let shown = readme::run(dir.path(), "fleet nodes/ --expect h200-sku.json");
+    assert_eq!(shown.code, 1);
+    assert!(shown.output.contains("Drain (5 nodes)"), "{}", shown.output);
+    readme::show("fleet-expect-floors", &[shown]);
     let o = gpudoctor()
         .arg("fleet")
         .arg(&nodes)

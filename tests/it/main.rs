@@ -26,6 +26,7 @@ mod mlx5_prm;
 mod probes;
 mod rdma_driver;
 pub mod rdma_unknown;
+mod readme;
 mod slurm;
 mod sriov;
 mod unreadable;
