@@ -468,3 +468,121 @@ fn readme_cuts_paragraphs_and_lines() {
         "a shell pipe is part of the command"
     );
 }
+
+/// The README's Usage synopsis is hand-written (shorter than `--help`), so a test keeps it true:
+/// every command it names exists, every `--flag` it gives a command is one of that command's
+/// (or a global one), and every visible flag of every command is in it.
+#[test]
+fn readme_usage_names_every_flag_and_only_real_ones() {
+    let readme = std::fs::read_to_string(crate::repo().join("README.md")).unwrap();
+    let usage = &readme[readme.find("## Usage\n").unwrap()..];
+    let block: Vec<&str> = usage
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    assert!(block.len() > 20, "{block:?}");
+    let root = gpudoctor::cli::command();
+    let flags_of = |c: &clap::Command| -> Vec<String> {
+        c.get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .filter(|l| l != "--help" && l != "--version")
+            .collect()
+    };
+    let global: Vec<String> = flags_of(&root);
+    // The commands each line gives flags to (`probe h2d|d2h|p2p ...` gives them to three, a
+    // continuation line to those of the line above); `-d`, `-o` stand for their long names.
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut current: Vec<(Vec<String>, &clap::Command)> = Vec::new();
+    for l in &block {
+        let body = &l[4..];
+        if !body.starts_with(' ') {
+            current = vec![(Vec::new(), &root)];
+            for w in body.split_whitespace() {
+                let mut next = Vec::new();
+                for (p, c) in &current {
+                    for name in w.split('|') {
+                        if let Some(s) = c.find_subcommand(name) {
+                            let mut p = p.clone();
+                            p.push(name.to_string());
+                            next.push((p, s));
+                        }
+                    }
+                }
+                if next.is_empty() {
+                    break;
+                }
+                current = next;
+            }
+            if current[0].0.is_empty() && body.starts_with("help ") {
+                continue; // clap's own, not in the command tree
+            }
+            assert!(
+                !current[0].0.is_empty(),
+                "README Usage: no command in {body:?}"
+            );
+        }
+        for (p, c) in &current {
+            let words = body
+                .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '-'))
+                .filter_map(|w| {
+                    if w.starts_with("--") && w.len() > 2 {
+                        Some(w.to_string())
+                    } else if w.len() == 2 && w.starts_with('-') {
+                        let short = w.chars().nth(1).unwrap();
+                        c.get_arguments()
+                            .find(|a| a.get_short() == Some(short))
+                            .and_then(|a| a.get_long())
+                            .map(|l| format!("--{l}"))
+                    } else {
+                        None
+                    }
+                });
+            seen.entry(p.join(" ")).or_default().extend(words);
+        }
+    }
+    let mut missing = Vec::new();
+    fn walk<'a>(c: &'a clap::Command, at: Vec<String>, out: &mut Vec<(String, &'a clap::Command)>) {
+        for s in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let mut p = at.clone();
+            p.push(s.get_name().to_string());
+            out.push((p.join(" "), s));
+            walk(s, p, out);
+        }
+    }
+    let mut cmds = Vec::new();
+    walk(&root, Vec::new(), &mut cmds);
+    for (path, c) in &cmds {
+        let real = flags_of(c);
+        let below: Vec<String> = cmds
+            .iter()
+            .filter(|(p, _)| p.starts_with(&format!("{path} ")))
+            .flat_map(|(_, d)| flags_of(d))
+            .collect();
+        if let Some(given) = seen.get(path) {
+            for f in given {
+                // `probe ... --format`: a flag of the commands below.
+                assert!(
+                    real.contains(f) || global.contains(f) || below.contains(f),
+                    "README Usage gives `{path}` the flag {f}, which it does not have"
+                );
+            }
+        }
+        // A flag may be shown on the parent's line (`probe ... --format`) or the command's own.
+        let shown: Vec<&String> = seen
+            .iter()
+            .filter(|(k, _)| *k == path || path.starts_with(&format!("{k} ")))
+            .flat_map(|(_, v)| v)
+            .collect();
+        for f in real {
+            if !global.contains(&f) && !shown.contains(&&f) {
+                missing.push(format!("{path} {f}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README Usage does not name: {missing:?}"
+    );
+}
