@@ -136,6 +136,17 @@ pub fn write_bundle(
     for v in reports.values_mut().chain(extra.values_mut()) {
         red.json(v);
     }
+    // A short or generic hostname ("vm") is not replaced inside text (it would match unrelated
+    // words), so the reports' own field is set to its token here, as the manifest's is.
+    if let (Some(name), Some(token), true) = (host_name.as_deref(), host.as_ref(), opts.redact) {
+        for v in reports.values_mut() {
+            if let Some(h) = v.get_mut("hostname")
+                && h.as_str() == Some(name.trim())
+            {
+                *h = serde_json::Value::String(token.clone());
+            }
+        }
+    }
 
     let text_of = |p: &str| match cap.items.get(p) {
         Some(Item::File(b)) => Some(String::from_utf8_lossy(b).trim().to_string()),

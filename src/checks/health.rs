@@ -734,9 +734,26 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
     });
 }
 
+/// NVSwitch functions on this OS's PCI bus; None when a function's vendor or class could not
+/// be read (it might be one).
+fn nvswitches(ctx: &Ctx) -> Option<usize> {
+    let mut n = 0;
+    for f in ctx.inv.pci.values() {
+        let (Some(vendor), Some(class)) = (f.vendor, f.class) else {
+            return None;
+        };
+        if vendor == crate::pci::VENDOR_NVIDIA && crate::pci::ClassCode(class).base_sub() == 0x0680
+        {
+            n += 1;
+        }
+    }
+    Some(n)
+}
+
 /// gpu.fabric: the NVSwitch fabric registration of each GPU.
 pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuFabric;
+    let switches = nvswitches(ctx);
     super::gpu::each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
         let switched = n
             .nvlinks
@@ -802,12 +819,30 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
             },
         );
         let fm_down = fm.as_ref().is_some_and(|p| p.is_empty());
+        // No NVSwitch on this OS's PCI bus (every function identified) while the GPU is on a
+        // fabric: the switches and their fabric manager belong to the host or a service VM
+        // (NVIDIA's shared NVSwitch virtualization model), so none runs here, rightly.
+        let managed_elsewhere = switches == Some(0);
+        let switches_ev = ev(
+            "PCI bus: NVSwitch functions (vendor 10de, class 0680)",
+            match switches {
+                Some(n) => format!("{n} among {} functions", ctx.inv.pci.len()),
+                None => "unknown: a function's vendor or class could not be read".into(),
+            },
+        );
         match (f.state.as_str(), f.status) {
             ("not-supported", _) if !switched => out.push(Finding::new(id, s, Status::Skip, "GPU not on an NVSwitch fabric (fabric state not supported)").with(e).not_applicable()),
+            ("completed", Some(0)) if managed_elsewhere && (fm_down || fm.is_none()) => out.push(
+                Finding::new(id, s, Status::Pass, "registered with the NVSwitch fabric, which is managed outside this OS: no NVSwitch on its PCI bus (shared NVSwitch virtualization: the fabric manager runs in the host or a service VM)")
+                    .with(e)
+                    .with(switches_ev)
+                    .with(fm_ev),
+            ),
             ("completed", Some(0)) if fm_down => out.push(
                 Finding::new(id, s, Status::Warn, "registered with the NVSwitch fabric, but nvidia-fabricmanager is not running: the fabric is not re-programmed after a GPU reset or an NVSwitch error")
                     .with(e)
                     .with(fm_ev)
+                    .with(switches_ev.clone())
                     .fix("Start nvidia-fabricmanager (`systemctl enable --now nvidia-fabricmanager`); `journalctl -u nvidia-fabricmanager` says why it stopped"),
             ),
             ("completed", Some(0)) if switched && fm.is_none() => out.push(
@@ -821,6 +856,13 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .with(e)
                     .with(fm_ev)
                     .fix("Check `journalctl -u nvidia-fabricmanager` and `nvidia-smi -q | grep -A3 Fabric`; restart nvidia-fabricmanager, and reset the GPUs or reboot if the state does not recover"),
+            ),
+            (state, _) if managed_elsewhere => out.push(
+                Finding::new(id, s, Status::Fail, format!("NVSwitch fabric registration {state}: NVLink traffic through the switches does not work (CUDA init fails or P2P is unavailable); the fabric is managed outside this OS (no NVSwitch on its PCI bus)"))
+                    .with(e)
+                    .with(switches_ev)
+                    .with(fm_ev)
+                    .fix("The fabric manager runs in the host or service VM that owns the NVSwitches: report the GPU's fabric state (`nvidia-smi -q | grep -A3 Fabric`) to whoever runs that host; restarting the VM lets the host re-register the GPU"),
             ),
             (state, _) => out.push(
                 Finding::new(id, s, Status::Fail, format!("NVSwitch fabric registration {state}{}: NVLink traffic through the switches does not work (CUDA init fails or P2P is unavailable)", if fm_down { " and nvidia-fabricmanager is not running" } else { "" }))

@@ -169,3 +169,40 @@ fn kernel_log_and_counters_replay_from_a_bundle() {
         assert_eq!(fa, findings(&b, id), "{variant}");
     }
 }
+
+/// gpu.fabric on the real 4-GPU VM (h100x4-live): its GPUs are registered with an NVSwitch
+/// fabric the VM does not see (no NVSwitch function on its PCI bus, no fabric manager in it):
+/// the fabric is managed by the host, which is a pass (the first survey warned on every GPU of
+/// this healthy machine). Where an NVSwitch is on the bus, the fabric manager must run here
+/// (warn, with the switch count); where a function's class cannot be read, it might be a switch
+/// (warn, never the pass).
+#[test]
+fn fabric_managed_outside_a_vm_passes_only_without_switches_in_it() {
+    let v = check(&["--root", "fixtures/h100x4-live"]);
+    let f = findings(&v, "gpu.fabric");
+    assert_eq!(f.len(), 4, "{f:?}");
+    for (status, _, msg) in &f {
+        assert_eq!(status, "pass", "{msg}");
+        assert!(msg.contains("managed outside this OS"), "{msg}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = copy("h100x4-live", tmp.path());
+    let dev = tree.join("sys/devices/pci0000:00/0000:00:05.0");
+    // A switch on the bus (a virtio function recast as an NVIDIA bridge-class 0x0680 device;
+    // its config space, which would name virtio first, removed).
+    std::fs::write(dev.join("vendor"), "0x10de\n").unwrap();
+    std::fs::write(dev.join("class"), "0x068000\n").unwrap();
+    std::fs::remove_file(dev.join("config")).unwrap();
+    let v = check(&["--root", tree.to_str().unwrap()]);
+    for (status, _, msg) in findings(&v, "gpu.fabric") {
+        assert_eq!(status, "warn", "{msg}");
+        assert!(msg.contains("nvidia-fabricmanager is not running"), "{msg}");
+    }
+    // A function whose class is garbage (its config space gone): it might be a switch.
+    std::fs::write(dev.join("vendor"), "0x1af4\n").unwrap();
+    std::fs::write(dev.join("class"), "zz\n").unwrap();
+    let v = check(&["--root", tree.to_str().unwrap()]);
+    for (status, _, msg) in findings(&v, "gpu.fabric") {
+        assert_eq!(status, "warn", "{msg}");
+    }
+}
