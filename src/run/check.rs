@@ -510,18 +510,8 @@ fn level1_reports_within(
                 out.push(cut(kind));
                 continue;
             }
-            if r.hung {
-                return Err(CheckError::Hung(format!(
-                    "level-1 probe {id} hung: {}",
-                    r.report.error.clone().unwrap_or_default()
-                )));
-            }
-            if r.interrupted {
-                return Err(anyhow::anyhow!(
-                    "interrupted by {}; device and pinned memory freed",
-                    crate::signals::which()
-                )
-                .into());
+            if let Some(e) = stopped(&r) {
+                return Err(e);
             }
             // Broken off at the budget's end (the capped deadline): not judged.
             if r.report.error.is_some() && b.spent_at(|| id.to_string()) {
@@ -547,6 +537,25 @@ fn level1_reports_within(
         }
     }
     Ok(out)
+}
+
+/// What ends a level-1 run, worded once for both paths (with and without a budget): a probe
+/// that hung (CUDA work still outstanding at its deadline: the process must leave), or Ctrl-C.
+fn stopped(r: &probes::live::ProbeRun) -> Option<CheckError> {
+    if r.hung {
+        return Some(CheckError::Hung(format!(
+            "level-1 probe {} hung: {}",
+            checks::level1::id_of(r.report.probe),
+            r.report.error.clone().unwrap_or_default()
+        )));
+    }
+    r.interrupted.then(|| {
+        anyhow::anyhow!(
+            "interrupted by {}; device and pinned memory freed",
+            crate::signals::which()
+        )
+        .into()
+    })
 }
 
 /// The level-1 probes, in the order they run.
@@ -582,19 +591,10 @@ pub(super) fn level1_reports(
 ) -> Result<Vec<ProbeReport>, CheckError> {
     if source.is_live() {
         let runs = probes::live::run_level1(&opts.probe, topo);
-        if let Some(r) = runs.iter().find(|r| r.hung) {
-            return Err(CheckError::Hung(format!(
-                "level-1 probe {} hung: {}",
-                checks::level1::id_of(r.report.probe),
-                r.report.error.clone().unwrap_or_default()
-            )));
-        }
-        if runs.iter().any(|r| r.interrupted) {
-            return Err(anyhow::anyhow!(
-                "interrupted by {}; device and pinned memory freed",
-                crate::signals::which()
-            )
-            .into());
+        // A hung probe ends the run before an interrupted one (the process must leave now).
+        let hung = runs.iter().filter(|r| r.hung);
+        if let Some(e) = hung.chain(runs.iter()).find_map(stopped) {
+            return Err(e);
         }
         return Ok(runs.into_iter().map(|r| r.report).collect());
     }
