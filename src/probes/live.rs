@@ -457,6 +457,14 @@ fn gbps(bytes: u64, ms: f32) -> f64 {
 /// enqueueing the next leaves the link idle between samples, and a GPU's PCIe link and clocks
 /// leave their top state when idle. On the H100 VM the one-at-a-time loop measured medians of
 /// 36.5-48.4 GB/s where nvbandwidth measured 52-55 (issue 21).
+/// How many timed copies of `bytes` may be queued at once: about 2 GiB of copies (40 ms at
+/// PCIe Gen5 speed, 160 ms on a link hogged to a quarter), at least 4 (so the GPU always has
+/// the next copy queued), at most 256 (small copies: the host keeps up one by one).
+fn in_flight(bytes: u64) -> usize {
+    const BYTES: u64 = 2 << 30;
+    (BYTES / bytes.max(1)).clamp(4, 256) as usize
+}
+
 fn sample<F: FnMut() -> Result<(), CudaError>>(
     ctx: &Rc<Context>,
     s: &Stream,
@@ -467,29 +475,38 @@ fn sample<F: FnMut() -> Result<(), CudaError>>(
     mut enqueue: F,
 ) -> (Vec<f64>, Option<Stop>) {
     let mut out = Vec::new();
+    let iters = iters as usize;
+    let window = in_flight(bytes).min(iters.max(1));
     let run = |out: &mut Vec<f64>, enqueue: &mut F| -> Result<(), Stop> {
-        let mut events = Vec::with_capacity(iters as usize);
-        for _ in 0..iters {
-            events.push((Event::new(ctx)?, Event::new(ctx)?));
+        // A ring of `window` event pairs: at most that many timed copies are queued ahead of
+        // the one being read, so the GPU never waits for the host, and a stop (Ctrl-C, the
+        // budget) waits for a bounded amount of queued work, not for every copy of the sample
+        // (all of them were queued up front before: 2 s of 256 MiB copies to drain).
+        let mut ring = Vec::with_capacity(window);
+        for _ in 0..window {
+            ring.push((Event::new(ctx)?, Event::new(ctx)?));
         }
         for _ in 0..warmup {
             enqueue()?;
         }
-        for (a, b) in &events {
+        let (mut queued, mut read) = (0usize, 0usize);
+        while read < iters {
             if interrupted() {
                 return Err(Stop::Interrupted);
             }
-            a.record(s)?;
-            enqueue()?;
-            b.record(s)?;
-        }
-        for (a, b) in &events {
-            if interrupted() {
-                return Err(Stop::Interrupted);
+            if queued < iters && queued - read < window {
+                let (a, b) = &ring[queued % window];
+                a.record(s)?;
+                enqueue()?;
+                b.record(s)?;
+                queued += 1;
+                continue;
             }
+            let (a, b) = &ring[read % window];
             b.synchronize()?;
             out.push(gbps(bytes, b.elapsed_ms_since(a)?));
             tick(sh);
+            read += 1;
         }
         Ok(())
     };
