@@ -222,19 +222,7 @@ fn redaction_replaces_the_reports_hostname_field() {
         m["host"] = hostname.into();
         std::fs::write(&mpath, m.to_string()).unwrap();
         let out = tmp.path().join("b.tar.gz");
-        let made = gpudoctor()
-            .arg("--root")
-            .arg(&tree)
-            .args(["bundle", "-o"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert_eq!(
-            made.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&made.stderr)
-        );
+        make_quiet_bundle("--root", &tree, &out);
         let mut docs = std::collections::BTreeMap::new();
         let f = std::fs::File::open(&out).unwrap();
         let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
