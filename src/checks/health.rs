@@ -734,20 +734,24 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
     });
 }
 
-/// NVSwitch functions on this OS's PCI bus; None when a function's vendor or class could not
-/// be read (it might be one).
+/// NVSwitch functions on this OS's PCI bus, as the topology classed them; None when a
+/// function's vendor or class could not be read (it might be one).
 fn nvswitches(ctx: &Ctx) -> Option<usize> {
-    let mut n = 0;
-    for f in ctx.inv.pci.values() {
-        let (Some(vendor), Some(class)) = (f.vendor, f.class) else {
-            return None;
-        };
-        if vendor == crate::pci::VENDOR_NVIDIA && crate::pci::ClassCode(class).base_sub() == 0x0680
-        {
-            n += 1;
-        }
+    if ctx
+        .inv
+        .pci
+        .values()
+        .any(|f| f.vendor.is_none() || f.class.is_none())
+    {
+        return None;
     }
-    Some(n)
+    Some(
+        ctx.topo
+            .devices
+            .iter()
+            .filter(|d| d.kind == crate::topo::DeviceKind::NvSwitch)
+            .count(),
+    )
 }
 
 /// gpu.fabric: the NVSwitch fabric registration of each GPU.
