@@ -457,12 +457,15 @@ fn gbps(bytes: u64, ms: f32) -> f64 {
 /// enqueueing the next leaves the link idle between samples, and a GPU's PCIe link and clocks
 /// leave their top state when idle. On the H100 VM the one-at-a-time loop measured medians of
 /// 36.5-48.4 GB/s where nvbandwidth measured 52-55 (issue 21).
-/// How many timed copies of `bytes` may be queued at once: about 2 GiB of copies (40 ms at
-/// PCIe Gen5 speed, 160 ms on a link hogged to a quarter), at least 4 (so the GPU always has
-/// the next copy queued), at most 256 (small copies: the host keeps up one by one).
+/// How many timed copies of `bytes` may be queued at once: about 2 GiB of copies, but never
+/// fewer than a default reading's samples (`DEFAULT_ITERS`: a default reading queues every copy
+/// up front, as level 1 always did, so its verdicts are measured exactly as before) and at most
+/// 256 (small copies: the host keeps up one by one). A stop waits for at most this many: 20
+/// copies of 256 MiB, 0.1 s at PCIe Gen5 speed, instead of every copy of a long run.
 fn in_flight(bytes: u64) -> usize {
     const BYTES: u64 = 2 << 30;
-    (BYTES / bytes.max(1)).clamp(4, 256) as usize
+    let least = super::options::DEFAULT_ITERS as u64;
+    (BYTES / bytes.max(1)).clamp(least, 256) as usize
 }
 
 fn sample<F: FnMut() -> Result<(), CudaError>>(
@@ -973,4 +976,21 @@ fn dmabuf(g: &Gpu, sh: &SharedRef) {
             reason: String::new(),
         })
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_flight;
+    use crate::probes::options::{DEFAULT_ITERS, DEFAULT_SIZE_BYTES};
+
+    /// A default reading queues all its copies up front (as level 1 always measured); a long
+    /// run or a large copy keeps a bounded queue, which is all a stop waits for.
+    #[test]
+    fn a_default_reading_is_queued_whole_and_long_runs_are_bounded() {
+        assert!(in_flight(DEFAULT_SIZE_BYTES) >= DEFAULT_ITERS as usize);
+        assert_eq!(in_flight(DEFAULT_SIZE_BYTES), DEFAULT_ITERS as usize);
+        assert_eq!(in_flight(1 << 30), DEFAULT_ITERS as usize);
+        assert_eq!(in_flight(1 << 20), 256);
+        assert_eq!(in_flight(0), 256);
+    }
 }
