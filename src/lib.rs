@@ -15,6 +15,7 @@ pub mod fuzzing;
 pub mod inventory;
 pub mod kmsg;
 pub mod libs;
+pub mod nccl;
 pub mod nic;
 pub mod numa;
 pub mod nvml;

@@ -82,6 +82,50 @@ const MLX4_DEVICES: &[u16] = &[0x1003, 0x1004, 0x1007];
 /// EFA device IDs (efa0 .. efa3 generations).
 const EFA_DEVICES: std::ops::RangeInclusive<u16> = 0xefa0..=0xefa3;
 
+/// The ConnectX-8 Data Direct function (15b3:2100, "CX8 Data Direct Interface" in the PCI ID
+/// database; rdma-core kernel-boot/rdma_topo calls it `cx_dma`): the NIC's DMA path placed
+/// beside a GPU on Direct-NIC platforms. It carries no RDMA device of its own (its PF does), so
+/// it is never a NIC here.
+pub const CX8_DATA_DIRECT: u16 = 0x2100;
+
+/// How a NIC model's GPUDirect RDMA reaches GPU memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GdrMemory {
+    /// nvidia-peermem (ibv_reg_mr on a GPU pointer) or dma-buf (ibv_reg_dmabuf_mr).
+    PeermemOrDmabuf,
+    /// dma-buf only: AWS EFA registers GPU memory through ibv_reg_dmabuf_mr (the efa kernel
+    /// driver's dma-buf memory regions, Linux >= 5.12 / efa driver 2.x); nvidia-peermem is not
+    /// its path.
+    DmabufOnly,
+}
+
+/// A recognised RDMA NIC model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NicModel {
+    pub name: &'static str,
+    pub gdr_memory: GdrMemory,
+}
+
+/// RDMA NIC models by vendor and device id, from the PCI ID database (pci.ids 2025.07.11):
+/// ConnectX-7 (15b3:1021), ConnectX-8 (15b3:1023), ConnectX-9 (15b3:1025), BlueField-3's
+/// integrated ConnectX-7 (15b3:a2dc), AWS EFA (1d0f:efa0..efa3). Other mlx5 devices are NICs
+/// too (`family`) but unnamed here.
+pub fn model(vendor: u16, device: u16) -> Option<NicModel> {
+    let (name, gdr_memory) = match (vendor, device) {
+        (0x15b3, 0x1021) => ("ConnectX-7", GdrMemory::PeermemOrDmabuf),
+        (0x15b3, 0x1023) => ("ConnectX-8", GdrMemory::PeermemOrDmabuf),
+        (0x15b3, 0x1025) => ("ConnectX-9", GdrMemory::PeermemOrDmabuf),
+        (0x15b3, 0xa2dc) => ("BlueField-3", GdrMemory::PeermemOrDmabuf),
+        (0x1d0f, 0xefa0) => ("AWS EFA (efa0)", GdrMemory::DmabufOnly),
+        (0x1d0f, 0xefa1) => ("AWS EFA (efa1)", GdrMemory::DmabufOnly),
+        (0x1d0f, 0xefa2) => ("AWS EFA (efa2)", GdrMemory::DmabufOnly),
+        (0x1d0f, 0xefa3) => ("AWS EFA (efa3)", GdrMemory::DmabufOnly),
+        _ => return None,
+    };
+    Some(NicModel { name, gdr_memory })
+}
+
 /// What `family` looks at in a PCI function (`inventory::PciFunction::ids`): this module takes
 /// plain facts, so it does not import the inventory that asks it (one way: inventory -> nic).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,6 +156,7 @@ pub fn family(f: FunctionIds) -> Option<&'static Family> {
         None if f.virtual_function => None,
         None => {
             let driver = match (vendor, f.device?) {
+                (0x15b3, CX8_DATA_DIRECT) => return None,
                 (0x15b3, d) if MLX4_DEVICES.contains(&d) => "mlx4_core",
                 (0x15b3, _) => "mlx5_core",
                 (0x1d0f, d) if EFA_DEVICES.contains(&d) => "efa",
@@ -161,6 +206,31 @@ mod tests {
             Some("irdma")
         );
         assert_eq!(m(family(f(0x020000, 0x1d0f, 0xefa1, None))), Some("efa"));
+        // Today's NICs: ConnectX-7/8, BlueField-3, EFA's four generations, bound or not.
+        for d in [0x1021, 0x1023, 0xa2dc] {
+            assert_eq!(m(family(f(0x020700, 0x15b3, d, None))), Some("mlx5_ib"), "{d:04x}");
+            assert_eq!(
+                m(family(f(0x020000, 0x15b3, d, Some("mlx5_core")))),
+                Some("mlx5_ib"),
+                "{d:04x}"
+            );
+            assert!(model(0x15b3, d).is_some(), "{d:04x}");
+        }
+        for d in 0xefa0..=0xefa3 {
+            assert_eq!(m(family(f(0x020000, 0x1d0f, d, None))), Some("efa"), "{d:04x}");
+            assert_eq!(
+                model(0x1d0f, d).map(|x| x.gdr_memory),
+                Some(GdrMemory::DmabufOnly)
+            );
+        }
+        assert_eq!(model(0x15b3, 0x1023).unwrap().name, "ConnectX-8");
+        assert_eq!(model(0x15b3, 0x101d), None);
+        // ConnectX-8's Data Direct function is no NIC of its own, bound or not.
+        assert_eq!(m(family(f(0x020000, 0x15b3, 0x2100, None))), None);
+        assert_eq!(
+            m(family(f(0x020000, 0x15b3, 0x2100, Some("mlx5_data_direct")))),
+            None
+        );
         // Not RDMA NICs here: X722 on i40e, a ConnectX given to a VM, a Broadcom tg3, a
         // Mellanox function that is no NIC (a BlueField's management function, class 0x0880).
         assert_eq!(m(family(f(0x020000, 0x8086, 0x37d2, Some("i40e")))), None);

@@ -72,27 +72,7 @@ impl Default for CatalogReport {
     }
 }
 
-/// Where the facts came from.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum SourceInfo {
-    /// This machine, now.
-    Live,
-    /// A recorded tree (`--root DIR`).
-    Root { path: String },
-    /// A support bundle (`--bundle FILE`).
-    Bundle { path: String },
-}
-
-impl SourceInfo {
-    pub fn describe(&self) -> String {
-        match self {
-            SourceInfo::Live => "live system".to_string(),
-            SourceInfo::Root { path } => format!("recorded tree {path}"),
-            SourceInfo::Bundle { path } => format!("bundle {path}"),
-        }
-    }
-}
+pub use crate::source::SourceInfo;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NvmlSummary {

@@ -14,6 +14,8 @@ use crate::pci::{self, Bdf, ClassCode};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod gpu_model;
+
 /// How two devices are connected, best to worst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum PathType {
@@ -323,6 +325,53 @@ impl Topology {
         self.devices.iter().find(|d| d.bdf == bdf)
     }
 
+    /// The GPU model (`gpu_model`): by the GPU's PCI device id, else its name.
+    pub fn gpu_model(&self, g: &Gpu) -> gpu_model::GpuModel {
+        let id = self
+            .device(g.bdf)
+            .and_then(|d| d.device_id.as_deref())
+            .and_then(hex_id);
+        gpu_model::lookup(id, &g.name)
+    }
+
+    /// The PCI function that shows this OS runs under a hypervisor, with what it is: a virtio
+    /// function (Red Hat, 1af4), QEMU's own devices (1b36), the i440FX host bridge QEMU
+    /// emulates (8086:1237), VMware's (15ad), Xen's platform device (5853) or VirtualBox's
+    /// (80ee). None: no such function among those read (bare metal, or a hypervisor that
+    /// shows none of these, e.g. a guest with only passed-through devices).
+    pub fn hypervisor(&self) -> Option<(Bdf, &'static str)> {
+        self.devices.iter().find_map(|d| {
+            let v = d.vendor_id.as_deref().and_then(hex_id)?;
+            let dev = d.device_id.as_deref().and_then(hex_id);
+            let what = match (v, dev) {
+                (0x1af4, _) => "a virtio function (1af4)",
+                (0x1b36, _) => "a QEMU device (1b36)",
+                (0x8086, Some(0x1237)) => "QEMU's i440FX host bridge (8086:1237)",
+                (0x15ad, _) => "a VMware virtual device (15ad)",
+                (0x5853, _) => "the Xen platform device (5853)",
+                (0x80ee, _) => "a VirtualBox device (80ee)",
+                _ => return None,
+            };
+            Some((d.bdf, what))
+        })
+    }
+
+    /// Both functions sit directly on one root bus with no bridge above either, and neither
+    /// has a NUMA node: a hypervisor's flattened PCI tree, where the PCIe switches between
+    /// the physical devices are hidden (every pair reads PHB).
+    pub fn flattened(&self, a: Bdf, b: Bdf) -> bool {
+        match (self.device(a), self.device(b)) {
+            (Some(x), Some(y)) => {
+                x.upstream.is_empty()
+                    && y.upstream.is_empty()
+                    && x.root_complex == y.root_complex
+                    && x.numa.node.is_none()
+                    && y.numa.node.is_none()
+            }
+            _ => false,
+        }
+    }
+
     /// What keeps the NIC list from being known whole, as (subject, why): an unreadable
     /// /sys/class/infiniband (subject `host`), and each RDMA device on unknown hardware. A NIC
     /// check says unknown for each, never "no RDMA NICs".
@@ -345,6 +394,11 @@ impl Topology {
         }
         out
     }
+}
+
+/// A `0x1af4`-style id as `Device` keeps it.
+fn hex_id(s: &str) -> Option<u16> {
+    u16::from_str_radix(s.trim_start_matches("0x"), 16).ok()
 }
 
 pub fn pci_name(vendor: Option<u16>, device: Option<u16>) -> String {

@@ -198,8 +198,47 @@ pub(super) fn dmabuf(ctx: &Ctx, out: &mut Vec<Finding>) {
     out.push(f.evidence(db_ev));
 }
 
-/// gdr.path: which memory path each GPU's GPUDirect RDMA to its closest NIC can take.
+/// One GPU-NIC pair's GPUDirect RDMA readiness, worst first: the GPU model cannot do it, no
+/// memory path, something unknown, NCCL would not use it by default, ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Readiness {
+    GpuNotCapable,
+    NoMemoryPath,
+    Unknown,
+    BeyondNcclLevel,
+    Ready,
+}
+
+/// The memory path a pair can use: nvidia-peermem or dma-buf for most NICs, dma-buf only for
+/// EFA (`nic::GdrMemory`). `Err` holds why it is unknown; `Ok(None)` there is none.
+fn memory_path(
+    pm: Option<bool>,
+    db: Option<bool>,
+    gdr_memory: crate::nic::GdrMemory,
+) -> Result<Option<&'static str>, &'static str> {
+    use crate::nic::GdrMemory;
+    match gdr_memory {
+        GdrMemory::DmabufOnly => match db {
+            Some(true) => Ok(Some("dma-buf")),
+            Some(false) => Ok(None),
+            None => Err("dma-buf facts unreadable"),
+        },
+        GdrMemory::PeermemOrDmabuf => match (pm, db) {
+            (Some(true), _) => Ok(Some("peermem")),
+            (_, Some(true)) => Ok(Some("dma-buf")),
+            (Some(false), Some(false)) => Ok(None),
+            _ => Err("peermem or dma-buf facts unreadable"),
+        },
+    }
+}
+
+/// gdr.path: for each GPU and its closest NIC(s), whether GPUDirect RDMA is ready the way NCCL
+/// decides it by default: a GPU model that can do it (`topo::gpu_model`), a memory path
+/// (peermem or dma-buf; dma-buf only for EFA), and a path within NCCL's default
+/// NCCL_NET_GDR_LEVEL (`rdma::judge::gdr::nccl_default_gdr`).
 pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
+    use crate::rdma::judge::gdr::{NCCL_RULES, nccl_default_gdr};
+    use crate::topo::gpu_model::GdrCapability;
     let t = ctx.topo;
     let no_gdr = not_applicable(ctx);
     let (pm, _) = peermem_facts(ctx);
@@ -211,12 +250,12 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
     }
     // A NIC that could not be placed may be some GPU's closest: unknown for it (issue 21).
     super::rdma::nic_gaps(ctx, id, out);
-    let path = match (pm, db) {
-        (Some(true), _) => Some("peermem"),
-        (_, Some(true)) => Some("dma-buf"),
-        (Some(false), Some(false)) => None,
-        _ => Some("unknown"),
+    let host_path = match memory_path(pm, db, crate::nic::GdrMemory::PeermemOrDmabuf) {
+        Ok(Some(p)) => p,
+        Ok(None) => "none",
+        Err(_) => "unknown",
     };
+    let hypervisor = t.hypervisor();
     for c in &t.closest_nics {
         let subject = c.gpu.clone();
         if c.rdma_devices.is_empty() {
@@ -227,22 +266,158 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
                         "no GPUDirect RDMA path: {}'s closest NIC {} ({}) has no RDMA device ({} would provide it), and no NIC has one",
                         c.gpu, n.bdf, n.path.as_str(), n.rdma_module
                     ))
-                    .with(ev("memory path", path.unwrap_or("none")))
+                    .with(ev("memory path", host_path))
                     .fix(format!("Give the NIC its RDMA device: load {} (see `gpudoctor explain rdma.driver`)", n.rdma_module)),
                 );
             }
             continue;
         }
+        let Some(g) = t.gpu(&c.gpu) else {
+            continue;
+        };
+        let model = t.gpu_model(g);
+        let mut evs = vec![ev(
+            format!("{} model", c.gpu),
+            format!(
+                "{} ({}): {}",
+                model.name,
+                model.basis,
+                match model.gdr {
+                    GdrCapability::Capable => "GPUDirect RDMA capable",
+                    GdrCapability::NotCapable => "no GPUDirect RDMA (cudaDevAttrGPUDirectRDMASupported = 0 on GeForce/TITAN/CMP; NCCL gives the GPU gdr=0)",
+                    GdrCapability::Unknown => "GPUDirect RDMA support unknown (model not in gpudoctor's table)",
+                }
+            ),
+        )];
+        if model.c2c {
+            evs.push(ev(
+                format!("{} CPU link", c.gpu),
+                "NVLink-C2C to a Grace CPU (NCCL path C2C)",
+            ));
+        }
+        let mut worst = Readiness::Ready;
+        let mut paths_used: Vec<&str> = Vec::new();
+        let mut flattened = false;
+        let mut nccl_path = None;
+        let mut dmabuf_only = false;
+        for label in &c.nics {
+            let Some(n) = t.nic(label) else {
+                continue;
+            };
+            let nd = t.device(n.bdf);
+            let ids = nd.and_then(|d| {
+                let p = |s: &Option<String>| {
+                    s.as_deref()
+                        .and_then(|x| u16::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+                };
+                Some((p(&d.vendor_id)?, p(&d.device_id)?))
+            });
+            let nic_model = ids.and_then(|(v, d)| crate::nic::model(v, d));
+            let gdr_memory = nic_model.map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
+            dmabuf_only |= gdr_memory == crate::nic::GdrMemory::DmabufOnly;
+            let mem = memory_path(pm, db, gdr_memory);
+            let pcie = c.path.unwrap_or(crate::topo::PathType::SYS);
+            let nccl = nccl_default_gdr(pcie, model.c2c);
+            let flat = t.flattened(g.bdf, n.bdf);
+            flattened |= flat;
+            nccl_path = Some(nccl.path);
+            let r = match (model.gdr, &mem) {
+                (GdrCapability::NotCapable, _) => Readiness::GpuNotCapable,
+                (_, Ok(None)) => Readiness::NoMemoryPath,
+                (GdrCapability::Unknown, _) | (_, Err(_)) => Readiness::Unknown,
+                _ if !nccl.enabled => Readiness::BeyondNcclLevel,
+                _ => Readiness::Ready,
+            };
+            worst = worst.min(r);
+            if let Ok(Some(p)) = mem
+                && !paths_used.contains(&p)
+            {
+                paths_used.push(p);
+            }
+            evs.push(ev(
+                format!("{}<->{}", c.gpu, n.rdma_device),
+                format!(
+                    "{}{}; memory path {}{}; {}{}",
+                    nic_model.map_or_else(|| n.name.clone(), |m| m.name.to_string()),
+                    if c.certain { "" } else { " (path inferred: NUMA unknown)" },
+                    match mem {
+                        Ok(Some(p)) => p,
+                        Ok(None) => "none",
+                        Err(why) => why,
+                    },
+                    if gdr_memory == crate::nic::GdrMemory::DmabufOnly {
+                        " (EFA: dma-buf only, no nvidia-peermem)"
+                    } else {
+                        ""
+                    },
+                    nccl.rule,
+                    if flat {
+                        "; flattened virtual PCI: both on the root bus, numa_node -1"
+                    } else {
+                        ""
+                    },
+                ),
+            ));
+        }
         let nics = c.rdma_devices.join(", ");
-        let f = match path {
-            Some("unknown") => Finding::new(id, subject, Status::Skip, format!("GPUDirect path to {nics} unknown (peermem or dma-buf facts unreadable)")),
-            Some(p) => Finding::new(id, subject, Status::Pass, format!("GPUDirect RDMA to {nics} via {p}")),
-            None => Finding::new(id, subject, Status::Fail, format!("no GPUDirect RDMA path to {nics}: neither nvidia-peermem nor dma-buf"))
+        let at = c.path.map_or("unknown", |p| p.as_str());
+        let inferred = if c.certain { "" } else { " (inferred: NUMA unknown)" };
+        let via = if paths_used.is_empty() {
+            "no memory path".to_string()
+        } else {
+            paths_used.join("/")
+        };
+        let vm_note = if flattened {
+            format!(
+                "; this is a VM{} with flattened PCI (GPU and NIC on the root bus, numa_node -1): NCCL cannot see the PCIe switches between them and reads PHB whatever the physical layout; an NCCL topology file (NCCL_TOPO_FILE) describing the host's real switches lets NCCL see PIX/PXB and use GPUDirect RDMA",
+                hypervisor.map_or(String::new(), |(b, what)| format!(" ({what} at {b})"))
+            )
+        } else {
+            String::new()
+        };
+        let f = match worst {
+            Readiness::GpuNotCapable => Finding::new(id, subject, Status::Fail, format!(
+                "{} ({}) cannot do GPUDirect RDMA: CUDA reports cudaDevAttrGPUDirectRDMASupported = 0 on GeForce-class GPUs and {NCCL_RULES} then gives the GPU gdr=0 (src/plugin/net.cc ncclGpuGdrSupport; src/graph/paths.cc ncclTopoCheckGdr): traffic to {nics} stages through host memory",
+                c.gpu, model.name
+            ))
+            .fix("Use a data-center or professional GPU (A100, H100/H200, B200/GB200, L40S, RTX PRO) where GPUDirect RDMA is needed; a GeForce part cannot be configured into it"),
+            Readiness::NoMemoryPath if dmabuf_only => Finding::new(id, subject, Status::Fail, format!(
+                "no GPUDirect RDMA path to {nics}: EFA registers GPU memory only through dma-buf, and dma-buf is not possible here (see gdr.dmabuf)"
+            ))
+            .fix("Use the open NVIDIA kernel module, Linux >= 5.12, rdma-core >= 34 and an efa driver with dma-buf memory regions (AWS's EFA installer); nvidia-peermem does not help EFA"),
+            Readiness::NoMemoryPath => Finding::new(id, subject, Status::Fail, format!("no GPUDirect RDMA path to {nics}: neither nvidia-peermem nor dma-buf"))
                 .fix("Load nvidia-peermem, or move to the open kernel module + Linux >= 5.12 + rdma-core >= 34 for dma-buf"),
+            Readiness::Unknown if model.gdr == GdrCapability::Unknown => Finding::new(id, subject, Status::Skip, format!(
+                "GPUDirect RDMA to {nics} unknown: {} ({}) is not in gpudoctor's GPU model table, so whether it can do GPUDirect RDMA (CUDA's cudaDevAttrGPUDirectRDMASupported, which {NCCL_RULES} follows) is unknown",
+                model.name, model.basis
+            )),
+            Readiness::Unknown => Finding::new(id, subject, Status::Skip, format!("GPUDirect path to {nics} unknown (peermem or dma-buf facts unreadable)")),
+            Readiness::BeyondNcclLevel => Finding::new(id, subject, Status::Warn, format!(
+                "{} reaches {nics} via {via} at {at}{inferred}, but {NCCL_RULES} does not use GPUDirect RDMA there by default (NCCL path {} is beyond NCCL_NET_GDR_LEVEL's default P2C, which is PXB without a C2C link): traffic stages through host memory{vm_note}",
+                c.gpu,
+                nccl_path.map_or("unknown", |p| p.as_str()),
+            ))
+            .fix(if flattened {
+                "Ask the provider for the instance type's NCCL topology file and point NCCL_TOPO_FILE at it (cloud GPU images ship one, naming the PCIe switches the VM does not show); or, after measuring, NCCL_NET_GDR_LEVEL=PHB"
+            } else {
+                "Place a NIC under the same PCIe switch as the GPU (PIX/PXB); or accept the CPU path explicitly with NCCL_NET_GDR_LEVEL=PHB (measure first)"
+            }),
+            Readiness::Ready => Finding::new(id, subject, Status::Pass, format!(
+                "GPUDirect RDMA to {nics} via {via} at {at}{}: {NCCL_RULES} uses it by default",
+                if nccl_path == Some(crate::rdma::judge::gdr::NcclPath::P2c) {
+                    " over the Grace CPU's NVLink-C2C (NCCL path P2C)"
+                } else {
+                    ""
+                }
+            )),
         };
         let mut f = f;
         f.message.push_str(&super::placement::closer_note(c));
-        out.push(f.with(ev("memory path", path.unwrap_or("none"))));
+        out.push(
+            f.with(ev("memory path", host_path))
+                .evidence(evs)
+                .with(ev("NCCL default GPUDirect RDMA level", crate::rdma::judge::gdr::NCCL_GDR_LEVEL_SOURCE)),
+        );
     }
 }
 

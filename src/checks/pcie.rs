@@ -66,6 +66,214 @@ fn acs_bits(ctl: u16) -> String {
     v.join(", ")
 }
 
+/// What rdma-core's kernel-boot/rdma_topo (NVIDIA's ACS checker for Direct-NIC platforms)
+/// calls a PCI function, by vendor and device id (its `pci_device_types`): Grace and Vera root
+/// ports, the ports of the PCIe switch inside a ConnectX or BlueField-3, ConnectX-8's Data
+/// Direct function, and the NICs themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortKind {
+    GraceRootPort,
+    VeraRootPort,
+    NicSwitchPort,
+    DataDirect,
+    ConnectX,
+    Other,
+}
+
+fn port_kind(d: &Device) -> PortKind {
+    let id = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(|x| u16::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+    };
+    match (id(&d.vendor_id), id(&d.device_id)) {
+        (Some(0x10de), Some(0x22b1 | 0x22b2 | 0x22b8)) => PortKind::GraceRootPort,
+        (Some(0x10de), Some(0x2f95 | 0x2f96)) => PortKind::VeraRootPort,
+        // ConnectX-7 (1979), ConnectX/BlueField mlx5Gen (197c) and BlueField-3 (197b) bridges.
+        (Some(0x15b3), Some(0x1979 | 0x197b | 0x197c)) => PortKind::NicSwitchPort,
+        (Some(0x15b3), Some(crate::nic::CX8_DATA_DIRECT)) => PortKind::DataDirect,
+        (Some(0x15b3), Some(0x1021 | 0x1023 | 0x1025 | 0xa2dc)) => PortKind::ConnectX,
+        _ => PortKind::Other,
+    }
+}
+
+/// The platform as rdma_topo tells it apart (`PCITopo.__detect_topo_type`): a Direct-NIC
+/// (DMA-based) platform has a ConnectX-8 Data Direct function; a NUMA-based one has a GPU right
+/// below a Grace/Vera root port; an inline one has a GPU behind a ConnectX's internal switch;
+/// anything else is a plain PCIe switch platform, where today's rule holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AcsPlatform {
+    DirectNic,
+    GraceNuma,
+    InlineNicSwitch,
+    Plain,
+}
+
+impl AcsPlatform {
+    fn as_str(self) -> &'static str {
+        match self {
+            AcsPlatform::DirectNic => "Direct-NIC (ConnectX-8 Data Direct) platform",
+            AcsPlatform::GraceNuma => "Grace/Vera platform with GPUs on CPU root ports",
+            AcsPlatform::InlineNicSwitch => "platform with GPUs behind a ConnectX/BlueField internal PCIe switch",
+            AcsPlatform::Plain => "plain PCIe switch platform",
+        }
+    }
+}
+
+fn acs_platform(ctx: &Ctx) -> AcsPlatform {
+    let t = ctx.topo;
+    let kinds: Vec<PortKind> = t.devices.iter().map(port_kind).collect();
+    if kinds.contains(&PortKind::DataDirect) {
+        return AcsPlatform::DirectNic;
+    }
+    let gpu_on_cpu_port = t.gpus.iter().any(|g| {
+        t.device(g.bdf)
+            .and_then(|d| d.upstream.last())
+            .and_then(|p| t.device(*p))
+            .is_some_and(|p| {
+                matches!(port_kind(p), PortKind::GraceRootPort | PortKind::VeraRootPort)
+            })
+    });
+    if gpu_on_cpu_port {
+        return AcsPlatform::GraceNuma;
+    }
+    let gpu_behind_nic_switch = t.gpus.iter().any(|g| {
+        t.device(g.bdf).is_some_and(|d| {
+            d.upstream
+                .iter()
+                .filter_map(|u| t.device(*u))
+                .any(|u| port_kind(u) == PortKind::NicSwitchPort)
+        })
+    });
+    if gpu_behind_nic_switch && kinds.contains(&PortKind::ConnectX) {
+        return AcsPlatform::InlineNicSwitch;
+    }
+    AcsPlatform::Plain
+}
+
+/// ACS Control bits rdma_topo prescribes for a port: those that must be set and those that
+/// must be clear (bits it leaves alone are in neither). Bit 0 Source Validation, 2 P2P Request
+/// Redirect, 3 P2P Completion Redirect, 4 Upstream Forwarding (PCIe Base 6.0, 7.7.8.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AcsExpect {
+    on: u16,
+    off: u16,
+    /// Why this port gets these bits.
+    role: &'static str,
+}
+
+const SV: u16 = Acs::SOURCE_VALIDATION;
+const RR: u16 = Acs::P2P_REQUEST_REDIRECT;
+const CR: u16 = Acs::P2P_COMPLETION_REDIRECT;
+const UF: u16 = Acs::UPSTREAM_FORWARDING;
+
+impl AcsExpect {
+    /// rdma_topo's notation: bits 6..0, `1` set, `0` clear, `x` left alone ("xx110x1").
+    fn mask(&self) -> String {
+        (0..7)
+            .rev()
+            .map(|b| {
+                let bit = 1u16 << b;
+                if self.on & bit != 0 {
+                    '1'
+                } else if self.off & bit != 0 {
+                    '0'
+                } else {
+                    'x'
+                }
+            })
+            .collect()
+    }
+
+    fn holds(&self, control: u16) -> bool {
+        control & self.on == self.on && control & self.off == 0
+    }
+
+    /// The kernel's isolating default (rdma_topo `kernel_acs_isolated`): SV, RR, CR, UF set;
+    /// a Vera root port advertises Completion Redirect read-only and clear.
+    fn kernel_isolated(kind: PortKind) -> AcsExpect {
+        if kind == PortKind::VeraRootPort {
+            AcsExpect {
+                on: SV | RR | UF,
+                off: CR,
+                role: "Vera root port: the kernel's isolating default (Completion Redirect is read-only clear there)",
+            }
+        } else {
+            AcsExpect {
+                on: SV | RR | CR | UF,
+                off: 0,
+                role: "the kernel's isolating default for NIC-switch and Grace/Vera ports here",
+            }
+        }
+    }
+}
+
+/// What rdma_topo prescribes for bridge `b` on `platform` (None: no platform rule; today's
+/// rule, no redirect bit, applies). On a Direct-NIC platform the GPU's traffic to the NIC goes
+/// through the Data Direct function beside it, and the shared switch is set so that requests
+/// from the GPU side are redirected up while completions and the Data Direct side's requests
+/// route peer to peer (rdma_topo `NVCX_DMA_Complex.compute_acs`).
+fn acs_expected(ctx: &Ctx, platform: AcsPlatform, b: Bdf) -> Option<AcsExpect> {
+    let t = ctx.topo;
+    let d = t.device(b)?;
+    let kind = port_kind(d);
+    if platform == AcsPlatform::DirectNic {
+        for dma in t.devices.iter().filter(|x| port_kind(x) == PortKind::DataDirect) {
+            // RP -> shared USP -> DSP -> Data Direct function.
+            let up = &dma.upstream;
+            let (Some(&dsp), Some(&usp)) = (up.last(), up.len().checked_sub(2).and_then(|i| up.get(i))) else {
+                continue;
+            };
+            if b == dsp {
+                return Some(AcsExpect {
+                    on: UF | CR | SV,
+                    off: RR,
+                    role: "downstream port toward the ConnectX-8 Data Direct function",
+                });
+            }
+            if up.first() == Some(&b) {
+                return Some(AcsExpect {
+                    on: UF | CR | RR,
+                    off: SV,
+                    role: "root port of a Direct-NIC complex (Source Validation off keeps the complex in one IOMMU group)",
+                });
+            }
+            // The shared switch's other downstream port, on the way to the GPU.
+            let on_gpu_side = t.gpus.iter().any(|g| {
+                t.device(g.bdf).is_some_and(|gd| {
+                    gd.upstream
+                        .iter()
+                        .position(|u| *u == usp)
+                        .and_then(|i| gd.upstream.get(i + 1))
+                        == Some(&b)
+                })
+            });
+            if on_gpu_side && d.upstream.last() == Some(&usp) {
+                return Some(AcsExpect {
+                    on: UF | RR | SV,
+                    off: CR,
+                    role: "downstream port toward the GPU of a Direct-NIC complex",
+                });
+            }
+        }
+    }
+    let platform_port = matches!(
+        kind,
+        PortKind::NicSwitchPort | PortKind::GraceRootPort | PortKind::VeraRootPort
+    );
+    match platform {
+        AcsPlatform::DirectNic | AcsPlatform::GraceNuma if platform_port => {
+            Some(AcsExpect::kernel_isolated(kind))
+        }
+        // Bare metal (rdma_topo --no-virt): peer traffic routed in the NIC's switch.
+        AcsPlatform::InlineNicSwitch if platform_port => Some(AcsExpect {
+            on: 0,
+            off: SV | RR | CR | UF,
+            role: "NIC-switch or CPU port of an inline GPU-NIC complex, bare metal: all ACS off so peer traffic stays in the switch",
+        }),
+        _ => None,
+    }
+}
+
 pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::PcieAcsRedirect;
     let t = ctx.topo;
@@ -73,12 +281,16 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
+    let platform = acs_platform(ctx);
+    let hypervisor = t.hypervisor();
     // bridge -> the device pairs whose traffic crosses it (borrowed names: joined once per
     // bridge below, not formatted once per bridge and pair, tens of thousands of strings on a
     // large host).
     enum Pair<'a> {
         Nic(&'a str, &'a str),
         Gpus(&'a str, &'a str),
+        /// A GPU and the ConnectX-8 Data Direct function its NIC traffic goes through.
+        DataDirect(&'a str, Bdf),
     }
     let mut users: BTreeMap<Bdf, Vec<Pair>> = BTreeMap::new();
     for c in &t.closest_nics {
@@ -97,6 +309,24 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
             }
         }
     }
+    if platform == AcsPlatform::DirectNic {
+        for dma in t.devices.iter().filter(|d| port_kind(d) == PortKind::DataDirect) {
+            for g in &t.gpus {
+                let on_its_root_port = t
+                    .device(g.bdf)
+                    .is_some_and(|gd| gd.upstream.first().is_some() && gd.upstream.first() == dma.upstream.first());
+                if !on_its_root_port {
+                    continue;
+                }
+                for b in bridges_between(ctx, g.bdf, dma.bdf) {
+                    users
+                        .entry(b)
+                        .or_default()
+                        .push(Pair::DataDirect(&g.label, dma.bdf));
+                }
+            }
+        }
+    }
     for (i, a) in t.gpus.iter().enumerate() {
         for b in &t.gpus[i + 1..] {
             for br in bridges_between(ctx, a.bdf, b.bdf) {
@@ -111,11 +341,21 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(Finding::new(id, "host", Status::Pass, "no PCIe bridges between GPUs and their NICs or between GPUs (flat PCI): nothing can redirect peer traffic"));
         return;
     }
-    // Every redirecting bridge, for the one boot parameter that must name them all: the kernel
-    // keeps only the last `disable_acs_redir=` it is given (drivers/pci/pci.c, pci_setup) and
-    // takes a semicolon-separated device list (Documentation/admin-guide/kernel-parameters.txt).
+    // What each bridge should hold: rdma_topo's prescription on the platforms it knows, else
+    // today's rule (no redirect bit on a GPU-NIC or GPU-GPU path).
+    let plain = AcsExpect {
+        on: 0,
+        off: RR | CR | UF,
+        role: "bridge on a GPU-NIC or GPU-GPU path: no redirect, peer traffic routed in the switch",
+    };
+    let expected = |b: Bdf| acs_expected(ctx, platform, b);
+    // Every redirecting bridge the plain rule fails, for the one boot parameter that must name
+    // them all: the kernel keeps only the last `disable_acs_redir=` it is given
+    // (drivers/pci/pci.c, pci_setup) and takes a semicolon-separated device list
+    // (Documentation/admin-guide/kernel-parameters.txt).
     let redirecting: Vec<String> = users
         .keys()
+        .filter(|b| hypervisor.is_none() && expected(**b).is_none())
         .filter(|b| {
             ctx.inv.pci.get(b).is_some_and(|f| {
                 needs_root(f).is_none()
@@ -144,22 +384,23 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
             continue;
         };
         let mut named = String::new();
-        let mut last: Option<(&str, &str)> = None;
+        let mut last: Option<(&str, String)> = None;
         for p in &pairs {
             let (a, b) = match *p {
-                Pair::Nic(a, b) | Pair::Gpus(a, b) => (a, b),
+                Pair::Nic(a, b) | Pair::Gpus(a, b) => (a, b.to_string()),
+                Pair::DataDirect(a, d) => (a, format!("Data Direct {d}")),
             };
             // The same pair twice in a row (two routes through one bridge) is named once.
-            if last == Some((a, b)) {
+            if last.as_ref().is_some_and(|(x, y)| *x == a && *y == b) {
                 continue;
             }
-            last = Some((a, b));
             if !named.is_empty() {
                 named.push_str(", ");
             }
             named.push_str(a);
             named.push_str("<->");
-            named.push_str(b);
+            named.push_str(&b);
+            last = Some((a, b));
         }
         let pairs_ev = ev("peer paths through this bridge", named);
         let subject = b.to_string();
@@ -172,6 +413,21 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
             continue;
         }
         let cfg = f.config.as_ref().expect("checked by needs_root");
+        let platform_rule = expected(b);
+        let want = platform_rule.unwrap_or(plain);
+        let want_ev = ev(
+            "expected ACS Control (bits 6..0, rdma_topo notation)",
+            format!(
+                "{} ({}; {})",
+                want.mask(),
+                want.role,
+                if platform_rule.is_some() {
+                    format!("rdma-core kernel-boot/rdma_topo, {}", platform.as_str())
+                } else {
+                    "NCCL troubleshooting: PCI Access Control Services".to_string()
+                }
+            ),
+        );
         match cfg.acs {
             None if cfg.ext_caps_readable => out.push(
                 Finding::new(id, subject, Status::Pass, "bridge has no ACS capability: peer traffic is routed directly").with(pairs_ev),
@@ -179,22 +435,52 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
             None => out.push(
                 Finding::new(id, subject, Status::Skip, format!("extended capability list unreadable: {}", cfg.problems.join("; "))).with(pairs_ev),
             ),
-            Some(a) if a.redirect_bits() != 0 => out.push(
-                Finding::new(id, subject.clone(), Status::Fail, format!(
-                    "ACS {} enabled: peer-to-peer traffic is bounced through the root complex (GPUDirect RDMA and GPU P2P slow or broken)",
-                    acs_bits(a.control)
-                ))
-                .with(ev(format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6), format!("0x{:04x}", a.control)))
-                .with(pairs_ev)
-                .fix(format!(
-                    "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `{boot_param}`{all_of_them} (kernel >= 4.19), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
-                )),
-            ),
-            Some(a) => out.push(
-                Finding::new(id, subject, Status::Pass, "ACS present, no P2P redirect bits set")
-                    .with(ev(format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6), format!("0x{:04x}", a.control)))
-                    .with(pairs_ev),
-            ),
+            Some(a) => {
+                let reg_ev = ev(
+                    format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6),
+                    format!("0x{:04x}", a.control),
+                );
+                let actual_ev = ev("actual ACS Control (bits 6..0)", format!("{:07b}", a.control & 0x7f));
+                let evs = vec![reg_ev, want_ev, actual_ev, pairs_ev];
+                let finding = match (&hypervisor, platform_rule) {
+                    // A guest's bridges are the hypervisor's virtual ports: their ACS keeps the
+                    // guest kernel's isolation, and whether peer traffic is redirected is the
+                    // host's ACS (and IOMMU), which the guest can neither see nor change.
+                    (Some((hb, what)), _) if a.redirect_bits() != 0 => Finding::new(id, subject, Status::Pass, format!(
+                        "ACS {} enabled on a virtual bridge in a VM ({what} at {hb}): the guest kernel's isolation is kept, as it should be; the guest cannot change how the host routes peer traffic (the host's ACS and IOMMU decide), so this is not failed",
+                        acs_bits(a.control)
+                    )),
+                    (_, Some(e)) if e.holds(a.control) => Finding::new(id, subject, Status::Pass, format!(
+                        "ACS Control as rdma_topo prescribes for a {} on a {}{}",
+                        e.role,
+                        platform.as_str(),
+                        if a.redirect_bits() != 0 {
+                            format!(" ({} on is correct here)", acs_bits(a.control))
+                        } else {
+                            String::new()
+                        }
+                    )),
+                    (_, Some(e)) => Finding::new(id, subject.clone(), Status::Fail, format!(
+                        "ACS Control {:07b} differs from what rdma_topo prescribes for a {} on a {}: expected {}; GPUDirect RDMA through this port is misrouted or its IOMMU grouping is wrong",
+                        a.control & 0x7f,
+                        e.role,
+                        platform.as_str(),
+                        e.mask()
+                    ))
+                    .fix(format!(
+                        "Set the platform's ACS bits with rdma-core's `rdma_topo` (`rdma_topo check` shows each port, `rdma_topo write-grub-acs` makes the kernel set them at boot with pci=config_acs=, `rdma_topo setpci-acs` sets them now); by hand: `setpci -s {subject} ECAP_ACS+0x6.w` to the expected bits. Do not clear ACS wholesale here: some redirect bits are required on this platform"
+                    )),
+                    (_, None) if a.redirect_bits() != 0 => Finding::new(id, subject.clone(), Status::Fail, format!(
+                        "ACS {} enabled: peer-to-peer traffic is bounced through the root complex (GPUDirect RDMA and GPU P2P slow or broken)",
+                        acs_bits(a.control)
+                    ))
+                    .fix(format!(
+                        "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `{boot_param}`{all_of_them} (kernel >= 4.19), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
+                    )),
+                    (_, None) => Finding::new(id, subject, Status::Pass, "ACS present, no P2P redirect bits set"),
+                };
+                out.push(finding.evidence(evs));
+            }
         }
     }
 }
@@ -312,8 +598,8 @@ pub(super) fn link_width(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .with(ev(link_at(f, dir, "current_link_width"), c.to_string())),
             ),
             _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
-                "{who} link width unknown: {}",
-                f.unread.get("current_link_width").or(f.unread.get("max_link_width")).cloned().unwrap_or_default()
+                "{who} link width unknown (never x0): {}",
+                link_unknown_why(ctx, f, &["current_link_width", "max_link_width"])
             ))),
         }
     });
@@ -362,11 +648,7 @@ pub(super) fn link_speed(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Status::Skip,
                 format!(
                     "{who} link speed unknown: {}",
-                    f.unread
-                        .get("current_link_speed")
-                        .or(f.unread.get("max_link_speed"))
-                        .cloned()
-                        .unwrap_or_default()
+                    link_unknown_why(ctx, f, &["current_link_speed", "max_link_speed"])
                 ),
             )),
         }
@@ -401,6 +683,35 @@ pub(super) fn slot_mismatch(ctx: &Ctx, out: &mut Vec<Finding>) {
             _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{who} link capability unknown"))),
         }
     });
+}
+
+/// Why a link value is unknown, for each of `keys` that was not read: the reader's reason, a 0
+/// (or "Unknown") explained as what it is (no value: a link that is down, or a hypervisor's
+/// virtual port that does not report its link; NCCL 2.30.7 src/graph/topo.cc then assumes x16,
+/// a doctor must not), and, in a VM, that the host's physical link is not visible here.
+fn link_unknown_why(ctx: &Ctx, f: &PciFunction, keys: &[&str]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for k in keys {
+        let Some(r) = f.unread.get(*k) else {
+            continue;
+        };
+        let zero = r.ends_with("unparseable value '0'") || r.ends_with("unparseable value 'Unknown'");
+        parts.push(if zero {
+            format!("{r}: no value (the link is down, or a virtual port does not report it)")
+        } else {
+            r.clone()
+        });
+    }
+    if parts.is_empty() {
+        parts.push(format!("{} not read", keys.join(", ")));
+    }
+    let mut why = parts.join("; ");
+    if let Some((b, what)) = ctx.topo.hypervisor() {
+        why.push_str(&format!(
+            "; this is a VM ({what} at {b}): the physical link is the host's and is not visible here"
+        ));
+    }
+    why
 }
 
 /// Where a link value was read: the sysfs attribute `attr` ("current_link_width", ...), or,
@@ -725,4 +1036,193 @@ pub(super) fn unidentified_skips(ctx: &Ctx, found: &[Finding]) -> Vec<Finding> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    //! ACS per platform on small hand-built trees: rdma_topo's prescriptions on a Direct-NIC
+    //! complex, today's rule on a plain switch, and a guest's virtual bridges.
+    use super::*;
+    use crate::inventory::{Inventory, Link, RdmaBacking, RdmaDevice};
+    use crate::pci::config::{ConfigSpace, Coverage};
+
+    const BRIDGE: u32 = 0x060400;
+
+    fn b(s: &str) -> Bdf {
+        s.parse().unwrap()
+    }
+
+    /// A function below `up` (root port first), with ACS Control `acs` where it is a bridge.
+    fn f(bdf: &str, up: &[&str], class: u32, vendor: u16, device: u16, acs: Option<u16>) -> PciFunction {
+        PciFunction {
+            bdf: b(bdf),
+            sysfs_path: format!("/sys/devices/pci0000:00/{bdf}"),
+            root_complex: "pci0000:00".into(),
+            upstream: up.iter().map(|u| b(u)).collect(),
+            class: Some(class),
+            vendor: Some(vendor),
+            device: Some(device),
+            driver: None,
+            numa_node: Some(0),
+            local_cpulist: Some("0-7".into()),
+            link: Link::default(),
+            config: Some(ConfigSpace {
+                length: 4096,
+                coverage: Coverage::Extended,
+                vendor_id: Some(vendor),
+                device_id: Some(device),
+                header_type: None,
+                pcie: None,
+                caps_readable: true,
+                acs: acs.map(|control| Acs {
+                    offset: 0x100,
+                    capability: 0x5f,
+                    control,
+                }),
+                aer_offset: None,
+                ext_caps_readable: true,
+                problems: Vec::new(),
+            }),
+            physfn: None,
+            unread: Default::default(),
+        }
+    }
+
+    fn run(pci: Vec<PciFunction>, nic: &str) -> Vec<Finding> {
+        let inv = Inventory {
+            pci: pci.into_iter().map(|f| (f.bdf, f)).collect(),
+            rdma: vec![RdmaDevice {
+                name: "mlx5_0".into(),
+                backing: RdmaBacking::Pci { bdf: b(nic) },
+                node_type: None,
+                hca_type: None,
+                fw_ver: None,
+                node_guid: None,
+                board_id: None,
+                ports: Vec::new(),
+                unread: Default::default(),
+            }],
+            netdevs: Vec::new(),
+            numa_nodes: Vec::new(),
+            nvml: crate::nvml::NvmlSnapshot::default().into(),
+            host: Default::default(),
+            extras: Default::default(),
+            notes: Vec::new(),
+            rdma_class: Default::default(),
+            net_class: Default::default(),
+            kernel_log: Default::default(),
+        };
+        let topo = crate::topo::build(&inv);
+        let libs = crate::libs::LibFacts::default();
+        let ctx = Ctx {
+            inv: &inv,
+            topo: &topo,
+            libs: &libs,
+        };
+        let mut out = Vec::new();
+        acs_redirect(&ctx, &mut out);
+        out
+    }
+
+    fn at<'a>(out: &'a [Finding], bdf: &str) -> &'a Finding {
+        out.iter().find(|f| f.subject == bdf).unwrap_or_else(|| panic!("{bdf}: {out:#?}"))
+    }
+
+    fn evidence<'a>(f: &'a Finding, source: &str) -> &'a str {
+        f.evidence
+            .iter()
+            .find(|e| e.source.starts_with(source))
+            .map(|e| e.value.as_str())
+            .unwrap_or_else(|| panic!("{source}: {f:#?}"))
+    }
+
+    /// A Grace root port, a ConnectX-8's switch with its Data Direct function on one downstream
+    /// port and a second switch (toward the GPU) on the other; the NIC's PF elsewhere:
+    ///
+    /// 00:01.0 Grace RP ─ 01:00.0 CX USP ─┬ 02:00.0 DSP ─ 03:00.0 CX8 Data Direct
+    ///                                    └ 02:01.0 DSP ─ 04:00.0 USP ─ 05:00.0 DSP ─ 06:00.0 GPU
+    /// 00:02.0 Grace RP ─ 07:00.0 ConnectX-8 PF (mlx5_0)
+    fn direct_nic(acs: [u16; 6]) -> Vec<PciFunction> {
+        let (rp, usp, dsp_dma, dsp_gpu, usp2, dsp2) = (
+            "0000:00:01.0",
+            "0000:01:00.0",
+            "0000:02:00.0",
+            "0000:02:01.0",
+            "0000:04:00.0",
+            "0000:05:00.0",
+        );
+        vec![
+            f(rp, &[], BRIDGE, 0x10de, 0x22b2, Some(acs[0])),
+            f(usp, &[rp], BRIDGE, 0x15b3, 0x197c, Some(acs[1])),
+            f(dsp_dma, &[rp, usp], BRIDGE, 0x15b3, 0x197c, Some(acs[2])),
+            f(dsp_gpu, &[rp, usp], BRIDGE, 0x15b3, 0x197c, Some(acs[3])),
+            f(usp2, &[rp, usp, dsp_gpu], BRIDGE, 0x15b3, 0x197c, Some(acs[4])),
+            f(dsp2, &[rp, usp, dsp_gpu, usp2], BRIDGE, 0x15b3, 0x197c, Some(acs[5])),
+            f("0000:03:00.0", &[rp, usp, dsp_dma], 0x020000, 0x15b3, 0x2100, None),
+            f("0000:06:00.0", &[rp, usp, dsp_gpu, usp2, dsp2], 0x030200, 0x10de, 0x2941, None),
+            f("0000:00:02.0", &[], BRIDGE, 0x10de, 0x22b2, Some(0x1d)),
+            f("0000:07:00.0", &["0000:00:02.0"], 0x020000, 0x15b3, 0x1023, None),
+        ]
+    }
+
+    #[test]
+    fn direct_nic_ports_get_rdma_topos_bits_and_redirect_on_is_correct_there() {
+        // rdma_topo: RP xx111x0, DSP toward Data Direct xx110x1, DSP toward the GPU xx101x1,
+        // every other NIC-switch port the kernel's isolation xx111x1.
+        let good = [0x1c, 0x1d, 0x19, 0x15, 0x1d, 0x1d];
+        let out = run(direct_nic(good), "0000:07:00.0");
+        for bdf in ["0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:02:01.0", "0000:04:00.0", "0000:05:00.0"] {
+            assert_eq!(at(&out, bdf).status, Status::Pass, "{bdf}: {:#?}", at(&out, bdf));
+        }
+        let dsp = at(&out, "0000:02:00.0");
+        assert!(dsp.message.contains("is correct here"), "{}", dsp.message);
+        assert!(evidence(dsp, "expected ACS Control").starts_with("xx110x1"));
+        assert_eq!(evidence(dsp, "actual ACS Control"), "0011001");
+        assert!(evidence(dsp, "peer paths").contains("Data Direct 0000:03:00.0"));
+        assert!(evidence(at(&out, "0000:00:01.0"), "expected ACS Control").starts_with("xx111x0"));
+        assert!(evidence(at(&out, "0000:02:01.0"), "expected ACS Control").starts_with("xx101x1"));
+        // The plain rule (all redirect off) fails a Direct-NIC port: ACS cleared wholesale.
+        let cleared = run(direct_nic([0; 6]), "0000:07:00.0");
+        let dsp = at(&cleared, "0000:02:00.0");
+        assert_eq!(dsp.status, Status::Fail);
+        assert!(dsp.message.contains("expected xx110x1"), "{}", dsp.message);
+        assert!(dsp.remediation.as_deref().unwrap().contains("rdma_topo"));
+        // Request Redirect on toward the Data Direct function is wrong.
+        let mut bad = good;
+        bad[2] = 0x1d;
+        assert_eq!(at(&run(direct_nic(bad), "0000:07:00.0"), "0000:02:00.0").status, Status::Fail);
+    }
+
+    #[test]
+    fn plain_switch_keeps_todays_rule_and_a_vm_keeps_its_isolation() {
+        let (rp, usp) = ("0000:00:01.0", "0000:01:00.0");
+        let tree = |acs: u16, virtio: bool| {
+            let mut v = vec![
+                f(rp, &[], BRIDGE, 0x8086, 0x2030, Some(0)),
+                f(usp, &[rp], BRIDGE, 0x1000, 0xc030, Some(0)),
+                f("0000:02:00.0", &[rp, usp], BRIDGE, 0x1000, 0xc030, Some(acs)),
+                f("0000:02:01.0", &[rp, usp], BRIDGE, 0x1000, 0xc030, Some(0)),
+                f("0000:03:00.0", &[rp, usp, "0000:02:00.0"], 0x030200, 0x10de, 0x2330, None),
+                f("0000:04:00.0", &[rp, usp, "0000:02:01.0"], 0x020000, 0x15b3, 0x1021, None),
+            ];
+            if virtio {
+                v.push(f("0000:00:03.0", &[], 0x020000, 0x1af4, 0x1041, None));
+            }
+            v
+        };
+        let out = run(tree(0x1d, false), "0000:04:00.0");
+        let dsp = at(&out, "0000:02:00.0");
+        assert_eq!(dsp.status, Status::Fail);
+        assert!(dsp.message.contains("bounced through the root complex"));
+        assert!(evidence(dsp, "expected ACS Control").starts_with("xx000xx"));
+        assert_eq!(evidence(dsp, "actual ACS Control"), "0011101");
+        assert!(dsp.remediation.as_deref().unwrap().contains("disable_acs_redir=0000:02:00.0"));
+        assert_eq!(at(&out, "0000:02:01.0").status, Status::Pass);
+        // The same bits in a guest (a virtio function on its bus): kept, not failed, said so.
+        let out = run(tree(0x1d, true), "0000:04:00.0");
+        let dsp = at(&out, "0000:02:00.0");
+        assert_eq!(dsp.status, Status::Pass);
+        assert!(dsp.message.contains("in a VM"), "{}", dsp.message);
+        assert!(dsp.message.contains("virtio"), "{}", dsp.message);
+    }
 }

@@ -9,7 +9,9 @@ mod probe;
 mod values;
 
 pub use man::{command, completion_script, man_pages};
-pub use probe::{DmabufExportArgs, GpuArg, GpuWriteBwArgs, ProbeArgs, ProbeCommand, WriteBwArgs};
+pub use probe::{
+    DmabufExportArgs, GpuArg, GpuWriteBwArgs, NcclArgs, ProbeArgs, ProbeCommand, WriteBwArgs,
+};
 pub use values::{
     ColorChoice, FleetFormat, FormatArg, GdrModeArg, GpuSideArg, NicHandlerArg, QueuePlaceArg,
 };
@@ -41,6 +43,17 @@ pub struct SourceArgs {
     /// Replay a support bundle (a .tar.gz from `gpudoctor bundle`) instead of this machine.
     #[arg(long, value_name = "FILE", conflicts_with = "root")]
     pub bundle: Option<PathBuf>,
+
+    /// Judge a machine from a record in another format: an nvidia-bug-report log, lspci text
+    /// (-v..-vvv, -D, -nn, -k, -x..-xxxx), hwloc XML (lstopo --of xml) or an NCCL topology XML
+    /// (NCCL_TOPO_DUMP_FILE or NCCL_TOPO_FILE), gzip accepted. What the format does not carry is
+    /// unknown, never a pass.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["root", "bundle"])]
+    pub from: Option<PathBuf>,
+
+    /// The format of --from, instead of recognising it from the content.
+    #[arg(long, value_name = "FORMAT", requires = "from", value_parser = ["bug-report", "lspci", "hwloc", "nccl"])]
+    pub from_format: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -22,6 +22,54 @@ pub enum ProbeCommand {
     /// ConnectX port); skips cleanly, exit 0, where the GPU, CUDA, libmlx5 or an mlx5 port is
     /// absent. Schema gpudoctor.gpu-write-bw/1.
     GpuWriteBw(GpuWriteBwArgs),
+    /// NCCL all-reduce and all-gather across this node's GPUs: bus bandwidth as nccl-tests
+    /// computes it, against the NVLink/PCIe rate, and NCCL's transport per GPU pair against
+    /// the topology (`--net`: through a NIC instead). libnccl is loaded at run time; skips
+    /// cleanly, exit 0, without it or with fewer than two GPUs.
+    Nccl(NcclArgs),
+    /// Internal: one NCCL configuration in a child process of `probe nccl`.
+    #[command(hide = true)]
+    NcclWorker,
+}
+
+#[derive(Debug, Clone, ClapArgs)]
+pub struct NcclArgs {
+    /// Smallest size of the sweep (bytes; K, M, G suffixes: binary), as nccl-tests' -b.
+    #[arg(long, short = 'b', value_name = "BYTES", default_value = "8M",
+          value_parser = crate::nccl::bandwidth::parse_size)]
+    pub min_size: u64,
+    /// Largest size, doubling from --min-size, as nccl-tests' -e; judged at this size.
+    #[arg(long, short = 'e', value_name = "BYTES", default_value = "1G",
+          value_parser = crate::nccl::bandwidth::parse_size)]
+    pub max_size: u64,
+    /// Collectives per timed sample (nccl-tests' -n).
+    #[arg(long, short = 'n', value_name = "N", default_value_t = crate::nccl::live::DEFAULT_ITERS,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub iters: u32,
+    /// Untimed collectives before each size (nccl-tests' -w).
+    #[arg(long, short = 'w', value_name = "N", default_value_t = crate::nccl::live::DEFAULT_WARMUP)]
+    pub warmup: u32,
+    /// Timed samples per size (median, min, max reported; a size below its bar is measured
+    /// again with three times as many).
+    #[arg(long, value_name = "N", default_value_t = crate::nccl::live::DEFAULT_SAMPLES,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub samples: u32,
+    /// The network path on this node: P2P and SHM disabled, through each active RDMA port in
+    /// turn (NCCL_IB_HCA), or NCCL's socket transport where there is none.
+    #[arg(long)]
+    pub net: bool,
+    /// With --net: only this RDMA device or port (mlx5_0, mlx5_0:1).
+    #[arg(long, value_name = "DEV", requires = "net")]
+    pub hca: Option<String>,
+    /// Give up on a configuration after this many seconds: its worker process is killed (exit 2).
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::nccl::live::DEFAULT_DEADLINE_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub deadline: u64,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Print one JSON document (schema gpudoctor.nccl/1) with every raw sample.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, ClapArgs)]

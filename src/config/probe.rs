@@ -43,6 +43,8 @@ pub(super) fn resolve(cmd: ProbeCommand, env: &Env) -> Result<Action> {
         ProbeCommand::D2h(p) => probe_action(ProbeKind::D2h, p, env)?,
         ProbeCommand::P2p(p) => probe_action(ProbeKind::P2p, p, env)?,
         ProbeCommand::DmabufExport(p) => dmabuf_export_action(p, env)?,
+        ProbeCommand::Nccl(n) => Action::Nccl(Box::new(super::nccl::resolve(n, env)?)),
+        ProbeCommand::NcclWorker => Action::NcclWorker,
     })
 }
 

@@ -355,6 +355,7 @@ fn source_kind(s: &crate::report::SourceInfo) -> &'static str {
         crate::report::SourceInfo::Live => "live",
         crate::report::SourceInfo::Root { .. } => "root",
         crate::report::SourceInfo::Bundle { .. } => "bundle",
+        crate::report::SourceInfo::From { .. } => "from",
     }
 }
 

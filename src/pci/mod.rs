@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A PCI function address: domain, bus, device, function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Bdf {
     pub domain: u32,
     pub bus: u8,

@@ -68,6 +68,43 @@ pub enum LinkKind {
 /// A probe's verdict: the project's one vocabulary (`crate::findings`).
 pub use crate::findings::Verdict as Status;
 
+/// What a recorded tree holds for one probe.
+#[derive(Debug)]
+pub enum RecordedProbe {
+    /// `probes/<name>.json`, parsed (not yet re-evaluated).
+    Report(Box<ProbeReport>),
+    /// No such file: the probe was not recorded.
+    Absent { file: String },
+}
+
+/// A recorded tree's samples of one probe (`probes/<name>.json`), read through its reader.
+pub fn recorded_probe_in(
+    sr: &crate::sysroot::SysRoot,
+    kind: ProbeKind,
+) -> anyhow::Result<RecordedProbe> {
+    use anyhow::Context;
+    let file = format!("probes/{}.json", kind.as_str());
+    let Some(b) = crate::source::recorded_document_in(sr, &file)? else {
+        return Ok(RecordedProbe::Absent { file });
+    };
+    let label = format!("{}: not a probe report", sr.root_dir().join(&file).display());
+    (|| -> anyhow::Result<RecordedProbe> {
+        // `probe NAME --json` prints one run in a `gpudoctor.probe-runs/1` envelope;
+        // older recordings hold the bare report.
+        let runs = crate::report::probe_runs_in(serde_json::from_slice(&b)?)
+            .context("\"runs\" is not an array")?;
+        let [run] = <[serde_json::Value; 1]>::try_from(runs)
+            .map_err(|runs| anyhow::anyhow!("{} runs, expected one", runs.len()))?;
+        Ok(RecordedProbe::Report(Box::new(serde_json::from_value(run)?)))
+    })()
+    .with_context(|| label)
+}
+
+/// `recorded_probe_in` for an opened source.
+pub fn recorded_probe(source: &crate::source::Source, kind: ProbeKind) -> anyhow::Result<RecordedProbe> {
+    recorded_probe_in(&source.sysroot, kind)
+}
+
 /// The rate a link should carry per direction, and where the number comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Expected {

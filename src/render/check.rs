@@ -121,6 +121,9 @@ pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
             r.source.describe()
         );
         wrap(&mut out, &head, 0, 2, width);
+        for l in r.source.limits() {
+            wrap(&mut out, &format!("  {l}"), 2, 4, width);
+        }
         if r.summary.not_root > 0 {
             let _ = write!(out, "{} ", paint("not root:", Status::Warn, st.color));
             let line = format!(

@@ -80,6 +80,9 @@ pub fn topo_tree(r: &TopoReport, style: Style) -> String {
     let t = &r.topology;
     let mut out = String::new();
     let _ = writeln!(out, "gpudoctor topo: {}", r.source.describe());
+    for l in r.source.limits() {
+        let _ = writeln!(out, "  {l}");
+    }
     let by_bdf: BTreeMap<Bdf, &Device> = t.devices.iter().map(|d| (d.bdf, d)).collect();
     let gpu_label: BTreeMap<Bdf, &str> = t.gpus.iter().map(|g| (g.bdf, g.label.as_str())).collect();
     let mut nic_labels: BTreeMap<Bdf, Vec<String>> = BTreeMap::new();

@@ -7,7 +7,8 @@ use crate::config::CheckOptions;
 use crate::inventory::{Inventory, Scope};
 use crate::probes::{self, ProbeKind, ProbeReport};
 use crate::report::{CheckReport, TopoReport};
-use crate::source::{RecordedProbe, Source, SourceSpec};
+use crate::probes::RecordedProbe;
+use crate::source::{Source, SourceSpec};
 use anyhow::Result;
 use std::sync::Arc;
 
@@ -526,7 +527,7 @@ fn level1_reports_within(
         let doing = format!("{id} (reading {file}: a read not answering)");
         match wait_at_most(
             b.remaining(),
-            move || crate::source::recorded_probe_in(&sr, kind),
+            move || crate::probes::recorded_probe_in(&sr, kind),
             || file.clone(),
         )? {
             Waited::Done(r) => out.push(replayed(r?, kind, opts)),
@@ -600,7 +601,7 @@ pub(super) fn level1_reports(
     }
     let mut out = Vec::new();
     for kind in LEVEL1 {
-        out.push(replayed(source.recorded_probe(kind)?, kind, opts));
+        out.push(replayed(crate::probes::recorded_probe(&source, kind)?, kind, opts));
     }
     Ok(out)
 }

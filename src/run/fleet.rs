@@ -7,7 +7,8 @@ use crate::config::json_or_table;
 use crate::export::{ExportOptions, Format, export};
 use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
 use crate::probes::{ProbeKind, ProbeReport};
-use crate::source::{RecordedProbe, Source, SourceSpec};
+use crate::probes::RecordedProbe;
+use crate::source::{Source, SourceSpec};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,15 @@ fn node_name(p: &Path) -> String {
 fn is_bundle(p: &Path) -> bool {
     let s = p.to_string_lossy();
     s.ends_with(".tar.gz") || s.ends_with(".tgz")
+}
+
+/// A record in another format (`--from`'s formats), by its name: XML (hwloc, NCCL), logs
+/// (nvidia-bug-report.log, .log.gz) and lspci text (.lspci, .txt).
+fn is_record(p: &Path) -> bool {
+    let s = p.to_string_lossy();
+    [".xml", ".xml.gz", ".log", ".log.gz", ".lspci", ".txt"]
+        .iter()
+        .any(|e| s.ends_with(e))
 }
 
 /// Deepest directory `expand` descends into below an input (a fleet's reports are a directory
@@ -64,7 +74,9 @@ fn expand(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
                             dirs.push(p);
                         }
                     } else if m.is_file()
-                        && (is_bundle(&p) || p.extension().is_some_and(|e| e == "json"))
+                        && (is_bundle(&p)
+                            || is_record(&p)
+                            || p.extension().is_some_and(|e| e == "json"))
                     {
                         out.push((p, true));
                     }
@@ -105,8 +117,16 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         sources: vec![p.display().to_string()],
         ..Default::default()
     };
-    if is_bundle(p) {
-        let source = Source::open(&SourceSpec::Bundle(p.to_path_buf()))?;
+    if is_bundle(p) || is_record(p) {
+        let spec = if is_bundle(p) {
+            SourceSpec::Bundle(p.to_path_buf())
+        } else {
+            SourceSpec::From {
+                path: p.to_path_buf(),
+                format: None,
+            }
+        };
+        let source = Source::open(&spec)?;
         let opts = CheckOptions {
             level: 1,
             ..CheckOptions::level0()
@@ -127,7 +147,7 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         let topo = crate::topo::build(&inv);
         let mut probes = Vec::new();
         for kind in [ProbeKind::H2d, ProbeKind::D2h, ProbeKind::P2p] {
-            if let RecordedProbe::Report(r) = source.recorded_probe(kind)? {
+            if let RecordedProbe::Report(r) = crate::probes::recorded_probe(&source, kind)? {
                 bandwidth_of(&r, &mut n);
                 probes.push(*r);
             }
@@ -298,9 +318,17 @@ pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
     };
     let (na, nb) = (one(a)?, one(b)?);
     // Two bundles: B judged against A's shape, by PCI position.
-    let shape = match (&na.shape, is_bundle(b)) {
+    let shape = match (&na.shape, is_bundle(b) || is_record(b)) {
         (Some(s), true) => {
-            let source = Source::open(&SourceSpec::Bundle(b.to_path_buf()))?;
+            let spec = if is_bundle(b) {
+                SourceSpec::Bundle(b.to_path_buf())
+            } else {
+                SourceSpec::From {
+                    path: b.to_path_buf(),
+                    format: None,
+                }
+            };
+            let source = Source::open(&spec)?;
             let opts = CheckOptions {
                 expect: Some(s.clone()),
                 ..CheckOptions::level0()

@@ -10,6 +10,7 @@ mod bundle;
 mod check;
 mod export;
 mod fleet;
+mod nccl;
 mod probe;
 
 pub use check::{
@@ -393,6 +394,11 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
         } => probe::cuda(&cfg.source, options, (*format).into(), *fail_on_skip, text),
         Action::WriteBw(w) => probe::write_bw(w, text),
         Action::GpuWriteBw(w) => probe::gpu_write_bw(w, text),
+        Action::Nccl(n) => nccl::probe(n),
+        Action::NcclWorker => Ok(Outcome::new(
+            String::new(),
+            crate::nccl::worker::main_of_worker(),
+        )),
         Action::Completions(script) => Ok(Outcome::new(
             String::from_utf8(script.clone()).context("completion script is not UTF-8")?,
             EXIT_OK,

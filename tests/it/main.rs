@@ -11,6 +11,7 @@ mod deploy;
 mod export;
 mod fixtures;
 mod fleet;
+mod from;
 mod fuzz;
 mod gpu_initiated;
 mod health;

@@ -332,6 +332,83 @@ pub fn closest_active_port(topo: &Topology, gpu: &str) -> Result<NicChoice, Stri
     })
 }
 
+/// The NCCL release whose rules `nccl_default_gdr` and the GPU model table follow.
+pub const NCCL_RULES: &str = "NCCL 2.30.7";
+
+/// Where `nccl_default_gdr`'s rule lives, for evidence.
+pub const NCCL_GDR_LEVEL_SOURCE: &str = "NCCL 2.30.7 src/graph/paths.cc ncclTopoCheckGdr: netGdrLevel = NCCL_NET_GDR_C2C (default 1) ? PATH_P2C : PATH_PXB; GPUDirect RDMA off where the GPU-NIC path is beyond it; NCCL_NET_GDR_LEVEL overrides";
+
+/// A GPU-NIC path in NCCL's own classes (src/graph/topo.h, best to worst PIX < PXB < P2C < PXN
+/// < PHB < SYS). NCCL has one CPU node per NUMA node, so nvidia-smi's NODE (another host bridge
+/// of the same NUMA node) is NCCL's PHB; P2C is NCCL's PHB where the GPU reaches that CPU over
+/// NVLink-C2C (src/graph/paths.cc `mergePathType`: C2C + PHB = P2C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NcclPath {
+    Pix,
+    Pxb,
+    P2c,
+    Phb,
+    Sys,
+}
+
+impl NcclPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NcclPath::Pix => "PIX",
+            NcclPath::Pxb => "PXB",
+            NcclPath::P2c => "P2C",
+            NcclPath::Phb => "PHB",
+            NcclPath::Sys => "SYS",
+        }
+    }
+}
+
+/// NCCL's default GPUDirect RDMA decision for one GPU-NIC pair, as `ncclTopoCheckGdr` makes it
+/// with NCCL_NET_GDR_LEVEL unset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclGdrDefault {
+    pub path: NcclPath,
+    /// GPUDirect RDMA used by default.
+    pub enabled: bool,
+    /// One line for evidence: the path, the level, the version and where the rule lives.
+    pub rule: String,
+}
+
+/// NCCL's default decision for a GPU-NIC pair at PCIe path `pcie` (nvidia-smi's class).
+/// `gpu_c2c`: the GPU reaches its CPU over NVLink-C2C (GH200, GB200).
+///
+/// NCCL 2.30.7 src/graph/paths.cc `ncclTopoCheckGdr`: `netGdrLevel = ncclParamNetGdrC2c() ?
+/// PATH_P2C : PATH_PXB`, NCCL_NET_GDR_C2C defaulting to 1 (since 2.27; 2.26 had it 0 and PXB),
+/// and GPUDirect RDMA is off when the path is beyond the level. Without a C2C link no path is
+/// P2C, so the default accepts PIX and PXB; on Grace it also accepts a NIC on the GPU's own CPU.
+pub fn nccl_default_gdr(pcie: PathType, gpu_c2c: bool) -> NcclGdrDefault {
+    let path = match pcie {
+        PathType::X | PathType::NV | PathType::PIX => NcclPath::Pix,
+        PathType::PXB => NcclPath::Pxb,
+        PathType::PHB | PathType::NODE if gpu_c2c => NcclPath::P2c,
+        PathType::PHB | PathType::NODE => NcclPath::Phb,
+        PathType::SYS => NcclPath::Sys,
+    };
+    let enabled = path <= NcclPath::P2c;
+    let rule = format!(
+        "NCCL path {}{} {} default NCCL_NET_GDR_LEVEL {}: GPUDirect RDMA {} by default",
+        path.as_str(),
+        if pcie == PathType::NODE || path == NcclPath::P2c {
+            format!(" (nvidia-smi {})", pcie.as_str())
+        } else {
+            String::new()
+        },
+        if enabled { "<=" } else { ">" },
+        if gpu_c2c { "P2C" } else { "P2C (= PXB without C2C)" },
+        if enabled { "used" } else { "off" },
+    );
+    NcclGdrDefault {
+        path,
+        enabled,
+        rule,
+    }
+}
+
 /// NCCL enables GPUDirect RDMA only up to PXB by default: src/graph/paths.cc,
 /// `ncclTopoCheckGdr`: `netGdrLevel = PATH_PXB` (PATH_P2C on C2C platforms such as Grace),
 /// `if (distance > netGdrLevel)` GDR is disabled; NCCL_NET_GDR_LEVEL overrides.
@@ -887,6 +964,28 @@ mod tests {
         );
         assert!(!expectation(None).judged);
         assert!(host_expectation().judged);
+    }
+
+    #[test]
+    fn nccl_default_level_with_and_without_c2c() {
+        let d = |p, c| nccl_default_gdr(p, c);
+        assert!(d(PathType::PIX, false).enabled);
+        assert!(d(PathType::PXB, false).enabled);
+        for p in [PathType::PHB, PathType::NODE, PathType::SYS] {
+            let x = d(p, false);
+            assert!(!x.enabled, "{p:?}");
+            assert!(x.rule.contains("> default NCCL_NET_GDR_LEVEL"), "{}", x.rule);
+        }
+        // nvidia-smi's NODE is NCCL's PHB (one CPU node per NUMA node).
+        assert_eq!(d(PathType::NODE, false).path, NcclPath::Phb);
+        // Grace: a NIC on the GPU's own CPU is P2C, within the default; across sockets is not.
+        let g = d(PathType::PHB, true);
+        assert_eq!(g.path, NcclPath::P2c);
+        assert!(g.enabled);
+        assert!(g.rule.contains("P2C (nvidia-smi PHB)"), "{}", g.rule);
+        assert!(d(PathType::NODE, true).enabled);
+        assert!(!d(PathType::SYS, true).enabled);
+        assert!(d(PathType::PIX, true).enabled);
     }
 
     #[test]

@@ -1,0 +1,531 @@
+//! `probe nccl` on the live machine: plan the configurations from the topology, run each in
+//! its own worker process (this binary, `probe nccl-worker`) with NCCL's variables set on the
+//! child only, kill a worker that passes the deadline, read NCCL's debug output back from a
+//! private temporary directory, and hand the report to `NcclReport::evaluate`.
+//!
+//! This module must not judge, and must not change this process's environment: every NCCL_*
+//! variable gpudoctor sets is set on a child's command line environment.
+
+use super::bandwidth::{self, Collective};
+use super::debuglog;
+use super::library::{self, Candidate, Search};
+use super::report::{
+    BarInput, ConfigRun, LibraryInfo, Mode, NcclPolicy, NcclReport, PairFacts, PairTransport,
+    Rate,
+};
+use super::worker::{RESULT_PREFIX, STEP_PREFIX, WorkerRequest, WorkerResult};
+use crate::probes::Status;
+use crate::topo::Topology;
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What `probe nccl` was asked to do, resolved by the config.
+#[derive(Debug, Clone)]
+pub struct NcclOptions {
+    pub mode: Mode,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub iters: u32,
+    pub warmup: u32,
+    pub samples: u32,
+    /// For each worker (one configuration).
+    pub deadline: Duration,
+    /// `--net`: only this RDMA device (`mlx5_0` or `mlx5_0:1`).
+    pub hca: Option<String>,
+    pub search: Search,
+    /// NCCL_* variables in this process's environment (the workers inherit them).
+    pub environment: BTreeMap<String, String>,
+    pub policy: NcclPolicy,
+    pub progress: bool,
+}
+
+pub const DEFAULT_MIN_BYTES: u64 = 8 << 20;
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// nccl-tests' defaults: 20 timed iterations; warm-up 5 as in the recorded 2.19.6 runs.
+pub const DEFAULT_ITERS: u32 = 20;
+pub const DEFAULT_WARMUP: u32 = 5;
+pub const DEFAULT_SAMPLES: u32 = 5;
+pub const DEFAULT_DEADLINE_S: u64 = 300;
+
+/// A worker that passed its deadline or was interrupted: the caller reports it as an error
+/// (exit 2); the worker has been killed and reaped.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error(
+        "NCCL did not finish within {secs} s ({config}, during {step}): its worker process {pid} was killed, which frees its GPU memory"
+    )]
+    Deadline {
+        secs: u64,
+        config: String,
+        step: String,
+        pid: u32,
+    },
+    #[error("interrupted by {signal} during {config} ({step}): its worker process {pid} was killed")]
+    Interrupted {
+        signal: &'static str,
+        config: String,
+        step: String,
+        pid: u32,
+    },
+    #[error("could not start the NCCL worker ({0})")]
+    Spawn(String),
+}
+
+/// Facts about every ordered GPU pair, as level 1's p2p probe plans them.
+pub fn pair_facts(topo: &Topology) -> Vec<PairFacts> {
+    let link = |label: &str| -> Result<(u8, u8, String), String> {
+        let g = topo.gpu(label).ok_or(format!("{label}: not in the topology"))?;
+        let d = topo
+            .device(g.bdf)
+            .ok_or(format!("{}: not in the PCI inventory", g.bdf))?;
+        match (d.link.max_gen, d.link.max_width) {
+            (Some(gn), Some(w)) => Ok((gn, w, format!("sysfs max_link_speed/max_link_width of {}", g.bdf))),
+            _ => Err(format!("{}: max link speed/width unreadable", g.bdf)),
+        }
+    };
+    let m = &topo.matrix;
+    let mut out = Vec::new();
+    for (i, a) in m.labels.iter().enumerate() {
+        for (j, b) in m.labels.iter().enumerate() {
+            if i == j || topo.gpu(a).is_none() || topo.gpu(b).is_none() {
+                continue;
+            }
+            let p = m.paths.get(i).and_then(|r| r.get(j));
+            let pcie = match (link(a), link(b)) {
+                (Ok(x), Ok(y)) => Ok(
+                    if crate::pci::link_gbps_per_direction(x.0, x.1)
+                        <= crate::pci::link_gbps_per_direction(y.0, y.1)
+                    {
+                        x
+                    } else {
+                        y
+                    },
+                ),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+            out.push(PairFacts {
+                from: a.clone(),
+                to: b.clone(),
+                path: p.map(|p| p.cell()),
+                nvlinks: p.and_then(|p| p.nvlinks),
+                pcie,
+            });
+        }
+    }
+    out
+}
+
+/// One configuration to run.
+struct Plan {
+    name: String,
+    env: BTreeMap<String, String>,
+    bar_input: BarInput,
+}
+
+fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -> Vec<Plan> {
+    match o.mode {
+        Mode::Intra => vec![Plan {
+            name: "intra-node".into(),
+            env: BTreeMap::new(),
+            bar_input: BarInput::Intra {
+                pairs: pair_facts(topo),
+            },
+        }],
+        Mode::Net => {
+            let base: BTreeMap<String, String> = [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let mut out = Vec::new();
+            for nic in &topo.nics {
+                for p in &nic.ports {
+                    let active = p.state_kind == Some(crate::facts::PortState::Active);
+                    let want = match &o.hca {
+                        None => active,
+                        Some(h) => {
+                            *h == nic.rdma_device || *h == format!("{}:{}", nic.rdma_device, p.port)
+                        }
+                    };
+                    if !want {
+                        continue;
+                    }
+                    let dev = format!("{}:{}", nic.rdma_device, p.port);
+                    let mut env = base.clone();
+                    env.insert("NCCL_IB_HCA".into(), format!("={dev}"));
+                    let expected = match p.rate_gbps {
+                        Some(g) if g > 0.0 => Ok(Rate {
+                            bandwidth_gbps: g / 8.0,
+                            basis: format!(
+                                "{dev} line rate {} = {:.1} GB/s per direction (sysfs rate)",
+                                p.rate.as_deref().unwrap_or("?"),
+                                g / 8.0
+                            ),
+                        }),
+                        _ => Err(format!("{dev}: port rate unreadable")),
+                    };
+                    out.push(Plan {
+                        name: format!("net IB {dev}"),
+                        env,
+                        bar_input: BarInput::Net { expected },
+                    });
+                }
+            }
+            if out.is_empty() {
+                if let Some(h) = &o.hca {
+                    report.notes.push(format!(
+                        "--hca {h}: no such RDMA device port here; NCCL's socket transport runs instead"
+                    ));
+                }
+                let mut env = base;
+                env.insert("NCCL_NET".into(), "Socket".into());
+                out.push(Plan {
+                    name: "net Socket".into(),
+                    env,
+                    bar_input: BarInput::Net {
+                        expected: Err("the interface NCCL's socket transport uses is known only after the run".into()),
+                    },
+                });
+            }
+            out
+        }
+    }
+}
+
+/// Load libnccl here too: its version for the report and a skip that names every place
+/// looked, before any worker starts. Loading runs no CUDA code.
+fn find_library(o: &NcclOptions, r: &mut NcclReport) -> Option<Option<String>> {
+    let cands = library::candidates(&o.search);
+    r.looked_in = cands.iter().map(Candidate::describe).collect();
+    match library::load(&cands) {
+        Ok(n) => {
+            let code = n.version().unwrap_or(0);
+            r.library = Some(LibraryInfo {
+                path: n.path.clone(),
+                version: library::version_text(code),
+                version_code: code,
+            });
+            // The worker opens the same file (by path where the parent knows one).
+            Some(if std::path::Path::new(&n.path).is_absolute() {
+                Some(n.path.clone())
+            } else {
+                None
+            })
+        }
+        Err(e) => {
+            r.skipped = Some(e.to_string());
+            None
+        }
+    }
+}
+
+/// Run `probe nccl`: each configuration in a worker, this binary re-executed.
+pub fn run(
+    o: &NcclOptions,
+    topo: &Topology,
+    gdr_ready: Option<(bool, String)>,
+) -> Result<NcclReport, LiveError> {
+    let mut r = NcclReport::new(o.mode, o.policy.clone());
+    r.environment = o.environment.clone();
+    r.gdr_ready = gdr_ready;
+    let Some(lib) = find_library(o, &mut r) else {
+        r.evaluate();
+        return Ok(r);
+    };
+    let mut gpus: Vec<(String, String)> = topo
+        .gpus
+        .iter()
+        .map(|g| (g.label.clone(), g.bdf.to_string()))
+        .collect();
+    gpus.sort_by(|a, b| a.1.cmp(&b.1));
+    if gpus.len() < 2 {
+        r.skipped = Some(format!(
+            "NCCL collectives need two GPUs; the topology has {}",
+            gpus.len()
+        ));
+        r.evaluate();
+        return Ok(r);
+    }
+    let user_debug_file = o.environment.get("NCCL_DEBUG_FILE").cloned();
+    if let Some(f) = &user_debug_file {
+        r.notes.push(format!(
+            "NCCL_DEBUG_FILE is set ({f}): left as it is (NCCL_DEBUG too), so NCCL's transports were not read"
+        ));
+    } else if let Some(d) = o.environment.get("NCCL_DEBUG") {
+        r.notes.push(format!(
+            "NCCL_DEBUG={d} is set: gpudoctor's workers run with NCCL_DEBUG=INFO into their own file to read NCCL's transports"
+        ));
+    }
+    let sizes = bandwidth::sweep(o.min_bytes, o.max_bytes);
+    for plan in plans(o, topo, &mut r) {
+        let req = WorkerRequest {
+            library: lib.clone(),
+            gpus: gpus.clone(),
+            sizes: sizes.clone(),
+            collectives: vec![Collective::AllReduce, Collective::AllGather],
+            warmup: o.warmup,
+            iters: o.iters,
+            samples: o.samples,
+            mode: o.mode,
+            policy: o.policy.clone(),
+            bar_input: plan.bar_input.clone(),
+        };
+        let run = run_one(o, topo, &plan, &req, user_debug_file.is_some())?;
+        if r.gpus.is_empty() {
+            r.gpus = run.1;
+        }
+        r.runs.push(run.0);
+    }
+    r.evaluate();
+    Ok(r)
+}
+
+fn run_one(
+    o: &NcclOptions,
+    topo: &Topology,
+    plan: &Plan,
+    req: &WorkerRequest,
+    keep_user_debug: bool,
+) -> Result<(ConfigRun, Vec<super::report::NcclGpu>), LiveError> {
+    let tmp = tempfile::Builder::new()
+        .prefix("gpudoctor-nccl.")
+        .tempdir()
+        .map_err(|e| LiveError::Spawn(format!("a private temporary directory: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| LiveError::Spawn(e.to_string()))?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(["probe", "nccl-worker"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in &plan.env {
+        cmd.env(k, v);
+    }
+    if !keep_user_debug {
+        cmd.env("NCCL_DEBUG", "INFO");
+        cmd.env("NCCL_DEBUG_FILE", tmp.path().join("nccl.%p.log"));
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| LiveError::Spawn(format!("{}: {e}", exe.display())))?;
+    let pid = child.id();
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(serde_json::to_string(req).unwrap_or_default().as_bytes());
+    }
+    let step = Arc::new(Mutex::new("starting".to_string()));
+    let result: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let reader = child.stdout.take().map(|so| {
+        let (step, result) = (step.clone(), result.clone());
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(so).lines().map_while(Result::ok) {
+                if let Some(s) = line.strip_prefix(STEP_PREFIX) {
+                    if let Ok(mut g) = step.lock() {
+                        *g = s.to_string();
+                    }
+                } else if let Some(j) = line.strip_prefix(RESULT_PREFIX)
+                    && let Ok(mut g) = result.lock()
+                {
+                    *g = Some(j.to_string());
+                }
+            }
+        })
+    });
+    let err_reader = child.stderr.take().map(|se| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(se), &mut s);
+            s
+        })
+    });
+    let start = Instant::now();
+    let mut last_progress = String::new();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Ok(st),
+            Ok(None) => {}
+            Err(e) => break Err(e.to_string()),
+        }
+        let now = step.lock().map(|s| s.clone()).unwrap_or_default();
+        if o.progress {
+            let line = format!("gpudoctor: nccl {}: {now}", plan.name);
+            if line != last_progress {
+                let _ = write!(std::io::stderr(), "\r\x1b[2K{line}");
+                last_progress = line;
+            }
+        }
+        let killed = |child: &mut std::process::Child| {
+            let _ = child.kill();
+            let _ = child.wait();
+            if o.progress {
+                let _ = write!(std::io::stderr(), "\r\x1b[2K");
+            }
+        };
+        if crate::signals::interrupted() {
+            killed(&mut child);
+            return Err(LiveError::Interrupted {
+                signal: crate::signals::which(),
+                config: plan.name.clone(),
+                step: now,
+                pid,
+            });
+        }
+        if start.elapsed() > o.deadline {
+            killed(&mut child);
+            return Err(LiveError::Deadline {
+                secs: o.deadline.as_secs(),
+                config: plan.name.clone(),
+                step: now,
+                pid,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if o.progress && !last_progress.is_empty() {
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
+    }
+    if let Some(h) = reader {
+        let _ = h.join();
+    }
+    let stderr = err_reader.and_then(|h| h.join().ok()).unwrap_or_default();
+    let parsed: Result<WorkerResult, String> = match result.lock().ok().and_then(|g| g.clone()) {
+        Some(j) => serde_json::from_str(&j).map_err(|e| format!("worker result unreadable: {e}")),
+        None => {
+            let tail: String = stderr
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join(" | ");
+            Err(format!(
+                "the worker ended ({}) without a result{}",
+                match &status {
+                    Ok(s) => s.to_string(),
+                    Err(e) => e.clone(),
+                },
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its last words: {tail}")
+                }
+            ))
+        }
+    };
+    let wr = parsed.unwrap_or_else(|e| WorkerResult {
+        error: Some(e),
+        ..Default::default()
+    });
+    // NCCL's debug output: every file the worker wrote into the private directory.
+    let (log, debug_log) = if keep_user_debug {
+        (None, Err("NCCL_DEBUG_FILE is set by the environment: not read".to_string()))
+    } else {
+        let mut text = String::new();
+        let mut names = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(tmp.path()) {
+            let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            files.sort();
+            for f in files {
+                if let Ok(t) = std::fs::read_to_string(&f) {
+                    text.push_str(&t);
+                    names.push(f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+                }
+            }
+        }
+        if names.is_empty() {
+            (None, Err("NCCL wrote no debug file".to_string()))
+        } else {
+            (
+                Some(debuglog::parse(&text)),
+                Ok(format!("NCCL_DEBUG=INFO into a private temporary directory ({}), removed after reading", names.join(", "))),
+            )
+        }
+    };
+    let label_of = |rank: u32| {
+        req.gpus
+            .get(rank as usize)
+            .map(|g| g.0.clone())
+            .unwrap_or_else(|| format!("rank{rank}"))
+    };
+    let path_of = |a: &str, b: &str| {
+        let m = &topo.matrix;
+        let i = m.labels.iter().position(|l| l == a)?;
+        let j = m.labels.iter().position(|l| l == b)?;
+        m.paths.get(i).and_then(|r| r.get(j)).map(|p| p.cell())
+    };
+    let mut transports = Vec::new();
+    let mut networks = Vec::new();
+    let mut socket_interfaces = Vec::new();
+    let mut nccl_warnings = Vec::new();
+    if let Some(l) = &log {
+        for p in debuglog::pairs(l) {
+            let (from, to) = (label_of(p.from_rank), label_of(p.to_rank));
+            transports.push(PairTransport {
+                path: path_of(&from, &to),
+                from,
+                to,
+                via: p.via,
+            });
+        }
+        networks = l.networks.iter().cloned().collect();
+        socket_interfaces = l.socket_interfaces.iter().cloned().collect();
+        nccl_warnings = l.warnings.clone();
+    }
+    let mut expected = wr
+        .expected
+        .clone()
+        .unwrap_or_else(|| report_expected(&plan.bar_input));
+    // The socket transport: its interface's speed, now that NCCL has named it.
+    if o.mode == Mode::Net && plan.env.get("NCCL_NET").map(String::as_str) == Some("Socket") {
+        expected = socket_rate(&socket_interfaces);
+    }
+    Ok((
+        ConfigRun {
+            name: plan.name.clone(),
+            mode: o.mode,
+            nccl_env: plan.env.clone(),
+            bar_input: plan.bar_input.clone(),
+            expected,
+            collectives: wr.collectives,
+            transports,
+            networks,
+            socket_interfaces,
+            debug_log,
+            nccl_warnings,
+            findings: Vec::new(),
+            skipped: wr.skipped,
+            error: wr.error,
+            status: Status::Unknown,
+        },
+        wr.gpus,
+    ))
+}
+
+fn report_expected(b: &BarInput) -> Result<Rate, String> {
+    super::report::expected(b, None)
+}
+
+/// The speed of the interface NCCL's socket transport used (sysfs `speed`, Mb/s).
+fn socket_rate(ifs: &[String]) -> Result<Rate, String> {
+    let [i] = ifs else {
+        return Err(format!(
+            "the socket transport used {} interfaces ({}): no single line rate",
+            ifs.len(),
+            ifs.join(", ")
+        ));
+    };
+    let sr = crate::sysroot::SysRoot::live();
+    let s = sr
+        .read_text(&format!("/sys/class/net/{i}/speed"))
+        .map_err(|e| format!("{i}: speed unreadable ({e})"))?;
+    match s.trim().parse::<i64>() {
+        Ok(mbps) if mbps > 0 => Ok(Rate {
+            bandwidth_gbps: mbps as f64 / 8000.0,
+            basis: format!("{i} speed {mbps} Mb/s = {:.2} GB/s (sysfs)", mbps as f64 / 8000.0),
+        }),
+        _ => Err(format!("{i}: no link speed (sysfs speed reads '{}'; virtual interfaces have none)", s.trim())),
+    }
+}

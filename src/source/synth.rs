@@ -1,0 +1,507 @@
+//! A `MachineRecord` (what an nvidia-bug-report log, lspci text, hwloc XML or NCCL topology
+//! file says) written out as the recorded tree a bundle replays: `sys/` with each PCI function
+//! at its place under its root complex, `proc/` with the kernel files the record carries, and
+//! nvml.json / kmsg.json / libs.json. The tree is then read by the one re-rootable reader like
+//! any other, so inventory, topology, checks and exports need nothing of their own.
+//!
+//! What the record does not carry is never left as a plain missing file (which the reader
+//! would report as "not present", and some checks read as "absent"): each such kernel path is
+//! given a recorded error "not in {format}", replayed by the reader as a bundle replays the
+//! errors of the machine it came from. Only a fact the format carries may read as absent
+//! (a function lspci shows without a driver has none).
+//!
+//! This module writes only inside the temporary directory it creates (removed with the
+//! reader); it must not judge and must not read anything but the record.
+
+use super::record::{Format, FunctionRecord, MachineRecord};
+use crate::kmsg::KernelLog;
+use crate::libs::LibFacts;
+use crate::nvml::{NvmlGpu, NvmlLink, NvmlSnapshot};
+use crate::pci::Bdf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Deepest PCI chain followed (a real one is under ten bridges; a record with a parent loop or
+/// absurd depth is cut here, with a note).
+const MAX_DEPTH: usize = 32;
+
+/// Host paths the checks read that only some formats carry: each is a recorded error "not in
+/// FORMAT" unless the record gives it. Directories are listed, files read.
+const HOST_FILES: &[&str] = &[
+    "/proc/modules",
+    "/proc/cmdline",
+    "/proc/version",
+    "/proc/uptime",
+    "/proc/sys/kernel/osrelease",
+    "/proc/driver/nvidia/version",
+    "/proc/driver/nvidia/params",
+    "/sys/module/pcie_aspm/parameters/policy",
+];
+const HOST_DIRS: &[&str] = &[
+    "/proc/driver/nvidia/gpus",
+    "/sys/kernel/iommu_groups",
+    "/sys/kernel/mm/memory_peers",
+    "/sys/module",
+    "/dev",
+];
+
+/// The per-function attribute names of the bundle capture list (`bundle::capture::CAPTURE`'s
+/// `/sys/bus/pci/devices/*/{...}` lines): every attribute a check may read. One not written
+/// for a function is a recorded error, so the list stays in step with the checks by itself.
+fn pci_attributes() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for p in crate::bundle::capture::CAPTURE {
+        let Some(rest) = p.strip_prefix("/sys/bus/pci/devices/*/") else {
+            continue;
+        };
+        if rest.contains('/') {
+            continue;
+        }
+        match rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+            Some(alts) => names.extend(alts.split(',').map(str::to_string)),
+            None => {
+                names.insert(rest.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// A written tree and what the reader must replay as unreadable.
+pub struct Written {
+    pub dir: tempfile::TempDir,
+    /// Canonical kernel path -> (ReadError kind, detail), as a bundle manifest records them.
+    pub errors: BTreeMap<String, (String, Option<String>)>,
+    /// What could not be placed (a function whose parent is missing, a loop), said once each.
+    pub notes: Vec<String>,
+}
+
+struct Tree {
+    root: PathBuf,
+    errors: BTreeMap<String, (String, Option<String>)>,
+    reason: String,
+}
+
+impl Tree {
+    fn host(&self, kpath: &str) -> PathBuf {
+        self.root.join(kpath.trim_start_matches('/'))
+    }
+
+    fn file(&self, kpath: &str, text: &[u8]) -> io::Result<()> {
+        let p = self.host(kpath);
+        if let Some(d) = p.parent() {
+            fs::create_dir_all(d)?;
+        }
+        fs::write(p, text)
+    }
+
+    fn dir(&self, kpath: &str) -> io::Result<()> {
+        fs::create_dir_all(self.host(kpath))
+    }
+
+    /// An absolute link (the reader takes absolute targets relative to the root).
+    fn link(&self, kpath: &str, target: &str) -> io::Result<()> {
+        let p = self.host(kpath);
+        if let Some(d) = p.parent() {
+            fs::create_dir_all(d)?;
+        }
+        match std::os::unix::fs::symlink(target, &p) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            r => r,
+        }
+    }
+
+    /// A path the record does not carry: a placeholder the reader resolves, and the error it
+    /// replays in its place.
+    fn not_carried(&mut self, kpath: &str, is_dir: bool) -> io::Result<()> {
+        if is_dir {
+            self.dir(kpath)?;
+        } else if !self.host(kpath).exists() {
+            self.file(kpath, b"")?;
+        }
+        self.errors.insert(
+            kpath.to_string(),
+            ("io".to_string(), Some(self.reason.clone())),
+        );
+        Ok(())
+    }
+}
+
+fn hex_attr(v: u32, digits: usize) -> String {
+    format!("0x{v:0digits$x}\n")
+}
+
+/// Each function's canonical sysfs directory: `/sys/devices/pciDDDD:BB/<chain>/<bdf>`, the
+/// chain being its bridges from the root bus down. A parent the record does not list, or a
+/// loop, puts the function on its own bus's root complex with a note.
+fn placements(functions: &[FunctionRecord], notes: &mut Vec<String>) -> BTreeMap<Bdf, String> {
+    let by_bdf: BTreeMap<Bdf, &FunctionRecord> = functions.iter().map(|f| (f.bdf, f)).collect();
+    let mut out = BTreeMap::new();
+    let mut orphans = 0usize;
+    let mut loops = 0usize;
+    for f in functions {
+        let mut chain = vec![f.bdf];
+        let mut at = f;
+        let mut cut = false;
+        while let Some(p) = at.parent {
+            if chain.contains(&p) || chain.len() > MAX_DEPTH {
+                loops += 1;
+                cut = true;
+                break;
+            }
+            match by_bdf.get(&p) {
+                Some(pf) => {
+                    chain.push(p);
+                    at = pf;
+                }
+                None => {
+                    orphans += 1;
+                    break;
+                }
+            }
+        }
+        if cut {
+            chain.truncate(1);
+        }
+        chain.reverse();
+        let top = chain[0];
+        let mut path = format!("/sys/devices/pci{:04x}:{:02x}", top.domain, top.bus);
+        for b in &chain {
+            path.push('/');
+            path.push_str(&b.to_string());
+        }
+        out.insert(f.bdf, path);
+    }
+    if orphans > 0 {
+        notes.push(format!(
+            "{orphans} PCI function(s) name a parent bridge the record does not list: placed under the parent's bus as far as it is known"
+        ));
+    }
+    if loops > 0 {
+        notes.push(format!(
+            "{loops} PCI function(s) sit in a parent loop or a chain deeper than {MAX_DEPTH}: placed on their own bus's root complex"
+        ));
+    }
+    out
+}
+
+/// Write `rec` as a recorded tree in a new temporary directory.
+pub fn write(rec: &MachineRecord) -> io::Result<Written> {
+    let dir = tempfile::Builder::new().prefix("gpudoctor-from-").tempdir()?;
+    let format = rec.format;
+    let mut t = Tree {
+        root: dir.path().to_path_buf(),
+        errors: BTreeMap::new(),
+        reason: format.not_carried(),
+    };
+    let mut notes = Vec::new();
+    // Duplicate addresses: the first one wins (a record listing one function twice).
+    let mut seen = BTreeSet::new();
+    let functions: Vec<FunctionRecord> = rec
+        .functions
+        .iter()
+        .filter(|f| seen.insert(f.bdf))
+        .cloned()
+        .collect();
+    if functions.len() < rec.functions.len() {
+        notes.push(format!(
+            "{} PCI function(s) listed twice: the first listing kept",
+            rec.functions.len() - functions.len()
+        ));
+    }
+    let places = placements(&functions, &mut notes);
+    let attrs = pci_attributes();
+    t.dir("/sys/bus/pci/devices")?;
+    t.dir("/sys/bus/pci/drivers")?;
+    if rec.carried.os_devices {
+        t.dir("/sys/class/net")?;
+        t.dir("/sys/class/infiniband")?;
+    } else {
+        t.not_carried("/sys/class/net", true)?;
+        t.not_carried("/sys/class/infiniband", true)?;
+    }
+    t.not_carried("/sys/class/infiniband_verbs", true)?;
+    for f in &functions {
+        let d = &places[&f.bdf];
+        t.dir(d)?;
+        t.link(&format!("/sys/bus/pci/devices/{}", f.bdf), d)?;
+        let mut written: BTreeSet<&str> = BTreeSet::new();
+        let mut put = |t: &Tree, name: &'static str, text: &[u8]| -> io::Result<()> {
+            written.insert(name);
+            t.file(&format!("{d}/{name}"), text)
+        };
+        if let Some(v) = f.class {
+            put(&t, "class", hex_attr(v, 6).as_bytes())?;
+        }
+        if let Some(v) = f.vendor {
+            put(&t, "vendor", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.device {
+            put(&t, "device", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.subsystem_vendor {
+            put(&t, "subsystem_vendor", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.subsystem_device {
+            put(&t, "subsystem_device", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.revision {
+            put(&t, "revision", hex_attr(v.into(), 2).as_bytes())?;
+        }
+        if let Some(c) = &f.config {
+            put(&t, "config", c)?;
+        }
+        for (name, v) in [
+            ("current_link_speed", &f.cur_link_speed),
+            ("current_link_width", &f.cur_link_width),
+            ("max_link_speed", &f.max_link_speed),
+            ("max_link_width", &f.max_link_width),
+            ("local_cpulist", &f.local_cpulist),
+        ] {
+            if let Some(s) = v {
+                put(&t, name, format!("{s}\n").as_bytes())?;
+            }
+        }
+        match (f.numa_node, rec.carried.numa_node) {
+            (Some(n), _) => put(&t, "numa_node", format!("{n}\n").as_bytes())?,
+            // The format shows a node wherever the kernel knew one: none shown is -1.
+            (None, true) => put(&t, "numa_node", b"-1\n")?,
+            (None, false) => {}
+        }
+        if let Some(b) = f.secondary_bus {
+            put(&t, "secondary_bus_number", format!("{b}\n").as_bytes())?;
+        }
+        if let Some(b) = f.subordinate_bus {
+            put(&t, "subordinate_bus_number", format!("{b}\n").as_bytes())?;
+        }
+        match (&f.driver, rec.carried.driver) {
+            (Some(name), _) if !name.is_empty() && !name.contains('/') && name != ".." => {
+                written.insert("driver");
+                t.dir(&format!("/sys/bus/pci/drivers/{name}"))?;
+                t.link(&format!("{d}/driver"), &format!("/sys/bus/pci/drivers/{name}"))?;
+            }
+            // Carried and not shown: no driver bound, read as such.
+            (_, true) => {
+                written.insert("driver");
+            }
+            _ => {}
+        }
+        if let Some(pf) = f.physfn {
+            written.insert("physfn");
+            t.link(&format!("{d}/physfn"), &format!("/sys/bus/pci/devices/{pf}"))?;
+        }
+        for name in &attrs {
+            if !written.contains(name.as_str()) {
+                t.not_carried(&format!("{d}/{name}"), false)?;
+            }
+        }
+        for n in f.netdevs.iter().filter(|n| safe_name(n)) {
+            let nd = format!("{d}/net/{n}");
+            t.dir(&nd)?;
+            t.link(&format!("/sys/class/net/{n}"), &nd)?;
+            t.link(&format!("{nd}/device"), d)?;
+            for a in ["mtu", "operstate", "type", "address", "speed", "carrier"] {
+                t.not_carried(&format!("{nd}/{a}"), false)?;
+            }
+        }
+        for n in f.rdma_devices.iter().filter(|n| safe_name(n)) {
+            let rd = format!("{d}/infiniband/{n}");
+            t.dir(&rd)?;
+            t.link(&format!("/sys/class/infiniband/{n}"), &rd)?;
+            t.link(&format!("{rd}/device"), d)?;
+            t.not_carried(&format!("{rd}/ports"), true)?;
+            for a in ["node_type", "fw_ver", "hca_type", "node_guid", "board_id"] {
+                t.not_carried(&format!("{rd}/{a}"), false)?;
+            }
+        }
+    }
+    match &rec.numa {
+        Some(nodes) => {
+            t.dir("/sys/devices/system/node")?;
+            for n in nodes {
+                let nd = format!("/sys/devices/system/node/node{}", n.id);
+                t.dir(&nd)?;
+                match &n.cpulist {
+                    Some(c) => t.file(&format!("{nd}/cpulist"), format!("{c}\n").as_bytes())?,
+                    None => t.not_carried(&format!("{nd}/cpulist"), false)?,
+                }
+                match &n.distance {
+                    Some(c) => t.file(&format!("{nd}/distance"), format!("{c}\n").as_bytes())?,
+                    None => t.not_carried(&format!("{nd}/distance"), false)?,
+                }
+            }
+        }
+        None => t.not_carried("/sys/devices/system/node", true)?,
+    }
+    for p in HOST_FILES {
+        match rec.kernel_files.get(*p) {
+            Some(text) => t.file(p, text.as_bytes())?,
+            None => t.not_carried(p, false)?,
+        }
+    }
+    for p in HOST_DIRS {
+        t.not_carried(p, true)?;
+    }
+    // Process names: no record carries them.
+    t.not_carried("/proc", true)?;
+    if let Some(h) = &rec.hostname {
+        t.file("/proc/sys/kernel/hostname", format!("{h}\n").as_bytes())?;
+    }
+    // The documents a recorded tree holds beside sys/ and proc/.
+    let nvml = nvml_snapshot(rec);
+    fs::write(
+        dir.path().join("nvml.json"),
+        serde_json::to_vec(&nvml).map_err(io::Error::other)?,
+    )?;
+    let kmsg = kernel_log(rec);
+    fs::write(
+        dir.path().join("kmsg.json"),
+        serde_json::to_vec(&kmsg).map_err(io::Error::other)?,
+    )?;
+    let libs = LibFacts::unavailable(&format.not_carried());
+    fs::write(
+        dir.path().join("libs.json"),
+        serde_json::to_vec(&libs).map_err(io::Error::other)?,
+    )?;
+    Ok(Written {
+        dir,
+        errors: t.errors,
+        notes,
+    })
+}
+
+/// A name that can be a directory entry of the tree (no separators, not `.`/`..`).
+fn safe_name(n: &str) -> bool {
+    !n.is_empty() && n.len() < 256 && !n.contains(['/', '\0']) && n != "." && n != ".."
+}
+
+/// NVML's view as far as the record carries it; a record without GPU facts leaves NVML
+/// unknown, naming the format.
+fn nvml_snapshot(rec: &MachineRecord) -> NvmlSnapshot {
+    let why = rec.format.not_carried();
+    if rec.gpus.is_empty() {
+        return NvmlSnapshot::unavailable(why, &source_name(rec.format));
+    }
+    let mut s = NvmlSnapshot {
+        schema: crate::nvml::SCHEMA.to_string(),
+        source: source_name(rec.format),
+        driver_version: rec.driver_version.clone(),
+        ..Default::default()
+    };
+    if s.driver_version.is_none() {
+        s.unread.insert("driver_version".into(), why.clone());
+    }
+    s.unread.insert("p2p".into(), why.clone());
+    let mut gpus: Vec<_> = rec.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.bdf);
+    for (i, g) in gpus.into_iter().enumerate() {
+        let mut n = NvmlGpu {
+            index: i as u32,
+            bus_id: g.bdf.nvml(),
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            serial: g.serial.clone(),
+            memory_total_bytes: g.memory_total_bytes,
+            bar1_total_bytes: g.bar1_total_bytes,
+            persistence_mode: g.persistence_mode,
+            ecc_enabled: g.ecc_enabled,
+            numa_node_id: g.numa_node_id,
+            ..Default::default()
+        };
+        let mut unread = |key: &str, known: bool| {
+            if !known {
+                n.unread.insert(key.to_string(), why.clone());
+            }
+        };
+        unread("uuid", g.uuid.is_some());
+        unread("name", g.name.is_some());
+        unread("serial", g.serial.is_some());
+        unread("memory_total_bytes", g.memory_total_bytes.is_some());
+        unread("bar1_total_bytes", g.bar1_total_bytes.is_some());
+        unread("persistence_mode", g.persistence_mode.is_some());
+        unread("ecc_enabled", g.ecc_enabled.is_some());
+        unread("numa_node_id", g.numa_node_id.is_some());
+        for k in [
+            "pcie.gen_current",
+            "pcie.gen_max",
+            "pcie.width_current",
+            "pcie.width_max",
+            "ecc_volatile_uncorrected",
+            "retired_pending",
+            "remapped_rows_pending",
+            "clock_event_reasons",
+            "fabric",
+            "nvlink_errors",
+        ] {
+            unread(k, false);
+        }
+        match &g.nvlinks {
+            Some(links) => {
+                n.nvlinks = links
+                    .iter()
+                    .map(|l| NvmlLink {
+                        link: l.link,
+                        active: l.active,
+                        remote_bus_id: l.remote_bus_id.map(|b| b.nvml()),
+                        remote_device_type: l.remote_kind.as_deref().map(|k| match k {
+                            "gpu" => crate::facts::NvLinkRemote::Gpu,
+                            "switch" => crate::facts::NvLinkRemote::Switch,
+                            "ibmnpu" | "cpu" => crate::facts::NvLinkRemote::Ibmnpu,
+                            _ => crate::facts::NvLinkRemote::Unknown,
+                        }),
+                    })
+                    .collect();
+            }
+            None => {
+                n.unread.insert("nvlinks".into(), why.clone());
+            }
+        }
+        s.gpus.push(n);
+    }
+    s
+}
+
+fn source_name(f: Format) -> String {
+    format!("from {}", f.article_name())
+}
+
+/// The kernel log records the record carries, in `/dev/kmsg` form; unknown when it carries none.
+fn kernel_log(rec: &MachineRecord) -> KernelLog {
+    let Some(lines) = &rec.kernel_messages else {
+        return KernelLog::not_recorded(&rec.format.not_carried());
+    };
+    let mut k = KernelLog::not_recorded("");
+    k.unavailable = None;
+    k.source = source_name(rec.format);
+    k.records_read = lines.len() as u64;
+    k.lines = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| kmsg_line(i, l))
+        .filter(|l| crate::kmsg::xid(l).is_some() || crate::kmsg::link_down(l).is_some())
+        .collect();
+    k
+}
+
+/// A kernel message as a `/dev/kmsg` record: dmesg's `[  12.345678] text` keeps its time.
+fn kmsg_line(seq: usize, line: &str) -> String {
+    if crate::kmsg::record(line).is_some() {
+        return line.to_string();
+    }
+    let t = line.trim_start();
+    if let Some(rest) = t.strip_prefix('[')
+        && let Some((ts, text)) = rest.split_once(']')
+        && let Ok(secs) = ts.trim().parse::<f64>()
+    {
+        let usec = (secs * 1e6) as u64;
+        return format!("6,{seq},{usec},-;{}", text.trim_start());
+    }
+    format!("6,{seq},0,-;{t}")
+}
+
+/// The path of a written tree (for callers that open it).
+pub fn root(w: &Written) -> &Path {
+    w.dir.path()
+}
