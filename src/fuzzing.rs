@@ -235,3 +235,36 @@ pub fn recorded_tree(data: &[u8]) {
         );
     }
 }
+
+/// A record in one of `--from`'s formats: the parser returns a record or an error, and a
+/// small record goes on through the tree writer and topology. Never a panic, never unbounded.
+pub fn record(format: crate::source::record::Format, data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let _ = crate::source::detect_format(&text);
+    let Ok(rec) = crate::source::parse_record(&text, Some(format)) else {
+        return;
+    };
+    if rec.functions.is_empty() || rec.functions.len() > 64 {
+        return;
+    }
+    let spec = crate::source::SourceSpec::From {
+        path: "fuzz".into(),
+        format: Some(format),
+    };
+    if let Ok(s) = crate::source::Source::from_record(&spec, std::path::Path::new("fuzz"), rec) {
+        let _ = crate::run::topo_report_from(&s);
+    }
+}
+
+pub fn record_lspci(data: &[u8]) {
+    record(crate::source::record::Format::Lspci, data)
+}
+pub fn record_bug_report(data: &[u8]) {
+    record(crate::source::record::Format::BugReport, data)
+}
+pub fn record_hwloc(data: &[u8]) {
+    record(crate::source::record::Format::Hwloc, data)
+}
+pub fn record_nccl(data: &[u8]) {
+    record(crate::source::record::Format::Nccl, data)
+}

@@ -208,7 +208,11 @@ mod tests {
         assert_eq!(m(family(f(0x020000, 0x1d0f, 0xefa1, None))), Some("efa"));
         // Today's NICs: ConnectX-7/8, BlueField-3, EFA's four generations, bound or not.
         for d in [0x1021, 0x1023, 0xa2dc] {
-            assert_eq!(m(family(f(0x020700, 0x15b3, d, None))), Some("mlx5_ib"), "{d:04x}");
+            assert_eq!(
+                m(family(f(0x020700, 0x15b3, d, None))),
+                Some("mlx5_ib"),
+                "{d:04x}"
+            );
             assert_eq!(
                 m(family(f(0x020000, 0x15b3, d, Some("mlx5_core")))),
                 Some("mlx5_ib"),
@@ -217,7 +221,11 @@ mod tests {
             assert!(model(0x15b3, d).is_some(), "{d:04x}");
         }
         for d in 0xefa0..=0xefa3 {
-            assert_eq!(m(family(f(0x020000, 0x1d0f, d, None))), Some("efa"), "{d:04x}");
+            assert_eq!(
+                m(family(f(0x020000, 0x1d0f, d, None))),
+                Some("efa"),
+                "{d:04x}"
+            );
             assert_eq!(
                 model(0x1d0f, d).map(|x| x.gdr_memory),
                 Some(GdrMemory::DmabufOnly)
@@ -228,7 +236,12 @@ mod tests {
         // ConnectX-8's Data Direct function is no NIC of its own, bound or not.
         assert_eq!(m(family(f(0x020000, 0x15b3, 0x2100, None))), None);
         assert_eq!(
-            m(family(f(0x020000, 0x15b3, 0x2100, Some("mlx5_data_direct")))),
+            m(family(f(
+                0x020000,
+                0x15b3,
+                0x2100,
+                Some("mlx5_data_direct")
+            ))),
             None
         );
         // Not RDMA NICs here: X722 on i40e, a ConnectX given to a VM, a Broadcom tg3, a

@@ -284,8 +284,10 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
                 model.basis,
                 match model.gdr {
                     GdrCapability::Capable => "GPUDirect RDMA capable",
-                    GdrCapability::NotCapable => "no GPUDirect RDMA (cudaDevAttrGPUDirectRDMASupported = 0 on GeForce/TITAN/CMP; NCCL gives the GPU gdr=0)",
-                    GdrCapability::Unknown => "GPUDirect RDMA support unknown (model not in gpudoctor's table)",
+                    GdrCapability::NotCapable =>
+                        "no GPUDirect RDMA (cudaDevAttrGPUDirectRDMASupported = 0 on GeForce/TITAN/CMP; NCCL gives the GPU gdr=0)",
+                    GdrCapability::Unknown =>
+                        "GPUDirect RDMA support unknown (model not in gpudoctor's table)",
                 }
             ),
         )];
@@ -313,7 +315,8 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Some((p(&d.vendor_id)?, p(&d.device_id)?))
             });
             let nic_model = ids.and_then(|(v, d)| crate::nic::model(v, d));
-            let gdr_memory = nic_model.map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
+            let gdr_memory =
+                nic_model.map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
             dmabuf_only |= gdr_memory == crate::nic::GdrMemory::DmabufOnly;
             let mem = memory_path(pm, db, gdr_memory);
             let pcie = c.path.unwrap_or(crate::topo::PathType::SYS);
@@ -339,7 +342,11 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
                 format!(
                     "{}{}; memory path {}{}; {}{}",
                     nic_model.map_or_else(|| n.name.clone(), |m| m.name.to_string()),
-                    if c.certain { "" } else { " (path inferred: NUMA unknown)" },
+                    if c.certain {
+                        ""
+                    } else {
+                        " (path inferred: NUMA unknown)"
+                    },
                     match mem {
                         Ok(Some(p)) => p,
                         Ok(None) => "none",
@@ -361,7 +368,11 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
         let nics = c.rdma_devices.join(", ");
         let at = c.path.map_or("unknown", |p| p.as_str());
-        let inferred = if c.certain { "" } else { " (inferred: NUMA unknown)" };
+        let inferred = if c.certain {
+            ""
+        } else {
+            " (inferred: NUMA unknown)"
+        };
         let via = if paths_used.is_empty() {
             "no memory path".to_string()
         } else {
@@ -413,11 +424,10 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
         };
         let mut f = f;
         f.message.push_str(&super::placement::closer_note(c));
-        out.push(
-            f.with(ev("memory path", host_path))
-                .evidence(evs)
-                .with(ev("NCCL default GPUDirect RDMA level", crate::rdma::judge::gdr::NCCL_GDR_LEVEL_SOURCE)),
-        );
+        out.push(f.with(ev("memory path", host_path)).evidence(evs).with(ev(
+            "NCCL default GPUDirect RDMA level",
+            crate::rdma::judge::gdr::NCCL_GDR_LEVEL_SOURCE,
+        )));
     }
 }
 

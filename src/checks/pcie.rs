@@ -113,7 +113,9 @@ impl AcsPlatform {
         match self {
             AcsPlatform::DirectNic => "Direct-NIC (ConnectX-8 Data Direct) platform",
             AcsPlatform::GraceNuma => "Grace/Vera platform with GPUs on CPU root ports",
-            AcsPlatform::InlineNicSwitch => "platform with GPUs behind a ConnectX/BlueField internal PCIe switch",
+            AcsPlatform::InlineNicSwitch => {
+                "platform with GPUs behind a ConnectX/BlueField internal PCIe switch"
+            }
             AcsPlatform::Plain => "plain PCIe switch platform",
         }
     }
@@ -130,7 +132,10 @@ fn acs_platform(ctx: &Ctx) -> AcsPlatform {
             .and_then(|d| d.upstream.last())
             .and_then(|p| t.device(*p))
             .is_some_and(|p| {
-                matches!(port_kind(p), PortKind::GraceRootPort | PortKind::VeraRootPort)
+                matches!(
+                    port_kind(p),
+                    PortKind::GraceRootPort | PortKind::VeraRootPort
+                )
             })
     });
     if gpu_on_cpu_port {
@@ -217,10 +222,16 @@ fn acs_expected(ctx: &Ctx, platform: AcsPlatform, b: Bdf) -> Option<AcsExpect> {
     let d = t.device(b)?;
     let kind = port_kind(d);
     if platform == AcsPlatform::DirectNic {
-        for dma in t.devices.iter().filter(|x| port_kind(x) == PortKind::DataDirect) {
+        for dma in t
+            .devices
+            .iter()
+            .filter(|x| port_kind(x) == PortKind::DataDirect)
+        {
             // RP -> shared USP -> DSP -> Data Direct function.
             let up = &dma.upstream;
-            let (Some(&dsp), Some(&usp)) = (up.last(), up.len().checked_sub(2).and_then(|i| up.get(i))) else {
+            let (Some(&dsp), Some(&usp)) =
+                (up.last(), up.len().checked_sub(2).and_then(|i| up.get(i)))
+            else {
                 continue;
             };
             if b == dsp {
@@ -310,11 +321,15 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
     }
     if platform == AcsPlatform::DirectNic {
-        for dma in t.devices.iter().filter(|d| port_kind(d) == PortKind::DataDirect) {
+        for dma in t
+            .devices
+            .iter()
+            .filter(|d| port_kind(d) == PortKind::DataDirect)
+        {
             for g in &t.gpus {
-                let on_its_root_port = t
-                    .device(g.bdf)
-                    .is_some_and(|gd| gd.upstream.first().is_some() && gd.upstream.first() == dma.upstream.first());
+                let on_its_root_port = t.device(g.bdf).is_some_and(|gd| {
+                    gd.upstream.first().is_some() && gd.upstream.first() == dma.upstream.first()
+                });
                 if !on_its_root_port {
                     continue;
                 }
@@ -430,17 +445,39 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         );
         match cfg.acs {
             None if cfg.ext_caps_readable => out.push(
-                Finding::new(id, subject, Status::Pass, "bridge has no ACS capability: peer traffic is routed directly").with(pairs_ev),
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Pass,
+                    "bridge has no ACS capability: peer traffic is routed directly",
+                )
+                .with(pairs_ev),
             ),
             None => out.push(
-                Finding::new(id, subject, Status::Skip, format!("extended capability list unreadable: {}", cfg.problems.join("; "))).with(pairs_ev),
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!(
+                        "extended capability list unreadable: {}",
+                        cfg.problems.join("; ")
+                    ),
+                )
+                .with(pairs_ev),
             ),
             Some(a) => {
                 let reg_ev = ev(
-                    format!("{}/config ACS Control @0x{:03x}", f.sysfs_path, a.offset + 6),
+                    format!(
+                        "{}/config ACS Control @0x{:03x}",
+                        f.sysfs_path,
+                        a.offset + 6
+                    ),
                     format!("0x{:04x}", a.control),
                 );
-                let actual_ev = ev("actual ACS Control (bits 6..0)", format!("{:07b}", a.control & 0x7f));
+                let actual_ev = ev(
+                    "actual ACS Control (bits 6..0)",
+                    format!("{:07b}", a.control & 0x7f),
+                );
                 let evs = vec![reg_ev, want_ev, actual_ev, pairs_ev];
                 let finding = match (&hypervisor, platform_rule) {
                     // A guest's bridges are the hypervisor's virtual ports: their ACS keeps the
@@ -598,7 +635,7 @@ pub(super) fn link_width(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .with(ev(link_at(f, dir, "current_link_width"), c.to_string())),
             ),
             _ => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
-                "{who} link width unknown (never x0): {}",
+                "{who} link width unknown: {}",
                 link_unknown_why(ctx, f, &["current_link_width", "max_link_width"])
             ))),
         }
@@ -695,7 +732,8 @@ fn link_unknown_why(ctx: &Ctx, f: &PciFunction, keys: &[&str]) -> String {
         let Some(r) = f.unread.get(*k) else {
             continue;
         };
-        let zero = r.ends_with("unparseable value '0'") || r.ends_with("unparseable value 'Unknown'");
+        let zero =
+            r.ends_with("unparseable value '0'") || r.ends_with("unparseable value 'Unknown'");
         parts.push(if zero {
             format!("{r}: no value (the link is down, or a virtual port does not report it)")
         } else {
@@ -1053,7 +1091,14 @@ mod tests {
     }
 
     /// A function below `up` (root port first), with ACS Control `acs` where it is a bridge.
-    fn f(bdf: &str, up: &[&str], class: u32, vendor: u16, device: u16, acs: Option<u16>) -> PciFunction {
+    fn f(
+        bdf: &str,
+        up: &[&str],
+        class: u32,
+        vendor: u16,
+        device: u16,
+        acs: Option<u16>,
+    ) -> PciFunction {
         PciFunction {
             bdf: b(bdf),
             sysfs_path: format!("/sys/devices/pci0000:00/{bdf}"),
@@ -1125,7 +1170,9 @@ mod tests {
     }
 
     fn at<'a>(out: &'a [Finding], bdf: &str) -> &'a Finding {
-        out.iter().find(|f| f.subject == bdf).unwrap_or_else(|| panic!("{bdf}: {out:#?}"))
+        out.iter()
+            .find(|f| f.subject == bdf)
+            .unwrap_or_else(|| panic!("{bdf}: {out:#?}"))
     }
 
     fn evidence<'a>(f: &'a Finding, source: &str) -> &'a str {
@@ -1156,12 +1203,47 @@ mod tests {
             f(usp, &[rp], BRIDGE, 0x15b3, 0x197c, Some(acs[1])),
             f(dsp_dma, &[rp, usp], BRIDGE, 0x15b3, 0x197c, Some(acs[2])),
             f(dsp_gpu, &[rp, usp], BRIDGE, 0x15b3, 0x197c, Some(acs[3])),
-            f(usp2, &[rp, usp, dsp_gpu], BRIDGE, 0x15b3, 0x197c, Some(acs[4])),
-            f(dsp2, &[rp, usp, dsp_gpu, usp2], BRIDGE, 0x15b3, 0x197c, Some(acs[5])),
-            f("0000:03:00.0", &[rp, usp, dsp_dma], 0x020000, 0x15b3, 0x2100, None),
-            f("0000:06:00.0", &[rp, usp, dsp_gpu, usp2, dsp2], 0x030200, 0x10de, 0x2941, None),
+            f(
+                usp2,
+                &[rp, usp, dsp_gpu],
+                BRIDGE,
+                0x15b3,
+                0x197c,
+                Some(acs[4]),
+            ),
+            f(
+                dsp2,
+                &[rp, usp, dsp_gpu, usp2],
+                BRIDGE,
+                0x15b3,
+                0x197c,
+                Some(acs[5]),
+            ),
+            f(
+                "0000:03:00.0",
+                &[rp, usp, dsp_dma],
+                0x020000,
+                0x15b3,
+                0x2100,
+                None,
+            ),
+            f(
+                "0000:06:00.0",
+                &[rp, usp, dsp_gpu, usp2, dsp2],
+                0x030200,
+                0x10de,
+                0x2941,
+                None,
+            ),
             f("0000:00:02.0", &[], BRIDGE, 0x10de, 0x22b2, Some(0x1d)),
-            f("0000:07:00.0", &["0000:00:02.0"], 0x020000, 0x15b3, 0x1023, None),
+            f(
+                "0000:07:00.0",
+                &["0000:00:02.0"],
+                0x020000,
+                0x15b3,
+                0x1023,
+                None,
+            ),
         ]
     }
 
@@ -1171,8 +1253,20 @@ mod tests {
         // every other NIC-switch port the kernel's isolation xx111x1.
         let good = [0x1c, 0x1d, 0x19, 0x15, 0x1d, 0x1d];
         let out = run(direct_nic(good), "0000:07:00.0");
-        for bdf in ["0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:02:01.0", "0000:04:00.0", "0000:05:00.0"] {
-            assert_eq!(at(&out, bdf).status, Status::Pass, "{bdf}: {:#?}", at(&out, bdf));
+        for bdf in [
+            "0000:00:01.0",
+            "0000:01:00.0",
+            "0000:02:00.0",
+            "0000:02:01.0",
+            "0000:04:00.0",
+            "0000:05:00.0",
+        ] {
+            assert_eq!(
+                at(&out, bdf).status,
+                Status::Pass,
+                "{bdf}: {:#?}",
+                at(&out, bdf)
+            );
         }
         let dsp = at(&out, "0000:02:00.0");
         assert!(dsp.message.contains("is correct here"), "{}", dsp.message);
@@ -1190,7 +1284,10 @@ mod tests {
         // Request Redirect on toward the Data Direct function is wrong.
         let mut bad = good;
         bad[2] = 0x1d;
-        assert_eq!(at(&run(direct_nic(bad), "0000:07:00.0"), "0000:02:00.0").status, Status::Fail);
+        assert_eq!(
+            at(&run(direct_nic(bad), "0000:07:00.0"), "0000:02:00.0").status,
+            Status::Fail
+        );
     }
 
     #[test]
@@ -1200,10 +1297,31 @@ mod tests {
             let mut v = vec![
                 f(rp, &[], BRIDGE, 0x8086, 0x2030, Some(0)),
                 f(usp, &[rp], BRIDGE, 0x1000, 0xc030, Some(0)),
-                f("0000:02:00.0", &[rp, usp], BRIDGE, 0x1000, 0xc030, Some(acs)),
+                f(
+                    "0000:02:00.0",
+                    &[rp, usp],
+                    BRIDGE,
+                    0x1000,
+                    0xc030,
+                    Some(acs),
+                ),
                 f("0000:02:01.0", &[rp, usp], BRIDGE, 0x1000, 0xc030, Some(0)),
-                f("0000:03:00.0", &[rp, usp, "0000:02:00.0"], 0x030200, 0x10de, 0x2330, None),
-                f("0000:04:00.0", &[rp, usp, "0000:02:01.0"], 0x020000, 0x15b3, 0x1021, None),
+                f(
+                    "0000:03:00.0",
+                    &[rp, usp, "0000:02:00.0"],
+                    0x030200,
+                    0x10de,
+                    0x2330,
+                    None,
+                ),
+                f(
+                    "0000:04:00.0",
+                    &[rp, usp, "0000:02:01.0"],
+                    0x020000,
+                    0x15b3,
+                    0x1021,
+                    None,
+                ),
             ];
             if virtio {
                 v.push(f("0000:00:03.0", &[], 0x020000, 0x1af4, 0x1041, None));
@@ -1216,7 +1334,12 @@ mod tests {
         assert!(dsp.message.contains("bounced through the root complex"));
         assert!(evidence(dsp, "expected ACS Control").starts_with("xx000xx"));
         assert_eq!(evidence(dsp, "actual ACS Control"), "0011101");
-        assert!(dsp.remediation.as_deref().unwrap().contains("disable_acs_redir=0000:02:00.0"));
+        assert!(
+            dsp.remediation
+                .as_deref()
+                .unwrap()
+                .contains("disable_acs_redir=0000:02:00.0")
+        );
         assert_eq!(at(&out, "0000:02:01.0").status, Status::Pass);
         // The same bits in a guest (a virtio function on its bus): kept, not failed, said so.
         let out = run(tree(0x1d, true), "0000:04:00.0");

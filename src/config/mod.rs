@@ -22,8 +22,8 @@ pub use crate::source::SourceSpec;
 pub use bundle::Redaction;
 pub use check::CheckOptions;
 pub use defaults::probe_defaults;
-pub use output::{FleetOutput, OutputFormat, TopoOutput, json_or_table};
 pub use nccl::NcclConfig;
+pub use output::{FleetOutput, OutputFormat, TopoOutput, json_or_table};
 pub use probe::{GpuWriteBwConfig, WriteBwConfig};
 
 use crate::cli::{Args, Command, ExportCommand, SourceArgs};
@@ -209,7 +209,9 @@ fn source_spec(top: &SourceArgs, own: Option<&SourceArgs>, action: &Action) -> R
     let given = |s: &SourceArgs| s.root.is_some() || s.bundle.is_some() || s.from.is_some();
     let chosen = match own {
         Some(own) if given(own) && given(top) => {
-            bail!("--root/--bundle/--from given twice (before and after the subcommand): give it once")
+            bail!(
+                "--root/--bundle/--from given twice (before and after the subcommand): give it once"
+            )
         }
         Some(own) if given(own) => own,
         _ if !given(top) => return Ok(SourceSpec::Live),
@@ -223,7 +225,9 @@ fn source_spec(top: &SourceArgs, own: Option<&SourceArgs>, action: &Action) -> R
                 | Action::NcclWorker => {
                     "probes measure the live machine; --root, --bundle and --from replay recorded facts (use `check --level 1` to re-evaluate recorded probe samples)"
                 }
-                _ => "--root, --bundle and --from apply to topo, check, bundle, baseline and export only",
+                _ => {
+                    "--root, --bundle and --from apply to topo, check, bundle, baseline and export only"
+                }
             };
             bail!("{what}");
         }
@@ -235,7 +239,9 @@ fn source_spec(top: &SourceArgs, own: Option<&SourceArgs>, action: &Action) -> R
                 crate::source::record::Format::ALL
                     .into_iter()
                     .find(|f| f.as_str() == name)
-                    .with_context(|| format!("--from-format {name}: not a format gpudoctor reads"))?,
+                    .with_context(|| {
+                        format!("--from-format {name}: not a format gpudoctor reads")
+                    })?,
             ),
         };
         return Ok(SourceSpec::From {

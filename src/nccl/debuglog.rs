@@ -103,7 +103,13 @@ pub fn parse(text: &str) -> DebugLog {
             }
         } else if msg.starts_with("Channel ") {
             if let Some(c) = channel_line(msg)
-                && seen_channels.insert((c.channel, c.from_rank, c.to_rank, c.side.clone(), c.via.clone()))
+                && seen_channels.insert((
+                    c.channel,
+                    c.from_rank,
+                    c.to_rank,
+                    c.side.clone(),
+                    c.via.clone(),
+                ))
             {
                 log.channels.push(c);
             }
@@ -115,12 +121,19 @@ pub fn parse(text: &str) -> DebugLog {
             && name.starts_with("NCCL_")
             && !name.contains(' ')
         {
-            log.env
-                .insert(name.to_string(), value.trim().trim_end_matches('.').to_string());
+            log.env.insert(
+                name.to_string(),
+                value.trim().trim_end_matches('.').to_string(),
+            );
         }
     }
     log.channels.sort_by(|a, b| {
-        (a.from_rank, a.to_rank, a.channel, &a.side).cmp(&(b.from_rank, b.to_rank, b.channel, &b.side))
+        (a.from_rank, a.to_rank, a.channel, &a.side).cmp(&(
+            b.from_rank,
+            b.to_rank,
+            b.channel,
+            &b.side,
+        ))
     });
     log
 }
@@ -142,7 +155,12 @@ fn channel_line(msg: &str) -> Option<ChannelLine> {
     let (to, side) = match to.trim().split_once(' ') {
         Some((t, s)) => (
             t,
-            Some(s.trim().trim_start_matches('[').trim_end_matches(']').to_string()),
+            Some(
+                s.trim()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+            ),
         ),
         None => (to, None),
     };
@@ -266,8 +284,15 @@ mod tests {
             assert_eq!(pt.via.len(), 1);
             assert!(pt.via["P2P/direct pointer"] >= 16, "{pt:?}");
         }
-        assert!(log.channels.iter().all(|c| c.kind == TransportKind::P2p && !c.gdr));
-        assert_eq!(log.env.get("NCCL_NVLS_ENABLE").map(String::as_str), Some("0"));
+        assert!(
+            log.channels
+                .iter()
+                .all(|c| c.kind == TransportKind::P2p && !c.gdr)
+        );
+        assert_eq!(
+            log.env.get("NCCL_NVLS_ENABLE").map(String::as_str),
+            Some("0")
+        );
     }
 
     /// P2P and SHM disabled: NET/Socket between the two GPUs, with both sides' lines.
@@ -276,13 +301,23 @@ mod tests {
         let log = parse(&fixture("h200x2/net.vm.1396.log"));
         assert_eq!(log.networks, BTreeSet::from(["Socket".to_string()]));
         assert_eq!(log.socket_interfaces, BTreeSet::from(["eth0".to_string()]));
-        assert_eq!(log.env.get("NCCL_P2P_DISABLE").map(String::as_str), Some("1"));
-        assert_eq!(log.env.get("NCCL_SHM_DISABLE").map(String::as_str), Some("1"));
+        assert_eq!(
+            log.env.get("NCCL_P2P_DISABLE").map(String::as_str),
+            Some("1")
+        );
+        assert_eq!(
+            log.env.get("NCCL_SHM_DISABLE").map(String::as_str),
+            Some("1")
+        );
         let c = &log.channels[0];
         assert_eq!(c.kind, TransportKind::Net);
         assert_eq!(c.net.as_deref(), Some("Socket"));
         assert!(!c.gdr);
-        assert!(log.channels.iter().any(|c| c.side.as_deref() == Some("receive")));
+        assert!(
+            log.channels
+                .iter()
+                .any(|c| c.side.as_deref() == Some("receive"))
+        );
         for pt in pairs(&log) {
             assert_eq!(pt.kinds(), BTreeSet::from(["NET".to_string()]));
             assert_eq!(pt.via["NET/Socket/0"], 2, "{pt:?}");
@@ -292,10 +327,17 @@ mod tests {
     /// 4x H200 behind NVSwitches: a ring 0->1->2->3->0 (and back), all P2P.
     #[test]
     fn four_gpu_ring() {
-        for f in ["h200x4/ar-none.log", "h200x4/ar-gd.log", "h200x2/ag.vm.1423.log"] {
+        for f in [
+            "h200x4/ar-none.log",
+            "h200x4/ar-gd.log",
+            "h200x2/ag.vm.1423.log",
+        ] {
             let log = parse(&fixture(f));
             assert!(!log.channels.is_empty(), "{f}");
-            assert!(log.channels.iter().all(|c| c.kind == TransportKind::P2p), "{f}");
+            assert!(
+                log.channels.iter().all(|c| c.kind == TransportKind::P2p),
+                "{f}"
+            );
         }
         let log = parse(&fixture("h200x4/ar-none.log"));
         assert_eq!(log.ranks.len(), 4);

@@ -52,7 +52,9 @@ pub enum Candidate {
 impl Candidate {
     pub fn describe(&self) -> String {
         match self {
-            Candidate::LoaderPath => format!("{SONAME} on the loader path (ld.so.cache, LD_LIBRARY_PATH)"),
+            Candidate::LoaderPath => {
+                format!("{SONAME} on the loader path (ld.so.cache, LD_LIBRARY_PATH)")
+            }
             Candidate::File(p) => p.display().to_string(),
         }
     }
@@ -111,8 +113,15 @@ pub fn candidates(s: &Search) -> Vec<Candidate> {
 type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetUniqueIdFn = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type CommInitAllFn = unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int;
-type CollAllReduceFn =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> c_int;
+type CollAllReduceFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    Comm,
+    *mut c_void,
+) -> c_int;
 type CollAllGatherFn =
     unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, *mut c_void) -> c_int;
 type GroupFn = unsafe extern "C" fn() -> c_int;
@@ -265,7 +274,11 @@ impl Nccl {
             // SAFETY: NUL-terminated static string from NCCL.
             unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
         };
-        Err(NcclError::Call { call, code: rc, text })
+        Err(NcclError::Call {
+            call,
+            code: rc,
+            text,
+        })
     }
 
     pub fn version(&self) -> Result<i32, NcclError> {
@@ -280,7 +293,11 @@ impl Nccl {
         let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); ordinals.len()];
         // SAFETY: `comms` has room for one communicator per device; `ordinals` is as long.
         self.check("ncclCommInitAll", unsafe {
-            (self.comm_init_all)(comms.as_mut_ptr(), ordinals.len() as c_int, ordinals.as_ptr())
+            (self.comm_init_all)(
+                comms.as_mut_ptr(),
+                ordinals.len() as c_int,
+                ordinals.as_ptr(),
+            )
         })?;
         Ok(comms)
     }
@@ -393,12 +410,16 @@ mod tests {
             python_prefixes: vec![dir.path().join("venv")],
         };
         let c = candidates(&s);
-        assert_eq!(c[0], Candidate::File(PathBuf::from("/opt/nccl/lib/libnccl.so.2")));
+        assert_eq!(
+            c[0],
+            Candidate::File(PathBuf::from("/opt/nccl/lib/libnccl.so.2"))
+        );
         assert!(c.contains(&Candidate::LoaderPath));
-        assert!(c.contains(&Candidate::File(
-            dir.path()
-                .join("venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2")
-        )));
+        assert!(
+            c.contains(&Candidate::File(dir.path().join(
+                "venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+            )))
+        );
     }
 
     /// Nothing found: the error names every place looked (the loader path included).

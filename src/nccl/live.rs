@@ -10,8 +10,7 @@ use super::bandwidth::{self, Collective};
 use super::debuglog;
 use super::library::{self, Candidate, Search};
 use super::report::{
-    BarInput, ConfigRun, LibraryInfo, Mode, NcclPolicy, NcclReport, PairFacts, PairTransport,
-    Rate,
+    BarInput, ConfigRun, LibraryInfo, Mode, NcclPolicy, NcclReport, PairFacts, PairTransport, Rate,
 };
 use super::worker::{RESULT_PREFIX, STEP_PREFIX, WorkerRequest, WorkerResult};
 use crate::probes::Status;
@@ -64,7 +63,9 @@ pub enum LiveError {
         step: String,
         pid: u32,
     },
-    #[error("interrupted by {signal} during {config} ({step}): its worker process {pid} was killed")]
+    #[error(
+        "interrupted by {signal} during {config} ({step}): its worker process {pid} was killed"
+    )]
     Interrupted {
         signal: &'static str,
         config: String,
@@ -78,12 +79,18 @@ pub enum LiveError {
 /// Facts about every ordered GPU pair, as level 1's p2p probe plans them.
 pub fn pair_facts(topo: &Topology) -> Vec<PairFacts> {
     let link = |label: &str| -> Result<(u8, u8, String), String> {
-        let g = topo.gpu(label).ok_or(format!("{label}: not in the topology"))?;
+        let g = topo
+            .gpu(label)
+            .ok_or(format!("{label}: not in the topology"))?;
         let d = topo
             .device(g.bdf)
             .ok_or(format!("{}: not in the PCI inventory", g.bdf))?;
         match (d.link.max_gen, d.link.max_width) {
-            (Some(gn), Some(w)) => Ok((gn, w, format!("sysfs max_link_speed/max_link_width of {}", g.bdf))),
+            (Some(gn), Some(w)) => Ok((
+                gn,
+                w,
+                format!("sysfs max_link_speed/max_link_width of {}", g.bdf),
+            )),
             _ => Err(format!("{}: max link speed/width unreadable", g.bdf)),
         }
     };
@@ -136,10 +143,11 @@ fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -> Vec<Plan>
             },
         }],
         Mode::Net => {
-            let base: BTreeMap<String, String> = [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            let base: BTreeMap<String, String> =
+                [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
             let mut out = Vec::new();
             for nic in &topo.nics {
                 for p in &nic.ports {
@@ -421,7 +429,10 @@ fn run_one(
     });
     // NCCL's debug output: every file the worker wrote into the private directory.
     let (log, debug_log) = if keep_user_debug {
-        (None, Err("NCCL_DEBUG_FILE is set by the environment: not read".to_string()))
+        (
+            None,
+            Err("NCCL_DEBUG_FILE is set by the environment: not read".to_string()),
+        )
     } else {
         let mut text = String::new();
         let mut names = Vec::new();
@@ -431,7 +442,11 @@ fn run_one(
             for f in files {
                 if let Ok(t) = std::fs::read_to_string(&f) {
                     text.push_str(&t);
-                    names.push(f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+                    names.push(
+                        f.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                    );
                 }
             }
         }
@@ -440,7 +455,10 @@ fn run_one(
         } else {
             (
                 Some(debuglog::parse(&text)),
-                Ok(format!("NCCL_DEBUG=INFO into a private temporary directory ({}), removed after reading", names.join(", "))),
+                Ok(format!(
+                    "NCCL_DEBUG=INFO into a private temporary directory ({}), removed after reading",
+                    names.join(", ")
+                )),
             )
         }
     };
@@ -524,8 +542,14 @@ fn socket_rate(ifs: &[String]) -> Result<Rate, String> {
     match s.trim().parse::<i64>() {
         Ok(mbps) if mbps > 0 => Ok(Rate {
             bandwidth_gbps: mbps as f64 / 8000.0,
-            basis: format!("{i} speed {mbps} Mb/s = {:.2} GB/s (sysfs)", mbps as f64 / 8000.0),
+            basis: format!(
+                "{i} speed {mbps} Mb/s = {:.2} GB/s (sysfs)",
+                mbps as f64 / 8000.0
+            ),
         }),
-        _ => Err(format!("{i}: no link speed (sysfs speed reads '{}'; virtual interfaces have none)", s.trim())),
+        _ => Err(format!(
+            "{i}: no link speed (sysfs speed reads '{}'; virtual interfaces have none)",
+            s.trim()
+        )),
     }
 }

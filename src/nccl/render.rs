@@ -54,17 +54,16 @@ pub fn table(r: &NcclReport) -> String {
     if let Some(e) = &r.error {
         let _ = writeln!(s, "error: {e}");
     }
-    let _ = writeln!(
-        s,
-        "status: {}   ({})",
-        word(r.status),
-        r.units
-    );
+    let _ = writeln!(s, "status: {}   ({})", word(r.status), r.units);
     s
 }
 
 fn config(s: &mut String, run: &ConfigRun) {
-    let env: Vec<String> = run.nccl_env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let env: Vec<String> = run
+        .nccl_env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     let _ = writeln!(
         s,
         "\n{}{}: {}",
@@ -145,11 +144,7 @@ fn config(s: &mut String, run: &ConfigRun) {
     if !run.transports.is_empty() {
         let _ = writeln!(s, "  transports (NCCL's channels per GPU pair):");
         for t in &run.transports {
-            let via: Vec<String> = t
-                .via
-                .iter()
-                .map(|(v, n)| format!("{v} x{n}"))
-                .collect();
+            let via: Vec<String> = t.via.iter().map(|(v, n)| format!("{v} x{n}")).collect();
             let _ = writeln!(
                 s,
                 "    {}->{} [{}] {}",

@@ -412,8 +412,11 @@ pub fn transport_findings(
                 if !nv {
                     continue;
                 }
-                let not_p2p: BTreeMap<&String, &u32> =
-                    t.via.iter().filter(|(v, _)| !v.starts_with("P2P")).collect();
+                let not_p2p: BTreeMap<&String, &u32> = t
+                    .via
+                    .iter()
+                    .filter(|(v, _)| !v.starts_with("P2P"))
+                    .collect();
                 if not_p2p.is_empty() {
                     continue;
                 }
@@ -513,7 +516,13 @@ mod tests {
                 iters: 20,
                 sizes,
                 error: None,
-                evaluation: crate::probes::evaluate(Method::CopyEngine, &[], &[], &Err(String::new()), None),
+                evaluation: crate::probes::evaluate(
+                    Method::CopyEngine,
+                    &[],
+                    &[],
+                    &Err(String::new()),
+                    None,
+                ),
             }],
             transports: vec![PairTransport {
                 from: "GPU0".into(),
@@ -534,7 +543,10 @@ mod tests {
 
     fn judged(busbw: &[f64], again: &[f64], via: &str, env: &[(&str, &str)]) -> NcclReport {
         let mut r = NcclReport::new(Mode::Intra, NcclPolicy::default());
-        r.environment = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        r.environment = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         r.runs.push(run(busbw, again, via));
         r.evaluate();
         r
@@ -551,7 +563,10 @@ mod tests {
         assert!(e.threshold_basis.as_ref().unwrap().contains("NV18"));
         assert!(e.threshold_basis.as_ref().unwrap().contains("GPU0->GPU1"));
         assert_eq!(r.status, Status::Pass);
-        assert_eq!(judged(&[165.0], &[160.0], "P2P/direct pointer", &[]).status, Status::Fail);
+        assert_eq!(
+            judged(&[165.0], &[160.0], "P2P/direct pointer", &[]).status,
+            Status::Fail
+        );
         let w = judged(&[165.0], &[320.0], "P2P/direct pointer", &[]);
         assert_eq!(w.runs[0].collectives[0].evaluation.status, Status::Warn);
         assert_eq!(w.status, Status::Pass);
@@ -560,7 +575,12 @@ mod tests {
     /// NVLink between the GPUs but SHM channels: a failure naming the variables set.
     #[test]
     fn shm_over_nvlink_is_a_contradiction() {
-        let r = judged(&[329.9], &[], "SHM/direct/direct", &[("NCCL_P2P_DISABLE", "1")]);
+        let r = judged(
+            &[329.9],
+            &[],
+            "SHM/direct/direct",
+            &[("NCCL_P2P_DISABLE", "1")],
+        );
         let f = &r.runs[0].findings;
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].status, Status::Fail);
@@ -576,7 +596,10 @@ mod tests {
         let mut rep = NcclReport::new(Mode::Intra, NcclPolicy::default());
         rep.runs.push(r);
         rep.evaluate();
-        assert_eq!(rep.runs[0].collectives[0].evaluation.status, Status::Unknown);
+        assert_eq!(
+            rep.runs[0].collectives[0].evaluation.status,
+            Status::Unknown
+        );
         assert_eq!(rep.status, Status::Unknown);
         assert!(expected(&nv18_pairs(), None).is_err());
     }
@@ -595,5 +618,51 @@ mod tests {
         assert!(transport_findings(&r, &[], Some(&(false, String::new()))).is_empty());
         r.transports[0].via = BTreeMap::from([("NET/IB/0/GDRDMA".to_string(), 2)]);
         assert!(transport_findings(&r, &[], Some(&ready)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod recorded {
+    use super::*;
+
+    fn recorded() -> NcclReport {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/nccl-probe/h200x2-degraded.json");
+        serde_json::from_str(&std::fs::read_to_string(p).expect("the recorded report"))
+            .expect("a gpudoctor.nccl/1 report")
+    }
+
+    /// A live run under a competing load re-evaluates to the failure it was; with healthy
+    /// samples (the same machine's unloaded figures) it passes.
+    #[test]
+    fn live_degraded_run_replays_as_a_failure() {
+        let mut r = recorded();
+        assert_eq!(r.schema, NCCL_SCHEMA);
+        r.evaluate();
+        assert_eq!(r.status, Status::Fail);
+        let run = &r.runs[0];
+        assert!(run.findings.is_empty(), "{:?}", run.findings);
+        assert!(
+            run.transports
+                .iter()
+                .all(|t| t.via.keys().all(|v| v.starts_with("P2P")))
+        );
+        for c in &run.collectives {
+            assert_eq!(c.evaluation.status, Status::Fail, "{}", c.evaluation.reason);
+            assert!(c.evaluation.remeasured.is_some());
+        }
+        let mut healthy = recorded();
+        for c in &mut healthy.runs[0].collectives {
+            let good = match c.collective {
+                Collective::AllReduce => 330.4,
+                Collective::AllGather => 271.8,
+            };
+            if let Some(s) = c.sizes.iter_mut().max_by_key(|s| s.size_bytes) {
+                s.busbw_gbps = vec![good; 5];
+                s.remeasured_busbw_gbps.clear();
+            }
+        }
+        healthy.evaluate();
+        assert_eq!(healthy.status, Status::Pass);
     }
 }

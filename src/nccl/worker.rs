@@ -356,13 +356,18 @@ fn time_size(
         let mut ms = 0f64;
         for r in ranks {
             r.end.synchronize().map_err(|e| e.to_string())?;
-            let t = r.end.elapsed_ms_since(&r.start).map_err(|e| e.to_string())?;
+            let t = r
+                .end
+                .elapsed_ms_since(&r.start)
+                .map_err(|e| e.to_string())?;
             ms = ms.max(f64::from(t));
         }
         let sec = ms / 1e3 / f64::from(req.iters.max(1));
         out.time_us.push(sec * 1e6);
-        out.algbw_gbps.push(bandwidth::algbw_gbps(c, &shape, n, sec));
-        out.busbw_gbps.push(bandwidth::busbw_gbps(c, &shape, n, sec));
+        out.algbw_gbps
+            .push(bandwidth::algbw_gbps(c, &shape, n, sec));
+        out.busbw_gbps
+            .push(bandwidth::busbw_gbps(c, &shape, n, sec));
     }
     Ok(out)
 }

@@ -87,7 +87,10 @@ pub fn recorded_probe_in(
     let Some(b) = crate::source::recorded_document_in(sr, &file)? else {
         return Ok(RecordedProbe::Absent { file });
     };
-    let label = format!("{}: not a probe report", sr.root_dir().join(&file).display());
+    let label = format!(
+        "{}: not a probe report",
+        sr.root_dir().join(&file).display()
+    );
     (|| -> anyhow::Result<RecordedProbe> {
         // `probe NAME --json` prints one run in a `gpudoctor.probe-runs/1` envelope;
         // older recordings hold the bare report.
@@ -95,13 +98,18 @@ pub fn recorded_probe_in(
             .context("\"runs\" is not an array")?;
         let [run] = <[serde_json::Value; 1]>::try_from(runs)
             .map_err(|runs| anyhow::anyhow!("{} runs, expected one", runs.len()))?;
-        Ok(RecordedProbe::Report(Box::new(serde_json::from_value(run)?)))
+        Ok(RecordedProbe::Report(Box::new(serde_json::from_value(
+            run,
+        )?)))
     })()
     .with_context(|| label)
 }
 
 /// `recorded_probe_in` for an opened source.
-pub fn recorded_probe(source: &crate::source::Source, kind: ProbeKind) -> anyhow::Result<RecordedProbe> {
+pub fn recorded_probe(
+    source: &crate::source::Source,
+    kind: ProbeKind,
+) -> anyhow::Result<RecordedProbe> {
     recorded_probe_in(&source.sysroot, kind)
 }
 

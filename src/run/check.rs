@@ -5,9 +5,9 @@ use super::{EXIT_FAILED_CHECK, EXIT_OK, Waited, inventory, wait_at_most};
 use crate::checks::{self, CheckId, Finding, SkipKind, Status};
 use crate::config::CheckOptions;
 use crate::inventory::{Inventory, Scope};
+use crate::probes::RecordedProbe;
 use crate::probes::{self, ProbeKind, ProbeReport};
 use crate::report::{CheckReport, TopoReport};
-use crate::probes::RecordedProbe;
 use crate::source::{Source, SourceSpec};
 use anyhow::Result;
 use std::sync::Arc;
@@ -181,6 +181,21 @@ fn report_within(
     Ok(finish(source, opts, &inv, Some(&topo), findings, budget))
 }
 
+/// A record in another format: a fact it does not carry (config space missing from an hwloc
+/// XML) is unknown because of the format, not for want of root. The checks word a missing
+/// config space as "needs root" (the live cause); here the reason they quote is the format's.
+fn not_carried_is_not_root(findings: &mut [Finding], reason: &str) {
+    use crate::findings::SkipKind;
+    for f in findings.iter_mut() {
+        if f.skip == Some(SkipKind::NotRoot) && f.message.contains(reason) {
+            f.skip = Some(SkipKind::Unknown);
+            if let Some(rest) = f.message.strip_prefix("needs root: ") {
+                f.message = format!("unknown: {rest}");
+            }
+        }
+    }
+}
+
 /// The report of what was judged, gated.
 fn finish(
     source: &Source,
@@ -191,6 +206,9 @@ fn finish(
     budget: Option<&Budget>,
 ) -> CheckReport {
     checks::debug_assert_sound(&findings);
+    if let crate::source::SourceInfo::From { format, .. } = &source.info {
+        not_carried_is_not_root(&mut findings, &format.not_carried());
+    }
     opts.overrides.apply(&mut findings);
     let mut r = CheckReport::new(source.info.clone(), opts.level, inv, findings);
     if let Some(t) = topo {
@@ -601,7 +619,11 @@ pub(super) fn level1_reports(
     }
     let mut out = Vec::new();
     for kind in LEVEL1 {
-        out.push(replayed(crate::probes::recorded_probe(&source, kind)?, kind, opts));
+        out.push(replayed(
+            crate::probes::recorded_probe(&source, kind)?,
+            kind,
+            opts,
+        ));
     }
     Ok(out)
 }

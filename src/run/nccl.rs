@@ -57,8 +57,7 @@ pub(super) fn probe(c: &NcclConfig) -> Result<Outcome> {
     } else {
         crate::nccl::render::table(&report)
     };
-    let code = if report.status == Status::Fail
-        || (c.fail_on_skip && report.status == Status::Skip)
+    let code = if report.status == Status::Fail || (c.fail_on_skip && report.status == Status::Skip)
     {
         EXIT_FAILED_CHECK
     } else {

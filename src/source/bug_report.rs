@@ -120,18 +120,15 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
                 rec.kernel_files.insert(path.to_string(), content);
             } else if let Some(rest) = path.strip_prefix("/sys/bus/pci/devices/") {
                 // The NUMA section's `numa_node` and `local_cpulist` of each GPU.
-                if let Some((addr, file)) = rest.split_once('/') {
-                    if let (Ok(b), "numa_node" | "local_cpulist") = (addr.parse::<Bdf>(), file) {
-                        sysfs_numa.push((
-                            b,
-                            if file == "numa_node" {
-                                "numa_node"
-                            } else {
-                                "local_cpulist"
-                            },
-                            content,
-                        ));
-                    }
+                if let Some((addr, file)) = rest.split_once('/')
+                    && let (Ok(b), "numa_node" | "local_cpulist") = (addr.parse::<Bdf>(), file)
+                {
+                    let file = if file == "numa_node" {
+                        "numa_node"
+                    } else {
+                        "local_cpulist"
+                    };
+                    sysfs_numa.push((b, file, content));
                 }
             }
             continue;
@@ -345,16 +342,15 @@ fn numactl(body: &[&str], notes: &mut Vec<String>) -> Option<Vec<NumaRecord>> {
             }
             continue;
         }
-        if let (Some(_), Some((row, dists))) = (&table_ids, t.split_once(':')) {
-            if let Ok(row) = row.trim().parse::<u32>() {
-                let d: Vec<&str> = dists.split_whitespace().collect();
-                if d.len() <= crate::numa::MAX_DISTANCES
-                    && d.iter().all(|x| x.parse::<u32>().is_ok())
-                {
-                    if let Some(n) = nodes.iter_mut().find(|n| n.id == row) {
-                        n.distance = Some(d.join(" "));
-                    }
-                }
+        if let (Some(_), Some((row, dists))) = (&table_ids, t.split_once(':'))
+            && let Ok(row) = row.trim().parse::<u32>()
+        {
+            let d: Vec<&str> = dists.split_whitespace().collect();
+            if d.len() <= crate::numa::MAX_DISTANCES
+                && d.iter().all(|x| x.parse::<u32>().is_ok())
+                && let Some(n) = nodes.iter_mut().find(|n| n.id == row)
+            {
+                n.distance = Some(d.join(" "));
             }
         }
     }
@@ -372,10 +368,11 @@ fn nvidia_smi(body: &[&str], gpus: &mut Vec<GpuRecord>, driver: &mut Option<Stri
     let mut cur: Option<GpuRecord> = None;
     let mut groups: Vec<(usize, String)> = Vec::new();
     let push = |g: Option<GpuRecord>, gpus: &mut Vec<GpuRecord>| {
-        if let Some(g) = g {
-            if gpus.len() < MAX_GPUS && !gpus.iter().any(|x| x.bdf == g.bdf) {
-                gpus.push(g);
-            }
+        if let Some(g) = g
+            && gpus.len() < MAX_GPUS
+            && !gpus.iter().any(|x| x.bdf == g.bdf)
+        {
+            gpus.push(g);
         }
     };
     for l in body {
@@ -385,22 +382,23 @@ fn nvidia_smi(body: &[&str], gpus: &mut Vec<GpuRecord>, driver: &mut Option<Stri
         let indent = l.len() - l.trim_start().len();
         let t = l.trim();
         if indent == 0 {
-            if let Some(addr) = t.strip_prefix("GPU ") {
-                if let Ok(bdf) = addr.trim().parse::<Bdf>() {
-                    push(cur.take(), gpus);
-                    groups.clear();
-                    cur = Some(GpuRecord {
-                        bdf,
-                        nvlinks: None,
-                        ..Default::default()
-                    });
-                    continue;
-                }
+            if let Some(addr) = t.strip_prefix("GPU ")
+                && let Ok(bdf) = addr.trim().parse::<Bdf>()
+            {
+                push(cur.take(), gpus);
+                groups.clear();
+                cur = Some(GpuRecord {
+                    bdf,
+                    nvlinks: None,
+                    ..Default::default()
+                });
+                continue;
             }
-            if let Some((k, v)) = t.split_once(" : ").or_else(|| t.split_once(':')) {
-                if k.trim() == "Driver Version" && driver.is_none() {
-                    *driver = Some(v.trim().to_string()).filter(|v| !v.is_empty() && v != "N/A");
-                }
+            if let Some((k, v)) = t.split_once(" : ").or_else(|| t.split_once(':'))
+                && k.trim() == "Driver Version"
+                && driver.is_none()
+            {
+                *driver = Some(v.trim().to_string()).filter(|v| !v.is_empty() && v != "N/A");
             }
             // Anything else at the left margin (the next command, "Attached GPUs") ends a block.
             if !t.starts_with("Attached GPUs") {

@@ -16,7 +16,9 @@
 //!
 //! Pure: text in, record out. It must not judge anything.
 
-use super::record::{Carried, Format, FunctionRecord, GpuRecord, MachineRecord, NumaRecord, RecordError};
+use super::record::{
+    Carried, Format, FunctionRecord, GpuRecord, MachineRecord, NumaRecord, RecordError,
+};
 use crate::pci::Bdf;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -187,7 +189,11 @@ struct PciType {
 
 fn parse_pci_type(s: &str) -> Option<PciType> {
     let mut it = s.split_whitespace();
-    let hex16 = |x: &str| (x.len() <= 4).then(|| u16::from_str_radix(x, 16).ok()).flatten();
+    let hex16 = |x: &str| {
+        (x.len() <= 4)
+            .then(|| u16::from_str_radix(x, 16).ok())
+            .flatten()
+    };
     let pair = |x: Option<&str>| -> Option<(u16, u16)> {
         let inner = x?.strip_prefix('[')?.strip_suffix(']')?;
         let (a, b) = inner.split_once(':')?;
@@ -196,7 +202,13 @@ fn parse_pci_type(s: &str) -> Option<PciType> {
     let class16 = hex16(it.next()?)?;
     let (vendor, device) = pair(it.next())?;
     let (sv, sd) = pair(it.next())?;
-    let byte = |x: Option<&str>| x.and_then(|x| (x.len() <= 2).then(|| u8::from_str_radix(x, 16).ok()).flatten());
+    let byte = |x: Option<&str>| {
+        x.and_then(|x| {
+            (x.len() <= 2)
+                .then(|| u8::from_str_radix(x, 16).ok())
+                .flatten()
+        })
+    };
     let revision = byte(it.next());
     let prog_if = byte(it.next());
     Some(PciType {
@@ -215,7 +227,11 @@ fn parse_bridge_pci(s: &str) -> Option<(u8, u8)> {
     let (_, range) = s.trim().split_once(':')?;
     let inner = range.strip_prefix('[')?.strip_suffix(']')?;
     let (a, b) = inner.split_once('-')?;
-    let bus = |x: &str| (x.len() <= 2).then(|| u8::from_str_radix(x, 16).ok()).flatten();
+    let bus = |x: &str| {
+        (x.len() <= 2)
+            .then(|| u8::from_str_radix(x, 16).ok())
+            .flatten()
+    };
     Some((bus(a)?, bus(b)?))
 }
 
@@ -240,7 +256,10 @@ fn osdev_kind(e: roxmltree::Node, v3: bool) -> OsDevKind {
     // hwloc's DGX-2 test machine (a 2.x development build) types its NVML devices as
     // co-processors.
     let nvidia_coproc = subtype == "CUDA" || name.starts_with("cuda") || name.starts_with("nvml");
-    let Some(t) = e.attribute("osdev_type").and_then(|t| t.trim().parse::<u64>().ok()) else {
+    let Some(t) = e
+        .attribute("osdev_type")
+        .and_then(|t| t.trim().parse::<u64>().ok())
+    else {
         return OsDevKind::Other;
     };
     if v3 {
@@ -336,7 +355,9 @@ impl<'a> Walk<'a> {
             "Bridge" | "PCIDev" => {
                 let busid = e.attribute("pci_busid");
                 let host_bridge = t == "Bridge"
-                    && (busid.is_none() || e.attribute("bridge_type").is_some_and(|b| b.starts_with("0-")));
+                    && (busid.is_none()
+                        || e.attribute("bridge_type")
+                            .is_some_and(|b| b.starts_with("0-")));
                 if host_bridge {
                     // A root complex: what hangs under it is on a root bus.
                     inner.parent = None;
@@ -352,11 +373,12 @@ impl<'a> Walk<'a> {
                     let index = self.functions.len();
                     let f = self.function(e, bdf, place.parent);
                     self.functions.push(f);
-                    self.locality.push(match (place.numa_ancestor, place.nodeset) {
-                        (Some(id), _) => Locality::Node(id),
-                        (None, Some(ns)) => Locality::Nodeset(ns),
-                        (None, None) => Locality::Unknown,
-                    });
+                    self.locality
+                        .push(match (place.numa_ancestor, place.nodeset) {
+                            (Some(id), _) => Locality::Node(id),
+                            (None, Some(ns)) => Locality::Nodeset(ns),
+                            (None, None) => Locality::Unknown,
+                        });
                     for c in e.children().filter(|c| object_type(*c) == "OSDev") {
                         self.os_device(c, index);
                     }
@@ -367,24 +389,28 @@ impl<'a> Walk<'a> {
             }
             "OSDev" => {} // read with their function
             _ => {
-                if !is_io(t) {
-                    if let Some(ns) = e.attribute("nodeset") {
-                        inner.nodeset = Some(ns);
-                    }
+                if !is_io(t)
+                    && let Some(ns) = e.attribute("nodeset")
+                {
+                    inner.nodeset = Some(ns);
                 }
             }
         }
+        let pci = t == "Bridge" || t == "PCIDev";
         for c in e.children().filter(|c| c.has_tag_name("object")) {
-            if t == "Bridge" || t == "PCIDev" {
-                if object_type(c) == "OSDev" {
-                    continue;
-                }
+            if pci && object_type(c) == "OSDev" {
+                continue;
             }
             self.object(c, inner);
         }
     }
 
-    fn function(&mut self, e: roxmltree::Node<'a, 'a>, bdf: Bdf, parent: Option<Bdf>) -> FunctionRecord {
+    fn function(
+        &mut self,
+        e: roxmltree::Node<'a, 'a>,
+        bdf: Bdf,
+        parent: Option<Bdf>,
+    ) -> FunctionRecord {
         let mut f = FunctionRecord {
             bdf,
             parent,
@@ -504,7 +530,13 @@ fn numa_distances(doc: &roxmltree::Document, numa: &mut BTreeMap<u32, NumaRecord
         let text_of = |tag: &str| -> Vec<u64> {
             d.children()
                 .filter(|c| c.has_tag_name(tag))
-                .flat_map(|c| c.text().unwrap_or("").split_whitespace().map(|v| v.parse::<u64>().ok()).collect::<Vec<_>>())
+                .flat_map(|c| {
+                    c.text()
+                        .unwrap_or("")
+                        .split_whitespace()
+                        .map(|v| v.parse::<u64>().ok())
+                        .collect::<Vec<_>>()
+                })
                 .map(|v| v.unwrap_or(u64::MAX))
                 .collect()
         };
@@ -517,7 +549,10 @@ fn numa_distances(doc: &roxmltree::Document, numa: &mut BTreeMap<u32, NumaRecord
         for (row, id) in idx.iter().enumerate() {
             let Ok(id) = u32::try_from(*id) else { continue };
             if let Some(r) = numa.get_mut(&id) {
-                let line: Vec<String> = vals[row * n..(row + 1) * n].iter().map(u64::to_string).collect();
+                let line: Vec<String> = vals[row * n..(row + 1) * n]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect();
                 r.distance = Some(line.join(" "));
             }
         }
@@ -531,7 +566,10 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
     if !root.has_tag_name("topology") {
         return Err(RecordError::NotThisFormat(
             Format::Hwloc.article_name(),
-            format!("its root element is <{}>, not <topology>", root.tag_name().name()),
+            format!(
+                "its root element is <{}>, not <topology>",
+                root.tag_name().name()
+            ),
         ));
     }
     let mut rec = MachineRecord::new(Format::Hwloc);
@@ -563,9 +601,14 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
         numa_ancestor: None,
         nodeset: None,
     };
-    let objects: Vec<_> = root.children().filter(|c| c.has_tag_name("object")).collect();
+    let objects: Vec<_> = root
+        .children()
+        .filter(|c| c.has_tag_name("object"))
+        .collect();
     if objects.is_empty() {
-        return Err(RecordError::Malformed("an hwloc XML without any <object>".into()));
+        return Err(RecordError::Malformed(
+            "an hwloc XML without any <object>".into(),
+        ));
     }
     // v3 keeps the host's name among the topology's own infos, v1 and v2 on the root object.
     rec.hostname = info(root, "HostName")
@@ -605,7 +648,10 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
     let before = functions.len();
     functions.dedup_by_key(|f| f.bdf);
     if functions.len() != before {
-        walk.notes.push(format!("{} duplicate PCI function(s) dropped", before - functions.len()));
+        walk.notes.push(format!(
+            "{} duplicate PCI function(s) dropped",
+            before - functions.len()
+        ));
     }
     let numa_known = !walk.numa.is_empty();
     rec.functions = functions;
@@ -644,7 +690,10 @@ mod tests {
         assert_eq!(s("0x0000ffff,0xffffffff").unwrap(), "0-47");
         assert_eq!(s("0x0").unwrap(), "");
         // Empty words are zero (hwloc abbreviates them): CPUs 0-47 and 96-143.
-        assert_eq!(s("0x0000ffff,0xffffffff,,0x0000ffff,0xffffffff").unwrap(), "0-47,96-143");
+        assert_eq!(
+            s("0x0000ffff,0xffffffff,,0x0000ffff,0xffffffff").unwrap(),
+            "0-47,96-143"
+        );
         assert_eq!(s("0x00000001,,,0x0").unwrap(), "96");
         assert!(parse_bitmap("0xf...f,0xffffffff").is_none());
         assert!(parse_bitmap("0xzz").is_none());
@@ -656,7 +705,10 @@ mod tests {
         let t = parse_pci_type("0302 [10de:1db8] [10de:131d] a1").unwrap();
         assert_eq!(t.class16, Some(0x0302));
         assert_eq!((t.vendor, t.device), (Some(0x10de), Some(0x1db8)));
-        assert_eq!((t.subsystem_vendor, t.subsystem_device), (Some(0x10de), Some(0x131d)));
+        assert_eq!(
+            (t.subsystem_vendor, t.subsystem_device),
+            (Some(0x10de), Some(0x131d))
+        );
         assert_eq!((t.revision, t.prog_if), (Some(0xa1), None));
         let t3 = parse_pci_type("0604 [8086:2030] [8086:0000] 04 01").unwrap();
         assert_eq!(t3.prog_if, Some(1));
@@ -668,22 +720,30 @@ mod tests {
 
     #[test]
     fn first_elements() {
-        assert!(looks_like("<?xml version=\"1.0\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n<topology version=\"2.0\">"));
+        assert!(looks_like(
+            "<?xml version=\"1.0\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n<topology version=\"2.0\">"
+        ));
         assert!(looks_like("<topology>"));
         assert!(!looks_like("<system version=\"1\">"));
         assert!(!looks_like("00:00.0 Host bridge"));
         assert!(!looks_like(""));
-        assert_eq!(first_element_name("<!-- x --><system version=\"1\">"), Some("system"));
+        assert_eq!(
+            first_element_name("<!-- x --><system version=\"1\">"),
+            Some("system")
+        );
     }
 
     /// hwloc's own test machine, exported by hwloc 1.11 (v1 format): an HP ProLiant SL390s G7,
     /// two NUMA nodes, three NVIDIA 10de:06d2 GPUs, a Mellanox ConnectX (15b3:6746) with mlx4_0.
-    const SL390S_V1: &str = include_str!("../../fixtures/records/hwloc-sl390s/24em64t-2n6c2t-pci.v1.xml");
+    const SL390S_V1: &str =
+        include_str!("../../fixtures/records/hwloc-sl390s/24em64t-2n6c2t-pci.v1.xml");
     /// The same machine exported by hwloc 2.14 (v2 format).
-    const SL390S_V2: &str = include_str!("../../fixtures/records/hwloc-sl390s/24em64t-2n6c2t-pci.v2.xml");
+    const SL390S_V2: &str =
+        include_str!("../../fixtures/records/hwloc-sl390s/24em64t-2n6c2t-pci.v2.xml");
     /// The same machine exported by hwloc's development branch (v3: bitmask OS-device types,
     /// prog-if in `pci_type`).
-    const SL390S_V3: &str = include_str!("../../fixtures/records/hwloc-sl390s/24em64t-2n6c2t-pci.v3.xml");
+    const SL390S_V3: &str =
+        include_str!("../../fixtures/records/hwloc-sl390s/24em64t-2n6c2t-pci.v3.xml");
     /// hwloc's NVIDIA DGX-2H (v2): 16 V100 GPUs seen through NVML, 12 NVSwitches, 2 NUMA nodes.
     const DGX2: &str = include_str!("../../fixtures/records/hwloc-dgx2/nvidiaDGX2.xml");
 
@@ -692,7 +752,10 @@ mod tests {
     }
 
     fn func<'a>(r: &'a MachineRecord, b: &str) -> &'a FunctionRecord {
-        r.functions.iter().find(|f| f.bdf == bdf(b)).unwrap_or_else(|| panic!("{b} missing"))
+        r.functions
+            .iter()
+            .find(|f| f.bdf == bdf(b))
+            .unwrap_or_else(|| panic!("{b} missing"))
     }
 
     fn check_sl390s(r: &MachineRecord) {
@@ -700,19 +763,35 @@ mod tests {
         let numa = r.numa.as_ref().unwrap();
         assert_eq!(numa.len(), 2);
         // cpuset 0x00555555 / 0x00aaaaaa: even and odd CPUs of 24.
-        assert_eq!(numa[0].cpulist.as_deref(), Some("0,2,4,6,8,10,12,14,16,18,20,22"));
-        assert_eq!(numa[1].cpulist.as_deref(), Some("1,3,5,7,9,11,13,15,17,19,21,23"));
+        assert_eq!(
+            numa[0].cpulist.as_deref(),
+            Some("0,2,4,6,8,10,12,14,16,18,20,22")
+        );
+        assert_eq!(
+            numa[1].cpulist.as_deref(),
+            Some("1,3,5,7,9,11,13,15,17,19,21,23")
+        );
         // The ConnectX behind root port 00:05.0 carries eth2, ib0 and mlx4_0, on node 0.
         let ib = func(r, "0000:05:00.0");
         assert_eq!(ib.parent, Some(bdf("0000:00:05.0")));
         assert_eq!(ib.rdma_devices, vec!["mlx4_0"]);
         assert_eq!(ib.netdevs, vec!["eth2", "ib0"]);
         assert_eq!(ib.numa_node, Some(0));
-        assert_eq!((ib.vendor, ib.device, ib.class), (Some(0x15b3), Some(0x6746), Some(0x0c0600)));
+        assert_eq!(
+            (ib.vendor, ib.device, ib.class),
+            (Some(0x15b3), Some(0x6746), Some(0x0c0600))
+        );
         // Three 10de:06d2 3D controllers: 06:00.0 on node 0, 14:00.0 and 11:00.0 on node 1.
-        let gpus: Vec<_> = r.functions.iter().filter(|f| f.class == Some(0x030200)).collect();
+        let gpus: Vec<_> = r
+            .functions
+            .iter()
+            .filter(|f| f.class == Some(0x030200))
+            .collect();
         assert_eq!(gpus.len(), 3);
-        assert!(gpus.iter().all(|g| g.vendor == Some(0x10de) && g.device == Some(0x06d2)));
+        assert!(
+            gpus.iter()
+                .all(|g| g.vendor == Some(0x10de) && g.device == Some(0x06d2))
+        );
         assert_eq!(func(r, "0000:06:00.0").numa_node, Some(0));
         assert_eq!(func(r, "0000:14:00.0").numa_node, Some(1));
         assert_eq!(func(r, "0000:11:00.0").parent, Some(bdf("0000:10:07.0")));
@@ -727,7 +806,11 @@ mod tests {
         assert!(r.gpus.is_empty());
         assert_eq!(r.hostname.as_deref(), Some("mirage004"));
         // hwloc carries no link split.
-        assert!(r.functions.iter().all(|f| f.max_link_speed.is_none() && f.cur_link_speed.is_none()));
+        assert!(
+            r.functions
+                .iter()
+                .all(|f| f.max_link_speed.is_none() && f.cur_link_speed.is_none())
+        );
     }
 
     #[test]
@@ -758,7 +841,10 @@ mod tests {
                 .numa
                 .unwrap()
                 .into_iter()
-                .map(|n| NumaRecord { distance: None, ..n })
+                .map(|n| NumaRecord {
+                    distance: None,
+                    ..n
+                })
                 .collect();
             (r.functions, numa)
         };
@@ -771,20 +857,46 @@ mod tests {
     fn dgx2() {
         let r = parse(DGX2).unwrap();
         assert_eq!(r.gpus.len(), 16);
-        assert!(r.gpus.iter().all(|g| g.name.as_deref() == Some("Tesla V100-SXM3-32GB-H")));
-        let g0 = r.gpus.iter().find(|g| g.bdf == bdf("0000:34:00.0")).unwrap();
-        assert_eq!(g0.uuid.as_deref(), Some("GPU-d3977428-7a30-086b-2e20-5c1eeed647c6"));
+        assert!(
+            r.gpus
+                .iter()
+                .all(|g| g.name.as_deref() == Some("Tesla V100-SXM3-32GB-H"))
+        );
+        let g0 = r
+            .gpus
+            .iter()
+            .find(|g| g.bdf == bdf("0000:34:00.0"))
+            .unwrap();
+        assert_eq!(
+            g0.uuid.as_deref(),
+            Some("GPU-d3977428-7a30-086b-2e20-5c1eeed647c6")
+        );
         assert_eq!(g0.serial.as_deref(), Some("0321019030775"));
         assert!(g0.nvlinks.is_none());
         // GPU 34:00.0 under PLX 10b5:9781 ports 33:00.0 <- 32:00.0 <- 2d:04.0 <- 2c:00.0 <- root port 2b:00.0.
-        let chain: Vec<Bdf> = std::iter::successors(Some(bdf("0000:34:00.0")), |b| func(&r, &b.to_string()).parent).collect();
+        let chain: Vec<Bdf> = std::iter::successors(Some(bdf("0000:34:00.0")), |b| {
+            func(&r, &b.to_string()).parent
+        })
+        .collect();
         assert_eq!(
             chain,
-            ["0000:34:00.0", "0000:33:00.0", "0000:32:00.0", "0000:2d:04.0", "0000:2c:00.0", "0000:2b:00.0"].map(bdf)
+            [
+                "0000:34:00.0",
+                "0000:33:00.0",
+                "0000:32:00.0",
+                "0000:2d:04.0",
+                "0000:2c:00.0",
+                "0000:2b:00.0"
+            ]
+            .map(bdf)
         );
         assert_eq!(func(&r, "0000:2b:00.0").parent, None);
         // 12 NVSwitches (class 0680), one of which hwloc read as all zeros.
-        let nvs = r.functions.iter().filter(|f| f.class == Some(0x068000)).count();
+        let nvs = r
+            .functions
+            .iter()
+            .filter(|f| f.class == Some(0x068000))
+            .count();
         assert_eq!(nvs, 11);
         assert_eq!(func(&r, "0000:66:00.0").vendor, Some(0));
         let numa = r.numa.as_ref().unwrap();
@@ -797,9 +909,15 @@ mod tests {
 
     #[test]
     fn not_hwloc() {
-        assert!(matches!(parse("<system version=\"1\"/>"), Err(RecordError::NotThisFormat(..))));
+        assert!(matches!(
+            parse("<system version=\"1\"/>"),
+            Err(RecordError::NotThisFormat(..))
+        ));
         assert!(matches!(parse("<topology"), Err(RecordError::Malformed(_))));
-        assert!(matches!(parse("<topology/>"), Err(RecordError::Malformed(_))));
+        assert!(matches!(
+            parse("<topology/>"),
+            Err(RecordError::Malformed(_))
+        ));
     }
 
     #[test]

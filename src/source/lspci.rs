@@ -263,16 +263,15 @@ fn parse_header(line: &str) -> Option<Header> {
         h.class = u32::from_str_radix(class_text, 16).ok();
     } else if is_hex(class_text, 4) {
         base_sub = u32::from_str_radix(class_text, 16).ok();
-    } else if let Some((_, b)) = trailing_bracket(class_text) {
-        if is_hex(b, 4) {
-            base_sub = u32::from_str_radix(b, 16).ok();
-        }
+    } else if let Some((_, b)) = trailing_bracket(class_text)
+        && is_hex(b, 4)
+    {
+        base_sub = u32::from_str_radix(b, 16).ok();
     }
     // Trailing "(rev a1)" and "(prog-if 00 [Normal decode])", in either order.
     let mut rest = after.trim();
     let mut prog_if: Option<u32> = None;
-    loop {
-        let Some(open) = rest.rfind(" (") else { break };
+    while let Some(open) = rest.rfind(" (") {
         let tail = &rest[open + 2..];
         if !tail.ends_with(')') {
             break;
@@ -301,12 +300,13 @@ fn parse_header(line: &str) -> Option<Header> {
         rest = "";
     } else if let Some(t) = rest.strip_prefix("Vendor ") {
         let mut w = t.split_whitespace();
-        if let (Some(v), Some("Device"), Some(d)) = (w.next(), w.next(), w.next()) {
-            if is_hex(v, 4) && is_hex(d, 4) {
-                h.vendor = u16::from_str_radix(v, 16).ok();
-                h.device = u16::from_str_radix(d, 16).ok();
-                rest = "";
-            }
+        if let (Some(v), Some("Device"), Some(d)) = (w.next(), w.next(), w.next())
+            && is_hex(v, 4)
+            && is_hex(d, 4)
+        {
+            h.vendor = u16::from_str_radix(v, 16).ok();
+            h.device = u16::from_str_radix(d, 16).ok();
+            rest = "";
         }
     }
     if !rest.is_empty() {
@@ -574,7 +574,7 @@ impl Parsed {
     fn finish(mut self) -> (FunctionRecord, bool) {
         let mut derived = false;
         if !self.dump.is_empty() && !self.dump_bad {
-            self.from_dump();
+            self.fill_from_dump();
             self.rec.config = Some(std::mem::take(&mut self.dump));
             self.rec.config_synthetic = false;
         }
@@ -594,7 +594,7 @@ impl Parsed {
     }
 
     /// Ids, class, revision, subsystem and bus numbers from the dump where the text lacks them.
-    fn from_dump(&mut self) {
+    fn fill_from_dump(&mut self) {
         let b = &self.dump;
         let r = &mut self.rec;
         let rd16 = |o: usize| Some(u16::from_le_bytes([*b.get(o)?, *b.get(o + 1)?]));
@@ -607,23 +607,19 @@ impl Parsed {
         if r.revision.is_none() {
             r.revision = b.get(8).copied();
         }
-        if r.class.is_none() {
-            if let (Some(p), Some(s), Some(c)) = (b.get(9), b.get(10), b.get(11)) {
-                r.class = Some((u32::from(*c) << 16) | (u32::from(*s) << 8) | u32::from(*p));
-            }
+        if r.class.is_none()
+            && let (Some(p), Some(s), Some(c)) = (b.get(9), b.get(10), b.get(11))
+        {
+            r.class = Some((u32::from(*c) << 16) | (u32::from(*s) << 8) | u32::from(*p));
         }
         match b.get(0x0e).map(|h| h & 0x7f) {
-            Some(0) => {
-                if r.subsystem_vendor.is_none() {
-                    r.subsystem_vendor = rd16(0x2c);
-                    r.subsystem_device = rd16(0x2e);
-                }
+            Some(0) if r.subsystem_vendor.is_none() => {
+                r.subsystem_vendor = rd16(0x2c);
+                r.subsystem_device = rd16(0x2e);
             }
-            Some(1) => {
-                if r.secondary_bus.is_none() {
-                    r.secondary_bus = b.get(0x19).copied();
-                    r.subordinate_bus = b.get(0x1a).copied();
-                }
+            Some(1) if r.secondary_bus.is_none() => {
+                r.secondary_bus = b.get(0x19).copied();
+                r.subordinate_bus = b.get(0x1a).copied();
             }
             _ => {}
         }

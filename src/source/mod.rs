@@ -57,10 +57,15 @@ impl SourceInfo {
             } => {
                 let mut out = Vec::new();
                 if !cannot_tell.is_empty() {
+                    let suffix = format!(": {}", format.not_carried());
+                    let items: Vec<&str> = cannot_tell
+                        .iter()
+                        .map(|c| c.strip_suffix(suffix.as_str()).unwrap_or(c))
+                        .collect();
                     out.push(format!(
                         "{} cannot tell: {} (unknown, never a pass)",
                         format.article_name(),
-                        cannot_tell.join("; ")
+                        items.join("; ")
                     ));
                 }
                 out.extend(notes.iter().map(|n| format!("note: {n}")));
@@ -76,7 +81,10 @@ impl SourceInfo {
             SourceInfo::Root { path } => format!("recorded tree {path}"),
             SourceInfo::Bundle { path } => format!("bundle {path}"),
             SourceInfo::From { path, format, .. } => {
-                format!("{} {path}", format.article_name().split_once(' ').map_or("", |x| x.1))
+                format!(
+                    "{} {path}",
+                    format.article_name().split_once(' ').map_or("", |x| x.1)
+                )
             }
         }
     }
@@ -184,7 +192,11 @@ impl Source {
 
     /// A record in another format: parsed, written as a recorded tree (see `synth`) and
     /// opened like one, with what the format does not carry replayed as unreadable.
-    fn open_record(spec: &SourceSpec, path: &Path, forced: Option<record::Format>) -> Result<Source> {
+    fn open_record(
+        spec: &SourceSpec,
+        path: &Path,
+        forced: Option<record::Format>,
+    ) -> Result<Source> {
         let label = format!("--from {}", path.display());
         let text = read_record_file(path).with_context(|| label.clone())?;
         let rec = parse_record(&text, forced).with_context(|| label.clone())?;
@@ -192,10 +204,17 @@ impl Source {
     }
 
     /// A parsed record opened as a source (`open_record`'s second half; tests build records).
-    pub fn from_record(spec: &SourceSpec, path: &Path, rec: record::MachineRecord) -> Result<Source> {
+    pub fn from_record(
+        spec: &SourceSpec,
+        path: &Path,
+        rec: record::MachineRecord,
+    ) -> Result<Source> {
         let label = format!("--from {}", path.display());
         if rec.functions.is_empty() {
-            anyhow::bail!("{label}: {} lists no PCI function", rec.format.article_name());
+            anyhow::bail!(
+                "{label}: {} lists no PCI function",
+                rec.format.article_name()
+            );
         }
         let w = synth::write(&rec)
             .with_context(|| format!("{label}: writing its facts into a temporary tree"))?;
@@ -294,7 +313,9 @@ fn read_record_file(path: &Path) -> Result<String> {
         );
     }
     let mut raw = Vec::new();
-    f.take(MAX_RECORD_BYTES + 1).read_to_end(&mut raw).context("cannot read")?;
+    f.take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut raw)
+        .context("cannot read")?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         flate2::read::MultiGzDecoder::new(&raw[..])

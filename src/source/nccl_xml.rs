@@ -22,8 +22,8 @@
 
 use super::hwloc::{first_element_name, open_xml};
 use super::record::{
-    Carried, Format, ForeignGdr, FunctionRecord, GpuRecord, MachineRecord, NumaRecord, NvLinkRecord,
-    RecordError,
+    Carried, ForeignGdr, Format, FunctionRecord, GpuRecord, MachineRecord, NumaRecord,
+    NvLinkRecord, RecordError,
 };
 use crate::pci::Bdf;
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,7 +85,9 @@ pub fn looks_like_rdma_device(name: &str) -> bool {
         "mlx4_", "mlx5_", "ibp", "rdmap", "efa_", "efa", "irdma", "bnxt_re", "qedr", "hfi1_",
         "rxe", "siw", "erdma", "mana_ib", "rocep", "ionic_",
     ];
-    PREFIXES.iter().any(|p| name.starts_with(p) && name.len() > p.len())
+    PREFIXES
+        .iter()
+        .any(|p| name.starts_with(p) && name.len() > p.len())
 }
 
 fn gdr_attr(e: roxmltree::Node) -> Option<bool> {
@@ -124,18 +126,18 @@ impl Walk {
         let numaid = cpu.attribute("numaid").map(str::trim);
         let numa_node = numaid.and_then(|v| v.parse::<i32>().ok());
         if let Some(id) = numa_node.and_then(|n| u32::try_from(n).ok()) {
-            if self.numa.contains_key(&id) {
-                self.duplicate_numa.insert(id.to_string());
-            } else {
-                let cpulist = cpu.attribute("affinity").and_then(cpumap_to_cpulist);
-                self.numa.insert(
-                    id,
-                    NumaRecord {
+            match self.numa.entry(id) {
+                std::collections::btree_map::Entry::Occupied(_) => {
+                    self.duplicate_numa.insert(id.to_string());
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    let cpulist = cpu.attribute("affinity").and_then(cpumap_to_cpulist);
+                    v.insert(NumaRecord {
                         id,
                         cpulist,
                         distance: None,
-                    },
-                );
+                    });
+                }
             }
         }
         for c in cpu.children().filter(|c| c.is_element()) {
@@ -173,7 +175,11 @@ impl Walk {
         // The lower of the device's and its port's maximum (NCCL's xml.cc), never the trained
         // link; "" where NCCL read none, and NCCL's "16.0 GT/s" stand-in is indistinguishable
         // from a real reading, so a dump's speed is what NCCL believed.
-        if let Some(s) = e.attribute("link_speed").map(str::trim).filter(|s| !s.is_empty()) {
+        if let Some(s) = e
+            .attribute("link_speed")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
             match crate::pci::gen_from_speed(s).and_then(crate::pci::speed_of_gen) {
                 Some(gts) => f.max_link_speed = Some(format!("{gts:.1} GT/s PCIe")),
                 None => {
@@ -278,7 +284,11 @@ impl Walk {
     fn nic(&mut self, e: roxmltree::Node, function: Option<(usize, Bdf)>) {
         self.saw_nic = true;
         for net in e.children().filter(|c| c.has_tag_name("net")) {
-            let Some(name) = net.attribute("name").map(str::trim).filter(|n| !n.is_empty()) else {
+            let Some(name) = net
+                .attribute("name")
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+            else {
                 continue;
             };
             if let Some((i, _)) = function {
@@ -318,7 +328,10 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
     if !root.has_tag_name("system") {
         return Err(RecordError::NotThisFormat(
             Format::Nccl.article_name(),
-            format!("its root element is <{}>, not <system>", root.tag_name().name()),
+            format!(
+                "its root element is <{}>, not <system>",
+                root.tag_name().name()
+            ),
         ));
     }
     let mut rec = MachineRecord::new(Format::Nccl);
@@ -340,7 +353,8 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
             }
             w.cpu(c);
         } else {
-            w.ignored.insert(format!("<{}> under <system>", c.tag_name().name()));
+            w.ignored
+                .insert(format!("<{}> under <system>", c.tag_name().name()));
         }
     }
     if w.functions.is_empty() && w.numa.is_empty() {
@@ -381,13 +395,20 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
         ));
     }
     if w.c2c > 0 {
-        rec.notes.push(format!("{} <c2c> (GPU-CPU chip-to-chip) link(s) not recorded", w.c2c));
+        rec.notes.push(format!(
+            "{} <c2c> (GPU-CPU chip-to-chip) link(s) not recorded",
+            w.c2c
+        ));
     }
     if w.pcilinks > 0 {
-        rec.notes.push(format!("{} <pcilink> (switch peer link) element(s) not recorded", w.pcilinks));
+        rec.notes.push(format!(
+            "{} <pcilink> (switch peer link) element(s) not recorded",
+            w.pcilinks
+        ));
     }
     if !w.ignored.is_empty() {
-        rec.notes.push(format!("elements not read: {}", list(&w.ignored)));
+        rec.notes
+            .push(format!("elements not read: {}", list(&w.ignored)));
     }
     if w.mixed_children > 0 {
         rec.notes.push(format!(
@@ -468,19 +489,37 @@ mod tests {
     }
 
     fn func<'a>(r: &'a MachineRecord, b: &str) -> &'a FunctionRecord {
-        r.functions.iter().find(|f| f.bdf == bdf(b)).unwrap_or_else(|| panic!("{b} missing"))
+        r.functions
+            .iter()
+            .find(|f| f.bdf == bdf(b))
+            .unwrap_or_else(|| panic!("{b} missing"))
     }
 
     fn children<'a>(r: &'a MachineRecord, b: &str) -> Vec<&'a FunctionRecord> {
-        r.functions.iter().filter(|f| f.parent == Some(bdf(b))).collect()
+        r.functions
+            .iter()
+            .filter(|f| f.parent == Some(bdf(b)))
+            .collect()
     }
 
     #[test]
     fn cpumaps() {
-        assert_eq!(cpumap_to_cpulist("00000000,00000000,00ffffff").unwrap(), "0-23");
-        assert_eq!(cpumap_to_cpulist("ffffff00,00000000,00000000").unwrap(), "72-95");
-        assert_eq!(cpumap_to_cpulist("00000000,0000ffff,ffffffff").unwrap(), "0-47");
-        assert_eq!(cpumap_to_cpulist("ffffffff,ffff0000,00000000").unwrap(), "48-95");
+        assert_eq!(
+            cpumap_to_cpulist("00000000,00000000,00ffffff").unwrap(),
+            "0-23"
+        );
+        assert_eq!(
+            cpumap_to_cpulist("ffffff00,00000000,00000000").unwrap(),
+            "72-95"
+        );
+        assert_eq!(
+            cpumap_to_cpulist("00000000,0000ffff,ffffffff").unwrap(),
+            "0-47"
+        );
+        assert_eq!(
+            cpumap_to_cpulist("ffffffff,ffff0000,00000000").unwrap(),
+            "48-95"
+        );
         assert!(cpumap_to_cpulist("xyz").is_none());
         assert!(cpumap_to_cpulist("").is_none());
         // The inverse of the writer in export/nccl.rs.
@@ -492,7 +531,16 @@ mod tests {
 
     #[test]
     fn rdma_names() {
-        for n in ["mlx5_0", "mlx5_11", "ibp12s0", "rdmap16s27", "efa_0", "irdma0", "bnxt_re0", "rocep94s0f0"] {
+        for n in [
+            "mlx5_0",
+            "mlx5_11",
+            "ibp12s0",
+            "rdmap16s27",
+            "efa_0",
+            "irdma0",
+            "bnxt_re0",
+            "rocep94s0f0",
+        ] {
             assert!(looks_like_rdma_device(n), "{n}");
         }
         for n in ["eth0", "ens5", "enp20s0np0", "ib0", "mlx5_", "lo"] {
@@ -513,20 +561,56 @@ mod tests {
         assert_eq!(numa[0].cpulist.as_deref(), Some("0-23"));
         assert_eq!(numa[3].cpulist.as_deref(), Some("72-95"));
         // 8 GPUs and 8 InfiniBand (0x0207) functions, 2 of each under each invented switch.
-        assert_eq!(r.functions.iter().filter(|f| f.class == Some(0x030200)).count(), 8);
-        assert_eq!(r.functions.iter().filter(|f| f.class == Some(0x020700)).count(), 8);
+        assert_eq!(
+            r.functions
+                .iter()
+                .filter(|f| f.class == Some(0x030200))
+                .count(),
+            8
+        );
+        assert_eq!(
+            r.functions
+                .iter()
+                .filter(|f| f.class == Some(0x020700))
+                .count(),
+            8
+        );
         let sw = func(&r, "ffff:ff:01.0");
-        assert_eq!((sw.parent, sw.numa_node, sw.class), (None, Some(0), Some(0x060400)));
-        let under: Vec<String> = children(&r, "ffff:ff:01.0").iter().map(|f| f.bdf.to_string()).collect();
-        assert_eq!(under, ["0003:00:00.0", "0004:00:00.0", "0103:00:00.0", "0104:00:00.0"]);
+        assert_eq!(
+            (sw.parent, sw.numa_node, sw.class),
+            (None, Some(0), Some(0x060400))
+        );
+        let under: Vec<String> = children(&r, "ffff:ff:01.0")
+            .iter()
+            .map(|f| f.bdf.to_string())
+            .collect();
+        assert_eq!(
+            under,
+            [
+                "0003:00:00.0",
+                "0004:00:00.0",
+                "0103:00:00.0",
+                "0104:00:00.0"
+            ]
+        );
         // GPU 0001:00:00.0 shares switch ffff:ff:02.0 with NIC 0101:00:00.0, on NUMA node 1.
         assert_eq!(func(&r, "0001:00:00.0").parent, Some(bdf("ffff:ff:02.0")));
         assert_eq!(func(&r, "0101:00:00.0").parent, Some(bdf("ffff:ff:02.0")));
         assert_eq!(func(&r, "0101:00:00.0").numa_node, Some(1));
         // "16 GT/s" (kernels before 5.7) read as Gen4.
-        assert_eq!(func(&r, "0003:00:00.0").max_link_speed.as_deref(), Some("16.0 GT/s PCIe"));
-        assert_eq!(func(&r, "0003:00:00.0").max_link_width.as_deref(), Some("16"));
-        assert!(r.functions.iter().all(|f| f.cur_link_speed.is_none() && f.cur_link_width.is_none()));
+        assert_eq!(
+            func(&r, "0003:00:00.0").max_link_speed.as_deref(),
+            Some("16.0 GT/s PCIe")
+        );
+        assert_eq!(
+            func(&r, "0003:00:00.0").max_link_width.as_deref(),
+            Some("16")
+        );
+        assert!(
+            r.functions
+                .iter()
+                .all(|f| f.cur_link_speed.is_none() && f.cur_link_width.is_none())
+        );
         // The invented switch's children are in other domains: no secondary bus.
         assert_eq!(sw.secondary_bus, None);
         // No <gpu>, no <nic>: nothing NVML-like, and net devices are not carried.
@@ -554,17 +638,33 @@ mod tests {
         }
         assert_eq!(func(&r, "0008:00:00.0").parent, Some(bdf("ffff:ff:04.0")));
         assert_eq!(func(&r, "0104:00:00.0").parent, Some(bdf("ffff:ff:04.0")));
-        assert_eq!(func(&r, "0008:00:00.0").max_link_speed.as_deref(), Some("32.0 GT/s PCIe"));
+        assert_eq!(
+            func(&r, "0008:00:00.0").max_link_speed.as_deref(),
+            Some("32.0 GT/s PCIe")
+        );
     }
 
     #[test]
     fn aws_p4d() {
         let r = parse(P4D).unwrap();
         // "Each group has 2 GPUs and 1 NIC behind a PCIe switch", two groups per socket.
-        for (sw, numa) in [("ffff:ff:01.0", 0), ("ffff:ff:02.0", 0), ("ffff:ff:03.0", 1), ("ffff:ff:04.0", 1)] {
+        for (sw, numa) in [
+            ("ffff:ff:01.0", 0),
+            ("ffff:ff:02.0", 0),
+            ("ffff:ff:03.0", 1),
+            ("ffff:ff:04.0", 1),
+        ] {
             let kids = children(&r, sw);
-            assert_eq!(kids.iter().filter(|f| f.class == Some(0x030200)).count(), 2, "{sw}");
-            assert_eq!(kids.iter().filter(|f| f.class == Some(0x020000)).count(), 1, "{sw}");
+            assert_eq!(
+                kids.iter().filter(|f| f.class == Some(0x030200)).count(),
+                2,
+                "{sw}"
+            );
+            assert_eq!(
+                kids.iter().filter(|f| f.class == Some(0x020000)).count(),
+                1,
+                "{sw}"
+            );
             assert!(kids.iter().all(|f| f.numa_node == Some(numa)));
         }
         // GPU 0 (10:1c.0) and NIC 0 (10:1b.0, EFA 1d0f:efa0) under switch 0.
@@ -574,7 +674,10 @@ mod tests {
         assert_eq!(func(&r, "0000:10:1c.0").device, Some(0x20b0));
         // Children of switch 0 all on bus 0x10 but in another domain than ffff: unknown.
         assert_eq!(func(&r, "ffff:ff:01.0").secondary_bus, None);
-        assert_eq!(func(&r, "0000:10:1c.0").max_link_speed.as_deref(), Some("8.0 GT/s PCIe"));
+        assert_eq!(
+            func(&r, "0000:10:1c.0").max_link_speed.as_deref(),
+            Some("8.0 GT/s PCIe")
+        );
         let numa = r.numa.as_ref().unwrap();
         // affinity 000000ff,ffff0000,00ffffff: CPUs 0-23 and 48-71.
         assert_eq!(numa[0].cpulist.as_deref(), Some("0-23,48-71"));
@@ -587,7 +690,12 @@ mod tests {
         // "4 groups of PCIe hierarchy under each socket", "4 NIC behind a PCIe switch",
         // "GPUs are not reported in this file".
         assert_eq!(r.functions.len(), 8 + 32);
-        for sw in ["0000:45:00.0", "0000:56:00.0", "0000:67:00.0", "0000:78:00.0"] {
+        for sw in [
+            "0000:45:00.0",
+            "0000:56:00.0",
+            "0000:67:00.0",
+            "0000:78:00.0",
+        ] {
             assert_eq!(children(&r, sw).len(), 4);
             assert_eq!(func(&r, sw).numa_node, Some(0));
             assert_eq!(func(&r, sw).class, None);
@@ -597,7 +705,10 @@ mod tests {
         // No affinity attribute: the NUMA node is known, its CPUs are not.
         assert!(r.numa.as_ref().unwrap().iter().all(|n| n.cpulist.is_none()));
         // "32 GT/s PCIe/s" names a Gen5 rate.
-        assert_eq!(func(&r, "0000:4f:00.0").max_link_speed.as_deref(), Some("32.0 GT/s PCIe"));
+        assert_eq!(
+            func(&r, "0000:4f:00.0").max_link_speed.as_deref(),
+            Some("32.0 GT/s PCIe")
+        );
         assert!(r.gpus.is_empty());
     }
 
@@ -633,23 +744,52 @@ mod tests {
         assert!(r.carried.os_devices);
         let nic = func(&r, "0000:19:00.0");
         assert_eq!(nic.rdma_devices, ["mlx5_0", "mlx5_1"]);
-        assert_eq!((nic.max_link_speed.as_deref(), nic.max_link_width.as_deref()), (None, None));
+        assert_eq!(
+            (nic.max_link_speed.as_deref(), nic.max_link_width.as_deref()),
+            (None, None)
+        );
         assert_eq!(nic.parent, Some(bdf("0000:16:00.0")));
         // Children on two buses (NCCL skipped the downstream ports): secondary bus unknown.
         assert_eq!(func(&r, "0000:16:00.0").secondary_bus, None);
-        let g0 = r.gpus.iter().find(|g| g.bdf == bdf("0000:18:00.0")).unwrap();
+        let g0 = r
+            .gpus
+            .iter()
+            .find(|g| g.bdf == bdf("0000:18:00.0"))
+            .unwrap();
         assert_eq!(g0.sm, Some(90));
         let links = g0.nvlinks.as_ref().unwrap();
         assert_eq!(links.len(), 7);
-        assert!(links.iter().all(|l| l.active && l.remote_kind.as_deref() == Some("switch")));
+        assert!(
+            links
+                .iter()
+                .all(|l| l.active && l.remote_kind.as_deref() == Some("switch"))
+        );
         assert_eq!(links[0].remote_bus_id, Some(bdf("0000:07:00.0")));
         assert_eq!(links[6].remote_bus_id, None);
-        let g1 = r.gpus.iter().find(|g| g.bdf == bdf("0000:2a:00.0")).unwrap();
+        let g1 = r
+            .gpus
+            .iter()
+            .find(|g| g.bdf == bdf("0000:2a:00.0"))
+            .unwrap();
         assert_eq!(g1.nvlinks.as_deref(), Some(&[][..]));
-        assert!(r.foreign_gdr.contains(&ForeignGdr::Gpu { gpu: bdf("0000:18:00.0"), gdr: true }));
-        assert!(r.foreign_gdr.contains(&ForeignGdr::Gpu { gpu: bdf("0000:2a:00.0"), gdr: false }));
-        assert!(r.foreign_gdr.contains(&ForeignGdr::Net { nic: Some(bdf("0000:19:00.0")), name: "mlx5_1".into(), gdr: false }));
-        assert!(r.foreign_gdr.contains(&ForeignGdr::Net { nic: None, name: "eth0".into(), gdr: false }));
+        assert!(r.foreign_gdr.contains(&ForeignGdr::Gpu {
+            gpu: bdf("0000:18:00.0"),
+            gdr: true
+        }));
+        assert!(r.foreign_gdr.contains(&ForeignGdr::Gpu {
+            gpu: bdf("0000:2a:00.0"),
+            gdr: false
+        }));
+        assert!(r.foreign_gdr.contains(&ForeignGdr::Net {
+            nic: Some(bdf("0000:19:00.0")),
+            name: "mlx5_1".into(),
+            gdr: false
+        }));
+        assert!(r.foreign_gdr.contains(&ForeignGdr::Net {
+            nic: None,
+            name: "eth0".into(),
+            gdr: false
+        }));
         assert_eq!(r.numa.as_ref().unwrap()[0].cpulist.as_deref(), Some("0-15"));
         assert!(r.notes.iter().any(|n| n.contains("fffffff:ff:ff.0")));
     }
@@ -658,8 +798,14 @@ mod tests {
     fn versions_and_not_nccl() {
         let r = parse("<system version=\"2\"><cpu numaid=\"0\"/></system>").unwrap();
         assert!(r.notes.iter().any(|n| n.contains("version \"2\"")));
-        assert!(matches!(parse("<topology version=\"2.0\"/>"), Err(RecordError::NotThisFormat(..))));
-        assert!(matches!(parse("<system version=\"1\"/>"), Err(RecordError::Malformed(_))));
+        assert!(matches!(
+            parse("<topology version=\"2.0\"/>"),
+            Err(RecordError::NotThisFormat(..))
+        ));
+        assert!(matches!(
+            parse("<system version=\"1\"/>"),
+            Err(RecordError::Malformed(_))
+        ));
         assert!(matches!(parse("<system"), Err(RecordError::Malformed(_))));
         assert!(!looks_like("<topology>"));
     }

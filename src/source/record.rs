@@ -29,7 +29,12 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 4] = [Format::BugReport, Format::Lspci, Format::Hwloc, Format::Nccl];
+    pub const ALL: [Format; 4] = [
+        Format::BugReport,
+        Format::Lspci,
+        Format::Hwloc,
+        Format::Nccl,
+    ];
 
     /// The name `--from-format` takes.
     pub fn as_str(self) -> &'static str {

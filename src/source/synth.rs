@@ -189,7 +189,9 @@ fn placements(functions: &[FunctionRecord], notes: &mut Vec<String>) -> BTreeMap
 
 /// Write `rec` as a recorded tree in a new temporary directory.
 pub fn write(rec: &MachineRecord) -> io::Result<Written> {
-    let dir = tempfile::Builder::new().prefix("gpudoctor-from-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("gpudoctor-from-")
+        .tempdir()?;
     let format = rec.format;
     let mut t = Tree {
         root: dir.path().to_path_buf(),
@@ -280,7 +282,10 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
             (Some(name), _) if !name.is_empty() && !name.contains('/') && name != ".." => {
                 written.insert("driver");
                 t.dir(&format!("/sys/bus/pci/drivers/{name}"))?;
-                t.link(&format!("{d}/driver"), &format!("/sys/bus/pci/drivers/{name}"))?;
+                t.link(
+                    &format!("{d}/driver"),
+                    &format!("/sys/bus/pci/drivers/{name}"),
+                )?;
             }
             // Carried and not shown: no driver bound, read as such.
             (_, true) => {
@@ -290,7 +295,10 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         }
         if let Some(pf) = f.physfn {
             written.insert("physfn");
-            t.link(&format!("{d}/physfn"), &format!("/sys/bus/pci/devices/{pf}"))?;
+            t.link(
+                &format!("{d}/physfn"),
+                &format!("/sys/bus/pci/devices/{pf}"),
+            )?;
         }
         for name in &attrs {
             if !written.contains(name.as_str()) {

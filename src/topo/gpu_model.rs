@@ -113,10 +113,25 @@ const MODELS: &[(u16, &str, GdrCapability, bool)] = &[
     (0x2920, "B100", Capable, false),
     (0x29bc, "B100", Capable, false),
     (0x2941, "GB200", Capable, true),
-    (0x2bb1, "RTX PRO 6000 Blackwell Workstation Edition", Capable, false),
+    (
+        0x2bb1,
+        "RTX PRO 6000 Blackwell Workstation Edition",
+        Capable,
+        false,
+    ),
     (0x2bb3, "RTX PRO 5000 Blackwell", Capable, false),
-    (0x2bb4, "RTX PRO 6000 Blackwell Max-Q Workstation Edition", Capable, false),
-    (0x2bb5, "RTX PRO 6000 Blackwell Server Edition", Capable, false),
+    (
+        0x2bb4,
+        "RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+        Capable,
+        false,
+    ),
+    (
+        0x2bb5,
+        "RTX PRO 6000 Blackwell Server Edition",
+        Capable,
+        false,
+    ),
     (0x2c31, "RTX PRO 4500 Blackwell", Capable, false),
     (0x2c34, "RTX PRO 4000 Blackwell", Capable, false),
     (0x2b85, "GeForce RTX 5090", NotCapable, false),
@@ -167,7 +182,12 @@ mod tests {
 
     #[test]
     fn data_center_consumer_and_unknown() {
-        for (id, c2c) in [(0x2330, false), (0x2901, false), (0x2941, true), (0x2342, true)] {
+        for (id, c2c) in [
+            (0x2330, false),
+            (0x2901, false),
+            (0x2941, true),
+            (0x2342, true),
+        ] {
             let m = lookup(Some(id), "");
             assert_eq!((m.gdr, m.c2c), (Capable, c2c), "{id:04x}");
         }
@@ -184,7 +204,10 @@ mod tests {
         assert_eq!(u.gdr, GdrCapability::Unknown);
         assert!(u.basis.contains("not in the model table"), "{}", u.basis);
         // A data-center-sounding name is not enough to call it capable.
-        assert_eq!(lookup(None, "NVIDIA H100 80GB HBM3").gdr, GdrCapability::Unknown);
+        assert_eq!(
+            lookup(None, "NVIDIA H100 80GB HBM3").gdr,
+            GdrCapability::Unknown
+        );
     }
 
     #[test]

@@ -123,7 +123,8 @@ fn what_the_format_does_not_carry_is_unknown_naming_it() {
         if c["status"] == "pass" {
             let ev = c["evidence"].as_array().cloned().unwrap_or_default();
             assert!(
-                ev.iter().any(|e| !e["value"].to_string().contains("not in an hwloc XML")),
+                ev.iter()
+                    .any(|e| !e["value"].to_string().contains("not in an hwloc XML")),
                 "a pass rests only on facts the format lacks: {c}"
             );
         }

@@ -90,3 +90,27 @@ fn fuzz_inputs_sysroot_links() {
 fn fuzz_inputs_recorded_tree() {
     replay("recorded_tree", 5, gpudoctor::fuzzing::recorded_tree);
 }
+
+#[test]
+fn fuzz_inputs_record_lspci() {
+    replay("record_lspci", 3, gpudoctor::fuzzing::record_lspci);
+}
+
+#[test]
+fn fuzz_inputs_record_bug_report() {
+    replay(
+        "record_bug_report",
+        3,
+        gpudoctor::fuzzing::record_bug_report,
+    );
+}
+
+#[test]
+fn fuzz_inputs_record_hwloc() {
+    replay("record_hwloc", 3, gpudoctor::fuzzing::record_hwloc);
+}
+
+#[test]
+fn fuzz_inputs_record_nccl() {
+    replay("record_nccl", 3, gpudoctor::fuzzing::record_nccl);
+}

@@ -24,6 +24,7 @@ mod man;
 mod mlx5;
 mod mlx5_emu;
 mod mlx5_prm;
+mod nccl;
 mod probes;
 mod rdma_driver;
 pub mod rdma_unknown;

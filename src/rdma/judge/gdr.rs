@@ -399,7 +399,11 @@ pub fn nccl_default_gdr(pcie: PathType, gpu_c2c: bool) -> NcclGdrDefault {
             String::new()
         },
         if enabled { "<=" } else { ">" },
-        if gpu_c2c { "P2C" } else { "P2C (= PXB without C2C)" },
+        if gpu_c2c {
+            "P2C"
+        } else {
+            "P2C (= PXB without C2C)"
+        },
         if enabled { "used" } else { "off" },
     );
     NcclGdrDefault {
@@ -974,7 +978,11 @@ mod tests {
         for p in [PathType::PHB, PathType::NODE, PathType::SYS] {
             let x = d(p, false);
             assert!(!x.enabled, "{p:?}");
-            assert!(x.rule.contains("> default NCCL_NET_GDR_LEVEL"), "{}", x.rule);
+            assert!(
+                x.rule.contains("> default NCCL_NET_GDR_LEVEL"),
+                "{}",
+                x.rule
+            );
         }
         // nvidia-smi's NODE is NCCL's PHB (one CPU node per NUMA node).
         assert_eq!(d(PathType::NODE, false).path, NcclPath::Phb);
