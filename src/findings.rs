@@ -214,6 +214,9 @@ impl CheckId {
             // not running or did not finish: settings and services.
             CheckId::GpuThrottle | CheckId::GpuFabric => (Gpu, Config),
             CheckId::BaselineVersions => (Driver, Config),
+            // NCCL's transport choice and collective bandwidth: the NCCL_* settings first
+            // (the links themselves have probe.p2p and the NVLink checks).
+            CheckId::ProbeNccl => (Gpu, Config),
         }
     }
 
@@ -371,6 +374,7 @@ check_ids! {
     ProbeD2h = "probe.d2h";
     ProbeP2p = "probe.p2p";
     ProbeDmabufExport = "probe.dmabuf-export";
+    ProbeNccl = "probe.nccl";
     ProbeWriteBw = "probe.write-bw";
     ProbeGdrWriteBw = "probe.gdr-write-bw";
     ProbeGpuWriteBw = "probe.gpu-write-bw";

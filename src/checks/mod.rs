@@ -183,6 +183,8 @@ catalog! {
         "GPU-to-GPU copies reach the NVLink/PCIe rate; peer access works";
     ProbeDmabufExport = "probe.dmabuf-export", level 1, Fail, Run::Probe,
         "GPU memory exports as a dma-buf (GPU half of dma-buf GPUDirect RDMA)";
+    ProbeNccl = "probe.nccl", level 1, Fail, Run::Probe,
+        "NCCL all-reduce/all-gather reach the NVLink/PCIe rate, over the transports the topology allows";
     ProbeWriteBw = "probe.write-bw", level 2, Fail, Run::Probe,
         "RDMA-write loopback on every active port moves and validates data at line rate";
     ProbeGdrWriteBw = "probe.gdr-write-bw", level 3, Fail, Run::Probe,

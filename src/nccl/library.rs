@@ -365,7 +365,10 @@ impl Nccl {
     }
 
     /// The communicator's asynchronous error (a failed or aborted collective), if any.
-    pub fn async_error(&self, comm: Comm) -> Result<(), NcclError> {
+    ///
+    /// # Safety
+    /// `comm` came from `comm_init_all` and has not been finished.
+    pub unsafe fn async_error(&self, comm: Comm) -> Result<(), NcclError> {
         let mut r: c_int = 0;
         // SAFETY: a live communicator; out-pointer to a local.
         self.check("ncclCommGetAsyncError", unsafe {
@@ -379,7 +382,10 @@ impl Nccl {
     }
 
     /// Destroy a communicator (after its work completed), or abort it (after an error).
-    pub fn comm_finish(&self, comm: Comm, abort: bool) -> Result<(), NcclError> {
+    ///
+    /// # Safety
+    /// `comm` came from `comm_init_all` and is finished once; nothing uses it afterwards.
+    pub unsafe fn comm_finish(&self, comm: Comm, abort: bool) -> Result<(), NcclError> {
         // SAFETY: a live communicator, finished once.
         if abort {
             self.check("ncclCommAbort", unsafe { (self.comm_abort)(comm) })

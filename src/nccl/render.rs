@@ -9,9 +9,9 @@ fn word(s: Status) -> String {
 }
 
 fn size_text(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{} GiB", b >> 30)
-    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
+    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{} MiB", b >> 20)
     } else {
         format!("{b} B")
@@ -97,8 +97,8 @@ fn config(s: &mut String, run: &ConfigRun) {
         );
         let _ = writeln!(
             s,
-            "    {:>9} {:>10} {:>9} {:>9}  {}",
-            "size", "time us", "algbw", "busbw", "busbw range"
+            "    {:>9} {:>10} {:>9} {:>9}  busbw range",
+            "size", "time us", "algbw", "busbw"
         );
         for z in &c.sizes {
             let med = |v: &[f64]| crate::probes::median(v).unwrap_or(f64::NAN);

@@ -300,7 +300,17 @@ pub const MAX_RECORD_BYTES: u64 = 128 << 20;
 /// only (a FIFO or device would block or never end).
 fn read_record_file(path: &Path) -> Result<String> {
     use std::io::Read;
-    let f = std::fs::File::open(path).context("cannot open")?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never blocks on a FIFO or a device: checked before opening, opened non-blocking, and
+    // what was opened is checked again.
+    if !std::fs::metadata(path).context("cannot open")?.is_file() {
+        anyhow::bail!("not a regular file: refused");
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .context("cannot open")?;
     let meta = f.metadata().context("cannot stat")?;
     if !meta.is_file() {
         anyhow::bail!("not a regular file: refused");

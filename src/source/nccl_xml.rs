@@ -164,6 +164,15 @@ impl Walk {
             numa_node,
             ..FunctionRecord::default()
         };
+        // An invented bridge (a cloud provider's `ffff:ff:0N.0`) directly under a <cpu> hangs
+        // from that CPU, as NCCL reads it: one root complex per CPU, not one shared by every
+        // invented bridge of the file.
+        if parent.is_none() && bdf.domain == 0xffff {
+            f.root_complex = Some(match numa_node {
+                Some(n) if n >= 0 => format!("pcicpu{n}:00"),
+                _ => "pcicpu:00".to_string(),
+            });
+        }
         f.class = e
             .attribute("class")
             .and_then(crate::pci::parse_hex)
@@ -360,6 +369,21 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
     if w.functions.is_empty() && w.numa.is_empty() {
         return Err(RecordError::Malformed(
             "an NCCL topology XML without any <cpu> or <pci>".into(),
+        ));
+    }
+    // NCCL runs only on NVIDIA GPUs and takes every display-class <pci> of its topology for one
+    // (topo.cc: class 0x03 is a GPU node): a file that omits the vendor (Azure's hand-written
+    // ones) still names NVIDIA GPUs there.
+    let mut inferred = 0usize;
+    for f in &mut w.functions {
+        if f.vendor.unwrap_or(0) == 0 && f.class.is_some_and(|c| c >> 16 == 0x03) {
+            f.vendor = Some(crate::pci::VENDOR_NVIDIA);
+            inferred += 1;
+        }
+    }
+    if inferred > 0 {
+        rec.notes.push(format!(
+            "{inferred} display-class <pci> without a vendor taken as NVIDIA GPUs (NCCL takes every one for a GPU it can use)"
         ));
     }
     if hosts.len() > 1 {

@@ -99,6 +99,10 @@ pub struct FunctionRecord {
     pub description: Option<String>,
     /// SR-IOV: the physical function of this virtual function.
     pub physfn: Option<Bdf>,
+    /// For a function on a root bus (`parent` None): the root complex it hangs from, where the
+    /// record names one other than its own bus (`pci{domain}:{bus}`): an NCCL file's invented
+    /// `ffff:ff:..` switches hang from the `<cpu>` they are under.
+    pub root_complex: Option<String>,
 }
 
 /// Which facts the format carries for every function (so absence there means absent).

@@ -167,7 +167,12 @@ fn placements(functions: &[FunctionRecord], notes: &mut Vec<String>) -> BTreeMap
         }
         chain.reverse();
         let top = chain[0];
-        let mut path = format!("/sys/devices/pci{:04x}:{:02x}", top.domain, top.bus);
+        let rc = by_bdf
+            .get(&top)
+            .and_then(|t| t.root_complex.clone())
+            .filter(|r| r.starts_with("pci") && r.contains(':') && safe_name(r))
+            .unwrap_or_else(|| format!("pci{:04x}:{:02x}", top.domain, top.bus));
+        let mut path = format!("/sys/devices/{rc}");
         for b in &chain {
             path.push('/');
             path.push_str(&b.to_string());
@@ -214,6 +219,13 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         ));
     }
     let places = placements(&functions, &mut notes);
+    let named_by_address = name_unnamed_nics(rec, &functions);
+    if named_by_address > 0 {
+        notes.push(format!(
+            "RDMA device names are {}: {named_by_address} NIC(s) of InfiniBand class or an RDMA NIC family are shown by PCI address (rdma@BDF); their ports are unknown",
+            format.not_carried()
+        ));
+    }
     let attrs = pci_attributes();
     t.dir("/sys/bus/pci/devices")?;
     t.dir("/sys/bus/pci/drivers")?;
@@ -222,7 +234,12 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         t.dir("/sys/class/infiniband")?;
     } else {
         t.not_carried("/sys/class/net", true)?;
-        t.not_carried("/sys/class/infiniband", true)?;
+        // The NICs shown by address stand in for the RDMA devices the record does not name.
+        if name_unnamed_nics(rec, &rec.functions) > 0 {
+            t.dir("/sys/class/infiniband")?;
+        } else {
+            t.not_carried("/sys/class/infiniband", true)?;
+        }
     }
     t.not_carried("/sys/class/infiniband_verbs", true)?;
     for f in &functions {
@@ -265,6 +282,18 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
             if let Some(s) = v {
                 put(&t, name, format!("{s}\n").as_bytes())?;
             }
+        }
+        // The kernel's local_cpulist of a function is its NUMA node's CPUs.
+        if f.local_cpulist.is_none()
+            && let Some(n) = f.numa_node
+            && let Some(c) = rec
+                .numa
+                .iter()
+                .flatten()
+                .find(|x| i64::from(x.id) == i64::from(n))
+                .and_then(|x| x.cpulist.as_ref())
+        {
+            put(&t, "local_cpulist", format!("{c}\n").as_bytes())?;
         }
         match (f.numa_node, rec.carried.numa_node) {
             (Some(n), _) => put(&t, "numa_node", format!("{n}\n").as_bytes())?,
@@ -314,7 +343,9 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
                 t.not_carried(&format!("{nd}/{a}"), false)?;
             }
         }
-        for n in f.rdma_devices.iter().filter(|n| safe_name(n)) {
+        let stand_in = stand_in_rdma_name(rec, f).into_iter();
+        for n in f.rdma_devices.iter().cloned().chain(stand_in).filter(|n| safe_name(n)) {
+            let n = &n;
             let rd = format!("{d}/infiniband/{n}");
             t.dir(&rd)?;
             t.link(&format!("/sys/class/infiniband/{n}"), &rd)?;
@@ -378,6 +409,28 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         errors: t.errors,
         notes,
     })
+}
+
+/// Where a record lists NICs but not their RDMA devices (lspci, bug reports, cloud NCCL files
+/// that let NCCL find the devices itself), a NIC that has one wherever its driver runs (an
+/// InfiniBand-class function; a ConnectX or EFA) is shown under its PCI address, so the matrix
+/// and each GPU's closest NIC can still be judged. Its name says it is not the kernel's; its
+/// ports are unknown.
+fn stand_in_rdma_name(rec: &MachineRecord, f: &FunctionRecord) -> Option<String> {
+    if rec.carried.os_devices || !f.rdma_devices.is_empty() || f.physfn.is_some() {
+        return None;
+    }
+    let class = f.class?;
+    let infiniband = class >> 8 == 0x0207;
+    let rdma_family = class >> 8 == 0x0200 && matches!(f.vendor, Some(0x15b3) | Some(0x1d0f));
+    (infiniband || rdma_family).then(|| format!("rdma@{}", f.bdf))
+}
+
+fn name_unnamed_nics(rec: &MachineRecord, functions: &[FunctionRecord]) -> usize {
+    functions
+        .iter()
+        .filter(|f| stand_in_rdma_name(rec, f).is_some())
+        .count()
 }
 
 /// A name that can be a directory entry of the tree (no separators, not `.`/`..`).

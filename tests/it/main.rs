@@ -29,6 +29,7 @@ mod probes;
 mod rdma_driver;
 pub mod rdma_unknown;
 mod readme;
+mod records;
 mod slurm;
 mod sriov;
 mod unreadable;

@@ -46,7 +46,13 @@ const SHARED: &[(&str, &str, &[&str])] = &[
     (
         "deadline",
         "give up after SECONDS",
-        &["probe h2d", "probe d2h", "probe p2p", "probe dmabuf-export"],
+        &[
+            "probe h2d",
+            "probe d2h",
+            "probe p2p",
+            "probe dmabuf-export",
+            "probe nccl",
+        ],
     ),
     (
         "device",
@@ -54,6 +60,11 @@ const SHARED: &[(&str, &str, &[&str])] = &[
         &["probe write-bw", "probe gpu-write-bw"],
     ),
     ("expect", "a baseline to compare with", &["check", "fleet"]),
+    (
+        "warmup",
+        "untimed operations before the timed ones",
+        &["probe h2d", "probe d2h", "probe p2p", "probe nccl"],
+    ),
     (
         "format",
         "the output format",
@@ -89,6 +100,7 @@ const SHARED: &[(&str, &str, &[&str])] = &[
             "probe p2p",
             "probe write-bw",
             "probe gpu-write-bw",
+            "probe nccl",
         ],
     ),
     (
@@ -104,6 +116,7 @@ const SHARED: &[(&str, &str, &[&str])] = &[
             "probe dmabuf-export",
             "probe write-bw",
             "probe gpu-write-bw",
+            "probe nccl",
             "fleet",
             "diff",
         ],

@@ -1,0 +1,333 @@
+//! Every record under fixtures/records/ (real machines' files that someone else published,
+//! each with its source and licence in its folder) replays through `topo --from` and
+//! `check --from`: the matrix and each finding's status are snapshotted, no pass may rest only
+//! on what the format does not carry, and the answers the sources themselves state are checked
+//! (in each format's parser tests and below).
+
+use crate::{gpudoctor, repo};
+use std::path::PathBuf;
+
+/// Each record input: (fixture folder name, path relative to the repository).
+pub fn record_inputs() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let dir = repo().join("fixtures/records");
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixtures/records exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    for f in folders {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&f)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let n = crate::name(p);
+                !(n == "README.md" || n.starts_with("LICENSE") || n.starts_with("COPYING"))
+            })
+            .collect();
+        files.sort();
+        for p in files {
+            out.push((
+                crate::name(&f),
+                p.strip_prefix(repo()).unwrap().display().to_string(),
+            ));
+        }
+    }
+    out
+}
+
+fn run(args: &[&str]) -> (i32, String) {
+    let o = gpudoctor()
+        .args(args)
+        .env("COLUMNS", "100")
+        .output()
+        .unwrap();
+    let code = o.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 1,
+        "{args:?} exited {code}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (code, String::from_utf8(o.stdout).unwrap())
+}
+
+#[test]
+fn every_record_has_its_provenance() {
+    let dir = repo().join("fixtures/records");
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if !p.is_dir() {
+            continue;
+        }
+        let names: Vec<String> = std::fs::read_dir(&p)
+            .unwrap()
+            .map(|e| crate::name(&e.unwrap().path()))
+            .collect();
+        assert!(
+            names.iter().any(|n| n == "README.md"),
+            "{}: no README.md naming the source",
+            p.display()
+        );
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with("LICENSE") || n.starts_with("COPYING") || n == "README.md"),
+            "{}: no licence",
+            p.display()
+        );
+    }
+}
+
+#[test]
+fn every_record_replays_and_no_pass_rests_on_what_it_lacks() {
+    let inputs = record_inputs();
+    assert!(inputs.len() >= 8, "{inputs:?}");
+    for (folder, path) in &inputs {
+        let (_, topo) = run(&["topo", "--from", path, "--json"]);
+        let t: serde_json::Value = serde_json::from_str(&topo).unwrap();
+        let format = t["source"]["format"].as_str().unwrap().to_string();
+        let lacks = match format.as_str() {
+            "bug-report" => "not in an nvidia-bug-report log",
+            "lspci" => "not in an lspci listing",
+            "hwloc" => "not in an hwloc XML",
+            "nccl" => "not in an NCCL topology XML",
+            f => panic!("{path}: format {f}"),
+        };
+        let (_, matrix) = run(&["topo", "--from", path, "--matrix", "--tsv"]);
+        let (_, check) = run(&["check", "--from", path, "--json"]);
+        let c: serde_json::Value = serde_json::from_str(&check).unwrap();
+        let mut lines = Vec::new();
+        for f in c["checks"].as_array().unwrap() {
+            lines.push(format!(
+                "{} {} {}",
+                f["status"].as_str().unwrap(),
+                f["id"].as_str().unwrap(),
+                f["subject"].as_str().unwrap()
+            ));
+            if f["status"] == "pass" {
+                let ev = f["evidence"].as_array().cloned().unwrap_or_default();
+                assert!(
+                    ev.is_empty() || ev.iter().any(|e| !e["value"].to_string().contains(lacks)),
+                    "{path}: a pass rests only on facts {format} does not carry: {f}"
+                );
+                assert!(
+                    !f["message"].as_str().unwrap().contains(lacks),
+                    "{path}: a pass names a fact {format} does not carry: {f}"
+                );
+            }
+        }
+        let name = format!(
+            "record__{folder}__{}",
+            crate::name(std::path::Path::new(path)).replace('.', "_")
+        );
+        insta::assert_snapshot!(
+            name,
+            format!("{matrix}\n--- check --from {path}\n{}\n", lines.join("\n"))
+        );
+    }
+}
+
+#[test]
+fn a_record_without_its_format_is_one_error_line_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage.txt", b"hello, this is not a machine\n".to_vec()),
+        ("empty.xml", Vec::new()),
+        (
+            "dtd.xml",
+            b"<?xml version=\"1.0\"?><!DOCTYPE t [<!ENTITY a \"aaaa\"><!ENTITY b \"&a;&a;&a;&a;\">]><topology version=\"2.0\">&b;</topology>".to_vec(),
+        ),
+        ("truncated.xml", b"<topology version=\"2.0\"><object type=\"Machine\"".to_vec()),
+        ("bad.gz", vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 1, 2, 3]),
+        (
+            "deep.xml",
+            format!(
+                "<system version=\"1\">{}{}</system>",
+                "<pci busid=\"0000:01:00.0\">".repeat(5000),
+                "</pci>".repeat(5000)
+            )
+            .into_bytes(),
+        ),
+        (
+            "no-lspci.log",
+            b"nvidia-bug-report.sh will now collect information\n____________\n\n*** /proc/cmdline\nro quiet\n".to_vec(),
+        ),
+    ];
+    for (name, bytes) in cases {
+        let p = d.path().join(name);
+        std::fs::write(&p, &bytes).unwrap();
+        let started = std::time::Instant::now();
+        let o = gpudoctor()
+            .args(["topo", "--from", p.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(o.stdout.is_empty(), "{name}");
+        assert!(err.starts_with("gpudoctor: error: "), "{name}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(started.elapsed().as_secs() < 10, "{name}: slow");
+    }
+    // A FIFO is refused, not waited on.
+    let fifo = d.path().join("fifo.xml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let o = gpudoctor()
+        .args(["topo", "--from", fifo.to_str().unwrap()])
+        .timeout(std::time::Duration::from_secs(10))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn gzip_records_are_read_and_bombs_refused() {
+    use std::io::Write;
+    let d = tempfile::tempdir().unwrap();
+    let src = std::fs::read(repo().join("fixtures/records/hwloc-dgx2/nvidiaDGX2.xml")).unwrap();
+    let gz = d.path().join("dgx2.xml.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(&src).unwrap();
+    std::fs::write(&gz, e.finish().unwrap()).unwrap();
+    let (_, plain) = run(&[
+        "topo",
+        "--from",
+        "fixtures/records/hwloc-dgx2/nvidiaDGX2.xml",
+        "--matrix",
+        "--tsv",
+    ]);
+    let (_, unzipped) = run(&["topo", "--from", gz.to_str().unwrap(), "--matrix", "--tsv"]);
+    assert_eq!(plain, unzipped);
+    // 200 MiB of zeros in a ~200 KiB gzip: refused at the record limit, bounded memory.
+    let bomb = d.path().join("bomb.log.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![b'0'; 1 << 20];
+    for _ in 0..200 {
+        e.write_all(&zeros).unwrap();
+    }
+    std::fs::write(&bomb, e.finish().unwrap()).unwrap();
+    let o = gpudoctor()
+        .args(["topo", "--from", bomb.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("refused"));
+}
+
+/// The GPUs and NICs each invented switch of a cloud provider's NCCL topology file groups, as
+/// the file itself states them (classes 0x03xxxx and 0x02xxxx under one bridge `<pci>`).
+fn provider_groups(path: &str) -> Vec<(u32, Vec<String>, Vec<String>)> {
+    let text = std::fs::read_to_string(repo().join(path)).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap();
+    let mut out = Vec::new();
+    for cpu in doc.descendants().filter(|n| n.has_tag_name("cpu")) {
+        let numa: u32 = cpu.attribute("numaid").unwrap().parse().unwrap();
+        for sw in cpu.children().filter(|n| n.has_tag_name("pci")) {
+            let (mut gpus, mut nics) = (Vec::new(), Vec::new());
+            for d in sw.children().filter(|n| n.has_tag_name("pci")) {
+                let class = d.attribute("class").unwrap_or("");
+                let busid = d.attribute("busid").unwrap().to_string();
+                if class.starts_with("0x03") {
+                    gpus.push(busid);
+                } else if class.starts_with("0x02") {
+                    nics.push(busid);
+                }
+            }
+            out.push((numa, gpus, nics));
+        }
+    }
+    out
+}
+
+/// Azure (ND A100 v4, ND H100 v5) and AWS (p4d.24xlarge) state which NICs share a PCIe switch
+/// with which GPU; gpudoctor's closest NICs from the same file must be exactly those, at PIX,
+/// and every GPU-NIC pair across sockets SYS.
+#[test]
+fn cloud_topology_files_pair_each_gpu_with_the_nics_its_switch_holds() {
+    for path in [
+        "fixtures/records/azure-ndv4/ndv4-topo.xml",
+        "fixtures/records/azure-ndv5/ndv5-topo.xml",
+        "fixtures/records/aws-p4d/p4d-24xl-topo.xml",
+    ] {
+        let groups = provider_groups(path);
+        let gpus: usize = groups.iter().map(|g| g.1.len()).sum();
+        assert_eq!(gpus, 8, "{path}");
+        let (_, out) = run(&["topo", "--from", path, "--json"]);
+        let t: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let topo = &t["topology"];
+        let label_bdf = |list: &str, label: &str| -> String {
+            topo[list]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["label"] == label)
+                .unwrap()["bdf"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let numa_of_gpu = |bdf: &str| groups.iter().find(|g| g.1.iter().any(|b| b == bdf)).unwrap().0;
+        for c in topo["closest_nics"].as_array().unwrap() {
+            let gpu = label_bdf("gpus", c["gpu"].as_str().unwrap());
+            let mut got: Vec<String> = c["nics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| label_bdf("nics", n.as_str().unwrap()))
+                .collect();
+            got.sort();
+            let mut want = groups
+                .iter()
+                .find(|g| g.1.contains(&gpu))
+                .unwrap()
+                .2
+                .clone();
+            want.sort();
+            assert_eq!(got, want, "{path}: closest NICs of {gpu}");
+            assert_eq!(c["path"], "PIX", "{path}: {gpu}");
+            assert_eq!(c["certain"], true, "{path}: {gpu}");
+        }
+        // Across sockets: SYS, as the file's <cpu> grouping puts them.
+        let (_, tsv) = run(&["topo", "--from", path, "--matrix", "--tsv"]);
+        let rows: Vec<Vec<&str>> = tsv.lines().map(|l| l.split('\t').collect()).collect();
+        let header = &rows[0];
+        for r in rows.iter().skip(1).filter(|r| r[0].trim().starts_with("GPU")) {
+            let gpu = label_bdf("gpus", r[0].trim());
+            for (i, cell) in r.iter().enumerate().skip(1) {
+                let Some(col) = header.get(i).map(|h| h.trim()) else { continue };
+                if !col.starts_with("NIC") {
+                    continue;
+                }
+                let nic = label_bdf("nics", col);
+                let nic_numa = groups.iter().find(|g| g.2.contains(&nic)).unwrap().0;
+                if nic_numa != numa_of_gpu(&gpu) {
+                    assert_eq!(cell.trim(), "SYS", "{path}: {gpu} - {nic}");
+                }
+            }
+        }
+    }
+}
+
+/// hwloc's test machine SL390s G7 exported by hwloc 1.11, 2.14 and master: one machine, one
+/// answer; the file shows three NVIDIA GPUs and mlx4_0 on 0000:05:00.0.
+#[test]
+fn one_machine_in_three_hwloc_versions_maps_the_same() {
+    let mut seen = Vec::new();
+    for v in ["v1", "v2", "v3"] {
+        let path = format!("fixtures/records/hwloc-sl390s/24em64t-2n6c2t-pci.{v}.xml");
+        let (_, tsv) = run(&["topo", "--from", &path, "--matrix", "--tsv"]);
+        let (_, json) = run(&["topo", "--from", &path, "--json"]);
+        let t: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(t["topology"]["gpus"].as_array().unwrap().len(), 3, "{path}");
+        let nics = t["topology"]["nics"].as_array().unwrap();
+        assert!(
+            nics.iter().any(|n| n["rdma_device"] == "mlx4_0" && n["bdf"] == "0000:05:00.0"),
+            "{path}: {nics:?}"
+        );
+        seen.push(tsv);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[1], seen[2]);
+}
