@@ -236,6 +236,9 @@ pub fn run(
     topo: &Topology,
     gdr_ready: Option<(bool, String)>,
 ) -> Result<NcclReport, LiveError> {
+    // SIGINT/SIGTERM are polled (`run_one` kills its worker and reports), not fatal at once:
+    // a worker left behind would keep the GPUs.
+    crate::signals::install();
     let mut r = NcclReport::new(o.mode, o.policy.clone());
     r.environment = o.environment.clone();
     r.gdr_ready = gdr_ready;

@@ -387,13 +387,35 @@ fn evaluate_run(
     };
 }
 
+/// NCCL_* names that say where NCCL is installed or how it logs, not how it connects: left out
+/// of the variables a transport finding names (NCCL_VERSION is set by NVIDIA's containers).
+const NOT_TRANSPORT_SETTINGS: [&str; 9] = [
+    "NCCL_HOME",
+    "NCCL_VERSION",
+    "NCCL_ROOT",
+    "NCCL_DIR",
+    "NCCL_LIB_DIR",
+    "NCCL_INCLUDE_DIR",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_SUBSYS",
+];
+
 fn env_words(env_names: &[String]) -> String {
+    let env_names: Vec<&String> = env_names
+        .iter()
+        .filter(|n| !NOT_TRANSPORT_SETTINGS.contains(&n.as_str()))
+        .collect();
     if env_names.is_empty() {
         "no NCCL_* variable is set".to_string()
     } else {
         format!(
             "NCCL_* variables set (they change NCCL's choice): {}",
-            env_names.join(", ")
+            env_names
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     }
 }
@@ -586,6 +608,7 @@ mod tests {
         assert_eq!(f[0].status, Status::Fail);
         assert!(f[0].reason.contains("NCCL_P2P_DISABLE"), "{}", f[0].reason);
         assert!(f[0].reason.contains("SHM/direct/direct"), "{}", f[0].reason);
+        assert!(!f[0].reason.contains("NCCL_HOME"), "{}", f[0].reason);
         assert_eq!(r.status, Status::Fail);
     }
 

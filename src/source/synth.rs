@@ -344,7 +344,13 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
             }
         }
         let stand_in = stand_in_rdma_name(rec, f).into_iter();
-        for n in f.rdma_devices.iter().cloned().chain(stand_in).filter(|n| safe_name(n)) {
+        for n in f
+            .rdma_devices
+            .iter()
+            .cloned()
+            .chain(stand_in)
+            .filter(|n| safe_name(n))
+        {
             let n = &n;
             let rd = format!("{d}/infiniband/{n}");
             t.dir(&rd)?;

@@ -25,6 +25,7 @@ mod mlx5;
 mod mlx5_emu;
 mod mlx5_prm;
 mod nccl;
+mod platform;
 mod probes;
 mod rdma_driver;
 pub mod rdma_unknown;

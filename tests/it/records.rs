@@ -268,7 +268,13 @@ fn cloud_topology_files_pair_each_gpu_with_the_nics_its_switch_holds() {
                 .unwrap()
                 .to_string()
         };
-        let numa_of_gpu = |bdf: &str| groups.iter().find(|g| g.1.iter().any(|b| b == bdf)).unwrap().0;
+        let numa_of_gpu = |bdf: &str| {
+            groups
+                .iter()
+                .find(|g| g.1.iter().any(|b| b == bdf))
+                .unwrap()
+                .0
+        };
         for c in topo["closest_nics"].as_array().unwrap() {
             let gpu = label_bdf("gpus", c["gpu"].as_str().unwrap());
             let mut got: Vec<String> = c["nics"]
@@ -293,10 +299,16 @@ fn cloud_topology_files_pair_each_gpu_with_the_nics_its_switch_holds() {
         let (_, tsv) = run(&["topo", "--from", path, "--matrix", "--tsv"]);
         let rows: Vec<Vec<&str>> = tsv.lines().map(|l| l.split('\t').collect()).collect();
         let header = &rows[0];
-        for r in rows.iter().skip(1).filter(|r| r[0].trim().starts_with("GPU")) {
+        for r in rows
+            .iter()
+            .skip(1)
+            .filter(|r| r[0].trim().starts_with("GPU"))
+        {
             let gpu = label_bdf("gpus", r[0].trim());
             for (i, cell) in r.iter().enumerate().skip(1) {
-                let Some(col) = header.get(i).map(|h| h.trim()) else { continue };
+                let Some(col) = header.get(i).map(|h| h.trim()) else {
+                    continue;
+                };
                 if !col.starts_with("NIC") {
                     continue;
                 }
@@ -323,11 +335,21 @@ fn one_machine_in_three_hwloc_versions_maps_the_same() {
         assert_eq!(t["topology"]["gpus"].as_array().unwrap().len(), 3, "{path}");
         let nics = t["topology"]["nics"].as_array().unwrap();
         assert!(
-            nics.iter().any(|n| n["rdma_device"] == "mlx4_0" && n["bdf"] == "0000:05:00.0"),
+            nics.iter()
+                .any(|n| n["rdma_device"] == "mlx4_0" && n["bdf"] == "0000:05:00.0"),
             "{path}: {nics:?}"
         );
         seen.push(tsv);
     }
     assert_eq!(seen[0], seen[1]);
     assert_eq!(seen[1], seen[2]);
+}
+
+/// The NCCL reader's cpumap decoding is the exact inverse of `export nccl-topo`'s writer.
+#[test]
+fn nccl_cpumaps_round_trip_with_the_exporter() {
+    for l in ["0-15,32-47", "40", "0-95", "1,3,5"] {
+        let map = gpudoctor::export::nccl::cpumap(l).unwrap();
+        assert_eq!(gpudoctor::source::nccl_xml::cpumap_to_cpulist(&map).unwrap(), l);
+    }
 }
