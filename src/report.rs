@@ -11,7 +11,7 @@ pub const CATALOG_SCHEMA: &str = "gpudoctor.catalog/1";
 /// The one JSON document every `probe ... --json` prints, whatever its flags: `runs` holds one
 /// report per run (one GPU, one device), each with its own schema (`gpudoctor.probe/1`,
 /// `gpudoctor.write-bw/3`, `gpudoctor.gpu-write-bw/1`).
-pub const PROBE_RUNS_SCHEMA: &str = "gpudoctor.probe-runs/1";
+pub use crate::probes::PROBE_RUNS_SCHEMA;
 
 /// `probe ... --json`: the runs of one command, so the document's shape never depends on
 /// `--gpu` (before schema `gpudoctor.probe-runs/1`, `--gpu auto` printed an array and `--gpu N`
@@ -35,18 +35,7 @@ impl<'a, T: Serialize> ProbeRuns<'a, T> {
 /// input): the runs of a `gpudoctor.probe-runs/1` envelope, or the document itself when it is
 /// a bare report (what gpudoctor printed before the envelope; recorded trees keep those).
 /// None when the envelope's `runs` is not an array.
-pub fn probe_runs_in(v: serde_json::Value) -> Option<Vec<serde_json::Value>> {
-    if v.get("schema").and_then(|s| s.as_str()) != Some(PROBE_RUNS_SCHEMA) {
-        return Some(vec![v]);
-    }
-    match v {
-        serde_json::Value::Object(mut m) => match m.remove("runs") {
-            Some(serde_json::Value::Array(runs)) => Some(runs),
-            _ => None,
-        },
-        _ => None,
-    }
-}
+pub use crate::probes::probe_runs_in;
 
 /// `gpudoctor list --json`: every check, in report order.
 #[derive(Debug, Clone, Serialize)]

@@ -68,6 +68,24 @@ pub enum LinkKind {
 /// A probe's verdict: the project's one vocabulary (`crate::findings`).
 pub use crate::findings::Verdict as Status;
 
+/// The envelope `probe NAME --json` prints its runs in.
+pub const PROBE_RUNS_SCHEMA: &str = "gpudoctor.probe-runs/1";
+
+/// The runs of a `gpudoctor.probe-runs/1` envelope, or the document itself when it is a bare
+/// report (older recordings); None when the envelope's `runs` is not an array.
+pub fn probe_runs_in(v: serde_json::Value) -> Option<Vec<serde_json::Value>> {
+    if v.get("schema").and_then(|s| s.as_str()) != Some(PROBE_RUNS_SCHEMA) {
+        return Some(vec![v]);
+    }
+    match v {
+        serde_json::Value::Object(mut m) => match m.remove("runs") {
+            Some(serde_json::Value::Array(runs)) => Some(runs),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// What a recorded tree holds for one probe.
 #[derive(Debug)]
 pub enum RecordedProbe {
@@ -94,7 +112,7 @@ pub fn recorded_probe_in(
     (|| -> anyhow::Result<RecordedProbe> {
         // `probe NAME --json` prints one run in a `gpudoctor.probe-runs/1` envelope;
         // older recordings hold the bare report.
-        let runs = crate::report::probe_runs_in(serde_json::from_slice(&b)?)
+        let runs = probe_runs_in(serde_json::from_slice(&b)?)
             .context("\"runs\" is not an array")?;
         let [run] = <[serde_json::Value; 1]>::try_from(runs)
             .map_err(|runs| anyhow::anyhow!("{} runs, expected one", runs.len()))?;
