@@ -112,8 +112,8 @@ pub fn recorded_probe_in(
     (|| -> anyhow::Result<RecordedProbe> {
         // `probe NAME --json` prints one run in a `gpudoctor.probe-runs/1` envelope;
         // older recordings hold the bare report.
-        let runs = probe_runs_in(serde_json::from_slice(&b)?)
-            .context("\"runs\" is not an array")?;
+        let runs =
+            probe_runs_in(serde_json::from_slice(&b)?).context("\"runs\" is not an array")?;
         let [run] = <[serde_json::Value; 1]>::try_from(runs)
             .map_err(|runs| anyhow::anyhow!("{} runs, expected one", runs.len()))?;
         Ok(RecordedProbe::Report(Box::new(serde_json::from_value(

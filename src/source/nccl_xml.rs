@@ -548,7 +548,10 @@ mod tests {
         assert!(cpumap_to_cpulist("").is_none());
         // The inverse of the writer in export/nccl.rs (tests/it/records.rs checks the round trip
         // against it; source/ must not import export/).
-        assert_eq!(cpumap_to_cpulist("0000ffff,0000ffff").unwrap(), "0-15,32-47");
+        assert_eq!(
+            cpumap_to_cpulist("0000ffff,0000ffff").unwrap(),
+            "0-15,32-47"
+        );
         assert_eq!(cpumap_to_cpulist("00000100").unwrap(), "8");
     }
 

@@ -69,7 +69,12 @@ fn an_unknown_gpu_model_is_unknown_not_ready() {
     let (_g, tree) = copy_fixture("pcie-2socket-roce");
     let root = tree.display().to_string();
     // A Blackwell-generation id the model table does not hold.
-    for bdf in ["0000:01:00.0", "0000:21:00.0", "0000:81:00.0", "0000:c1:00.0"] {
+    for bdf in [
+        "0000:01:00.0",
+        "0000:21:00.0",
+        "0000:81:00.0",
+        "0000:c1:00.0",
+    ] {
         set_device_id(&tree, bdf, 0x31c0);
     }
     set_nvml_names(&tree, "NVIDIA Experimental GPU");
@@ -105,7 +110,10 @@ fn a_link_width_of_zero_is_unknown_never_x0() {
     let f = finding(&v, "pcie.link-width", "0000:00:04.0");
     assert_eq!(f["status"], "skip", "{f}");
     let msg = f["message"].as_str().unwrap();
-    assert!(!msg.contains("trained x0") && !msg.contains("x0 ("), "{msg}");
+    assert!(
+        !msg.contains("trained x0") && !msg.contains("x0 ("),
+        "{msg}"
+    );
     assert!(msg.contains("link width unknown"), "{msg}");
     assert!(msg.contains("0, not a valid value"), "{msg}");
     assert!(msg.contains("VM"), "{msg}");
@@ -116,10 +124,19 @@ fn a_link_width_of_zero_is_unknown_never_x0() {
     let f = finding(&v, "pcie.link-width", "0000:00:04.0");
     assert_eq!(f["status"], "skip", "{f}");
     let msg = f["message"].as_str().unwrap();
-    assert!(msg.contains("current_link_width: unparseable value '0': no value"), "{msg}");
-    assert!(!msg.contains("downtrained") && !msg.contains("trained x0"), "{msg}");
+    assert!(
+        msg.contains("current_link_width: unparseable value '0': no value"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("downtrained") && !msg.contains("trained x0"),
+        "{msg}"
+    );
     // And the attribute missing altogether.
     std::fs::remove_file(dir.join("current_link_width")).unwrap();
     let (_, v) = check_json(&["--root", &root]);
-    assert_eq!(finding(&v, "pcie.link-width", "0000:00:04.0")["status"], "skip");
+    assert_eq!(
+        finding(&v, "pcie.link-width", "0000:00:04.0")["status"],
+        "skip"
+    );
 }

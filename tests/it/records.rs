@@ -350,6 +350,9 @@ fn one_machine_in_three_hwloc_versions_maps_the_same() {
 fn nccl_cpumaps_round_trip_with_the_exporter() {
     for l in ["0-15,32-47", "40", "0-95", "1,3,5"] {
         let map = gpudoctor::export::nccl::cpumap(l).unwrap();
-        assert_eq!(gpudoctor::source::nccl_xml::cpumap_to_cpulist(&map).unwrap(), l);
+        assert_eq!(
+            gpudoctor::source::nccl_xml::cpumap_to_cpulist(&map).unwrap(),
+            l
+        );
     }
 }
