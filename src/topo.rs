@@ -1119,7 +1119,7 @@ pub fn build(inv: &Inventory) -> Topology {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! Path classification on small hand-built topologies (no sysfs): each path type, the
     //! NUMA -1 inference, NVLinks, and closest-NIC ties.
     use super::*;
@@ -1158,7 +1158,8 @@ mod tests {
         }
     }
 
-    fn nic(name: &str, bdf: &str) -> RdmaDevice {
+    /// An RDMA device on the PCI function `bdf` (tests elsewhere in the crate build on it).
+    pub(crate) fn nic(name: &str, bdf: &str) -> RdmaDevice {
         RdmaDevice {
             name: name.into(),
             backing: crate::inventory::RdmaBacking::Pci { bdf: b(bdf) },
@@ -1172,7 +1173,13 @@ mod tests {
         }
     }
 
-    fn inventory(pci: Vec<PciFunction>, rdma: Vec<RdmaDevice>, nvml: NvmlSnapshot) -> Inventory {
+    /// An inventory of these functions and RDMA devices on two NUMA nodes (tests elsewhere in
+    /// the crate build on it).
+    pub(crate) fn inventory(
+        pci: Vec<PciFunction>,
+        rdma: Vec<RdmaDevice>,
+        nvml: NvmlSnapshot,
+    ) -> Inventory {
         Inventory {
             pci: pci.into_iter().map(|f| (f.bdf, f)).collect(),
             rdma,

@@ -36,18 +36,32 @@ pub fn bridges_between(ctx: &Ctx, a: Bdf, b: Bdf) -> Vec<Bdf> {
     set
 }
 
-fn needs_root(f: &PciFunction) -> Option<String> {
+/// Why a function's extended config space (ACS lives there) cannot be judged, and whether root
+/// would have read it: the kernel gives unprivileged readers the header only, so a short read
+/// needs root; a config space that could not be read at all (absent from a recording, a
+/// format that does not carry it) is unknown for that reason, not for want of root.
+struct ConfigGap {
+    needs_root: bool,
+    why: String,
+}
+
+fn config_gap(f: &PciFunction) -> Option<ConfigGap> {
     match &f.config {
-        None => Some(
-            f.unread
+        None => Some(ConfigGap {
+            needs_root: false,
+            why: f
+                .unread
                 .get("config")
                 .cloned()
                 .unwrap_or_else(|| "config unreadable".into()),
-        ),
-        Some(c) if c.coverage != Coverage::Extended => Some(format!(
-            "only {} bytes of config space readable (needs root for the 4096-byte extended space)",
-            c.length
-        )),
+        }),
+        Some(c) if c.coverage != Coverage::Extended => Some(ConfigGap {
+            needs_root: true,
+            why: format!(
+                "only {} bytes of config space readable (needs root for the 4096-byte extended space)",
+                c.length
+            ),
+        }),
         Some(_) => None,
     }
 }
@@ -373,7 +387,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         .filter(|b| hypervisor.is_none() && expected(**b).is_none())
         .filter(|b| {
             ctx.inv.pci.get(b).is_some_and(|f| {
-                needs_root(f).is_none()
+                config_gap(f).is_none()
                     && f.config
                         .as_ref()
                         .and_then(|c| c.acs)
@@ -419,15 +433,27 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
         let pairs_ev = ev("peer paths through this bridge", named);
         let subject = b.to_string();
-        if let Some(why) = needs_root(f) {
-            out.push(
-                Finding::new(id, subject, Status::Skip, format!("needs root: {why}"))
-                    .not_root()
-                    .with(pairs_ev),
-            );
+        if let Some(gap) = config_gap(f) {
+            let skip = if gap.needs_root {
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!("needs root: {}", gap.why),
+                )
+                .not_root()
+            } else {
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!("config space unknown: {}", gap.why),
+                )
+            };
+            out.push(skip.with(pairs_ev));
             continue;
         }
-        let cfg = f.config.as_ref().expect("checked by needs_root");
+        let cfg = f.config.as_ref().expect("checked by config_gap");
         let platform_rule = expected(b);
         let want = platform_rule.unwrap_or(plain);
         let want_ev = ev(
@@ -1081,7 +1107,7 @@ mod tests {
     //! ACS per platform on small hand-built trees: rdma_topo's prescriptions on a Direct-NIC
     //! complex, today's rule on a plain switch, and a guest's virtual bridges.
     use super::*;
-    use crate::inventory::{Inventory, Link, RdmaBacking, RdmaDevice};
+    use crate::inventory::Link;
     use crate::pci::config::{ConfigSpace, Coverage};
 
     const BRIDGE: u32 = 0x060400;
@@ -1134,29 +1160,11 @@ mod tests {
     }
 
     fn run(pci: Vec<PciFunction>, nic: &str) -> Vec<Finding> {
-        let inv = Inventory {
-            pci: pci.into_iter().map(|f| (f.bdf, f)).collect(),
-            rdma: vec![RdmaDevice {
-                name: "mlx5_0".into(),
-                backing: RdmaBacking::Pci { bdf: b(nic) },
-                node_type: None,
-                hca_type: None,
-                fw_ver: None,
-                node_guid: None,
-                board_id: None,
-                ports: Vec::new(),
-                unread: Default::default(),
-            }],
-            netdevs: Vec::new(),
-            numa_nodes: Vec::new(),
-            nvml: crate::nvml::NvmlSnapshot::default().into(),
-            host: Default::default(),
-            extras: Default::default(),
-            notes: Vec::new(),
-            rdma_class: Default::default(),
-            net_class: Default::default(),
-            kernel_log: Default::default(),
-        };
+        let inv = crate::topo::tests::inventory(
+            pci,
+            vec![crate::topo::tests::nic("mlx5_0", nic)],
+            Default::default(),
+        );
         let topo = crate::topo::build(&inv);
         let libs = crate::libs::LibFacts::default();
         let ctx = Ctx {
@@ -1183,6 +1191,16 @@ mod tests {
             .unwrap_or_else(|| panic!("{source}: {f:#?}"))
     }
 
+    /// The six bridges of `direct_nic`, in the order of its `acs` argument.
+    const DIRECT_NIC_PORTS: [&str; 6] = [
+        "0000:00:01.0",
+        "0000:01:00.0",
+        "0000:02:00.0",
+        "0000:02:01.0",
+        "0000:04:00.0",
+        "0000:05:00.0",
+    ];
+
     /// A Grace root port, a ConnectX-8's switch with its Data Direct function on one downstream
     /// port and a second switch (toward the GPU) on the other; the NIC's PF elsewhere:
     ///
@@ -1190,14 +1208,7 @@ mod tests {
     ///                                    └ 02:01.0 DSP ─ 04:00.0 USP ─ 05:00.0 DSP ─ 06:00.0 GPU
     /// 00:02.0 Grace RP ─ 07:00.0 ConnectX-8 PF (mlx5_0)
     fn direct_nic(acs: [u16; 6]) -> Vec<PciFunction> {
-        let (rp, usp, dsp_dma, dsp_gpu, usp2, dsp2) = (
-            "0000:00:01.0",
-            "0000:01:00.0",
-            "0000:02:00.0",
-            "0000:02:01.0",
-            "0000:04:00.0",
-            "0000:05:00.0",
-        );
+        let [rp, usp, dsp_dma, dsp_gpu, usp2, dsp2] = DIRECT_NIC_PORTS;
         vec![
             f(rp, &[], BRIDGE, 0x10de, 0x22b2, Some(acs[0])),
             f(usp, &[rp], BRIDGE, 0x15b3, 0x197c, Some(acs[1])),
@@ -1253,14 +1264,7 @@ mod tests {
         // every other NIC-switch port the kernel's isolation xx111x1.
         let good = [0x1c, 0x1d, 0x19, 0x15, 0x1d, 0x1d];
         let out = run(direct_nic(good), "0000:07:00.0");
-        for bdf in [
-            "0000:00:01.0",
-            "0000:01:00.0",
-            "0000:02:00.0",
-            "0000:02:01.0",
-            "0000:04:00.0",
-            "0000:05:00.0",
-        ] {
+        for bdf in DIRECT_NIC_PORTS {
             assert_eq!(
                 at(&out, bdf).status,
                 Status::Pass,

@@ -181,21 +181,6 @@ fn report_within(
     Ok(finish(source, opts, &inv, Some(&topo), findings, budget))
 }
 
-/// A record in another format: a fact it does not carry (config space missing from an hwloc
-/// XML) is unknown because of the format, not for want of root. The checks word a missing
-/// config space as "needs root" (the live cause); here the reason they quote is the format's.
-fn not_carried_is_not_root(findings: &mut [Finding], reason: &str) {
-    use crate::findings::SkipKind;
-    for f in findings.iter_mut() {
-        if f.skip == Some(SkipKind::NotRoot) && f.message.contains(reason) {
-            f.skip = Some(SkipKind::Unknown);
-            if let Some(rest) = f.message.strip_prefix("needs root: ") {
-                f.message = format!("unknown: {rest}");
-            }
-        }
-    }
-}
-
 /// The report of what was judged, gated.
 fn finish(
     source: &Source,
@@ -206,9 +191,6 @@ fn finish(
     budget: Option<&Budget>,
 ) -> CheckReport {
     checks::debug_assert_sound(&findings);
-    if let crate::source::SourceInfo::From { format, .. } = &source.info {
-        not_carried_is_not_root(&mut findings, &format.not_carried());
-    }
     opts.overrides.apply(&mut findings);
     let mut r = CheckReport::new(source.info.clone(), opts.level, inv, findings);
     if let Some(t) = topo {

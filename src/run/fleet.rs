@@ -37,6 +37,20 @@ fn is_record(p: &Path) -> bool {
         .any(|e| s.ends_with(e))
 }
 
+/// The source a bundle or a record file opens as; None for gpudoctor's JSON documents.
+fn file_source(p: &Path) -> Option<SourceSpec> {
+    if is_bundle(p) {
+        Some(SourceSpec::Bundle(p.to_path_buf()))
+    } else if is_record(p) {
+        Some(SourceSpec::From {
+            path: p.to_path_buf(),
+            format: None,
+        })
+    } else {
+        None
+    }
+}
+
 /// Deepest directory `expand` descends into below an input (a fleet's reports are a directory
 /// or two deep; recorded trees under an input hold sysfs's own deep link cycles).
 const MAX_WALK_DEPTH: usize = 16;
@@ -117,15 +131,7 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         sources: vec![p.display().to_string()],
         ..Default::default()
     };
-    if is_bundle(p) || is_record(p) {
-        let spec = if is_bundle(p) {
-            SourceSpec::Bundle(p.to_path_buf())
-        } else {
-            SourceSpec::From {
-                path: p.to_path_buf(),
-                format: None,
-            }
-        };
+    if let Some(spec) = file_source(p) {
         let source = Source::open(&spec)?;
         let opts = CheckOptions {
             level: 1,
@@ -318,16 +324,8 @@ pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
     };
     let (na, nb) = (one(a)?, one(b)?);
     // Two bundles: B judged against A's shape, by PCI position.
-    let shape = match (&na.shape, is_bundle(b) || is_record(b)) {
-        (Some(s), true) => {
-            let spec = if is_bundle(b) {
-                SourceSpec::Bundle(b.to_path_buf())
-            } else {
-                SourceSpec::From {
-                    path: b.to_path_buf(),
-                    format: None,
-                }
-            };
+    let shape = match (&na.shape, file_source(b)) {
+        (Some(s), Some(spec)) => {
             let source = Source::open(&spec)?;
             let opts = CheckOptions {
                 expect: Some(s.clone()),

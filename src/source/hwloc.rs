@@ -920,25 +920,53 @@ mod tests {
         ));
     }
 
+    /// Both XML readers (hwloc, NCCL) go through `open_xml`: entity expansion and nesting
+    /// 10,000 deep are refused, quickly, by each.
     #[test]
-    fn entity_expansion_refused() {
-        let lol = "<?xml version=\"1.0\"?>\n<!DOCTYPE lolz [\n <!ENTITY lol \"lol\">\n <!ENTITY lol2 \"&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;\">\n <!ENTITY lol3 \"&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;\">\n <!ENTITY lol4 \"&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;\">\n <!ENTITY lol5 \"&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;\">\n <!ENTITY lol6 \"&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;\">\n <!ENTITY lol7 \"&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;\">\n <!ENTITY lol8 \"&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;\">\n <!ENTITY lol9 \"&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;\">\n]>\n<topology><object type=\"Machine\" name=\"&lol9;\"/></topology>";
-        let t = std::time::Instant::now();
-        assert!(matches!(parse(lol), Err(RecordError::Refused(_))));
-        assert!(t.elapsed() < std::time::Duration::from_secs(2));
-    }
-
-    #[test]
-    fn deep_nesting_refused() {
-        let n = 10_000;
-        let text = format!(
-            "<topology>{}{}</topology>",
-            "<object type=\"Group\">".repeat(n),
-            "</object>".repeat(n)
-        );
-        let t = std::time::Instant::now();
-        assert!(matches!(parse(&text), Err(RecordError::Refused(_))));
-        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    fn hostile_xml_refused_by_both_readers() {
+        let mut lol = String::from("<?xml version=\"1.0\"?>\n<!DOCTYPE lolz [<!ENTITY l0 \"lol\">");
+        for i in 1..10 {
+            lol += &format!("<!ENTITY l{i} \"{}\">", format!("&l{};", i - 1).repeat(10));
+        }
+        lol += "]>\n";
+        let deep =
+            |open: &str, close: &str| format!("{}{}", open.repeat(10_000), close.repeat(10_000));
+        let cases: [(&str, fn(&str) -> Result<MachineRecord, RecordError>, String); 4] = [
+            (
+                "hwloc entities",
+                parse,
+                format!("{lol}<topology><object type=\"Machine\" name=\"&l9;\"/></topology>"),
+            ),
+            (
+                "hwloc depth",
+                parse,
+                format!(
+                    "<topology>{}</topology>",
+                    deep("<object type=\"Group\">", "</object>")
+                ),
+            ),
+            (
+                "nccl entities",
+                super::super::nccl_xml::parse,
+                format!("{lol}<system version=\"1\"><cpu numaid=\"&l9;\"/></system>"),
+            ),
+            (
+                "nccl depth",
+                super::super::nccl_xml::parse,
+                format!(
+                    "<system version=\"1\"><cpu numaid=\"0\">{}</cpu></system>",
+                    deep("<pci busid=\"0000:00:00.0\">", "</pci>")
+                ),
+            ),
+        ];
+        for (name, read, text) in cases {
+            let t = std::time::Instant::now();
+            assert!(
+                matches!(read(&text), Err(RecordError::Refused(_))),
+                "{name}"
+            );
+            assert!(t.elapsed() < std::time::Duration::from_secs(2), "{name}");
+        }
     }
 
     proptest::proptest! {

@@ -80,12 +80,7 @@ impl SourceInfo {
             SourceInfo::Live => "live system".to_string(),
             SourceInfo::Root { path } => format!("recorded tree {path}"),
             SourceInfo::Bundle { path } => format!("bundle {path}"),
-            SourceInfo::From { path, format, .. } => {
-                format!(
-                    "{} {path}",
-                    format.article_name().split_once(' ').map_or("", |x| x.1)
-                )
-            }
+            SourceInfo::From { path, format, .. } => format!("{} {path}", format.noun()),
         }
     }
 }
@@ -220,32 +215,22 @@ impl Source {
             .with_context(|| format!("{label}: writing its facts into a temporary tree"))?;
         let sr = SysRoot::at(w.dir.path())
             .with_context(|| label.clone())?
-            .with_recorded_errors(w.errors.clone());
-        let nvml = recorded(
-            &sr,
-            "nvml.json",
-            &label,
-            |b| Ok(NvmlSnapshot::from_json(b)?),
-            || NvmlSnapshot::unavailable(rec.format.not_carried(), "recorded"),
-        )?;
-        let kernel_log = recorded_kernel_log(&sr, &label)?;
-        let libs = LibFacts::unavailable(&rec.format.not_carried());
-        let mut notes = rec.notes.clone();
-        notes.extend(w.notes.iter().cloned());
-        let hostname = rec.hostname.clone();
+            .with_recorded_errors(w.errors);
+        let mut notes = rec.notes;
+        notes.extend(w.notes);
         Ok(Source {
             spec: spec.clone(),
             sysroot: Arc::new(sr.holding(w.dir)),
-            nvml: nvml.into(),
-            libs,
-            kernel_log: kernel_log.into(),
+            nvml: w.nvml.into(),
+            libs: LibFacts::unavailable(&rec.format.not_carried()),
+            kernel_log: Arc::new(w.kernel_log).into(),
             info: SourceInfo::From {
                 path: path.display().to_string(),
                 format: rec.format,
-                cannot_tell: rec.cannot_tell.clone(),
+                cannot_tell: rec.cannot_tell,
                 notes,
             },
-            hostname,
+            hostname: rec.hostname,
             time: None,
         })
     }

@@ -46,6 +46,16 @@ impl Format {
         }
     }
 
+    /// "hwloc XML": the format named in a report header.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Format::BugReport => "nvidia-bug-report log",
+            Format::Lspci => "lspci listing",
+            Format::Hwloc => "hwloc XML",
+            Format::Nccl => "NCCL topology XML",
+        }
+    }
+
     /// "an hwloc XML": for "not in {}" reasons.
     pub fn article_name(self) -> &'static str {
         match self {

@@ -1,8 +1,9 @@
 //! A `MachineRecord` (what an nvidia-bug-report log, lspci text, hwloc XML or NCCL topology
 //! file says) written out as the recorded tree a bundle replays: `sys/` with each PCI function
 //! at its place under its root complex, `proc/` with the kernel files the record carries, and
-//! nvml.json / kmsg.json / libs.json. The tree is then read by the one re-rootable reader like
-//! any other, so inventory, topology, checks and exports need nothing of their own.
+//! the NVML snapshot and kernel log the record carries (handed to the source as they are, as a
+//! bundle's nvml.json and kmsg.json would be). The tree is then read by the one re-rootable
+//! reader like any other, so inventory, topology, checks and exports need nothing of their own.
 //!
 //! What the record does not carry is never left as a plain missing file (which the reader
 //! would report as "not present", and some checks read as "absent"): each such kernel path is
@@ -15,13 +16,12 @@
 
 use super::record::{Format, FunctionRecord, MachineRecord};
 use crate::kmsg::KernelLog;
-use crate::libs::LibFacts;
 use crate::nvml::{NvmlGpu, NvmlLink, NvmlSnapshot};
 use crate::pci::Bdf;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Deepest PCI chain followed (a real one is under ten bridges; a record with a parent loop or
 /// absurd depth is cut here, with a note).
@@ -76,6 +76,10 @@ pub struct Written {
     pub errors: BTreeMap<String, (String, Option<String>)>,
     /// What could not be placed (a function whose parent is missing, a loop), said once each.
     pub notes: Vec<String>,
+    /// NVML's view as far as the record carries it.
+    pub nvml: NvmlSnapshot,
+    /// The kernel log's records the checks look at, or unknown naming the format.
+    pub kernel_log: KernelLog,
 }
 
 struct Tree {
@@ -219,7 +223,10 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         ));
     }
     let places = placements(&functions, &mut notes);
-    let named_by_address = name_unnamed_nics(rec, &functions);
+    let named_by_address = functions
+        .iter()
+        .filter(|f| stand_in_rdma_name(rec, f).is_some())
+        .count();
     if named_by_address > 0 {
         notes.push(format!(
             "RDMA device names are {}: {named_by_address} NIC(s) of InfiniBand class or an RDMA NIC family are shown by PCI address (rdma@BDF); their ports are unknown",
@@ -235,7 +242,7 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
     } else {
         t.not_carried("/sys/class/net", true)?;
         // The NICs shown by address stand in for the RDMA devices the record does not name.
-        if name_unnamed_nics(rec, &rec.functions) > 0 {
+        if named_by_address > 0 {
             t.dir("/sys/class/infiniband")?;
         } else {
             t.not_carried("/sys/class/infiniband", true)?;
@@ -394,26 +401,12 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
     if let Some(h) = &rec.hostname {
         t.file("/proc/sys/kernel/hostname", format!("{h}\n").as_bytes())?;
     }
-    // The documents a recorded tree holds beside sys/ and proc/.
-    let nvml = nvml_snapshot(rec);
-    fs::write(
-        dir.path().join("nvml.json"),
-        serde_json::to_vec(&nvml).map_err(io::Error::other)?,
-    )?;
-    let kmsg = kernel_log(rec);
-    fs::write(
-        dir.path().join("kmsg.json"),
-        serde_json::to_vec(&kmsg).map_err(io::Error::other)?,
-    )?;
-    let libs = LibFacts::unavailable(&format.not_carried());
-    fs::write(
-        dir.path().join("libs.json"),
-        serde_json::to_vec(&libs).map_err(io::Error::other)?,
-    )?;
     Ok(Written {
         dir,
         errors: t.errors,
         notes,
+        nvml: nvml_snapshot(rec),
+        kernel_log: kernel_log(rec),
     })
 }
 
@@ -430,13 +423,6 @@ fn stand_in_rdma_name(rec: &MachineRecord, f: &FunctionRecord) -> Option<String>
     let infiniband = class >> 8 == 0x0207;
     let rdma_family = class >> 8 == 0x0200 && matches!(f.vendor, Some(0x15b3) | Some(0x1d0f));
     (infiniband || rdma_family).then(|| format!("rdma@{}", f.bdf))
-}
-
-fn name_unnamed_nics(rec: &MachineRecord, functions: &[FunctionRecord]) -> usize {
-    functions
-        .iter()
-        .filter(|f| stand_in_rdma_name(rec, f).is_some())
-        .count()
 }
 
 /// A name that can be a directory entry of the tree (no separators, not `.`/`..`).
@@ -566,9 +552,4 @@ fn kmsg_line(seq: usize, line: &str) -> String {
         return format!("6,{seq},{usec},-;{}", text.trim_start());
     }
     format!("6,{seq},0,-;{t}")
-}
-
-/// The path of a written tree (for callers that open it).
-pub fn root(w: &Written) -> &Path {
-    w.dir.path()
 }

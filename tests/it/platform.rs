@@ -1,17 +1,9 @@
 //! Platform rules on altered copies of the fixtures: a GPU model without GPUDirect RDMA, a
 //! model gpudoctor does not know, and a link width a VM reports as 0.
 
+use crate::rdma_unknown::findings;
 use crate::{check_json, copy_fixture};
 use std::path::Path;
-
-fn findings<'a>(v: &'a serde_json::Value, id: &str) -> Vec<&'a serde_json::Value> {
-    v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["id"] == id)
-        .collect()
-}
 
 fn finding<'a>(v: &'a serde_json::Value, id: &str, subject: &str) -> &'a serde_json::Value {
     findings(v, id)
