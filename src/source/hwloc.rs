@@ -19,123 +19,12 @@
 use super::record::{
     Carried, Format, FunctionRecord, GpuRecord, MachineRecord, NumaRecord, RecordError,
 };
+use super::xml::{first_element_name, open_xml};
 use crate::pci::Bdf;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Deepest element nesting accepted. hwloc's deepest real trees (a PCI chain of a DGX-2 under
-/// Machine/Package/Group) are some 20 levels; NCCL's fewer.
-pub(super) const MAX_DEPTH: usize = 256;
-/// Most XML nodes (elements, attributes' owners, text) accepted: a 192-core hwloc XML has some
-/// 20,000; room for machines ten times bigger.
-pub(super) const MAX_NODES: u32 = 1 << 21;
 /// Most 32-bit words a bitmap may have (131,072 CPUs or NUMA nodes).
 const MAX_BITMAP_WORDS: usize = 4096;
-
-/// Parse XML text with the limits above; refusals name what was refused.
-pub(super) fn open_xml(text: &str) -> Result<roxmltree::Document<'_>, RecordError> {
-    // hwloc writes `<!DOCTYPE topology SYSTEM "hwloc2.dtd">`: a DOCTYPE naming an external DTD
-    // (never fetched) is fine; one with an internal subset, where entities are declared, is
-    // refused before parsing.
-    let internal_subset = match prolog(text).doctype {
-        Some(decl) => decl.contains('['),
-        None => false,
-    };
-    if internal_subset {
-        return Err(RecordError::Refused(
-            "the XML declares a DTD with an internal subset (entities): refused".into(),
-        ));
-    }
-    let opt = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        nodes_limit: MAX_NODES,
-        ..roxmltree::ParsingOptions::default()
-    };
-    let doc = match roxmltree::Document::parse_with_options(text, opt) {
-        Ok(d) => d,
-        Err(roxmltree::Error::NodesLimitReached) => {
-            return Err(RecordError::Refused(format!(
-                "the XML has more than {MAX_NODES} nodes"
-            )));
-        }
-        Err(e @ roxmltree::Error::EntityReferenceLoop(_)) => {
-            return Err(RecordError::Refused(format!("{e}")));
-        }
-        Err(e) => return Err(RecordError::Malformed(format!("not well-formed XML: {e}"))),
-    };
-    // The document is flat in memory, but the walkers after this one recurse: bound the
-    // depth here once. Descendants come in document order, a parent before its children.
-    let mut depth: Vec<u16> = vec![0; doc.descendants().count()];
-    for n in doc.descendants() {
-        let d = match n.parent() {
-            Some(p) => depth.get(p.id().get() as usize).copied().unwrap_or(0) + 1,
-            None => 0,
-        };
-        if usize::from(d) > MAX_DEPTH {
-            return Err(RecordError::Refused(format!(
-                "the XML nests deeper than {MAX_DEPTH} elements"
-            )));
-        }
-        if let Some(slot) = depth.get_mut(n.id().get() as usize) {
-            *slot = d;
-        }
-    }
-    Ok(doc)
-}
-
-/// What comes before the first element of an XML text.
-struct Prolog<'a> {
-    /// The DOCTYPE declaration up to its first `>` (an internal subset starts with `[`).
-    doctype: Option<&'a str>,
-    /// The first element's name; None when the text does not start like XML.
-    first_element: Option<&'a str>,
-}
-
-/// Read past the declaration, comments, processing instructions and a DOCTYPE to the first
-/// element. Reads only that far (cheap on any input).
-fn prolog(text: &str) -> Prolog<'_> {
-    let mut out = Prolog {
-        doctype: None,
-        first_element: None,
-    };
-    let mut rest = text.trim_start_matches('\u{feff}');
-    loop {
-        rest = rest.trim_start();
-        let skip = |r: &'_ str, end: &str| r.find(end).map(|i| i + end.len());
-        if let Some(r) = rest.strip_prefix("<?") {
-            let Some(i) = skip(r, "?>") else { return out };
-            rest = &r[i..];
-        } else if let Some(r) = rest.strip_prefix("<!--") {
-            let Some(i) = skip(r, "-->") else { return out };
-            rest = &r[i..];
-        } else if let Some(r) = rest.strip_prefix("<!") {
-            let Some(i) = r.find('>') else {
-                out.doctype = Some(r);
-                return out;
-            };
-            if r.starts_with("DOCTYPE") {
-                out.doctype = Some(&r[..i]);
-                if r[..i].contains('[') {
-                    return out;
-                }
-            }
-            rest = &r[i + 1..];
-        } else if let Some(r) = rest.strip_prefix('<') {
-            let end = r
-                .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
-                .unwrap_or(r.len());
-            out.first_element = Some(&r[..end]).filter(|n| !n.is_empty());
-            return out;
-        } else {
-            return out;
-        }
-    }
-}
-
-/// The name of the first element of an XML text, past the declaration, comments, processing
-/// instructions and a DOCTYPE; None when the text does not start like XML.
-pub(super) fn first_element_name(text: &str) -> Option<&str> {
-    prolog(text).first_element
-}
 
 /// Whether the text is an hwloc XML (its first element is `<topology>`).
 pub fn looks_like(text: &str) -> bool {
@@ -918,55 +807,6 @@ mod tests {
             parse("<topology/>"),
             Err(RecordError::Malformed(_))
         ));
-    }
-
-    /// Both XML readers (hwloc, NCCL) go through `open_xml`: entity expansion and nesting
-    /// 10,000 deep are refused, quickly, by each.
-    #[test]
-    fn hostile_xml_refused_by_both_readers() {
-        let mut lol = String::from("<?xml version=\"1.0\"?>\n<!DOCTYPE lolz [<!ENTITY l0 \"lol\">");
-        for i in 1..10 {
-            lol += &format!("<!ENTITY l{i} \"{}\">", format!("&l{};", i - 1).repeat(10));
-        }
-        lol += "]>\n";
-        let deep =
-            |open: &str, close: &str| format!("{}{}", open.repeat(10_000), close.repeat(10_000));
-        let cases: [(&str, fn(&str) -> Result<MachineRecord, RecordError>, String); 4] = [
-            (
-                "hwloc entities",
-                parse,
-                format!("{lol}<topology><object type=\"Machine\" name=\"&l9;\"/></topology>"),
-            ),
-            (
-                "hwloc depth",
-                parse,
-                format!(
-                    "<topology>{}</topology>",
-                    deep("<object type=\"Group\">", "</object>")
-                ),
-            ),
-            (
-                "nccl entities",
-                super::super::nccl_xml::parse,
-                format!("{lol}<system version=\"1\"><cpu numaid=\"&l9;\"/></system>"),
-            ),
-            (
-                "nccl depth",
-                super::super::nccl_xml::parse,
-                format!(
-                    "<system version=\"1\"><cpu numaid=\"0\">{}</cpu></system>",
-                    deep("<pci busid=\"0000:00:00.0\">", "</pci>")
-                ),
-            ),
-        ];
-        for (name, read, text) in cases {
-            let t = std::time::Instant::now();
-            assert!(
-                matches!(read(&text), Err(RecordError::Refused(_))),
-                "{name}"
-            );
-            assert!(t.elapsed() < std::time::Duration::from_secs(2), "{name}");
-        }
     }
 
     proptest::proptest! {

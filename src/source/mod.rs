@@ -12,6 +12,7 @@ pub mod lspci;
 pub mod nccl_xml;
 pub mod record;
 pub mod synth;
+mod xml;
 
 use crate::bundle;
 use crate::kmsg::KernelLog;

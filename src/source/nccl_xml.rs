@@ -20,11 +20,11 @@
 //!
 //! Pure: text in, record out. It must not judge anything.
 
-use super::hwloc::{first_element_name, open_xml};
 use super::record::{
     Carried, ForeignGdr, Format, FunctionRecord, GpuRecord, MachineRecord, NumaRecord,
     NvLinkRecord, RecordError,
 };
+use super::xml::{first_element_name, open_xml};
 use crate::pci::Bdf;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -356,3 +356,53 @@ fn nccl_cpumaps_round_trip_with_the_exporter() {
         );
     }
 }
+
+/// Both XML readers (hwloc, NCCL) refuse entity expansion and nesting 10,000 deep, quickly.
+#[test]
+fn hostile_xml_refused_by_both_readers() {
+    use gpudoctor::source::record::{MachineRecord, RecordError};
+    use gpudoctor::source::{hwloc, nccl_xml};
+    let mut lol = String::from("<?xml version=\"1.0\"?>\n<!DOCTYPE lolz [<!ENTITY l0 \"lol\">");
+    for i in 1..10 {
+        lol += &format!("<!ENTITY l{i} \"{}\">", format!("&l{};", i - 1).repeat(10));
+    }
+    lol += "]>\n";
+    let deep = |open: &str, close: &str| format!("{}{}", open.repeat(10_000), close.repeat(10_000));
+    type Reader = fn(&str) -> Result<MachineRecord, RecordError>;
+    let cases: [(&str, Reader, String); 4] = [
+        (
+            "hwloc entities",
+            hwloc::parse,
+            format!("{lol}<topology><object type=\"Machine\" name=\"&l9;\"/></topology>"),
+        ),
+        (
+            "hwloc depth",
+            hwloc::parse,
+            format!(
+                "<topology>{}</topology>",
+                deep("<object type=\"Group\">", "</object>")
+            ),
+        ),
+        (
+            "nccl entities",
+            nccl_xml::parse,
+            format!("{lol}<system version=\"1\"><cpu numaid=\"&l9;\"/></system>"),
+        ),
+        (
+            "nccl depth",
+            nccl_xml::parse,
+            format!(
+                "<system version=\"1\"><cpu numaid=\"0\">{}</cpu></system>",
+                deep("<pci busid=\"0000:00:00.0\">", "</pci>")
+            ),
+        ),
+    ];
+    for (name, read, text) in cases {
+        let t = std::time::Instant::now();
+        assert!(
+            matches!(read(&text), Err(RecordError::Refused(_))),
+            "{name}"
+        );
+        assert!(t.elapsed() < std::time::Duration::from_secs(2), "{name}");
+    }
+}
