@@ -140,9 +140,16 @@ fn not_applicable(ctx: &Ctx) -> Option<(String, SkipKind)> {
 fn basic_not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
     if ctx.topo.gpus.is_empty() {
         Some(("no NVIDIA GPUs", SkipKind::NotApplicable))
-    } else if ctx.inv.host.nvidia_version_line.is_none() {
+    } else if ctx.inv.host.nvidia_version_line.is_none() && ctx.inv.host.nvidia_version_absent {
         Some((
             "NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist",
+            SkipKind::Unknown,
+        ))
+    } else if ctx.inv.host.nvidia_version_line.is_none() {
+        // Unreadable, not absent (a record that does not carry it, a damaged tree): whether
+        // the driver runs is unknown, and so is every GPUDirect path.
+        Some((
+            "whether the NVIDIA driver is loaded is unknown (see driver.nvidia-loaded): GPUDirect paths not judged",
             SkipKind::Unknown,
         ))
     } else if ctx.topo.nics.is_empty() && ctx.topo.nics_without_rdma.is_empty() {
