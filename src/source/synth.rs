@@ -86,6 +86,9 @@ struct Tree {
     root: PathBuf,
     errors: BTreeMap<String, (String, Option<String>)>,
     reason: String,
+    /// Directories already made: a record of thousands of functions writes a dozen files into
+    /// each of thousands of directories, and a mkdir per file is most of the cost on a disk.
+    made: BTreeSet<PathBuf>,
 }
 
 impl Tree {
@@ -93,38 +96,48 @@ impl Tree {
         self.root.join(kpath.trim_start_matches('/'))
     }
 
-    fn file(&self, kpath: &str, text: &[u8]) -> io::Result<()> {
-        let p = self.host(kpath);
-        if let Some(d) = p.parent() {
-            fs::create_dir_all(d)?;
+    fn make_dir(&mut self, d: PathBuf) -> io::Result<()> {
+        if !self.made.contains(&d) {
+            fs::create_dir_all(&d)?;
+            self.made.insert(d);
         }
+        Ok(())
+    }
+
+    fn make_parent(&mut self, p: &std::path::Path) -> io::Result<()> {
+        match p.parent() {
+            Some(d) => self.make_dir(d.to_path_buf()),
+            None => Ok(()),
+        }
+    }
+
+    fn file(&mut self, kpath: &str, text: &[u8]) -> io::Result<()> {
+        let p = self.host(kpath);
+        self.make_parent(&p)?;
         fs::write(p, text)
     }
 
-    fn dir(&self, kpath: &str) -> io::Result<()> {
-        fs::create_dir_all(self.host(kpath))
+    fn dir(&mut self, kpath: &str) -> io::Result<()> {
+        let d = self.host(kpath);
+        self.make_dir(d)
     }
 
     /// An absolute link (the reader takes absolute targets relative to the root).
-    fn link(&self, kpath: &str, target: &str) -> io::Result<()> {
+    fn link(&mut self, kpath: &str, target: &str) -> io::Result<()> {
         let p = self.host(kpath);
-        if let Some(d) = p.parent() {
-            fs::create_dir_all(d)?;
-        }
+        self.make_parent(&p)?;
         match std::os::unix::fs::symlink(target, &p) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
             r => r,
         }
     }
 
-    /// A path the record does not carry: a placeholder the reader resolves, and the error it
-    /// replays in its place.
-    fn not_carried(&mut self, kpath: &str, is_dir: bool) -> io::Result<()> {
-        if is_dir {
-            self.dir(kpath)?;
-        } else if !self.host(kpath).exists() {
-            self.file(kpath, b"")?;
-        }
+    /// A path the record does not carry: the error the reader replays for it. The reader
+    /// consults recorded errors once the path's directory resolves, so only the directory is
+    /// made, never a placeholder file.
+    fn not_carried(&mut self, kpath: &str) -> io::Result<()> {
+        let p = self.host(kpath);
+        self.make_parent(&p)?;
         self.errors.insert(
             kpath.to_string(),
             ("io".to_string(), Some(self.reason.clone())),
@@ -206,6 +219,7 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         root: dir.path().to_path_buf(),
         errors: BTreeMap::new(),
         reason: format.not_carried(),
+        made: BTreeSet::new(),
     };
     let mut notes = Vec::new();
     // Duplicate addresses: the first one wins (a record listing one function twice).
@@ -240,44 +254,44 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         t.dir("/sys/class/net")?;
         t.dir("/sys/class/infiniband")?;
     } else {
-        t.not_carried("/sys/class/net", true)?;
+        t.not_carried("/sys/class/net")?;
         // The NICs shown by address stand in for the RDMA devices the record does not name.
         if named_by_address > 0 {
             t.dir("/sys/class/infiniband")?;
         } else {
-            t.not_carried("/sys/class/infiniband", true)?;
+            t.not_carried("/sys/class/infiniband")?;
         }
     }
-    t.not_carried("/sys/class/infiniband_verbs", true)?;
+    t.not_carried("/sys/class/infiniband_verbs")?;
     for f in &functions {
         let d = &places[&f.bdf];
         t.dir(d)?;
         t.link(&format!("/sys/bus/pci/devices/{}", f.bdf), d)?;
         let mut written: BTreeSet<&str> = BTreeSet::new();
-        let mut put = |t: &Tree, name: &'static str, text: &[u8]| -> io::Result<()> {
+        let mut put = |t: &mut Tree, name: &'static str, text: &[u8]| -> io::Result<()> {
             written.insert(name);
             t.file(&format!("{d}/{name}"), text)
         };
         if let Some(v) = f.class {
-            put(&t, "class", hex_attr(v, 6).as_bytes())?;
+            put(&mut t, "class", hex_attr(v, 6).as_bytes())?;
         }
         if let Some(v) = f.vendor {
-            put(&t, "vendor", hex_attr(v.into(), 4).as_bytes())?;
+            put(&mut t, "vendor", hex_attr(v.into(), 4).as_bytes())?;
         }
         if let Some(v) = f.device {
-            put(&t, "device", hex_attr(v.into(), 4).as_bytes())?;
+            put(&mut t, "device", hex_attr(v.into(), 4).as_bytes())?;
         }
         if let Some(v) = f.subsystem_vendor {
-            put(&t, "subsystem_vendor", hex_attr(v.into(), 4).as_bytes())?;
+            put(&mut t, "subsystem_vendor", hex_attr(v.into(), 4).as_bytes())?;
         }
         if let Some(v) = f.subsystem_device {
-            put(&t, "subsystem_device", hex_attr(v.into(), 4).as_bytes())?;
+            put(&mut t, "subsystem_device", hex_attr(v.into(), 4).as_bytes())?;
         }
         if let Some(v) = f.revision {
-            put(&t, "revision", hex_attr(v.into(), 2).as_bytes())?;
+            put(&mut t, "revision", hex_attr(v.into(), 2).as_bytes())?;
         }
         if let Some(c) = &f.config {
-            put(&t, "config", c)?;
+            put(&mut t, "config", c)?;
         }
         for (name, v) in [
             ("current_link_speed", &f.cur_link_speed),
@@ -287,7 +301,7 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
             ("local_cpulist", &f.local_cpulist),
         ] {
             if let Some(s) = v {
-                put(&t, name, format!("{s}\n").as_bytes())?;
+                put(&mut t, name, format!("{s}\n").as_bytes())?;
             }
         }
         // The kernel's local_cpulist of a function is its NUMA node's CPUs.
@@ -300,19 +314,23 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
                 .find(|x| i64::from(x.id) == i64::from(n))
                 .and_then(|x| x.cpulist.as_ref())
         {
-            put(&t, "local_cpulist", format!("{c}\n").as_bytes())?;
+            put(&mut t, "local_cpulist", format!("{c}\n").as_bytes())?;
         }
         match (f.numa_node, rec.carried.numa_node) {
-            (Some(n), _) => put(&t, "numa_node", format!("{n}\n").as_bytes())?,
+            (Some(n), _) => put(&mut t, "numa_node", format!("{n}\n").as_bytes())?,
             // The format shows a node wherever the kernel knew one: none shown is -1.
-            (None, true) => put(&t, "numa_node", b"-1\n")?,
+            (None, true) => put(&mut t, "numa_node", b"-1\n")?,
             (None, false) => {}
         }
         if let Some(b) = f.secondary_bus {
-            put(&t, "secondary_bus_number", format!("{b}\n").as_bytes())?;
+            put(&mut t, "secondary_bus_number", format!("{b}\n").as_bytes())?;
         }
         if let Some(b) = f.subordinate_bus {
-            put(&t, "subordinate_bus_number", format!("{b}\n").as_bytes())?;
+            put(
+                &mut t,
+                "subordinate_bus_number",
+                format!("{b}\n").as_bytes(),
+            )?;
         }
         match (&f.driver, rec.carried.driver) {
             (Some(name), _) if !name.is_empty() && !name.contains('/') && name != ".." => {
@@ -338,7 +356,7 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         }
         for name in &attrs {
             if !written.contains(name.as_str()) {
-                t.not_carried(&format!("{d}/{name}"), false)?;
+                t.not_carried(&format!("{d}/{name}"))?;
             }
         }
         for n in f.netdevs.iter().filter(|n| safe_name(n)) {
@@ -347,7 +365,7 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
             t.link(&format!("/sys/class/net/{n}"), &nd)?;
             t.link(&format!("{nd}/device"), d)?;
             for a in ["mtu", "operstate", "type", "address", "speed", "carrier"] {
-                t.not_carried(&format!("{nd}/{a}"), false)?;
+                t.not_carried(&format!("{nd}/{a}"))?;
             }
         }
         let stand_in = stand_in_rdma_name(rec, f).into_iter();
@@ -363,9 +381,9 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
             t.dir(&rd)?;
             t.link(&format!("/sys/class/infiniband/{n}"), &rd)?;
             t.link(&format!("{rd}/device"), d)?;
-            t.not_carried(&format!("{rd}/ports"), true)?;
+            t.not_carried(&format!("{rd}/ports"))?;
             for a in ["node_type", "fw_ver", "hca_type", "node_guid", "board_id"] {
-                t.not_carried(&format!("{rd}/{a}"), false)?;
+                t.not_carried(&format!("{rd}/{a}"))?;
             }
         }
     }
@@ -377,27 +395,27 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
                 t.dir(&nd)?;
                 match &n.cpulist {
                     Some(c) => t.file(&format!("{nd}/cpulist"), format!("{c}\n").as_bytes())?,
-                    None => t.not_carried(&format!("{nd}/cpulist"), false)?,
+                    None => t.not_carried(&format!("{nd}/cpulist"))?,
                 }
                 match &n.distance {
                     Some(c) => t.file(&format!("{nd}/distance"), format!("{c}\n").as_bytes())?,
-                    None => t.not_carried(&format!("{nd}/distance"), false)?,
+                    None => t.not_carried(&format!("{nd}/distance"))?,
                 }
             }
         }
-        None => t.not_carried("/sys/devices/system/node", true)?,
+        None => t.not_carried("/sys/devices/system/node")?,
     }
     for p in HOST_FILES {
         match rec.kernel_files.get(*p) {
             Some(text) => t.file(p, text.as_bytes())?,
-            None => t.not_carried(p, false)?,
+            None => t.not_carried(p)?,
         }
     }
     for p in HOST_DIRS {
-        t.not_carried(p, true)?;
+        t.not_carried(p)?;
     }
     // Process names: no record carries them.
-    t.not_carried("/proc", true)?;
+    t.not_carried("/proc")?;
     if let Some(h) = &rec.hostname {
         t.file("/proc/sys/kernel/hostname", format!("{h}\n").as_bytes())?;
     }
