@@ -19,6 +19,9 @@ pub const SCHEMA: &str = "gpudoctor.kmsg/1";
 /// The kernel log device.
 pub const KMSG: &str = "/dev/kmsg";
 
+/// How a record in another format's kernel messages name their origin (`source`).
+pub const RECORD_ORIGIN: &str = "kernel messages of ";
+
 /// At most this many records are read (a kernel log buffer of 16 MiB holds ~150,000).
 const MAX_RECORDS: usize = 500_000;
 
@@ -112,6 +115,17 @@ fn kept(line: &str) -> bool {
 }
 
 impl KernelLog {
+    /// Where the records were read, as evidence names it: `/dev/kmsg` (live, or a tree or
+    /// bundle recorded from it), or the kernel messages a record in another format carries
+    /// (`source` "kernel messages of an nvidia-bug-report log").
+    pub fn origin(&self) -> &str {
+        if self.source.starts_with(RECORD_ORIGIN) {
+            &self.source
+        } else {
+            KMSG
+        }
+    }
+
     /// A tree or bundle that has no kmsg.json.
     pub fn not_recorded(why: &str) -> Self {
         KernelLog {

@@ -281,7 +281,7 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
         match &logged {
             Some(lines) => {
                 evs.push(ev(
-                    crate::kmsg::KMSG,
+                    log.origin(),
                     format!(
                         "{} link-down records for this port; {}",
                         lines.len(),
@@ -289,11 +289,11 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
                     ),
                 ));
                 for l in lines.iter().take(5) {
-                    evs.push(ev(crate::kmsg::KMSG, l.to_string()));
+                    evs.push(ev(log.origin(), l.to_string()));
                 }
             }
             None => evs.push(ev(
-                crate::kmsg::KMSG,
+                log.origin(),
                 log.unavailable.clone().unwrap_or_default(),
             )),
         }
@@ -432,7 +432,7 @@ pub(super) fn xid(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Status::Skip,
                 format!("kernel log unknown: {why}"),
             )
-            .with(ev(crate::kmsg::KMSG, why.clone()));
+            .with(ev(log.origin(), why.clone()));
             if log.needs_root {
                 f.skip = Some(SkipKind::NotRoot);
             }
@@ -464,7 +464,7 @@ pub(super) fn xid(ctx: &Ctx, out: &mut Vec<Finding>) {
             .collect::<Vec<_>>()
             .join(", ");
         let mut evs = vec![ev(
-            crate::kmsg::KMSG,
+            log.origin(),
             format!(
                 "{} Xid records for PCI:{pci}; {}",
                 mine.len(),
@@ -475,7 +475,7 @@ pub(super) fn xid(ctx: &Ctx, out: &mut Vec<Finding>) {
         for c in by_code.keys() {
             if let Some(x) = mine.iter().rev().find(|x| x.code == *c) {
                 evs.push(ev(
-                    format!("{} (last Xid {c})", crate::kmsg::KMSG),
+                    format!("{} (last Xid {c})", log.origin()),
                     x.text.clone(),
                 ));
             }
@@ -508,7 +508,7 @@ pub(super) fn xid(ctx: &Ctx, out: &mut Vec<Finding>) {
     if !stray.is_empty() {
         out.push(
             Finding::new(id, "host", Status::Warn, format!("Xids for GPUs not on the PCI bus now: {}", stray.join(", ")))
-                .with(ev(crate::kmsg::KMSG, log.coverage()))
+                .with(ev(log.origin(), log.coverage()))
                 .fix("A GPU that logged Xids is gone from the bus (see driver.gpu-count): reboot; check its seating and power; RMA it if it does not come back"),
         );
     }

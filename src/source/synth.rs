@@ -545,7 +545,11 @@ fn kernel_log(rec: &MachineRecord) -> KernelLog {
     };
     let mut k = KernelLog::not_recorded("");
     k.unavailable = None;
-    k.source = source_name(rec.format);
+    k.source = format!(
+        "{}{}",
+        crate::kmsg::RECORD_ORIGIN,
+        rec.format.article_name()
+    );
     k.records_read = lines.len() as u64;
     k.lines = lines
         .iter()
