@@ -990,7 +990,7 @@ def write_tree(m, out):
         fh.write("\n")
     with open(os.path.join(out, "README.md"), "w") as fh:
         fh.write(m.readme)
-    # Every fixture is an unpacked bundle (issue 4): a manifest saying this one was synthesized.
+    # Every fixture is an unpacked bundle: a manifest saying this one was synthesized.
     first = m.readme.strip().splitlines()[0].lstrip("# ").strip() if m.readme.strip() else ""
     manifest = {
         "format": "gpudoctor.bundle",

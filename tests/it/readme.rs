@@ -1,6 +1,6 @@
-//! The README's examples are real runs, checked here so that they cannot drift (issue 26).
+//! The examples in README.md and docs/*.md are real runs, checked here so that they cannot drift.
 //!
-//! Two kinds of marker precede an indented block in README.md:
+//! Two kinds of marker precede an indented block in those pages:
 //!
 //! - `<!-- gpudoctor-example: ARGS [| OPTIONS] -->`: the block is `$ gpudoctor ARGS` and what it
 //!   prints, run here by `readme_examples_are_real_runs` through `sh -c` in the repository (so
@@ -17,14 +17,39 @@
 //! with one of the words, `...` standing for what was left out; `lines=N` keeps the first N lines
 //! of each paragraph kept. A run that exits non-zero shows `# exit N` after its command. Only
 //! durations ("in 1234 ms") and the textfile's run timestamp are normalised when comparing; the
-//! README shows the values of the run that wrote it.
+//! page shows the values of the run that wrote it.
 //!
 //! After a deliberate change: `UPDATE_README=1 cargo nextest run -E 'test(/readme/) |
-//! test(/^fleet::/)'` (the owners of output blocks) rewrites the blocks (under a lock on README.md: the tests run as parallel processes); read the diff.
+//! test(/^fleet::/)'` (the owners of output blocks) rewrites the blocks (under a lock on the page:
+//! the tests run as parallel processes); read the diff.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The pages whose marked blocks are checked: README.md, then docs/*.md in name order.
+fn pages() -> Vec<PathBuf> {
+    let repo = crate::repo();
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    let mut out = vec![repo.join("README.md")];
+    out.extend(docs);
+    out
+}
+
+/// A page's name in messages: its path in the repository.
+fn name_of(path: &Path) -> String {
+    path.strip_prefix(crate::repo())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
 
 const EXAMPLE: &str = "<!-- gpudoctor-example: ";
+/// The page whose `## Synopsis` block names every command and flag.
+const USAGE_PAGE: &str = "docs/usage.md";
 const OUTPUT: &str = "<!-- gpudoctor-output: ";
 
 /// One command shown in the README and what it printed (stdout, then stderr).
@@ -59,12 +84,24 @@ pub fn run(cwd: &Path, args: &str) -> Shown {
 /// Check (or with UPDATE_README=1 rewrite) the README block after `<!-- gpudoctor-output: ID -->`
 /// against `runs`.
 pub fn show(id: &str, runs: &[Shown]) {
-    with_readme(|lines| {
-        let markers = parse(lines);
+    // The marker is `<!-- gpudoctor-output: ID -->` or `<!-- gpudoctor-output: ID | OPTIONS -->`.
+    let marks = |l: &str| {
+        l.strip_prefix(OUTPUT)
+            .and_then(|r| r.strip_prefix(id))
+            .is_some_and(|r| r.starts_with(' '))
+    };
+    let page = pages()
+        .into_iter()
+        .find(|p| std::fs::read_to_string(p).unwrap().lines().any(marks))
+        .unwrap_or_else(|| {
+            panic!("no page (README.md, docs/*.md) has a `{OUTPUT}{id} -->` marker")
+        });
+    with_page(&page, |name, lines| {
+        let markers = parse(name, lines);
         let m = markers
             .iter()
             .find(|m| matches!(&m.kind, Kind::Output(i) if i == id))
-            .unwrap_or_else(|| panic!("README.md has no `{OUTPUT}{id} -->` marker"));
+            .unwrap_or_else(|| panic!("{name} has no `{OUTPUT}{id} -->` marker"));
         let want: Vec<String> = runs
             .iter()
             .flat_map(|r| render(&r.command, &r.output, r.code, &m.cut[0]))
@@ -99,7 +136,7 @@ struct Marker {
 
 /// `spec` is `COMMAND` or `COMMAND | k=v k=v`: the tail is options only when every word of it is
 /// a known option (a shell command may hold a `|` of its own).
-fn split_options(spec: &str, line: usize) -> (String, Cut) {
+fn split_options(name: &str, spec: &str, line: usize) -> (String, Cut) {
     let mut cut = Cut::default();
     let Some((cmd, opts)) = spec.rsplit_once(" | ") else {
         return (spec.trim().to_string(), cut);
@@ -115,7 +152,7 @@ fn split_options(spec: &str, line: usize) -> (String, Cut) {
         let (k, v) = w.split_once('=').unwrap();
         let n = || {
             v.parse::<usize>()
-                .unwrap_or_else(|_| panic!("README.md:{line}: {k}={v} is not a number"))
+                .unwrap_or_else(|_| panic!("{name}:{line}: {k}={v} is not a number"))
         };
         match k {
             "head" => cut.head = Some(n()),
@@ -127,7 +164,7 @@ fn split_options(spec: &str, line: usize) -> (String, Cut) {
     (cmd.trim().to_string(), cut)
 }
 
-fn parse(lines: &[&str]) -> Vec<Marker> {
+fn parse(name: &str, lines: &[&str]) -> Vec<Marker> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
@@ -143,8 +180,8 @@ fn parse(lines: &[&str]) -> Vec<Marker> {
         while i < lines.len() && lines[i].starts_with(prefix) {
             let spec = lines[i][prefix.len()..]
                 .strip_suffix(" -->")
-                .unwrap_or_else(|| panic!("README.md:{}: marker not closed by ' -->'", i + 1));
-            let (cmd, cut) = split_options(spec, i + 1);
+                .unwrap_or_else(|| panic!("{name}:{}: marker not closed by ' -->'", i + 1));
+            let (cmd, cut) = split_options(name, spec, i + 1);
             cmds.push(cmd);
             cuts.push(cut);
             i += 1;
@@ -154,7 +191,7 @@ fn parse(lines: &[&str]) -> Vec<Marker> {
         }
         assert!(
             lines.get(i).is_some_and(|l| l.is_empty()),
-            "README.md:{}: a blank line must follow the markers",
+            "{name}:{}: a blank line must follow the markers",
             i + 1
         );
         i += 1;
@@ -168,7 +205,7 @@ fn parse(lines: &[&str]) -> Vec<Marker> {
         }
         assert!(
             end > start,
-            "README.md:{start}: no indented block after the markers"
+            "{name}:{start}: no indented block after the markers"
         );
         let kind = if is_example {
             Kind::Example(cmds)
@@ -315,15 +352,18 @@ fn run_example(cmds: &[String], cuts: &[Cut]) -> Vec<String> {
     want
 }
 
-/// Read README.md under an exclusive lock, let `f` say what each block must hold, and compare
+/// Read a page under an exclusive lock, let `f` say what each block must hold, and compare
 /// (or with UPDATE_README=1 write them).
-fn with_readme(f: impl FnOnce(&[&str]) -> Vec<(std::ops::Range<usize>, Vec<String>)>) {
-    let path = crate::repo().join("README.md");
-    let lock = std::fs::File::open(&path).unwrap();
+fn with_page(
+    path: &Path,
+    f: impl FnOnce(&str, &[&str]) -> Vec<(std::ops::Range<usize>, Vec<String>)>,
+) {
+    let name = name_of(path);
+    let lock = std::fs::File::open(path).unwrap();
     lock.lock().unwrap();
-    let readme = std::fs::read_to_string(&path).unwrap();
+    let readme = std::fs::read_to_string(path).unwrap();
     let lines: Vec<&str> = readme.lines().collect();
-    let mut blocks = f(&lines);
+    let mut blocks = f(&name, &lines);
     blocks.sort_by_key(|(r, _)| r.start);
     let update = std::env::var("UPDATE_README").as_deref() == Ok("1");
     let mut stale = Vec::new();
@@ -342,7 +382,7 @@ fn with_readme(f: impl FnOnce(&[&str]) -> Vec<(std::ops::Range<usize>, Vec<Strin
                 .position(|(a, b)| a != b)
                 .unwrap_or(have.len().min(want.len()));
             stale.push(format!(
-                "README.md:{}: line {} of the block reads\n    {:?}\n  the run prints\n    {:?}",
+                "{name}:{}: line {} of the block reads\n    {:?}\n  the run prints\n    {:?}",
                 range.start + 1 + first,
                 first + 1,
                 have.get(first),
@@ -364,57 +404,64 @@ fn with_readme(f: impl FnOnce(&[&str]) -> Vec<(std::ops::Range<usize>, Vec<Strin
         if !stale.is_empty() {
             let mut text = out.join("\n");
             text.push('\n');
-            std::fs::write(&path, text).unwrap();
-            eprintln!("README.md: {} blocks regenerated", stale.len());
+            std::fs::write(path, text).unwrap();
+            eprintln!("{name}: {} blocks regenerated", stale.len());
         }
         return;
     }
     assert!(
         stale.is_empty(),
-        "{} README blocks drifted (regenerate: UPDATE_README=1 cargo nextest run -E 'test(/readme/) | test(/^fleet::/)'):\n{}",
+        "{} blocks of {name} drifted (regenerate: UPDATE_README=1 cargo nextest run -E 'test(/readme/) | test(/^fleet::/)'):\n{}",
         stale.len(),
         stale.join("\n")
     );
 }
 
-/// The README's `gpudoctor-example` blocks are exactly what their commands print here (a pipe,
+/// The pages' `gpudoctor-example` blocks are exactly what their commands print here (a pipe,
 /// so 100 columns).
 #[test]
 fn readme_examples_are_real_runs() {
-    with_readme(|lines| {
-        let markers = parse(lines);
-        let examples: Vec<&Marker> = markers
-            .iter()
-            .filter(|m| matches!(m.kind, Kind::Example(_)))
-            .collect();
-        assert!(examples.len() >= 8, "the README's examples are marked");
-        examples
-            .iter()
-            .map(|m| {
-                let Kind::Example(cmds) = &m.kind else {
-                    unreachable!()
-                };
-                (m.block.clone(), run_example(cmds, &m.cut))
-            })
-            .collect()
-    });
+    let mut count = 0;
+    for page in pages() {
+        with_page(&page, |name, lines| {
+            let markers = parse(name, lines);
+            let examples: Vec<&Marker> = markers
+                .iter()
+                .filter(|m| matches!(m.kind, Kind::Example(_)))
+                .collect();
+            count += examples.len();
+            examples
+                .iter()
+                .map(|m| {
+                    let Kind::Example(cmds) = &m.kind else {
+                        unreachable!()
+                    };
+                    (m.block.clone(), run_example(cmds, &m.cut))
+                })
+                .collect()
+        });
+    }
+    assert!(count >= 8, "the pages' examples are marked");
 }
 
 /// Every `gpudoctor-output` block is shown by exactly one test, and every ID a test shows has
 /// its block: a block nobody checks would drift unseen.
 #[test]
 fn readme_blocks_are_owned() {
-    let readme = std::fs::read_to_string(crate::repo().join("README.md")).unwrap();
-    let lines: Vec<&str> = readme.lines().collect();
     let mut in_readme = Vec::new();
-    for m in parse(&lines) {
-        if let Kind::Output(id) = m.kind {
-            assert!(
-                !in_readme.contains(&id),
-                "README.md:{}: {id} is shown twice",
-                m.line
-            );
-            in_readme.push(id);
+    for page in pages() {
+        let name = name_of(&page);
+        let text = std::fs::read_to_string(&page).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for m in parse(&name, &lines) {
+            if let Kind::Output(id) = m.kind {
+                assert!(
+                    !in_readme.contains(&id),
+                    "{name}:{}: {id} is shown twice",
+                    m.line
+                );
+                in_readme.push(id);
+            }
         }
     }
     let mut shown = Vec::new();
@@ -432,7 +479,7 @@ fn readme_blocks_are_owned() {
     assert!(in_readme.len() >= 5, "{in_readme:?}");
     assert_eq!(
         in_readme, shown,
-        "README output blocks and the tests that show them"
+        "output blocks of README.md and docs/*.md and the tests that show them"
     );
 }
 
@@ -458,24 +505,24 @@ fn readme_cuts_paragraphs_and_lines() {
     };
     assert_eq!(apply_cut(lines, &cut).join("|"), "A 1|...|d");
     assert_eq!(
-        split_options("fleet a | head=3", 1).0,
+        split_options("t", "fleet a | head=3", 1).0,
         "fleet a",
         "options after ' | '"
     );
     assert_eq!(
-        split_options("sh: grep x f | wc -l", 1).0,
+        split_options("t", "sh: grep x f | wc -l", 1).0,
         "sh: grep x f | wc -l",
         "a shell pipe is part of the command"
     );
 }
 
-/// The README's Usage synopsis is hand-written (shorter than `--help`), so a test keeps it true:
-/// every command it names exists, every `--flag` it gives a command is one of that command's
-/// (or a global one), and every visible flag of every command is in it.
+/// The synopsis in docs/usage.md is hand-written (shorter than `--help`), so a test keeps it
+/// true: every command it names exists, every `--flag` it gives a command is one of that
+/// command's (or a global one), and every visible flag of every command is in it.
 #[test]
 fn readme_usage_names_every_flag_and_only_real_ones() {
-    let readme = std::fs::read_to_string(crate::repo().join("README.md")).unwrap();
-    let usage = &readme[readme.find("## Usage\n").unwrap()..];
+    let readme = std::fs::read_to_string(crate::repo().join(USAGE_PAGE)).unwrap();
+    let usage = &readme[readme.find("## Synopsis\n").unwrap()..];
     let block: Vec<&str> = usage
         .lines()
         .skip(2)
@@ -520,7 +567,7 @@ fn readme_usage_names_every_flag_and_only_real_ones() {
             }
             assert!(
                 !current[0].0.is_empty(),
-                "README Usage: no command in {body:?}"
+                "{USAGE_PAGE} synopsis: no command in {body:?}"
             );
         }
         for (p, c) in &current {
@@ -565,7 +612,7 @@ fn readme_usage_names_every_flag_and_only_real_ones() {
                 // `probe ... --format`: a flag of the commands below.
                 assert!(
                     real.contains(f) || global.contains(f) || below.contains(f),
-                    "README Usage gives `{path}` the flag {f}, which it does not have"
+                    "{USAGE_PAGE} synopsis gives `{path}` the flag {f}, which it does not have"
                 );
             }
         }
@@ -583,6 +630,6 @@ fn readme_usage_names_every_flag_and_only_real_ones() {
     }
     assert!(
         missing.is_empty(),
-        "README Usage does not name: {missing:?}"
+        "{USAGE_PAGE} synopsis does not name: {missing:?}"
     );
 }
