@@ -130,6 +130,147 @@ pub fn findings(r: &ProbeReport, out: &mut Vec<Finding>) {
     }
 }
 
+const FIX_NCCL_BW: &str = "Compare with probe.p2p (the same GPU pairs without NCCL), look for other GPU work on the node (`nvidia-smi`), NVLink errors (gpu.nvlink-errors) and the fabric manager (gpu.fabric); `gpudoctor probe nccl --json` keeps every sample";
+const FIX_NCCL_TRANSPORT: &str = "Unset the NCCL_* variables named (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_SHM_DISABLE, NCCL_TOPO_FILE ...) or explain them; check peer access (probe.p2p), ACS/IOMMU on the PCIe path (pcie.acs-redirect, iommu.mode) and, for the network, GPUDirect RDMA readiness (gdr.*)";
+
+/// `probe.nccl`'s findings from one NCCL report (measured live or replayed from a tree's
+/// `probes/nccl.json`): per configuration and collective the bus bandwidth at the judged size
+/// against its bar, and every contradiction between NCCL's transports and the topology.
+pub fn nccl_findings(r: &crate::nccl::report::NcclReport, out: &mut Vec<Finding>) {
+    let id = CheckId::ProbeNccl;
+    let library = r.library.as_ref().map(|l| {
+        ev(
+            "NCCL library",
+            format!("{} ({}, loaded at run time)", l.version, l.path),
+        )
+    });
+    if let Some(why) = &r.skipped {
+        let mut f = Finding::new(id, "host", Status::Skip, why.clone());
+        if r.library.is_none() && !r.looked_in.is_empty() {
+            f = f.with(ev("libnccl looked for in", r.looked_in.join("; ")));
+        }
+        out.push(f);
+        return;
+    }
+    if let Some(e) = &r.error {
+        out.push(
+            Finding::new(id, "host", Status::Fail, format!("NCCL run broke off: {e}"))
+                .fix("Run `gpudoctor probe nccl` for NCCL's own messages; a collective that never finishes points at a hung GPU, NVLink or fabric manager (gpu.xid, gpu.fabric)"),
+        );
+    }
+    let env: Vec<String> = r
+        .environment
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for run in &r.runs {
+        let subject = |what: &str| format!("{} ({what})", run.name);
+        if let Some(why) = &run.skipped {
+            out.push(Finding::new(id, subject("run"), Status::Skip, why.clone()));
+            continue;
+        }
+        if let Some(e) = &run.error {
+            out.push(
+                Finding::new(
+                    id,
+                    subject("run"),
+                    Status::Fail,
+                    format!("NCCL failed: {e}"),
+                )
+                .fix(FIX_NCCL_BW),
+            );
+        }
+        let transports: Vec<String> = run
+            .transports
+            .iter()
+            .map(|t| {
+                let via: Vec<String> = t.via.iter().map(|(v, n)| format!("{v} x{n}")).collect();
+                format!(
+                    "{}->{} ({}): {}",
+                    t.from,
+                    t.to,
+                    t.path.as_deref().unwrap_or("path unknown"),
+                    via.join(", ")
+                )
+            })
+            .collect();
+        for c in &run.collectives {
+            let e = &c.evaluation;
+            let mut f = Finding::new(
+                id,
+                subject(c.collective.as_str()),
+                status(e.status),
+                format!(
+                    "{} over {} ranks: {}",
+                    c.collective.as_str(),
+                    c.ranks,
+                    e.reason
+                ),
+            );
+            if let Some(s) = &e.stats {
+                f = f.with(ev(
+                    format!(
+                        "bus bandwidth, {} warm-up + {} x {} iterations, CUDA events",
+                        c.warmup, s.n, c.iters
+                    ),
+                    format!(
+                        "median {:.1} GB/s (min {:.1}, max {:.1}, n={})",
+                        s.median_gbps, s.min_gbps, s.max_gbps, s.n
+                    ),
+                ));
+            }
+            if let Some(a) = &e.remeasured {
+                f = f.with(ev(
+                    "measured again (the first reading was below the bar)",
+                    format!(
+                        "median {:.1} GB/s (min {:.1}, max {:.1}, n={})",
+                        a.median_gbps, a.min_gbps, a.max_gbps, a.n
+                    ),
+                ));
+            }
+            if let (Some(t), Some(b)) = (e.threshold_gbps, &e.threshold_basis) {
+                f = f.with(ev("threshold", format!("{t:.1} GB/s ({b})")));
+            }
+            if let Some(l) = &library {
+                f = f.with(l.clone());
+            }
+            if !transports.is_empty() {
+                f = f.with(ev(
+                    "NCCL's transports (its debug output)",
+                    transports.join("; "),
+                ));
+            }
+            if !env.is_empty() {
+                f = f.with(ev("NCCL_* in the environment", env.join(" ")));
+            }
+            if matches!(f.status, Status::Warn | Status::Fail) {
+                f = f.fix(FIX_NCCL_BW);
+            }
+            out.push(f);
+        }
+        for t in &run.findings {
+            let mut f = Finding::new(
+                id,
+                format!("{} ({})", t.subject, run.name),
+                status(t.status),
+                t.reason.clone(),
+            );
+            if matches!(f.status, Status::Warn | Status::Fail) {
+                f = f.fix(FIX_NCCL_TRANSPORT);
+            }
+            out.push(f);
+        }
+    }
+    if r.runs.is_empty() && r.error.is_none() {
+        out.push(Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            "no NCCL configuration was run",
+        ));
+    }
+}
+
 /// Level 0 said "idle downshift possible" for a GPU; the link read under load settles it.
 pub fn settle_link_speed(
     reports: &[ProbeReport],

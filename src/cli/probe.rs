@@ -65,6 +65,40 @@ pub struct NcclArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = crate::nccl::live::DEFAULT_DEADLINE_S,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline: u64,
+    /// Across nodes: this process is one rank of a run a launcher started (srun, torchrun, a
+    /// Kubernetes indexed Job); its rank comes from that launcher's variables (auto: the first
+    /// found). Rank 0 gathers the others, prints the report; the others print one line.
+    #[arg(long, value_name = "FROM", value_parser = ["auto", "slurm", "torchrun", "k8s"],
+          conflicts_with_all = ["net", "hca"])]
+    pub ranks: Option<String>,
+    /// With --ranks: where rank 0 listens, overriding the launcher's (port: MASTER_PORT+1 for
+    /// torchrun, else 18517).
+    #[arg(long, value_name = "HOST[:PORT]", requires = "ranks")]
+    pub rendezvous: Option<String>,
+    /// With --ranks: the number of processes, overriding the launcher's.
+    #[arg(long, value_name = "N", requires = "ranks",
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub world_size: Option<u32>,
+    /// With --ranks: this process's rank, overriding the launcher's.
+    #[arg(long, value_name = "N", requires = "ranks")]
+    pub rank: Option<u32>,
+    /// With --ranks: the shared secret every process holds (or --token-file, or
+    /// GPUDOCTOR_TOKEN). It never crosses the wire: each side proves it holds it.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        requires = "ranks",
+        conflicts_with = "token_file"
+    )]
+    pub token: Option<String>,
+    /// With --ranks: read the shared secret from this file (a mounted Secret).
+    #[arg(long, value_name = "FILE", requires = "ranks")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// With --ranks: how long rank 0 waits for every rank to join (and the others for rank 0).
+    #[arg(long, value_name = "SECONDS", requires = "ranks",
+          default_value_t = crate::nccl::cluster::DEFAULT_WAIT_S,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub rendezvous_timeout: u64,
     #[command(flatten)]
     pub gate: GateArgs,
     /// Print one JSON document (schema gpudoctor.nccl/1) with every raw sample.

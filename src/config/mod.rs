@@ -22,7 +22,7 @@ pub use crate::source::SourceSpec;
 pub use bundle::Redaction;
 pub use check::CheckOptions;
 pub use defaults::probe_defaults;
-pub use nccl::NcclConfig;
+pub use nccl::{NcclConfig, for_check as nccl_for_check};
 pub use output::{FleetOutput, OutputFormat, TopoOutput, json_or_table};
 pub use probe::{GpuWriteBwConfig, WriteBwConfig};
 

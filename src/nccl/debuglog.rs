@@ -65,6 +65,10 @@ pub struct DebugLog {
     pub networks: BTreeSet<String>,
     /// Socket transport: the interfaces `NET/Socket : Using [0]eth0:...` names.
     pub socket_interfaces: BTreeSet<String>,
+    /// IB/RoCE transport: the devices `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE` names,
+    /// by the index that `via NET/IB/<index>` refers to (`mlx5_0:1`).
+    #[serde(default)]
+    pub ib_devices: BTreeMap<u32, String>,
     pub ranks: BTreeMap<u32, RankLine>,
     pub channels: Vec<ChannelLine>,
     /// `NCCL_X set by environment to Y`.
@@ -99,6 +103,19 @@ pub fn parse(text: &str) -> DebugLog {
                     && !ifname.is_empty()
                 {
                     log.socket_interfaces.insert(ifname.to_string());
+                }
+            }
+        } else if let Some(rest) = msg.strip_prefix("NET/IB : Using ") {
+            for tok in rest.split_whitespace() {
+                // [1]mlx5_1:1/RoCE
+                if let Some(t) = tok.strip_prefix('[')
+                    && let Some((i, dev)) = t.split_once(']')
+                    && let Ok(i) = i.parse::<u32>()
+                {
+                    let dev = dev.split('/').next().unwrap_or("");
+                    if !dev.is_empty() {
+                        log.ib_devices.insert(i, dev.to_string());
+                    }
                 }
             }
         } else if msg.starts_with("Channel ") {
@@ -357,6 +374,12 @@ mod tests {
         assert_eq!(log.channels[1].kind, TransportKind::Shm);
         assert_eq!(log.channels[2].kind, TransportKind::P2p);
         assert_eq!(log.warnings.len(), 1);
+        let log = parse(
+            "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>\n",
+        );
+        assert_eq!(log.ib_devices.get(&0).map(String::as_str), Some("mlx5_0:1"));
+        assert_eq!(log.ib_devices.get(&1).map(String::as_str), Some("mlx5_1:1"));
+        assert_eq!(log.ib_devices.len(), 2);
     }
 
     #[test]

@@ -113,6 +113,7 @@ pub fn candidates(s: &Search) -> Vec<Candidate> {
 type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 type GetUniqueIdFn = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type CommInitAllFn = unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int;
+type CommInitRankFn = unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> c_int;
 type CollAllReduceFn = unsafe extern "C" fn(
     *const c_void,
     *mut c_void,
@@ -139,6 +140,27 @@ pub struct UniqueId {
     pub internal: [c_char; 128],
 }
 
+/// The id as text (hex), to cross the rendezvous; and back.
+pub fn unique_id_hex(id: &UniqueId) -> String {
+    id.internal
+        .iter()
+        .map(|b| format!("{:02x}", *b as u8))
+        .collect()
+}
+
+pub fn unique_id_from_hex(s: &str) -> Result<UniqueId, String> {
+    if s.len() != 256 || !s.is_ascii() {
+        return Err("an NCCL unique id is 128 bytes of hex".into());
+    }
+    let mut id = UniqueId { internal: [0; 128] };
+    for (i, b) in id.internal.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+            .map_err(|_| "an NCCL unique id is 128 bytes of hex".to_string())?
+            as c_char;
+    }
+    Ok(id)
+}
+
 /// ncclFloat32 and ncclSum in nccl.h's enums (stable since NCCL 2.0).
 pub const NCCL_FLOAT32: c_int = 7;
 pub const NCCL_SUM: c_int = 0;
@@ -151,9 +173,9 @@ pub struct Nccl {
     _lib: libloading::Library,
     pub path: String,
     get_version: GetVersionFn,
-    #[allow(dead_code)]
     get_unique_id: GetUniqueIdFn,
     comm_init_all: CommInitAllFn,
+    comm_init_rank: CommInitRankFn,
     all_reduce: CollAllReduceFn,
     all_gather: CollAllGatherFn,
     group_start: GroupFn,
@@ -226,6 +248,7 @@ fn resolve(lib: libloading::Library, path: String) -> Result<Nccl, NcclError> {
     let get_version = sym!("ncclGetVersion", GetVersionFn);
     let get_unique_id = sym!("ncclGetUniqueId", GetUniqueIdFn);
     let comm_init_all = sym!("ncclCommInitAll", CommInitAllFn);
+    let comm_init_rank = sym!("ncclCommInitRank", CommInitRankFn);
     let all_reduce = sym!("ncclAllReduce", CollAllReduceFn);
     let all_gather = sym!("ncclAllGather", CollAllGatherFn);
     let group_start = sym!("ncclGroupStart", GroupFn);
@@ -240,6 +263,7 @@ fn resolve(lib: libloading::Library, path: String) -> Result<Nccl, NcclError> {
         get_version,
         get_unique_id,
         comm_init_all,
+        comm_init_rank,
         all_reduce,
         all_gather,
         group_start,
@@ -300,6 +324,58 @@ impl Nccl {
             )
         })?;
         Ok(comms)
+    }
+
+    /// A new unique id (ncclGetUniqueId): NCCL's bootstrap root starts listening in this
+    /// process and lives as long as it does, so only a worker that goes on to join the
+    /// communicator calls this.
+    pub fn unique_id(&self) -> Result<UniqueId, NcclError> {
+        let mut id = UniqueId { internal: [0; 128] };
+        // SAFETY: out-pointer to a local of nccl.h's ncclUniqueId layout (128 bytes).
+        self.check("ncclGetUniqueId", unsafe { (self.get_unique_id)(&mut id) })?;
+        Ok(id)
+    }
+
+    /// One communicator per device of this process, ranks `first_rank..` of `nranks`, joined
+    /// through `id` (ncclCommInitRank; inside ncclGroupStart/End when there are several, as
+    /// one thread driving several GPUs must). The caller makes each device's context current
+    /// by passing its CUDA `ordinals` in order; NCCL uses the current device per call, so this
+    /// sets it with `set_device` before each.
+    pub fn comm_init_ranks(
+        &self,
+        id: &UniqueId,
+        nranks: u32,
+        first_rank: u32,
+        set_device: &dyn Fn(usize) -> Result<(), String>,
+        count: usize,
+    ) -> Result<Vec<Comm>, String> {
+        let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); count];
+        let grouped = count > 1;
+        if grouped {
+            self.group_start().map_err(|e| e.to_string())?;
+        }
+        let mut err = None;
+        for (i, c) in comms.iter_mut().enumerate() {
+            if let Err(e) = set_device(i) {
+                err = Some(e);
+                break;
+            }
+            // SAFETY: out-pointer to one communicator; the id is the 128-byte value NCCL made.
+            let rc = unsafe {
+                (self.comm_init_rank)(c, nranks as c_int, *id, (first_rank as usize + i) as c_int)
+            };
+            if let Err(e) = self.check("ncclCommInitRank", rc) {
+                err = Some(e.to_string());
+                break;
+            }
+        }
+        if grouped && let Err(e) = self.group_end() {
+            err.get_or_insert(e.to_string());
+        }
+        match err {
+            None => Ok(comms),
+            Some(e) => Err(e),
+        }
     }
 
     pub fn group_start(&self) -> Result<(), NcclError> {
@@ -398,6 +474,20 @@ impl Nccl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unique_ids_cross_as_hex() {
+        let mut id = UniqueId { internal: [0; 128] };
+        for (i, b) in id.internal.iter_mut().enumerate() {
+            *b = (i * 7) as u8 as c_char;
+        }
+        let t = unique_id_hex(&id);
+        assert_eq!(t.len(), 256);
+        assert_eq!(unique_id_from_hex(&t).unwrap().internal, id.internal);
+        assert!(unique_id_from_hex("00").is_err());
+        assert!(unique_id_from_hex(&"zz".repeat(128)).is_err());
+        assert!(unique_id_from_hex(&"é".repeat(128)).is_err());
+    }
 
     #[test]
     fn versions_decode_both_encodings() {

@@ -12,7 +12,7 @@ use super::library::{self, Candidate, Search};
 use super::report::{
     BarInput, ConfigRun, LibraryInfo, Mode, NcclPolicy, NcclReport, PairFacts, PairTransport, Rate,
 };
-use super::worker::{RESULT_PREFIX, STEP_PREFIX, WorkerRequest, WorkerResult};
+use super::worker::{RESULT_PREFIX, STEP_PREFIX, UNIQUE_ID_PREFIX, WorkerRequest, WorkerResult};
 use crate::probes::Status;
 use crate::topo::Topology;
 use std::collections::BTreeMap;
@@ -127,14 +127,21 @@ pub fn pair_facts(topo: &Topology) -> Vec<PairFacts> {
 }
 
 /// One configuration to run.
-struct Plan {
-    name: String,
-    env: BTreeMap<String, String>,
-    bar_input: BarInput,
+pub(super) struct Plan {
+    pub name: String,
+    pub env: BTreeMap<String, String>,
+    pub bar_input: BarInput,
 }
 
-fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -> Vec<Plan> {
+pub(super) fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -> Vec<Plan> {
     match o.mode {
+        Mode::Cluster => vec![Plan {
+            name: "across nodes".into(),
+            env: BTreeMap::new(),
+            bar_input: BarInput::Net {
+                expected: Err("every node's network rate, known after the run".into()),
+            },
+        }],
         Mode::Intra => vec![Plan {
             name: "intra-node".into(),
             env: BTreeMap::new(),
@@ -205,7 +212,7 @@ fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -> Vec<Plan>
 
 /// Load libnccl here too: its version for the report and a skip that names every place
 /// looked, before any worker starts. Loading runs no CUDA code.
-fn find_library(o: &NcclOptions, r: &mut NcclReport) -> Option<Option<String>> {
+pub(super) fn find_library(o: &NcclOptions, r: &mut NcclReport) -> Option<Option<String>> {
     let cands = library::candidates(&o.search);
     r.looked_in = cands.iter().map(Candidate::describe).collect();
     match library::load(&cands) {
@@ -283,8 +290,23 @@ pub fn run(
             mode: o.mode,
             policy: o.policy.clone(),
             bar_input: plan.bar_input.clone(),
+            cluster: None,
+            discover: false,
         };
-        let run = run_one(o, topo, &plan, &req, user_debug_file.is_some())?;
+        let labels: BTreeMap<u32, (String, Option<String>)> = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (i as u32, (g.0.clone(), Some(g.0.clone()))))
+            .collect();
+        let run = run_one(
+            o,
+            topo,
+            &plan,
+            &req,
+            user_debug_file.is_some(),
+            &labels,
+            None,
+        )?;
         if r.gpus.is_empty() {
             r.gpus = run.1;
         }
@@ -294,13 +316,27 @@ pub fn run(
     Ok(r)
 }
 
-fn run_one(
+/// NCCL rank -> (the label shown, the topology label where the GPU is this process's).
+pub(super) type Labels = BTreeMap<u32, (String, Option<String>)>;
+/// Called once with the unique id rank 0's worker printed (hex); an error kills the worker.
+pub(super) type UniqueIdHook<'a> = &'a mut dyn FnMut(&str) -> Result<(), String>;
+
+/// One worker run: its result, its GPUs, and NCCL's debug output parsed.
+pub(super) type OneRun = (
+    ConfigRun,
+    Vec<super::report::NcclGpu>,
+    Option<debuglog::DebugLog>,
+);
+
+pub(super) fn run_one(
     o: &NcclOptions,
     topo: &Topology,
     plan: &Plan,
     req: &WorkerRequest,
     keep_user_debug: bool,
-) -> Result<(ConfigRun, Vec<super::report::NcclGpu>), LiveError> {
+    labels: &Labels,
+    mut on_unique_id: Option<UniqueIdHook>,
+) -> Result<OneRun, LiveError> {
     let tmp = tempfile::Builder::new()
         .prefix("gpudoctor-nccl.")
         .tempdir()
@@ -327,11 +363,16 @@ fn run_one(
     }
     let step = Arc::new(Mutex::new("starting".to_string()));
     let result: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let unique_id: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     let reader = child.stdout.take().map(|so| {
-        let (step, result) = (step.clone(), result.clone());
+        let (step, result, unique_id) = (step.clone(), result.clone(), unique_id.clone());
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(so).lines().map_while(Result::ok) {
-                if let Some(s) = line.strip_prefix(STEP_PREFIX) {
+                if let Some(u) = line.strip_prefix(UNIQUE_ID_PREFIX) {
+                    if let Ok(mut g) = unique_id.lock() {
+                        *g = Some(u.trim().to_string());
+                    }
+                } else if let Some(s) = line.strip_prefix(STEP_PREFIX) {
                     if let Ok(mut g) = step.lock() {
                         *g = s.to_string();
                     }
@@ -373,6 +414,18 @@ fn run_one(
                 let _ = write!(std::io::stderr(), "\r\x1b[2K");
             }
         };
+        if let Some(hook) = on_unique_id.as_mut()
+            && let Some(u) = unique_id.lock().ok().and_then(|mut g| g.take())
+        {
+            let forwarded = hook(&u);
+            on_unique_id = None;
+            if let Err(e) = forwarded {
+                killed(&mut child);
+                return Err(LiveError::Spawn(format!(
+                    "the unique id could not be handed out ({e}): worker {pid} killed"
+                )));
+            }
+        }
         if crate::signals::interrupted() {
             killed(&mut child);
             return Err(LiveError::Interrupted {
@@ -466,15 +519,17 @@ fn run_one(
         }
     };
     let label_of = |rank: u32| {
-        req.gpus
-            .get(rank as usize)
+        labels
+            .get(&rank)
             .map(|g| g.0.clone())
             .unwrap_or_else(|| format!("rank{rank}"))
     };
-    let path_of = |a: &str, b: &str| {
+    let local_of = |rank: u32| labels.get(&rank).and_then(|g| g.1.clone());
+    let path_of = |a: u32, b: u32| {
+        let (a, b) = (local_of(a)?, local_of(b)?);
         let m = &topo.matrix;
-        let i = m.labels.iter().position(|l| l == a)?;
-        let j = m.labels.iter().position(|l| l == b)?;
+        let i = m.labels.iter().position(|l| *l == a)?;
+        let j = m.labels.iter().position(|l| *l == b)?;
         m.paths.get(i).and_then(|r| r.get(j)).map(|p| p.cell())
     };
     let mut transports = Vec::new();
@@ -485,7 +540,7 @@ fn run_one(
         for p in debuglog::pairs(l) {
             let (from, to) = (label_of(p.from_rank), label_of(p.to_rank));
             transports.push(PairTransport {
-                path: path_of(&from, &to),
+                path: path_of(p.from_rank, p.to_rank),
                 from,
                 to,
                 via: p.via,
@@ -522,6 +577,7 @@ fn run_one(
             status: Status::Unknown,
         },
         wr.gpus,
+        log,
     ))
 }
 
@@ -530,7 +586,7 @@ fn report_expected(b: &BarInput) -> Result<Rate, String> {
 }
 
 /// The speed of the interface NCCL's socket transport used (sysfs `speed`, Mb/s).
-fn socket_rate(ifs: &[String]) -> Result<Rate, String> {
+pub(super) fn socket_rate(ifs: &[String]) -> Result<Rate, String> {
     let [i] = ifs else {
         return Err(format!(
             "the socket transport used {} interfaces ({}): no single line rate",

@@ -7,14 +7,20 @@
 //! - `report`: the `gpudoctor.nccl/1` model and its evaluation (pure);
 //! - `worker`: the child process that drives the GPUs through NCCL for one configuration;
 //! - `live`: the parent: plans, workers under a deadline, debug files in a private directory;
+//! - `launcher`: ranks across nodes from srun's, torchrun's or an indexed Job's variables (pure);
+//! - `rendezvous`: rank 0 and the others over TCP, authenticated by a shared token (framing and
+//!   challenge-response as write-bw's `rdma::engine::oob`, a sibling protocol);
+//! - `cluster`: `--ranks`: the rendezvous, NCCL's unique id made by rank 0's worker and handed
+//!   out, every process's worker joining with ncclCommInitRank, the parts merged on rank 0;
 //! - `render`: the report as text.
-//!
-//! Across nodes (Slurm or torchrun ranks, the unique id over `rdma::engine::oob`) is not done.
 
 pub mod bandwidth;
+pub mod cluster;
 pub mod debuglog;
+pub mod launcher;
 pub mod library;
 pub mod live;
 pub mod render;
+pub mod rendezvous;
 pub mod report;
 pub mod worker;

@@ -1,6 +1,6 @@
 //! The `probe nccl` report as text: &NcclReport -> String, nothing else.
 
-use super::report::{ConfigRun, NcclReport};
+use super::report::{ClusterView, ConfigRun, NcclReport};
 use crate::probes::Status;
 use std::fmt::Write;
 
@@ -25,6 +25,9 @@ pub fn table(r: &NcclReport) -> String {
         None => "NCCL not loaded".to_string(),
     };
     let _ = writeln!(s, "gpudoctor probe nccl: {lib}");
+    if let Some(c) = &r.cluster {
+        cluster(&mut s, c);
+    }
     if let Some(why) = &r.skipped {
         let _ = writeln!(s, "skipped: {why}");
         let _ = writeln!(s, "status: {}", word(r.status));
@@ -56,6 +59,80 @@ pub fn table(r: &NcclReport) -> String {
     }
     let _ = writeln!(s, "status: {}   ({})", word(r.status), r.units);
     s
+}
+
+fn cluster(s: &mut String, c: &ClusterView) {
+    let _ = writeln!(
+        s,
+        "  across nodes ({}): {} process(es), {} NCCL rank(s), {} node(s)",
+        c.launcher,
+        c.world_size,
+        c.nranks,
+        c.nodes.len()
+    );
+    for p in &c.processes {
+        let gpus: Vec<String> = p
+            .gpus
+            .iter()
+            .map(|g| format!("rank {} = {} {} ({})", g.rank, g.label, g.name, g.bdf))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  process {} on {} (node {}): {}{}",
+            p.rank,
+            p.host,
+            p.node,
+            if gpus.is_empty() {
+                "no GPU".to_string()
+            } else {
+                gpus.join(", ")
+            },
+            p.library
+                .as_ref()
+                .map(|l| format!("; NCCL {}", l.version))
+                .unwrap_or_default()
+        );
+    }
+    for n in &c.nodes {
+        let net = match &n.network {
+            Ok(r) => r.basis.clone(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        let bw: Vec<String> = n
+            .busbw_gbps
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2} GB/s"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  node {}: network {net}{}",
+            n.node,
+            if bw.is_empty() {
+                String::new()
+            } else {
+                format!("; own timing: {}", bw.join(", "))
+            }
+        );
+    }
+    for r in &c.rails {
+        let _ = writeln!(
+            s,
+            "  NIC {}: {} channel(s) on {}; {}",
+            r.nic,
+            r.channels,
+            r.nodes.join(", "),
+            match &r.rate {
+                Ok(x) => x.basis.clone(),
+                Err(e) => format!("rate unknown ({e})"),
+            }
+        );
+    }
+    if let Some(n) = &c.slowest_node {
+        let _ = writeln!(s, "  slowest node: {n}");
+    }
+    if let Some(r) = &c.slowest_rail {
+        let _ = writeln!(s, "  slowest rail: {r}");
+    }
 }
 
 fn config(s: &mut String, run: &ConfigRun) {

@@ -63,7 +63,7 @@ impl Default for NcclPolicy {
 impl NcclPolicy {
     pub fn fraction(&self, mode: Mode, c: Collective) -> f64 {
         match (mode, c) {
-            (Mode::Net, _) => self.net_min_fraction,
+            (Mode::Net | Mode::Cluster, _) => self.net_min_fraction,
             (Mode::Intra, Collective::AllReduce) => self.all_reduce_min_fraction,
             (Mode::Intra, Collective::AllGather) => self.all_gather_min_fraction,
         }
@@ -77,6 +77,9 @@ pub enum Mode {
     Intra,
     /// P2P and SHM disabled: the GPUs talk through a NIC (or NCCL's socket transport).
     Net,
+    /// Ranks across nodes (`--ranks`): one communicator over every process's GPUs, NCCL picks
+    /// its transports; the bar is the slowest node's network rate.
+    Cluster,
 }
 
 /// Facts about one ordered GPU pair, from the topology: what NCCL should be able to use.
@@ -262,6 +265,474 @@ pub struct NcclReport {
     pub notes: Vec<String>,
     pub error: Option<String>,
     pub status: Status,
+    /// Across nodes (`--ranks`): the processes, per node and per NIC (rail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterView>,
+}
+
+/// One process of a run across nodes, as it joined the rendezvous.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub rank: u32,
+    pub host: String,
+    /// The node as NCCL tells them apart: NCCL_HOSTID where set, else the host name.
+    pub node: String,
+    pub local_rank: u32,
+    pub gpus: Vec<NcclGpu>,
+    pub library: Option<LibraryInfo>,
+    /// NCCL_* variables in that process's environment.
+    pub nccl_env: BTreeMap<String, String>,
+    pub skipped: Option<String>,
+}
+
+/// A NIC (or socket interface) one process's NET channels used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NicUse {
+    /// Channels of this process's connections through it.
+    pub channels: u32,
+    /// Its line rate (one direction), or why unknown.
+    pub rate: Result<Rate, String>,
+}
+
+/// What one process brings back from one configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankPart {
+    pub rank: u32,
+    pub node: String,
+    /// Its own view: its GPUs' samples, the transports its debug output named.
+    pub run: ConfigRun,
+    pub gpus: Vec<NcclGpu>,
+    /// `mlx5_0:1` or `socket eth0` -> use.
+    pub nics: BTreeMap<String, NicUse>,
+    /// Its worker passed the deadline or was interrupted (killed, reaped): why.
+    pub hung: Option<String>,
+}
+
+/// One node of a run across nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node: String,
+    pub hosts: Vec<String>,
+    pub processes: Vec<u32>,
+    pub nccl_ranks: Vec<u32>,
+    /// The sum of the line rates of the NICs its NET channels used, or why unknown.
+    pub network: Result<Rate, String>,
+    /// `CONFIG COLLECTIVE` -> the bus bandwidth its own GPUs timed at the judged size (median;
+    /// the slowest of its processes).
+    pub busbw_gbps: BTreeMap<String, f64>,
+    /// NIC -> channels (summed over its processes).
+    pub nics: BTreeMap<String, u32>,
+}
+
+/// A NIC name seen on one or more nodes (a rail where every node has it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RailView {
+    pub nic: String,
+    pub nodes: Vec<String>,
+    pub channels: u32,
+    /// The slowest line rate of this NIC over its nodes.
+    pub rate: Result<Rate, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub launcher: String,
+    /// Processes.
+    pub world_size: u32,
+    /// NCCL ranks (GPUs) in the communicator.
+    pub nranks: u32,
+    pub processes: Vec<ProcessInfo>,
+    pub nodes: Vec<NodeView>,
+    pub rails: Vec<RailView>,
+    /// The node whose own timing is the lowest, with the figures (None: one node, or none
+    /// measured).
+    pub slowest_node: Option<String>,
+    /// The rail with the lowest line rate where rails differ (None: equal or unknown).
+    pub slowest_rail: Option<String>,
+}
+
+/// Median bus bandwidth at the largest size of one collective run.
+fn judged_median(c: &CollectiveRun) -> Option<f64> {
+    c.judged()
+        .and_then(|j| crate::probes::median(&j.busbw_gbps))
+}
+
+/// The per-sample worst of every process: a collective is as slow as its slowest rank (each
+/// process times its own GPUs with CUDA events; the worker already takes its slowest GPU).
+fn merge_collectives(parts: &[&RankPart], nranks: u32) -> (Vec<CollectiveRun>, Option<String>) {
+    let Some(first) = parts.iter().find(|p| !p.run.collectives.is_empty()) else {
+        return (Vec::new(), None);
+    };
+    let mut out = Vec::new();
+    let mut err = None;
+    for c0 in &first.run.collectives {
+        let mut c = c0.clone();
+        c.ranks = nranks;
+        c.error = None;
+        for s in &mut c.sizes {
+            s.remeasured_busbw_gbps.clear();
+            for p in parts {
+                let theirs = p
+                    .run
+                    .collectives
+                    .iter()
+                    .find(|x| x.collective == c.collective)
+                    .and_then(|x| x.sizes.iter().find(|z| z.size_bytes == s.size_bytes));
+                match theirs {
+                    Some(z) => {
+                        let k = s.time_us.len().min(z.time_us.len());
+                        s.time_us.truncate(k);
+                        for (a, b) in s.time_us.iter_mut().zip(&z.time_us) {
+                            *a = a.max(*b);
+                        }
+                    }
+                    None => s.time_us.clear(),
+                }
+            }
+            let shape = super::bandwidth::Shape {
+                size_bytes: s.size_bytes,
+                count: s.count,
+                send_bytes: 0,
+                recv_bytes: 0,
+            };
+            s.algbw_gbps = s
+                .time_us
+                .iter()
+                .map(|t| super::bandwidth::algbw_gbps(c.collective, &shape, nranks, t * 1e-6))
+                .collect();
+            s.busbw_gbps = s
+                .time_us
+                .iter()
+                .map(|t| super::bandwidth::busbw_gbps(c.collective, &shape, nranks, t * 1e-6))
+                .collect();
+        }
+        c.sizes.retain(|s| !s.time_us.is_empty());
+        for p in parts {
+            if let Some(e) = p
+                .run
+                .collectives
+                .iter()
+                .find(|x| x.collective == c.collective)
+                .and_then(|x| x.error.clone())
+            {
+                c.error
+                    .get_or_insert(format!("rank {} ({}): {e}", p.rank, p.node));
+            }
+        }
+        if let Some(e) = &c.error {
+            err.get_or_insert(e.clone());
+        }
+        out.push(c);
+    }
+    (out, err)
+}
+
+/// The rate a run across nodes is held to: the slowest node's network (the sum of the NIC
+/// rates its NET channels used); unknown where any node's is, or where all ranks share a node.
+pub fn cluster_expected(nodes: &[NodeView]) -> Result<Rate, String> {
+    if nodes.len() < 2 {
+        return Err(format!(
+            "every rank is on one node ({}): NCCL does not cross a network; `probe nccl` without --ranks judges a node",
+            nodes.first().map_or("none", |n| n.node.as_str())
+        ));
+    }
+    let mut worst: Option<(&NodeView, &Rate)> = None;
+    for n in nodes {
+        let r = n.network.as_ref().map_err(|e| format!("{}: {e}", n.node))?;
+        if worst.is_none_or(|(_, w)| r.bandwidth_gbps < w.bandwidth_gbps) {
+            worst = Some((n, r));
+        }
+    }
+    let (n, r) = worst.ok_or("no node")?;
+    Ok(Rate {
+        bandwidth_gbps: r.bandwidth_gbps,
+        basis: format!("{}'s network, the slowest node's: {}", n.node, r.basis),
+    })
+}
+
+/// One node's NICs: name -> (channels, line rate).
+type NodeNics = BTreeMap<String, (u32, Result<Rate, String>)>;
+
+/// Each node's network: the NICs its processes' NET channels used, rates summed.
+fn node_network(nics: &NodeNics) -> Result<Rate, String> {
+    if nics.is_empty() {
+        return Err("no NET channel named a NIC or interface".into());
+    }
+    let mut total = 0.0;
+    let mut parts = Vec::new();
+    for (name, (_, r)) in nics {
+        let r = r.as_ref().map_err(|e| format!("{name}: {e}"))?;
+        total += r.bandwidth_gbps;
+        parts.push(r.basis.clone());
+    }
+    Ok(Rate {
+        bandwidth_gbps: total,
+        basis: if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            format!("{} = {total:.1} GB/s", parts.join(" + "))
+        },
+    })
+}
+
+/// Merge every process's parts of every configuration into rank 0's report (pure).
+/// `parts[config]` holds one part per process that answered.
+pub fn merge_cluster(
+    r: &mut NcclReport,
+    launcher: &str,
+    processes: Vec<ProcessInfo>,
+    configs: &[(String, BTreeMap<String, String>)],
+    parts: &[Vec<RankPart>],
+) {
+    let nranks: u32 = processes.iter().map(|p| p.gpus.len() as u32).sum();
+    let world_size = processes.len() as u32;
+    let mut gpus: Vec<NcclGpu> = processes.iter().flat_map(|p| p.gpus.clone()).collect();
+    gpus.sort_by_key(|g| g.rank);
+    r.gpus = gpus;
+    // Nodes, in order of their first process.
+    let mut nodes: Vec<NodeView> = Vec::new();
+    for p in &processes {
+        let n = match nodes.iter_mut().find(|n| n.node == p.node) {
+            Some(n) => n,
+            None => {
+                nodes.push(NodeView {
+                    node: p.node.clone(),
+                    hosts: Vec::new(),
+                    processes: Vec::new(),
+                    nccl_ranks: Vec::new(),
+                    network: Err("not measured".into()),
+                    busbw_gbps: BTreeMap::new(),
+                    nics: BTreeMap::new(),
+                });
+                nodes.last_mut().expect("just pushed")
+            }
+        };
+        if !n.hosts.contains(&p.host) {
+            n.hosts.push(p.host.clone());
+        }
+        n.processes.push(p.rank);
+        n.nccl_ranks.extend(p.gpus.iter().map(|g| g.rank));
+    }
+    let mut rails: BTreeMap<String, RailView> = BTreeMap::new();
+    let mut node_nics: BTreeMap<String, NodeNics> = BTreeMap::new();
+    for (ci, (name, env)) in configs.iter().enumerate() {
+        let mut ps: Vec<&RankPart> = parts
+            .get(ci)
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
+        ps.sort_by_key(|p| p.rank);
+        for p in &ps {
+            for (nic, u) in &p.nics {
+                let e = node_nics
+                    .entry(p.node.clone())
+                    .or_default()
+                    .entry(nic.clone())
+                    .or_insert((0, u.rate.clone()));
+                e.0 += u.channels;
+                let rail = rails.entry(nic.clone()).or_insert(RailView {
+                    nic: nic.clone(),
+                    nodes: Vec::new(),
+                    channels: 0,
+                    rate: u.rate.clone(),
+                });
+                if !rail.nodes.contains(&p.node) {
+                    rail.nodes.push(p.node.clone());
+                }
+                rail.channels += u.channels;
+                rail.rate = match (&rail.rate, &u.rate) {
+                    (Ok(a), Ok(b)) if b.bandwidth_gbps < a.bandwidth_gbps => Ok(b.clone()),
+                    (Ok(_), Err(e)) => Err(format!("{}: {e}", p.node)),
+                    (x, _) => x.clone(),
+                };
+            }
+            if let Some(n) = nodes.iter_mut().find(|n| n.node == p.node) {
+                for c in &p.run.collectives {
+                    if let Some(m) = judged_median(c) {
+                        let k = format!("{name} {}", c.collective.as_str());
+                        let v = n.busbw_gbps.entry(k).or_insert(m);
+                        *v = v.min(m);
+                    }
+                }
+            }
+        }
+        let (collectives, error) = merge_collectives(&ps, nranks);
+        let mut transports: BTreeMap<(String, String), PairTransport> = BTreeMap::new();
+        let mut networks = std::collections::BTreeSet::new();
+        let mut socket_interfaces = std::collections::BTreeSet::new();
+        let mut warnings = Vec::new();
+        let mut skipped = Vec::new();
+        let mut errors: Vec<String> = error.into_iter().collect();
+        let mut debug_missing = Vec::new();
+        for p in &ps {
+            for t in &p.run.transports {
+                let e = transports
+                    .entry((t.from.clone(), t.to.clone()))
+                    .or_insert_with(|| PairTransport {
+                        via: BTreeMap::new(),
+                        ..t.clone()
+                    });
+                if e.path.is_none() {
+                    e.path = t.path.clone();
+                }
+                for (v, n) in &t.via {
+                    let x = e.via.entry(v.clone()).or_insert(0);
+                    *x = (*x).max(*n);
+                }
+            }
+            networks.extend(p.run.networks.iter().cloned());
+            socket_interfaces.extend(
+                p.run
+                    .socket_interfaces
+                    .iter()
+                    .map(|i| format!("{}:{i}", p.node)),
+            );
+            warnings.extend(
+                p.run
+                    .nccl_warnings
+                    .iter()
+                    .map(|w| format!("rank {} ({}): {w}", p.rank, p.node)),
+            );
+            if let Some(s) = &p.run.skipped {
+                skipped.push(format!("rank {} ({}): {s}", p.rank, p.node));
+            }
+            if let Some(e) = &p.hung {
+                errors.push(format!("rank {} ({}): {e}", p.rank, p.node));
+            } else if let Some(e) = &p.run.error
+                && !errors.iter().any(|x| x.contains(e.as_str()))
+            {
+                errors.push(format!("rank {} ({}): {e}", p.rank, p.node));
+            }
+            if let Err(e) = &p.run.debug_log {
+                debug_missing.push(format!("rank {}: {e}", p.rank));
+            }
+        }
+        let answered: Vec<u32> = ps.iter().map(|p| p.rank).collect();
+        let silent: Vec<String> = processes
+            .iter()
+            .filter(|p| !answered.contains(&p.rank))
+            .map(|p| format!("{} ({})", p.rank, p.node))
+            .collect();
+        if !silent.is_empty() {
+            errors.push(format!("no result from rank(s) {}", silent.join(", ")));
+        }
+        r.runs.push(ConfigRun {
+            name: name.clone(),
+            mode: Mode::Cluster,
+            nccl_env: env.clone(),
+            bar_input: BarInput::Net {
+                expected: Err("set below, from every node's network".into()),
+            },
+            expected: Err(String::new()),
+            collectives,
+            transports: transports.into_values().collect(),
+            networks: networks.into_iter().collect(),
+            socket_interfaces: socket_interfaces.into_iter().collect(),
+            debug_log: if debug_missing.is_empty() {
+                Ok(format!(
+                    "NCCL_DEBUG=INFO into a private temporary directory on each of {} processes, removed after reading",
+                    ps.len()
+                ))
+            } else {
+                Err(debug_missing.join("; "))
+            },
+            nccl_warnings: warnings,
+            findings: Vec::new(),
+            skipped: (!skipped.is_empty()).then(|| skipped.join("; ")),
+            error: (!errors.is_empty()).then(|| errors.join("; ")),
+            status: Status::Unknown,
+        });
+    }
+    for n in &mut nodes {
+        n.network = node_network(&node_nics.remove(&n.node).unwrap_or_default());
+        n.nics = BTreeMap::new();
+    }
+    for rail in rails.values() {
+        for node in &rail.nodes {
+            if let Some(n) = nodes.iter_mut().find(|n| &n.node == node) {
+                n.nics.insert(rail.nic.clone(), 0);
+            }
+        }
+    }
+    // Channels per node and NIC, summed over configurations.
+    for ps in parts {
+        for p in ps {
+            if let Some(n) = nodes.iter_mut().find(|n| n.node == p.node) {
+                for (nic, u) in &p.nics {
+                    *n.nics.entry(nic.clone()).or_insert(0) += u.channels;
+                }
+            }
+        }
+    }
+    let expected = cluster_expected(&nodes);
+    for run in &mut r.runs {
+        run.bar_input = BarInput::Net {
+            expected: expected.clone(),
+        };
+        run.expected = expected.clone();
+    }
+    let slowest_node = slowest_node(&nodes);
+    let rails: Vec<RailView> = rails.into_values().collect();
+    let slowest_rail = slowest_rail(&rails);
+    r.cluster = Some(ClusterView {
+        launcher: launcher.to_string(),
+        world_size,
+        nranks,
+        processes,
+        nodes,
+        rails,
+        slowest_node,
+        slowest_rail,
+    });
+}
+
+/// The node whose own timing is lowest, on the first measurement every node has.
+pub fn slowest_node(nodes: &[NodeView]) -> Option<String> {
+    if nodes.len() < 2 {
+        return None;
+    }
+    let key = nodes
+        .first()?
+        .busbw_gbps
+        .keys()
+        .find(|k| nodes.iter().all(|n| n.busbw_gbps.contains_key(*k)))?
+        .clone();
+    let vals: Vec<(&str, f64)> = nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.busbw_gbps[&key]))
+        .collect();
+    let (node, low) = vals.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let others: Vec<f64> = vals.iter().filter(|v| v.0 != node).map(|v| v.1).collect();
+    let lo = others.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = others.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if low >= lo {
+        // Every node timed the same: none is the slow one.
+        return None;
+    }
+    Some(format!(
+        "{node}: {key} busbw {low:.2} GB/s as its own GPUs timed it (other nodes {lo:.2}-{hi:.2})"
+    ))
+}
+
+/// The rail with the lowest line rate where the known rates differ.
+pub fn slowest_rail(rails: &[RailView]) -> Option<String> {
+    let known: Vec<(&RailView, &Rate)> = rails
+        .iter()
+        .filter_map(|r| r.rate.as_ref().ok().map(|x| (r, x)))
+        .collect();
+    let (low, lr) = known
+        .iter()
+        .copied()
+        .min_by(|a, b| a.1.bandwidth_gbps.total_cmp(&b.1.bandwidth_gbps))?;
+    let high = known
+        .iter()
+        .map(|x| x.1.bandwidth_gbps)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (high > lr.bandwidth_gbps).then(|| {
+        format!(
+            "{}: {:.1} GB/s line rate against up to {high:.1} on other rails ({})",
+            low.nic, lr.bandwidth_gbps, lr.basis
+        )
+    })
 }
 
 impl NcclReport {
@@ -282,6 +753,7 @@ impl NcclReport {
             notes: Vec::new(),
             error: None,
             status: Status::Unknown,
+            cluster: None,
         }
     }
 
@@ -428,7 +900,7 @@ pub fn transport_findings(
 ) -> Vec<TransportFinding> {
     let mut out = Vec::new();
     match r.mode {
-        Mode::Intra => {
+        Mode::Intra | Mode::Cluster => {
             for t in &r.transports {
                 let nv = t.path.as_deref().is_some_and(|p| p.starts_with("NV"));
                 if !nv {
@@ -641,6 +1113,227 @@ mod tests {
         assert!(transport_findings(&r, &[], Some(&(false, String::new()))).is_empty());
         r.transports[0].via = BTreeMap::from([("NET/IB/0/GDRDMA".to_string(), 2)]);
         assert!(transport_findings(&r, &[], Some(&ready)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod across_nodes {
+    use super::*;
+
+    fn gpu(rank: u32) -> NcclGpu {
+        NcclGpu {
+            rank,
+            label: "GPU0".into(),
+            bdf: "0000:01:00.0".into(),
+            cuda_ordinal: 0,
+            name: "H100".into(),
+            arch: "sm_90".into(),
+        }
+    }
+
+    fn process(rank: u32, node: &str) -> ProcessInfo {
+        ProcessInfo {
+            rank,
+            host: node.into(),
+            node: node.into(),
+            local_rank: 0,
+            gpus: vec![gpu(rank)],
+            library: None,
+            nccl_env: BTreeMap::new(),
+            skipped: None,
+        }
+    }
+
+    fn rate(gbps: f64, what: &str) -> Result<Rate, String> {
+        Ok(Rate {
+            bandwidth_gbps: gbps,
+            basis: what.into(),
+        })
+    }
+
+    /// One process's part: its own times (us) of a 1 GiB all-reduce, one NIC.
+    fn part(rank: u32, node: &str, times: &[f64], nic: (&str, Result<Rate, String>)) -> RankPart {
+        let n = 3;
+        let shape = crate::nccl::bandwidth::shape(Collective::AllReduce, 1 << 30, n);
+        let busbw: Vec<f64> = times
+            .iter()
+            .map(|t| crate::nccl::bandwidth::busbw_gbps(Collective::AllReduce, &shape, n, t * 1e-6))
+            .collect();
+        RankPart {
+            rank,
+            node: node.into(),
+            run: ConfigRun {
+                name: "across nodes".into(),
+                mode: Mode::Cluster,
+                nccl_env: BTreeMap::new(),
+                bar_input: BarInput::Net {
+                    expected: Err("later".into()),
+                },
+                expected: Err("later".into()),
+                collectives: vec![CollectiveRun {
+                    collective: Collective::AllReduce,
+                    ranks: 1,
+                    warmup: 5,
+                    iters: 20,
+                    sizes: vec![SizeResult {
+                        size_bytes: shape.size_bytes,
+                        count: shape.count,
+                        time_us: times.to_vec(),
+                        algbw_gbps: Vec::new(),
+                        busbw_gbps: busbw,
+                        remeasured_busbw_gbps: Vec::new(),
+                    }],
+                    error: None,
+                    evaluation: crate::probes::evaluate(
+                        Method::CopyEngine,
+                        &[],
+                        &[],
+                        &Err(String::new()),
+                        None,
+                    ),
+                }],
+                transports: vec![PairTransport {
+                    from: format!("{node}:GPU0"),
+                    to: "next".into(),
+                    path: None,
+                    via: BTreeMap::from([("NET/IB/0/GDRDMA".to_string(), 4)]),
+                }],
+                networks: vec!["IB".into()],
+                socket_interfaces: Vec::new(),
+                debug_log: Ok("x".into()),
+                nccl_warnings: Vec::new(),
+                findings: Vec::new(),
+                skipped: None,
+                error: None,
+                status: Status::Unknown,
+            },
+            gpus: vec![gpu(rank)],
+            nics: BTreeMap::from([(
+                nic.0.to_string(),
+                NicUse {
+                    channels: 4,
+                    rate: nic.1,
+                },
+            )]),
+            hung: None,
+        }
+    }
+
+    fn merged(parts: Vec<RankPart>) -> NcclReport {
+        let mut r = NcclReport::new(Mode::Cluster, NcclPolicy::default());
+        let procs = vec![process(0, "a"), process(1, "b"), process(2, "c")];
+        merge_cluster(
+            &mut r,
+            "torchrun",
+            procs,
+            &[("across nodes".into(), BTreeMap::new())],
+            &[parts],
+        );
+        r.evaluate();
+        r
+    }
+
+    /// The collective is as slow as its slowest rank; node b timed itself slowest; the rail
+    /// on c has the lower line rate; the bar is the slowest node's network.
+    #[test]
+    fn merge_names_the_slowest_node_and_rail() {
+        let r = merged(vec![
+            part(
+                0,
+                "a",
+                &[50_000.0, 51_000.0],
+                ("mlx5_0:1", rate(50.0, "mlx5_0:1 400G")),
+            ),
+            part(
+                1,
+                "b",
+                &[60_000.0, 61_000.0],
+                ("mlx5_0:1", rate(50.0, "mlx5_0:1 400G")),
+            ),
+            part(
+                2,
+                "c",
+                &[52_000.0, 50_500.0],
+                ("mlx5_1:1", rate(25.0, "mlx5_1:1 200G")),
+            ),
+        ]);
+        let c = r.cluster.as_ref().unwrap();
+        assert_eq!(c.nranks, 3);
+        assert_eq!(c.nodes.len(), 3);
+        let run = &r.runs[0];
+        let s = &run.collectives[0].sizes[0];
+        assert_eq!(s.time_us, vec![60_000.0, 61_000.0]);
+        assert!(
+            c.slowest_node
+                .as_deref()
+                .unwrap()
+                .starts_with("b: across nodes all-reduce"),
+            "{:?}",
+            c.slowest_node
+        );
+        assert!(
+            c.slowest_rail
+                .as_deref()
+                .unwrap()
+                .starts_with("mlx5_1:1: 25.0 GB/s"),
+            "{:?}",
+            c.slowest_rail
+        );
+        let e = run.expected.as_ref().unwrap();
+        assert_eq!(e.bandwidth_gbps, 25.0);
+        assert!(e.basis.starts_with("c's network"), "{}", e.basis);
+        assert_eq!(run.transports.len(), 3);
+        assert_eq!(run.collectives[0].ranks, 3);
+        // 1 GiB over 3 ranks in 60 ms: 2*(2/3) * 17.9 GB/s = 23.9 GB/s against 70% of 25.
+        assert_eq!(
+            run.collectives[0].evaluation.status,
+            Status::Pass,
+            "{}",
+            run.collectives[0].evaluation.reason
+        );
+    }
+
+    /// A node whose interface reports no speed: the bar is unknown, never a pass; transports
+    /// are still reported. A rank without results is an error naming it.
+    #[test]
+    fn unknown_network_is_not_a_pass_and_a_silent_rank_is_named() {
+        let r = merged(vec![
+            part(
+                0,
+                "a",
+                &[50_000.0],
+                ("socket eth0", Err("eth0: no link speed".into())),
+            ),
+            part(
+                1,
+                "b",
+                &[50_000.0],
+                ("socket eth0", rate(1.25, "eth0 10000 Mb/s")),
+            ),
+        ]);
+        let run = &r.runs[0];
+        assert!(
+            run.expected
+                .as_ref()
+                .unwrap_err()
+                .starts_with("a: socket eth0: eth0: no link speed"),
+            "{:?}",
+            run.expected
+        );
+        assert_eq!(run.collectives[0].evaluation.status, Status::Unknown);
+        assert!(!run.transports.is_empty());
+        assert!(
+            run.error
+                .as_deref()
+                .unwrap()
+                .contains("no result from rank(s) 2 (c)"),
+            "{:?}",
+            run.error
+        );
+        assert_ne!(r.status, Status::Pass);
+        // All ranks on one node: unknown too.
+        let one = cluster_expected(&r.cluster.as_ref().unwrap().nodes[..1]);
+        assert!(one.unwrap_err().contains("every rank is on one node"));
     }
 }
 

@@ -19,6 +19,19 @@ use std::rc::Rc;
 
 pub const STEP_PREFIX: &str = "gpudoctor-nccl-step ";
 pub const RESULT_PREFIX: &str = "gpudoctor-nccl-result ";
+/// Rank 0's worker across nodes: the unique id it made (hex), for the parent to hand out.
+pub const UNIQUE_ID_PREFIX: &str = "gpudoctor-nccl-unique-id ";
+
+/// Across nodes: this process's share of one communicator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerCluster {
+    /// NCCL ranks in the whole communicator.
+    pub nranks: u32,
+    /// The NCCL rank of this process's first GPU (the others follow in `gpus` order).
+    pub first_rank: u32,
+    /// The unique id (hex) from rank 0; None: make it (rank 0), print it, then join.
+    pub unique_id: Option<String>,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerRequest {
@@ -35,6 +48,12 @@ pub struct WorkerRequest {
     pub mode: Mode,
     pub policy: NcclPolicy,
     pub bar_input: BarInput,
+    /// Across nodes (ncclCommInitRank); None: every GPU in this process (ncclCommInitAll).
+    #[serde(default)]
+    pub cluster: Option<WorkerCluster>,
+    /// Only list the CUDA devices this process sees (in `gpus` of the result), run nothing.
+    #[serde(default)]
+    pub discover: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -89,6 +108,30 @@ struct Rank {
 
 fn measure(req: &WorkerRequest) -> WorkerResult {
     let mut out = WorkerResult::default();
+    if req.discover {
+        // Only CUDA: which devices this process sees (CUDA_VISIBLE_DEVICES applies).
+        if let Err(e) = cuda::driver_presence().and_then(|()| cuda::init().map(|_| ())) {
+            out.skipped = Some(format!("CUDA: {e}"));
+            return out;
+        }
+        match cuda::devices() {
+            Ok(devs) => {
+                out.gpus = devs
+                    .iter()
+                    .map(|d| NcclGpu {
+                        rank: d.ordinal as u32,
+                        label: String::new(),
+                        bdf: d.bdf.clone(),
+                        cuda_ordinal: d.ordinal,
+                        name: d.name.clone(),
+                        arch: d.arch(),
+                    })
+                    .collect();
+            }
+            Err(e) => out.error = Some(e.to_string()),
+        }
+        return out;
+    }
     let cands = match &req.library {
         Some(p) => vec![Candidate::File(p.into())],
         None => vec![Candidate::LoaderPath],
@@ -111,12 +154,13 @@ fn measure(req: &WorkerRequest) -> WorkerResult {
             return out;
         }
     };
+    let first_rank = req.cluster.as_ref().map_or(0, |c| c.first_rank);
     let mut picked = Vec::new();
     for (i, (label, bdf)) in req.gpus.iter().enumerate() {
         match devs.iter().find(|d| d.bdf == *bdf) {
             Some(d) => {
                 out.gpus.push(NcclGpu {
-                    rank: i as u32,
+                    rank: first_rank + i as u32,
                     label: label.clone(),
                     bdf: bdf.clone(),
                     cuda_ordinal: d.ordinal,
@@ -133,7 +177,11 @@ fn measure(req: &WorkerRequest) -> WorkerResult {
             }
         }
     }
-    if picked.len() < 2 {
+    if req.cluster.is_some() && picked.is_empty() {
+        out.skipped = Some("no GPU assigned to this process".into());
+        return out;
+    }
+    if req.cluster.is_none() && picked.len() < 2 {
         out.skipped = Some(format!(
             "NCCL collectives need two GPUs; {} visible",
             picked.len()
@@ -161,7 +209,7 @@ fn run_collectives(
     devs: &[cuda::Device],
     expected: &Result<report::Rate, String>,
 ) -> Result<Vec<CollectiveRun>, Partial> {
-    let n = devs.len() as u32;
+    let n = req.cluster.as_ref().map_or(devs.len() as u32, |c| c.nranks);
     let max_bytes = req
         .collectives
         .iter()
@@ -193,11 +241,43 @@ fn run_collectives(
             Err(e) => return Err((Vec::new(), format!("{}: {e}", d.bdf))),
         }
     }
-    step("ncclCommInitAll");
-    let ordinals: Vec<i32> = devs.iter().map(|d| d.ordinal).collect();
-    let comms = nccl
-        .comm_init_all(&ordinals)
-        .map_err(|e| (Vec::new(), e.to_string()))?;
+    let comms = match &req.cluster {
+        None => {
+            step("ncclCommInitAll");
+            let ordinals: Vec<i32> = devs.iter().map(|d| d.ordinal).collect();
+            nccl.comm_init_all(&ordinals)
+                .map_err(|e| (Vec::new(), e.to_string()))?
+        }
+        Some(c) => {
+            let id = match &c.unique_id {
+                Some(hex) => library::unique_id_from_hex(hex).map_err(|e| (Vec::new(), e))?,
+                None => {
+                    step("ncclGetUniqueId");
+                    let id = nccl.unique_id().map_err(|e| (Vec::new(), e.to_string()))?;
+                    let mut o = std::io::stdout().lock();
+                    let _ = writeln!(o, "{UNIQUE_ID_PREFIX}{}", library::unique_id_hex(&id));
+                    let _ = o.flush();
+                    id
+                }
+            };
+            step(&format!(
+                "ncclCommInitRank (ranks {}-{} of {})",
+                c.first_rank,
+                c.first_rank as usize + ranks.len() - 1,
+                c.nranks
+            ));
+            let set = |i: usize| -> Result<(), String> {
+                ranks
+                    .get(i)
+                    .ok_or_else(|| "no such GPU".to_string())?
+                    .ctx
+                    .make_current()
+                    .map_err(|e| e.to_string())
+            };
+            nccl.comm_init_ranks(&id, c.nranks, c.first_rank, &set, ranks.len())
+                .map_err(|e| (Vec::new(), e))?
+        }
+    };
     let mut done = Vec::new();
     let mut failure = None;
     for &c in &req.collectives {
@@ -229,6 +309,9 @@ fn run_collectives(
         }
         if run.error.is_none()
             && let Some(last) = run.sizes.iter().max_by_key(|s| s.size_bytes).cloned()
+            // Across nodes every rank must run the same collectives: no rank decides alone to
+            // measure again.
+            && req.cluster.is_none()
             && report::needs_remeasure(&req.policy, req.mode, c, expected, &last)
         {
             step(&format!("{} {} B again", c.as_str(), last.size_bytes));
@@ -329,7 +412,10 @@ fn time_size(
     size: u64,
     samples: u32,
 ) -> Result<SizeResult, String> {
-    let n = ranks.len() as u32;
+    let n = req
+        .cluster
+        .as_ref()
+        .map_or(ranks.len() as u32, |c| c.nranks);
     let shape = bandwidth::shape(c, size, n);
     for _ in 0..req.warmup {
         launch(nccl, comms, ranks, c, &shape)?;

@@ -143,6 +143,7 @@ fn report_within(
             }
         }
         probe_reports = Some(reports);
+        nccl_level1(source, &topo, opts, budget, &mut findings)?;
     }
     // Levels 2-4 start only with budget left; a measurement the budget's end cut short is
     // unknown, not a failure of the machine (`cut_short`).
@@ -557,6 +558,99 @@ fn stopped(r: &probes::live::ProbeRun) -> Option<CheckError> {
         )
         .into()
     })
+}
+
+/// `probe.nccl` in `check --level 1`, after the copies: measured on the live machine (inside
+/// the node, `config::nccl_for_check`'s sweep), or replayed from a tree's `probes/nccl.json`
+/// (what `probe nccl --json` printed) and re-evaluated.
+fn nccl_level1(
+    source: &Source,
+    topo: &crate::topo::Topology,
+    opts: &CheckOptions,
+    budget: Option<&Budget>,
+    findings: &mut Vec<Finding>,
+) -> Result<(), CheckError> {
+    use crate::nccl::live::LiveError;
+    let id = CheckId::ProbeNccl;
+    if let Some(b) = budget
+        && b.spent_at(|| format!("an earlier step, before {id}"))
+    {
+        findings.push(Finding::new(id, "host", Status::Skip, b.reason()));
+        return Ok(());
+    }
+    if topo.gpus.len() < 2 {
+        let mut f = Finding::new(
+            id,
+            "host",
+            Status::Skip,
+            format!(
+                "NCCL collectives need two GPUs; the topology has {}",
+                topo.gpus.len()
+            ),
+        );
+        f.skip = Some(SkipKind::NotApplicable);
+        findings.push(f);
+        return Ok(());
+    }
+    let report = if source.is_live() {
+        let deadline = budget.map_or(opts.probe.deadline, |b| b.cap(opts.probe.deadline));
+        let o = crate::config::nccl_for_check(deadline, opts.probe.progress);
+        match crate::nccl::live::run(&o, topo, None) {
+            Ok(r) => r,
+            Err(e @ LiveError::Interrupted { .. }) => return Err(anyhow::anyhow!(e).into()),
+            Err(e @ LiveError::Deadline { .. }) => {
+                // Cut by the budget's end (its capped deadline): not judged; otherwise NCCL
+                // itself did not finish in time, which the machine failed.
+                if let Some(b) = budget
+                    && b.spent_at(|| id.to_string())
+                {
+                    findings.push(Finding::new(id, "host", Status::Skip, b.reason()));
+                } else {
+                    findings.push(
+                        Finding::new(id, "host", Status::Fail, e.to_string()).fix(
+                            "A collective that never finishes points at a hung GPU, NVLink or fabric manager: check gpu.xid, gpu.fabric and `nvidia-smi -q`; `gpudoctor probe nccl` shows the step it hung in",
+                        ),
+                    );
+                }
+                return Ok(());
+            }
+            Err(e @ LiveError::Spawn(_)) => {
+                findings.push(Finding::new(
+                    id,
+                    "host",
+                    Status::Skip,
+                    format!("not judged: {e}"),
+                ));
+                return Ok(());
+            }
+        }
+    } else {
+        let file = "probes/nccl.json";
+        match crate::source::recorded_document_in(&source.sysroot, file)? {
+            None => {
+                findings.push(Finding::new(
+                    id,
+                    "host",
+                    Status::Skip,
+                    format!("not recorded (no {file} in the tree)"),
+                ));
+                return Ok(());
+            }
+            Some(b) => {
+                let mut r: crate::nccl::report::NcclReport =
+                    serde_json::from_slice(&b).map_err(|e| {
+                        anyhow::anyhow!(
+                            "{}: not a `probe nccl --json` report: {e}",
+                            source.sysroot.root_dir().join(file).display()
+                        )
+                    })?;
+                r.evaluate();
+                r
+            }
+        }
+    };
+    checks::level1::nccl_findings(&report, findings);
+    Ok(())
 }
 
 /// The level-1 probes, in the order they run.

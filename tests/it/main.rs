@@ -4,6 +4,7 @@ mod audit;
 mod baseline;
 mod budget;
 mod bundle;
+mod check_nccl;
 mod checks;
 mod cli;
 mod contained;

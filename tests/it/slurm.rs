@@ -134,7 +134,9 @@ fn slurm_timeout_on_error_and_gate_reasons() {
     );
     assert!(state.starts_with("drain"), "state {state}");
     assert!(
-        reason.starts_with("gpudoctor: gate: 9 warnings (--strict): gdr.path GPU0 GPU0 reaches mlx5_0"),
+        reason.starts_with(
+            "gpudoctor: gate: 9 warnings (--strict): gdr.path GPU0 GPU0 reaches mlx5_0"
+        ),
         "{reason}"
     );
 }

@@ -61,6 +61,11 @@ const SHARED: &[(&str, &str, &[&str])] = &[
     ),
     ("expect", "a baseline to compare with", &["check", "fleet"]),
     (
+        "token",
+        "the shared secret of a run across machines",
+        &["probe write-bw", "probe nccl"],
+    ),
+    (
         "warmup",
         "untimed operations before the timed ones",
         &["probe h2d", "probe d2h", "probe p2p", "probe nccl"],
