@@ -1,4 +1,4 @@
-// GPU-initiated RDMA writes on an mlx5 (ConnectX) send queue (level 4, issue 10), compiled at
+// GPU-initiated RDMA writes on an mlx5 (ConnectX) send queue (level 4), compiled at
 // run time by NVRTC for the GPU's exact sm_XX. No headers.
 //
 // The layout is src/rdma/mlx5.rs's (itself checked byte for byte against libmlx5's

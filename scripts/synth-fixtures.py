@@ -1468,6 +1468,10 @@ def build_hgx(scale=1, name="hgx-h100-8gpu", vfs=0):
     # nvidia-fabricmanager runs (gpu.fabric reads /proc/PID/comm on NVSwitch systems)
     m.files["proc/1/comm"] = "systemd\n"
     m.files["proc/2817/comm"] = "nv-fabricmanage\n"
+    # ... as root, from the installed binary (a look-alike of another user's is not the daemon)
+    m.files["proc/2817/status"] = ("Name:\tnv-fabricmanage\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t2817\n"
+                                   "Pid:\t2817\nPPid:\t1\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n")
+    m.files["proc/2817/cmdline"] = b"/usr/bin/nv-fabricmanager\0-c\0/usr/share/nvidia/nvswitch/fabricmanager.cfg\0"
     return m
 
 
@@ -1979,6 +1983,8 @@ def v_nvlink_errors(m):
 
 def v_fabric(m):
     del m.files["proc/2817/comm"]                 # nvidia-fabricmanager not running
+    del m.files["proc/2817/status"]
+    del m.files["proc/2817/cmdline"]
     m.nvml_gpu_over = {4: {"fabric": {"state": "in-progress", "status": None}},
                        5: {"fabric": {"state": "completed", "status": 9}}}
 

@@ -20,17 +20,33 @@ pub enum PortState {
 
 impl PortState {
     pub fn parse(raw: &str) -> PortState {
-        // The kernel prints "<number>: <NAME>"; the name decides (numbers are ABI too, but a
-        // name that disagrees with its number is text we do not understand).
-        match raw.trim().rsplit(':').next().map(str::trim) {
-            Some("DOWN") => PortState::Down,
-            Some("INIT") => PortState::Init,
-            Some("ARMED") => PortState::Armed,
-            Some("ACTIVE") => PortState::Active,
-            Some("ACTIVE_DEFER") => PortState::ActiveDefer,
+        // The kernel prints "%d: %s\n" from `enum ib_port_state` (drivers/infiniband/core/
+        // sysfs.c, state_show): only that exact form, with the number that belongs to the
+        // name, is a fact. "9: ACTIVE" or a bare "ACTIVE" is text we do not understand.
+        match kernel_pair(raw) {
+            Some((1, "DOWN")) => PortState::Down,
+            Some((2, "INIT")) => PortState::Init,
+            Some((3, "ARMED")) => PortState::Armed,
+            Some((4, "ACTIVE")) => PortState::Active,
+            Some((5, "ACTIVE_DEFER")) => PortState::ActiveDefer,
             _ => PortState::Other,
         }
     }
+}
+
+/// "<number>: <name>" exactly as the kernel prints a numbered state (one trailing newline
+/// allowed; no sign, no leading zero, no other space): (number, name).
+fn kernel_pair(raw: &str) -> Option<(u32, &str)> {
+    let line = raw.strip_suffix('\n').unwrap_or(raw);
+    let (n, name) = line.split_once(": ")?;
+    if n.is_empty()
+        || n.len() > 3
+        || !n.bytes().all(|b| b.is_ascii_digit())
+        || (n.len() > 1 && n.starts_with('0'))
+    {
+        return None;
+    }
+    Some((n.parse().ok()?, name))
 }
 
 /// An RDMA port's physical state, sysfs `ports/N/phys_state` ("5: LinkUp"; IBTA PortPhysicalState).
@@ -49,14 +65,15 @@ pub enum PhysState {
 
 impl PhysState {
     pub fn parse(raw: &str) -> PhysState {
-        match raw.trim().rsplit(':').next().map(str::trim) {
-            Some("Sleep") => PhysState::Sleep,
-            Some("Polling") => PhysState::Polling,
-            Some("Disabled") => PhysState::Disabled,
-            Some("PortConfigurationTraining") => PhysState::Training,
-            Some("LinkUp") => PhysState::LinkUp,
-            Some("LinkErrorRecovery") => PhysState::LinkErrorRecovery,
-            Some("Phy Test") | Some("PhyTest") => PhysState::PhyTest,
+        // phys_state_show: "%u: %s\n", names from phys_state_to_str (IBTA numbering).
+        match kernel_pair(raw) {
+            Some((1, "Sleep")) => PhysState::Sleep,
+            Some((2, "Polling")) => PhysState::Polling,
+            Some((3, "Disabled")) => PhysState::Disabled,
+            Some((4, "PortConfigurationTraining")) => PhysState::Training,
+            Some((5, "LinkUp")) => PhysState::LinkUp,
+            Some((6, "LinkErrorRecovery")) => PhysState::LinkErrorRecovery,
+            Some((7, "Phy Test")) => PhysState::PhyTest,
             _ => PhysState::Other,
         }
     }
@@ -167,6 +184,37 @@ mod tests {
         assert_eq!(PhysState::parse("5: LinkUp"), PhysState::LinkUp);
         assert_eq!(PhysState::parse("2: Polling"), PhysState::Polling);
         assert_eq!(PhysState::parse("LinkUpish"), PhysState::Other);
+    }
+
+    #[test]
+    fn rdma_states_only_in_the_kernels_exact_form() {
+        for raw in [
+            "9: ACTIVE",
+            "ACTIVE",
+            "ACTIVE\n",
+            " 4: ACTIVE",
+            "4:ACTIVE",
+            "4: ACTIVE ",
+            "04: ACTIVE",
+            "+4: ACTIVE",
+            "4: ACTIVE\n\n",
+            "4: active",
+            "x: ACTIVE",
+        ] {
+            assert_eq!(PortState::parse(raw), PortState::Other, "{raw:?}");
+        }
+        assert_eq!(PortState::parse("4: ACTIVE\n"), PortState::Active);
+        for raw in [
+            "LinkUp",
+            "3: LinkUp",
+            "5:LinkUp",
+            "5: LinkUp\t",
+            "7: PhyTest",
+        ] {
+            assert_eq!(PhysState::parse(raw), PhysState::Other, "{raw:?}");
+        }
+        assert_eq!(PhysState::parse("5: LinkUp\n"), PhysState::LinkUp);
+        assert_eq!(PhysState::parse("7: Phy Test"), PhysState::PhyTest);
     }
 
     #[test]

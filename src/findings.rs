@@ -171,6 +171,7 @@ impl CheckId {
             CheckId::GdrPeermem
             | CheckId::GdrDmabuf
             | CheckId::GdrPath
+            | CheckId::GdrNcclAgrees
             | CheckId::GdrPeerMapping
             | CheckId::RdmaMlx5dv
             | CheckId::RdmaDriver
@@ -342,6 +343,7 @@ check_ids! {
     GdrPeermem = "gdr.peermem";
     GdrDmabuf = "gdr.dmabuf";
     GdrPath = "gdr.path";
+    GdrNcclAgrees = "gdr.nccl-agrees";
     GdrPeerMapping = "gdr.peer-mapping";
     PcieAcsRedirect = "pcie.acs-redirect";
     IommuMode = "iommu.mode";
@@ -501,7 +503,7 @@ impl Verdict {
     }
 }
 
-// The one judge (issue 21): any probe run, levels 1 to 4, becomes a judgement here.
+// The one judge: any probe run, levels 1 to 4, becomes a judgement here.
 
 /// What a judged run concluded: a verdict, or "not judged on purpose" (a software RDMA
 /// device, a path NCCL would not use), which no verdict word covers. The output of `judge`.

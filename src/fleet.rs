@@ -34,6 +34,12 @@ pub struct CheckReportIn {
     pub schema: String,
     pub status: String,
     pub checks: Vec<FindingIn>,
+    /// The node's own name, as the report records it.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// When the report's facts were read (UTC RFC 3339).
+    #[serde(default)]
+    pub time: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -61,6 +67,54 @@ pub struct NodeData {
     /// Probe measurement id -> gpudoctor's bar for it (the probe's threshold, e.g. 80% of the
     /// PCIe link rate), where the probe report has one.
     pub floor_gbps: BTreeMap<String, f64>,
+    /// The hostname its check report records, where it has one.
+    pub host: Option<String>,
+    /// When its check report's facts were read (UTC RFC 3339), where it says.
+    pub time: Option<String>,
+    /// Files of this node that could not be read: (file, why).
+    pub unreadable: Vec<(String, String)>,
+    /// Documents of this node that another one of the same kind replaced.
+    pub duplicates: Vec<Duplicate>,
+}
+
+/// Two or more documents of one kind for one node (yesterday's and today's report in one
+/// directory): one is kept, by the reports' own time where they all say it, else the worse.
+#[derive(Debug, Clone, Serialize)]
+pub struct Duplicate {
+    pub node: String,
+    /// "check report", "shape" or "probe measurements".
+    pub kind: String,
+    pub kept: String,
+    pub dropped: Vec<String>,
+    /// How the kept one was chosen.
+    pub why: String,
+}
+
+impl Duplicate {
+    pub fn describe(&self) -> String {
+        format!(
+            "node {}: {} {} of one node: kept {}, ignored {} ({})",
+            self.node,
+            1 + self.dropped.len(),
+            match self.kind.as_str() {
+                "check report" => "check reports",
+                "shape" => "shapes (bundles or baselines)",
+                k => k,
+            },
+            self.kept,
+            self.dropped.join(", "),
+            self.why
+        )
+    }
+}
+
+/// A node's file that could not be read (a report still being written, a damaged bundle):
+/// the node is not judged from it and is drained for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unreadable {
+    pub node: String,
+    pub source: String,
+    pub reason: String,
 }
 
 /// How `summarize` judges: the tolerance floor of the outlier rule and the baselines nodes
@@ -211,6 +265,10 @@ pub struct FleetReport {
     /// One entry per node and difference from its group's reference.
     pub shape: Vec<Difference>,
     pub undecided: Vec<Undecided>,
+    /// Files that could not be read, one per file; each drains its node.
+    pub unreadable: Vec<Unreadable>,
+    /// Documents of one node that another of the same kind replaced.
+    pub duplicates: Vec<Duplicate>,
     pub drain: Vec<Drain>,
 }
 
@@ -510,6 +568,8 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
     for n in nodes {
         if let Some(s) = &n.status {
             *status.entry(s.clone()).or_default() += 1;
+        } else if !n.unreadable.is_empty() {
+            *status.entry("unreadable".into()).or_default() += 1;
         }
     }
     // Groups: by --expect baseline where a node's model is the baseline's, else by model;
@@ -598,6 +658,20 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
         })
         .collect();
     let mut drain: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    for n in nodes {
+        for (source, reason) in &n.unreadable {
+            drain
+                .entry(n.name.clone())
+                .or_default()
+                .push(format!("unreadable report {source}: {reason}"));
+            unreadable.push(Unreadable {
+                node: n.name.clone(),
+                source: source.clone(),
+                reason: reason.clone(),
+            });
+        }
+    }
     for c in &checks {
         for n in &c.fail {
             drain
@@ -810,6 +884,8 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
         shape_nodes,
         shape,
         undecided,
+        unreadable,
+        duplicates: nodes.iter().flat_map(|n| n.duplicates.clone()).collect(),
         drain: drain
             .into_iter()
             .map(|(node, reasons)| Drain { node, reasons })

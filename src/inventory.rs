@@ -83,7 +83,7 @@ pub struct RdmaDevice {
 
 /// What an RDMA device sits on, as read from its `device` link and `parent` attribute. Only a
 /// positive read makes a device software RDMA: a link that cannot be read is `Unresolved`, so
-/// a ConnectX behind a damaged link is never taken for rxe (issue 21).
+/// a ConnectX behind a damaged link is never taken for rxe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum RdmaBacking {
@@ -225,6 +225,10 @@ pub struct Inventory {
     /// not by discovery; "not read" until the caller sets it.
     #[serde(skip)]
     pub kernel_log: std::sync::Arc<crate::kmsg::KernelLog>,
+    /// NCCL's own GPUDirect verdicts where the source carries them (`Source::foreign_gdr`):
+    /// handed over with the source, not read by discovery.
+    #[serde(skip)]
+    pub foreign_gdr: std::sync::Arc<crate::foreign::ForeignVerdicts>,
 }
 
 impl Inventory {
@@ -250,6 +254,7 @@ impl Inventory {
                 reason: "discovery did not finish".to_string(),
             },
             kernel_log: Default::default(),
+            foreign_gdr: Default::default(),
         }
     }
 }
@@ -405,7 +410,7 @@ impl Inventory {
                     let c = f.class.map(pci::ClassCode)?;
                     let gpu = f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display();
                     // A NIC of an RDMA-capable family is judged with or without its RDMA
-                    // device (issue 28).
+                    // device.
                     let nic = (rdma_bdfs.contains(&f.bdf) || crate::nic::family(f.ids()).is_some())
                         && (c.is_bridge_pci() || c.is_network());
                     (gpu || nic).then_some((f, gpu))
@@ -447,6 +452,7 @@ impl Inventory {
             kernel_log: std::sync::Arc::new(crate::kmsg::KernelLog::not_recorded(
                 "kernel log not read",
             )),
+            foreign_gdr: Default::default(),
         })
     }
 }
@@ -1109,6 +1115,9 @@ pub struct Host {
     /// shows an NVLink ending at an NVSwitch; None: not read there, or /proc not listable (why:
     /// `unread["fabric_manager"]`).
     pub fabric_manager_pids: Option<Vec<u32>>,
+    /// Processes named like the fabric manager that are not it (not root, or not its
+    /// installed binary): "pid N: why"; they do not count as the daemon.
+    pub fabric_manager_lookalikes: Vec<String>,
     pub unread: Unread,
 }
 
@@ -1259,21 +1268,110 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
 /// nv-fabricmanager's /proc/PID/comm: the kernel truncates comm to 15 characters.
 pub const FABRIC_MANAGER_COMM: &str = "nv-fabricmanage";
 
-/// The running nv-fabricmanager processes: /proc/PID/comm of every process is
-/// FABRIC_MANAGER_COMM. A process that exits between the listing and the read is simply gone.
+/// Where NVIDIA's packages install the fabric manager daemon (the CUDA repository's
+/// nvidia-fabricmanager-NNN installs /usr/bin/nv-fabricmanager; /usr/sbin and /usr/local are
+/// where a distribution or a local build put it).
+pub const FABRIC_MANAGER_BINARIES: &[&str] = &[
+    "/usr/bin/nv-fabricmanager",
+    "/usr/sbin/nv-fabricmanager",
+    "/bin/nv-fabricmanager",
+    "/sbin/nv-fabricmanager",
+    "/usr/local/bin/nv-fabricmanager",
+    "/usr/local/sbin/nv-fabricmanager",
+];
+
+/// What a process named like the fabric manager is.
+enum FabricProcess {
+    Daemon,
+    /// Not the daemon, and why.
+    LookAlike(String),
+    /// Could not be told, and why.
+    Unknown(String),
+}
+
+/// Whether process `pid` (named FABRIC_MANAGER_COMM) is the fabric manager daemon: any user
+/// can name a process so, but only root runs the installed binary. Its real uid from
+/// /proc/PID/status, its program from the /proc/PID/exe link (readable by root only), else
+/// the first word of /proc/PID/cmdline (world-readable; a root process's own word).
+fn fabric_process(sr: &SysRoot, pid: u32) -> FabricProcess {
+    let status = match sr.read_text(&format!("/proc/{pid}/status")) {
+        Ok(s) => s,
+        Err(e) => return FabricProcess::Unknown(e.to_string()),
+    };
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().next())
+        .and_then(|u| u.parse::<u32>().ok());
+    match uid {
+        None => {
+            return FabricProcess::Unknown(format!("/proc/{pid}/status: no readable Uid line"));
+        }
+        Some(0) => {}
+        Some(u) => return FabricProcess::LookAlike(format!("runs as uid {u}, not root")),
+    }
+    let program = match sr.read_link(&format!("/proc/{pid}/exe")) {
+        // The daemon keeps running after a package upgrade replaced its file.
+        Ok(t) => t.trim_end_matches(" (deleted)").to_string(),
+        Err(exe) => match sr.read_bytes(&format!("/proc/{pid}/cmdline")) {
+            Ok(b) => {
+                let first = b.split(|c| *c == 0).next().unwrap_or_default();
+                match std::str::from_utf8(first) {
+                    Ok(s) if !s.is_empty() => s.to_string(),
+                    _ => {
+                        return FabricProcess::Unknown(format!(
+                            "{exe}; /proc/{pid}/cmdline names no program"
+                        ));
+                    }
+                }
+            }
+            Err(cmd) => return FabricProcess::Unknown(format!("{exe}; {cmd}")),
+        },
+    };
+    if FABRIC_MANAGER_BINARIES.contains(&program.as_str()) {
+        FabricProcess::Daemon
+    } else {
+        FabricProcess::LookAlike(format!(
+            "runs {program:?}, not the installed nv-fabricmanager"
+        ))
+    }
+}
+
+/// The running nv-fabricmanager daemons: processes whose /proc/PID/comm is
+/// FABRIC_MANAGER_COMM, run by root from the installed binary. A process that exits between
+/// the listing and the read is simply gone. Where no daemon is found but a process so named
+/// could not be told, whether the daemon runs is unknown (`unread["fabric_manager"]`).
 pub fn read_fabric_manager(sr: &SysRoot, h: &mut Host) {
     match sr.list_names("/proc") {
         Ok(names) => {
             let mut pids = Vec::new();
+            let mut unknown = Vec::new();
             for pid in names.iter().filter_map(|n| n.parse::<u32>().ok()) {
                 if let Ok(c) = sr.read_text(&format!("/proc/{pid}/comm"))
                     && c == FABRIC_MANAGER_COMM
                 {
-                    pids.push(pid);
+                    match fabric_process(sr, pid) {
+                        FabricProcess::Daemon => pids.push(pid),
+                        FabricProcess::LookAlike(why) => h
+                            .fabric_manager_lookalikes
+                            .push(format!("pid {pid}: {why}")),
+                        FabricProcess::Unknown(why) => unknown.push(format!("pid {pid}: {why}")),
+                    }
                 }
             }
             pids.sort_unstable();
-            h.fabric_manager_pids = Some(pids);
+            if pids.is_empty() && !unknown.is_empty() {
+                h.unread.insert(
+                    "fabric_manager".into(),
+                    format!(
+                        "a process is named {FABRIC_MANAGER_COMM}, but whether it is the daemon (root, {}) could not be read: {}",
+                        FABRIC_MANAGER_BINARIES[0],
+                        unknown.join("; ")
+                    ),
+                );
+            } else {
+                h.fabric_manager_pids = Some(pids);
+            }
         }
         Err(e) => note_err(&mut h.unread, "fabric_manager", &e),
     }
@@ -1382,7 +1480,7 @@ pub fn read_host(sr: &SysRoot) -> Host {
 mod tests {
     use super::parse_aer_total;
 
-    /// Every line a name and a count, exactly one total (issue 21: a garbled line passed).
+    /// Every line a name and a count, exactly one total (a garbled line passed).
     #[test]
     fn aer_counter_files() {
         assert_eq!(

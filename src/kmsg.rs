@@ -60,9 +60,20 @@ pub struct Xid {
 
 /// A record split into its header and text.
 pub struct Record<'a> {
+    /// The syslog facility (`PRI >> 3`): 0 is the kernel's own; a record a process wrote to
+    /// `/dev/kmsg` carries another (the kernel turns facility 0 into LOG_USER for them, see
+    /// `devkmsg_write` in kernel/printk/printk.c), so it can never pass as the kernel's.
+    pub facility: u32,
     pub seq: Option<u64>,
     pub usec: Option<u64>,
     pub text: &'a str,
+}
+
+impl Record<'_> {
+    /// Printed by the kernel (a driver), not written to /dev/kmsg by a process.
+    pub fn from_kernel(&self) -> bool {
+        self.facility == 0
+    }
 }
 
 /// Split a `/dev/kmsg` record (`6,1234,5678901,-;text`); None for continuation lines
@@ -70,27 +81,63 @@ pub struct Record<'a> {
 pub fn record(line: &str) -> Option<Record<'_>> {
     let (head, text) = line.split_once(';')?;
     let mut f = head.split(',');
-    let _pri: u32 = f.next()?.trim().parse().ok()?;
+    let pri: u32 = f.next()?.trim().parse().ok()?;
     let seq = f.next().and_then(|s| s.parse().ok());
     let usec = f.next().and_then(|s| s.parse().ok());
-    Some(Record { seq, usec, text })
+    Some(Record {
+        facility: pri >> 3,
+        seq,
+        usec,
+        text,
+    })
+}
+
+/// A record of the kernel's own, by its text: the `/dev/kmsg` records whose facility is not
+/// the kernel's are dropped here, whatever their text.
+fn kernel_text(line: &str) -> Option<Record<'_>> {
+    record(line).filter(Record::from_kernel)
+}
+
+/// A PCI address as NVRM prints it in an Xid (`%04x:%02x:%02x`: domain, bus, device; some
+/// drivers add `.function`): hex digits only, so that nothing else (a segfault record's
+/// `comm[pid]: ...` continuing into a file name) passes as one.
+fn nvrm_pci(s: &str) -> bool {
+    let mut parts = s.split(':');
+    let ok = |p: Option<&str>, min: usize, max: usize| {
+        p.is_some_and(|p| {
+            (min..=max).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+    };
+    let (dom, bus, dev) = (parts.next(), parts.next(), parts.next());
+    if parts.next().is_some() {
+        return false;
+    }
+    let (dev, func) = match dev.and_then(|d| d.split_once('.')) {
+        Some((d, f)) => (Some(d), Some(f)),
+        None => (dev, None),
+    };
+    ok(dom, 4, 8) && ok(bus, 2, 2) && ok(dev, 2, 2) && func.is_none_or(|f| ok(Some(f), 1, 1))
 }
 
 /// An NVRM Xid line: `NVRM: Xid (PCI:0000:65:00): 79, pid='<unknown>', name=<unknown>, GPU
 /// has fallen off the bus.` (the form of NVIDIA's Xid documentation and driver 450-570 logs).
+/// The nvidia module prints it at the start of the message, as the kernel's own record; text
+/// that merely contains it (a user's segfault record names the file of the mapping, which the
+/// user picks) is not one.
 pub fn xid(line: &str) -> Option<Xid> {
-    let r = record(line)?;
-    let at = r.text.find("NVRM: Xid (")?;
-    let text = &r.text[at + "NVRM: ".len()..];
-    let rest = &text["Xid (".len()..];
-    let (inside, after) = rest.split_once("):")?;
-    let pci = inside.strip_prefix("PCI:").unwrap_or(inside).trim();
-    let code_str: String = after
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    let code = code_str.parse().ok()?;
+    let r = kernel_text(line)?;
+    let text = r.text.strip_prefix("NVRM: ")?;
+    let rest = text.strip_prefix("Xid (")?;
+    let (inside, after) = rest.split_once("): ")?;
+    let pci = inside.strip_prefix("PCI:").unwrap_or(inside);
+    if !nvrm_pci(pci) {
+        return None;
+    }
+    let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || !matches!(after.as_bytes().get(digits), None | Some(b',')) {
+        return None;
+    }
+    let code = after[..digits].parse().ok()?;
     Some(Xid {
         pci: pci.to_ascii_lowercase(),
         code,
@@ -99,14 +146,101 @@ pub fn xid(line: &str) -> Option<Xid> {
     })
 }
 
-/// A network link-down message, as drivers print them: mlx5_core's `<netdev>: Link down`,
-/// the generic `<netdev>: Lost carrier` of systemd-networkd (AzNHC greps `ib.*lost carrier`)
-/// and IPoIB's `<netdev>: ... link is down`. Returns the text.
+/// A network interface name as the kernel allows it (at most 15 bytes, no `/`, `:` or
+/// whitespace); brackets are refused too, so a process's `comm[pid]` is never one.
+fn netdev_name(s: &str) -> bool {
+    (1..=15).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'))
+}
+
+/// A PCI function as `dev_name()` prints it (`0000:c2:00.1`).
+fn pci_function(s: &str) -> bool {
+    s.contains('.') && nvrm_pci(s)
+}
+
+/// A network link-down message, as drivers print them at the start of the kernel's record:
+/// `netdev_info()`'s `<driver> <PCI function> <netdev>: Link down` (mlx5e_update_carrier in
+/// drivers/net/ethernet/mellanox/mlx5/core/en_main.c), `<netdev>: Link down` where the netdev
+/// has no parent device, `<netdev>: Lost carrier`, and `... NIC Link is Down` (Intel drivers)
+/// / IPoIB's `link is down`. The message must end there: a user's segfault record (`comm[pid]:
+/// segfault at ... in <file name>[addr+len]`) ends with the mapping's address, whatever file
+/// name it names, and a record a process wrote to /dev/kmsg is not the kernel's. Returns the
+/// text.
 pub fn link_down(line: &str) -> Option<&str> {
-    let r = record(line)?;
-    let t = r.text.to_ascii_lowercase();
-    (t.contains("link down") || t.contains("lost carrier") || t.contains("link is down"))
-        .then_some(r.text)
+    let r = kernel_text(line)?;
+    let (prefix, message) = r.text.split_once(": ")?;
+    let words: Vec<&str> = prefix.split(' ').collect();
+    let prefix_ok = match words.as_slice() {
+        [netdev] => netdev_name(netdev),
+        [driver, function] => netdev_name(driver) && pci_function(function),
+        [driver, function, netdev] => {
+            netdev_name(driver) && pci_function(function) && netdev_name(netdev)
+        }
+        _ => false,
+    };
+    let m = message.trim_end().to_ascii_lowercase();
+    let down = ["link down", "lost carrier", "link is down"]
+        .iter()
+        .any(|p| m == *p || m.ends_with(&format!(" {p}")));
+    (prefix_ok && down && !m.contains(": ")).then_some(r.text)
+}
+
+/// A kernel message of a log in another format as a `/dev/kmsg` record. dmesg's
+/// `[  12.345678] text` keeps its time (dmesg prints user-space records too, without their
+/// facility: only the message's form tells them apart there); a syslog or journal line
+/// (`May 21 17:31:40 host kernel: text`, or ISO time first) is the kernel's only when its tag
+/// is `kernel`, and any other tag (`someprog[42]: text`) is a user record (facility LOG_USER).
+pub fn from_log_line(seq: usize, line: &str) -> String {
+    const USER_INFO: u32 = (1 << 3) | 6;
+    if record(line).is_some() {
+        return line.to_string();
+    }
+    let t = line.trim_start();
+    if let Some(rest) = t.strip_prefix('[')
+        && let Some((ts, text)) = rest.split_once(']')
+    {
+        let usec = ts
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map_or(0, |s| (s * 1e6) as u64);
+        return format!("6,{seq},{usec},-;{}", text.trim_start());
+    }
+    if let Some((tag, text)) = syslog_tag(t) {
+        let pri = if tag == "kernel" { 6 } else { USER_INFO };
+        return format!("{pri},{seq},0,-;{text}");
+    }
+    format!("6,{seq},0,-;{t}")
+}
+
+/// A syslog or `journalctl` line's tag and message: `Mon DD HH:MM:SS host tag: message` or
+/// `2024-05-21T17:31:40+0000 host tag: message`.
+fn syslog_tag(t: &str) -> Option<(&str, &str)> {
+    let mut rest = t;
+    let mut word = || -> Option<&str> {
+        let s = rest.trim_start();
+        let end = s.find(' ').unwrap_or(s.len());
+        let (w, r) = s.split_at(end);
+        rest = r;
+        (!w.is_empty()).then_some(w)
+    };
+    let first = word()?;
+    let timed = if first.len() == 3 && first.bytes().all(|b| b.is_ascii_alphabetic()) {
+        let day = word()?;
+        let time = word()?;
+        day.bytes().all(|b| b.is_ascii_digit()) && time.bytes().filter(|b| *b == b':').count() == 2
+    } else {
+        first.len() >= 19 && first.as_bytes()[4] == b'-' && first.as_bytes()[10] == b'T'
+    };
+    if !timed {
+        return None;
+    }
+    let _host = word()?;
+    let tag = word()?.strip_suffix(':')?;
+    let tag = tag.split('[').next().unwrap_or(tag);
+    Some((tag, rest.strip_prefix(' ').unwrap_or(rest)))
 }
 
 /// Whether a record is one the checks look at (what `kmsg.json` keeps).
@@ -235,6 +369,62 @@ mod tests {
         assert!(link_down("6,5,1,-;mlx5_core 0000:c2:00.0 enp194s0f0np0: Link up").is_none());
     }
 
+    /// What a user controls never passes as the kernel's: the file name and command name of a
+    /// segfault record, and records a process wrote to /dev/kmsg (facility not 0).
+    #[test]
+    fn kmsg_forged_records_are_not_the_drivers() {
+        let segv =
+            "6,1,1,-;a.out[42]: segfault at 0 ip 0000000000401000 sp 00007ffc00000000 error 4 in";
+        assert!(
+            xid(&format!(
+                "{segv} NVRM: Xid (PCI:0000:65:00): 79, x[401000+1000]"
+            ))
+            .is_none()
+        );
+        assert!(xid("6,1,1,-;NVRM: Xid (PCI:[42]: segfault at 0 ip 0 sp 0 error 4 in 0000:65:00): 79, x[1+2]").is_none());
+        assert!(
+            xid("14,1,1,-;NVRM: Xid (PCI:0000:65:00): 79, GPU has fallen off the bus.").is_none()
+        );
+        assert!(xid("3,1,1,-;NVRM: Xid (PCI:0000:65:00): 79x").is_none());
+        assert!(link_down(&format!("{segv} x ibp24s0 link down[401000+1000]")).is_none());
+        assert!(
+            link_down(&format!(
+                "{segv} mlx5_core 0000:c2:00.0 ib0: Link down[1+2]"
+            ))
+            .is_none()
+        );
+        assert!(link_down("6,1,1,-;ib0: Link down[42]: segfault at 0 ip 0 sp 0 error 4").is_none());
+        assert!(link_down("14,1,1,-;mlx5_core 0000:c2:00.0 enp194s0f0np0: Link down").is_none());
+        assert!(link_down("6,1,1,-;x ibp24s0 link down").is_none());
+        assert!(link_down("6,1,1,-;mlx5_core 0000:c2:00.0: Link down").is_some());
+        assert!(link_down("6,1,1,-;i40e 0000:3b:00.0 eth0: NIC Link is Down").is_some());
+    }
+
+    #[test]
+    fn kmsg_log_lines_of_other_formats() {
+        let k = from_log_line(
+            3,
+            "May 21 17:31:40 laptop kernel: NVRM: Xid (PCI:0000:02:00): 79, off the bus",
+        );
+        assert_eq!(xid(&k).map(|x| x.code), Some(79));
+        let u = from_log_line(
+            4,
+            "May 21 17:31:40 laptop evil[42]: NVRM: Xid (PCI:0000:02:00): 79, off the bus",
+        );
+        assert!(xid(&u).is_none(), "{u}");
+        let iso = from_log_line(
+            5,
+            "2024-05-21T17:31:40+0000 laptop kernel: NVRM: Xid (PCI:0000:02:00): 13, x",
+        );
+        assert_eq!(xid(&iso).map(|x| x.code), Some(13));
+        let d = from_log_line(
+            6,
+            "[ 1772.511204] NVRM: Xid (PCI:0000:02:00): 79, off the bus",
+        );
+        assert_eq!(xid(&d).and_then(|x| x.usec), Some(1_772_511_204));
+        assert!(xid(&from_log_line(7, "[ 1.0] a.out[1]: segfault at 0 ip 0 sp 0 error 4 in NVRM: Xid (PCI:0000:02:00): 79, x[1+2]")).is_none());
+    }
+
     #[test]
     fn old_or_foreign_documents() {
         assert!(KernelLog::from_json(br#"{"schema":"gpudoctor.kmsg/9"}"#).is_err());
@@ -247,10 +437,11 @@ mod tests {
         /// Hostile log lines never panic the parsers; what parses as an Xid names a code that
         /// was in the line.
         #[test]
-        fn parsers_never_panic(line in ".{0,200}", code in 0u32..1000, pci in "[0-9A-Fa-f:]{0,16}") {
+        fn parsers_never_panic(line in ".{0,200}", code in 0u32..1000, pci in "[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}") {
             let _ = record(&line);
             let _ = link_down(&line);
             let _ = xid(&line);
+            let _ = from_log_line(0, &line);
             let l = format!("3,7,9,-;NVRM: Xid (PCI:{pci}): {code}, {line}");
             let x = xid(&l).unwrap();
             proptest::prop_assert_eq!(x.code, code);

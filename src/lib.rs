@@ -11,6 +11,7 @@ pub mod export;
 pub mod facts;
 pub mod findings;
 pub mod fleet;
+pub mod foreign;
 pub mod fuzzing;
 pub mod inventory;
 pub mod kmsg;

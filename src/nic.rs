@@ -1,5 +1,5 @@
 //! RDMA-capable NIC families: which PCI functions are NICs that should carry an RDMA device,
-//! and which kernel module gives them one (issue 28). A NIC is found on the PCI bus; its RDMA
+//! and which kernel module gives them one. A NIC is found on the PCI bus; its RDMA
 //! device (/sys/class/infiniband) is an attribute it has or lacks, and lacking it is a finding
 //! (`rdma.driver`), not an absence.
 //!

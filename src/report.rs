@@ -152,6 +152,10 @@ pub struct CheckReport {
     /// JSON has them in `topo --json`).
     #[serde(skip)]
     pub gpus: Vec<GpuIdentity>,
+    /// The machine the findings are about, for the HTML page's drawing (the JSON has it in
+    /// `topo --json`); None where discovery did not finish.
+    #[serde(skip)]
+    pub topology: Option<std::sync::Arc<TopoReport>>,
     /// `--time-budget`: the budget and, when it ran out, the step that was running (absent
     /// without a budget).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -287,6 +291,12 @@ impl CheckReport {
         self
     }
 
+    /// The machine as discovered (for the HTML page).
+    pub fn with_topology(mut self, topo: TopoReport) -> Self {
+        self.topology = Some(std::sync::Arc::new(topo));
+        self
+    }
+
     /// Name the node and the time its facts were read.
     pub fn at(mut self, hostname: Option<String>, time: Option<String>) -> Self {
         self.hostname = hostname;
@@ -342,6 +352,7 @@ impl CheckReport {
             nvml,
             unread: inv.notes.clone(),
             gpus: Vec::new(),
+            topology: None,
             time_budget: None,
             abandoned_work: false,
         }

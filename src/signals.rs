@@ -35,8 +35,16 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// directory after its removal (which would strand it half-removed).
 static CREATING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
+/// Set once the signal thread is about to remove the temporaries: no new [`hold`] starts, so
+/// that threads creating files back to back (several bundles extracted at once) cannot keep
+/// the removal waiting until its patience runs out.
+static QUIESCING: AtomicBool = AtomicBool::new(false);
+
 /// Hold while creating one file or directory inside a registered temporary.
 pub fn hold() -> std::sync::RwLockReadGuard<'static, ()> {
+    while QUIESCING.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     match CREATING.read() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -46,6 +54,7 @@ pub fn hold() -> std::sync::RwLockReadGuard<'static, ()> {
 /// Wait (at most 2 s: a writer stuck in the kernel must not keep us) until no one is creating
 /// files in a temporary; keep them from starting again.
 fn quiesce() -> Option<std::sync::RwLockWriteGuard<'static, ()>> {
+    QUIESCING.store(true, Ordering::SeqCst);
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(2) {
         match CREATING.try_write() {

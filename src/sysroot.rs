@@ -4,7 +4,9 @@
 //! the root prefix is applied here and nowhere else (hwloc's HWLOC_FSROOT idea). Symlinks are
 //! resolved component by component *inside* the root: an absolute link target is taken relative
 //! to the root and `..` never climbs above it, so a recorded tree or bundle can never make
-//! gpudoctor read a file outside it.
+//! gpudoctor read a file outside it. A root may also be a tree held in memory (`memory`: a
+//! record in another format laid out as the kernel's tree), walked by the same rules and
+//! answering with the errors a filesystem would give.
 //!
 //! This module must not interpret what it reads, and must never write.
 
@@ -13,6 +15,9 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+mod memory;
+pub use memory::{DirHandle, MemTree};
 
 /// Largest file we read. sysfs attributes are at most a page; PCI config space is 4096 bytes;
 /// /proc/modules on a big host is a few tens of KiB. Anything larger in a tree is hostile.
@@ -140,7 +145,8 @@ impl ReadError {
     }
 }
 
-/// A filesystem root: `/` on a live machine, or a recorded tree (fixture, unpacked bundle).
+/// A filesystem root: `/` on a live machine, a recorded tree (fixture, unpacked bundle), or a
+/// tree held in memory (a record in another format).
 pub struct SysRoot {
     root: PathBuf,
     live: bool,
@@ -164,15 +170,20 @@ pub struct SysRoot {
     in_flight: std::sync::atomic::AtomicUsize,
     /// Bytes this reader has handed out (recorded trees: bounded by MAX_TREE_BYTES).
     handed_out: std::sync::atomic::AtomicU64,
-    /// Errors a recorded tree says the original machine gave, keyed by canonical kernel path
-    /// (a bundle manifest's `unreadable`): replayed so a bundle reads as the machine did.
-    recorded: BTreeMap<String, (String, Option<String>)>,
+    /// Errors a recorded tree says the original machine gave (a bundle manifest's
+    /// `unreadable`; what a record in another format does not carry), keyed by canonical
+    /// location below the root (no leading slash, as `resolve` gives it): replayed so a bundle
+    /// reads as the machine did.
+    recorded: Recorded,
     /// Tests only (GPUDOCTOR_TEST_SLOW_READ, see `config::Env`): a read of this path sleeps
     /// this long first, as a device that stops answering would.
     slow_read: std::sync::OnceLock<(String, std::time::Duration)>,
     /// Keeps whatever backs the tree (an extracted bundle's temporary directory) alive as long
     /// as the reader; dropped with it.
     _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// A tree held in memory (a record in another format, see `in_memory`): read instead of
+    /// the filesystem under `root`, under the same rules.
+    mem: Option<MemTree>,
 }
 
 impl std::fmt::Debug for SysRoot {
@@ -180,6 +191,7 @@ impl std::fmt::Debug for SysRoot {
         f.debug_struct("SysRoot")
             .field("root", &self.root)
             .field("live", &self.live)
+            .field("in_memory", &self.mem.is_some())
             .field("recorded_errors", &self.recorded.len())
             .finish_non_exhaustive()
     }
@@ -193,6 +205,9 @@ impl Drop for InFlight<'_> {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Recorded errors: canonical location below the root -> (`ReadError::kind()`, detail).
+type Recorded = HashMap<String, memory::Recorded, Fnv>;
 
 /// A resolved directory: its physical path below the root (components joined by '/').
 type Dir = Arc<str>;
@@ -246,6 +261,21 @@ fn split_comp(p: &str) -> Option<(&str, &str)> {
         Some(i) => (&p[..i], &p[i + 1..]),
         None => ("", p),
     })
+}
+
+/// A file opened for reading: on disk, or the content of a tree held in memory.
+enum Opened<'a> {
+    Disk(fs::File),
+    Memory(io::Cursor<&'a [u8]>),
+}
+
+impl Read for Opened<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Opened::Disk(f) => f.read(buf),
+            Opened::Memory(c) => c.read(buf),
+        }
+    }
 }
 
 /// What a path is, without following it when it is a link.
@@ -327,9 +357,10 @@ impl SysRoot {
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             handed_out: std::sync::atomic::AtomicU64::new(0),
-            recorded: BTreeMap::new(),
+            recorded: Recorded::default(),
             slow_read: std::sync::OnceLock::new(),
             _owner: None,
+            mem: None,
         }
     }
 
@@ -360,17 +391,46 @@ impl SysRoot {
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             handed_out: std::sync::atomic::AtomicU64::new(0),
-            recorded: BTreeMap::new(),
+            recorded: Recorded::default(),
             slow_read: std::sync::OnceLock::new(),
             _owner: None,
+            mem: None,
         })
+    }
+
+    /// A recorded tree held in memory (a record in another format turned into the kernel's
+    /// layout): read like a tree on disk, nothing written anywhere. `shown` stands for its
+    /// root in messages (`root_dir`).
+    pub fn in_memory(tree: MemTree, shown: PathBuf) -> Self {
+        // Room for the paths a discovery reads (about one per entry and recorded error, some
+        // twice), so the log of them is not copied as it grows: reserved, not touched.
+        let reads = (tree.len() + tree.unreadable_count()).saturating_mul(2);
+        let touched = (
+            String::with_capacity(reads.saturating_mul(64)),
+            Vec::with_capacity(reads),
+        );
+        SysRoot {
+            root: shown,
+            live: false,
+            touched: Mutex::new(touched),
+            resolved: Mutex::new(HashMap::with_capacity_and_hasher(1024, Fnv)),
+            links: Mutex::new(HashMap::with_capacity_and_hasher(1024, Fnv)),
+            dirs: Mutex::new(DirCache::default()),
+            listed: Mutex::new(BTreeSet::new()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            handed_out: std::sync::atomic::AtomicU64::new(0),
+            recorded: Recorded::default(),
+            slow_read: std::sync::OnceLock::new(),
+            _owner: None,
+            mem: Some(tree),
+        }
     }
 
     pub fn is_live(&self) -> bool {
         self.live
     }
 
-    /// The directory standing in for `/`.
+    /// The directory standing in for `/` (for a tree in memory, what stands for it in messages).
     pub fn root_dir(&self) -> &Path {
         &self.root
     }
@@ -403,13 +463,22 @@ impl SysRoot {
     }
 
     /// Replay errors recorded on the original machine: canonical kernel path -> (kind, detail)
-    /// as `ReadError::kind()`/`detail()` gave them. Only for recorded trees.
+    /// as `ReadError::kind()`/`detail()` gave them (added to those a tree in memory carries).
+    /// Only for recorded trees.
     pub fn with_recorded_errors(
         mut self,
         errors: BTreeMap<String, (String, Option<String>)>,
     ) -> Self {
         if !self.live {
-            self.recorded = errors;
+            for (path, (kind, detail)) in errors {
+                // A key that is not an absolute path names no location a read can reach.
+                if let Some(loc) = path.strip_prefix('/') {
+                    self.recorded.insert(
+                        loc.to_string(),
+                        (Arc::from(kind), detail.map(|d| Arc::from(d.as_str()))),
+                    );
+                }
+            }
         }
         self
     }
@@ -421,13 +490,19 @@ impl SysRoot {
         self
     }
 
+    /// Whether this reader replays recorded errors (a bundle's, or a tree in memory's).
+    fn replays_errors(&self) -> bool {
+        !self.recorded.is_empty() || self.mem.as_ref().is_some_and(|m| m.unreadable_count() > 0)
+    }
+
     /// The recorded error for a canonical location, rebuilt for the caller's path.
     fn recorded_error(&self, kpath: &str, comps: &str) -> Result<(), ReadError> {
-        if self.recorded.is_empty() {
-            return Ok(());
-        }
-        let canon = format!("/{comps}");
-        match self.recorded.get(&canon) {
+        let hit = match &self.mem {
+            Some(m) => m.recorded(comps).or_else(|| self.recorded.get(comps)),
+            None if self.recorded.is_empty() => return Ok(()),
+            None => self.recorded.get(comps),
+        };
+        match hit {
             Some((kind, detail)) => Err(ReadError::rebuild(kind, kpath, detail.as_deref())
                 .unwrap_or_else(|| ReadError::Io {
                     path: kpath.to_string(),
@@ -462,6 +537,14 @@ impl SysRoot {
         let comps = self.resolve(kpath, false)?;
         if self.recorded_error(kpath, &comps).is_err() {
             return Ok(FileKind::RecordedError);
+        }
+        if let Some(m) = &self.mem {
+            return match m.lstat(&comps) {
+                Ok(memory::Node::File(_)) => Ok(FileKind::File),
+                Ok(memory::Node::Dir(_)) => Ok(FileKind::Dir),
+                Ok(memory::Node::Link(_)) => Ok(FileKind::Symlink),
+                Err(e) => Err(ReadError::from_io(kpath, &e)),
+            };
         }
         let host = self.host_path(&comps);
         let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
@@ -504,17 +587,16 @@ impl SysRoot {
                 "." | "" => continue,
                 _ => done.push(c),
             }
-            let host = self.host_path(&done.join("/"));
-            let meta = fs::symlink_metadata(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-            if !meta.file_type().is_symlink() {
+            let Some(target) = self
+                .lstat_link(&done.join("/"))
+                .map_err(|e| ReadError::from_io(kpath, &e))?
+            else {
                 continue;
-            }
+            };
             hops += 1;
             if hops > MAX_LINK_HOPS {
                 return Err(ReadError::LinkLoop(kpath.to_string()));
             }
-            let target = fs::read_link(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
-            let target = target.to_string_lossy().into_owned();
             links.push((format!("/{}", done.join("/")), target.clone()));
             done.pop();
             if target.starts_with('/') {
@@ -529,6 +611,30 @@ impl SysRoot {
             );
         }
         Ok((format!("/{}", done.join("/")), links))
+    }
+
+    /// Whether the physical path `phys` is a link (lstat, then readlink): its target, or None.
+    fn lstat_link(&self, phys: &str) -> io::Result<Option<String>> {
+        if let Some(m) = &self.mem {
+            return match m.lstat(phys)? {
+                memory::Node::Link(t) => Ok(Some(t.clone())),
+                _ => Ok(None),
+            };
+        }
+        let host = self.host_path(phys);
+        if !fs::symlink_metadata(&host)?.file_type().is_symlink() {
+            return Ok(None);
+        }
+        Ok(Some(fs::read_link(&host)?.to_string_lossy().into_owned()))
+    }
+
+    /// Whether the resolved physical path `phys` is a directory (following a link on disk, as
+    /// `Path::is_dir` does; `phys` is resolved, so there is none to follow).
+    fn is_dir_phys(&self, phys: &str) -> bool {
+        match &self.mem {
+            Some(m) => m.is_dir(phys),
+            None => self.host_path(phys).is_dir(),
+        }
     }
 
     /// The path most recently handed to this reader: what a stalled discovery is stuck on.
@@ -757,13 +863,20 @@ impl SysRoot {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         };
+        if let Some(m) = &self.mem {
+            // A lookup in memory costs less than the cache would.
+            return match m.readlink(phys) {
+                Ok(t) => Ok(Some(t)),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+                Err(e) => Err(ReadError::from_io(kpath, &e)),
+            };
+        }
         if let Some(hit) = lock().get(phys) {
             return Ok(hit.clone());
         }
         // One readlink answers both questions: EINVAL is "present, not a link" (what an lstat
         // would say), any other error is what the lstat would have failed with.
-        let host = self.host_path(phys);
-        let target = match fs::read_link(&host) {
+        let target = match fs::read_link(self.host_path(phys)) {
             Ok(t) => Some(t.to_string_lossy().into_owned()),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
             Err(e) => return Err(ReadError::from_io(kpath, &e)),
@@ -827,8 +940,14 @@ impl SysRoot {
 
     /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
     /// a FIFO planted in a recorded tree cannot hang the open).
-    fn open_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<fs::File> {
+    fn open_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<Opened<'_>> {
         use std::os::fd::{AsRawFd, FromRawFd};
+        if let Some(m) = &self.mem {
+            let mut p = String::with_capacity(dir.len() + name.len() + 1);
+            p.push_str(dir);
+            push_comp(&mut p, name);
+            return m.open(&p).map(|b| Opened::Memory(io::Cursor::new(b)));
+        }
         let dirfd = match fd {
             Some(fd) => fd,
             None => self.dir_fd(dir)?,
@@ -872,13 +991,19 @@ impl SysRoot {
                 return Err(io::Error::last_os_error());
             }
             // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
-            Ok(unsafe { fs::File::from_raw_fd(fd) })
+            Ok(Opened::Disk(unsafe { fs::File::from_raw_fd(fd) }))
         })
     }
 
     /// The target of the link `name` inside the resolved directory `dir`.
     fn readlink_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<String> {
         use std::os::fd::AsRawFd;
+        if let Some(m) = &self.mem {
+            let mut p = String::with_capacity(dir.len() + name.len() + 1);
+            p.push_str(dir);
+            push_comp(&mut p, name);
+            return m.readlink(&p);
+        }
         let dirfd = match fd {
             Some(fd) => fd,
             None => self.dir_fd(dir)?,
@@ -954,8 +1079,11 @@ impl SysRoot {
     /// Open the file at `kpath` for reading: its directory resolved (memoised), the last
     /// component opened relative to a cached directory handle without following it; only when
     /// that component is itself a link (ELOOP) is it resolved inside the root.
-    fn open_file(&self, kpath: &str) -> Result<fs::File, ReadError> {
-        if !self.recorded.is_empty() {
+    fn open_file(&self, kpath: &str) -> Result<Opened<'_>, ReadError> {
+        if let Some(m) = &self.mem {
+            return self.open_in_memory(m, kpath);
+        }
+        if self.replays_errors() {
             // A bundle says the recorded machine gave an error here: give the same one.
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
             self.recorded_error(kpath, &self.resolve(kpath, true)?)?;
@@ -974,6 +1102,28 @@ impl SysRoot {
             }
             Err(e) => Err(ReadError::from_io(kpath, &e)),
         }
+    }
+
+    /// `open_file` in a tree held in memory: the same checks in the same order, and the same
+    /// outcome (the recorded error where the path leads, else the file, EISDIR, ENOENT or
+    /// ENOTDIR), without the directory handles a tree on disk needs.
+    fn open_in_memory<'m>(&self, m: &'m MemTree, kpath: &str) -> Result<Opened<'m>, ReadError> {
+        let loc = self.resolve(kpath, false)?;
+        self.recorded_error(kpath, &loc)?;
+        let full = if m.is_link(&loc) {
+            let full = self.resolve(kpath, true)?;
+            self.recorded_error(kpath, &full)?;
+            full
+        } else {
+            loc
+        };
+        if full.is_empty() {
+            // "/" names no file (as `resolve_dir` says on disk).
+            return Err(ReadError::BadPath(kpath.to_string()));
+        }
+        m.open(&full)
+            .map(|b| Opened::Memory(io::Cursor::new(b)))
+            .map_err(|e| ReadError::from_io(kpath, &e))
     }
 
     /// Count `n` bytes handed out of a recorded tree; past MAX_TREE_BYTES in all, an error
@@ -1135,7 +1285,7 @@ impl SysRoot {
     /// The target of a symlink, as written (the kernel writes relative targets).
     pub fn read_link(&self, kpath: &str) -> Result<String, ReadError> {
         self.note(kpath);
-        if !self.recorded.is_empty() {
+        if self.replays_errors() {
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
         }
         let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
@@ -1186,7 +1336,7 @@ impl SysRoot {
                 self.step(&mut base, &t, &mut pending, kpath, &mut hops)?;
             }
         }
-        if !self.host_path(&base).is_dir() {
+        if !self.is_dir_phys(&base) {
             return Err(ReadError::NotFound(kpath.to_string()));
         }
         Ok((format!("/{base}"), last))
@@ -1222,13 +1372,40 @@ impl SysRoot {
             };
             l.insert(kpath.to_string());
         }
-        if !self.recorded.is_empty() {
+        if self.replays_errors() {
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
         }
         let comps = self.resolve(kpath, true)?;
         self.recorded_error(kpath, &comps)?;
-        let host = self.host_path(&comps);
         let _reading = self.in_flight();
+        if let Some(m) = &self.mem {
+            let mut ents = m
+                .read_dir(&comps)
+                .map_err(|e| ReadError::from_io(kpath, &e))?;
+            ents.retain(|(name, _, _)| *name != KEEP_FILE);
+            if ents.len() > max {
+                return Err(Self::too_many(kpath, max));
+            }
+            let mut out = Vec::with_capacity(ents.len());
+            for (name, is_dir, is_symlink) in ents {
+                let is_dir = if is_symlink && kinds {
+                    let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
+                    self.resolve(&child, true)
+                        .map(|c| m.is_dir(&c))
+                        .unwrap_or(false)
+                } else {
+                    is_dir
+                };
+                out.push(Entry {
+                    name: name.to_string(),
+                    is_dir,
+                    is_symlink,
+                });
+            }
+            // Already sorted by name (the tree keeps its entries so).
+            return Ok(out);
+        }
+        let host = self.host_path(&comps);
         let rd = fs::read_dir(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         let mut out = Vec::new();
         for ent in rd {
@@ -1238,12 +1415,7 @@ impl SysRoot {
                 continue;
             }
             if out.len() >= max {
-                return Err(ReadError::Io {
-                    path: kpath.to_string(),
-                    message: format!(
-                        "more than {max} directory entries: refused (no real directory here has so many)"
-                    ),
-                });
+                return Err(Self::too_many(kpath, max));
             }
             let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
             let is_dir = if ft.is_symlink() && !kinds {
@@ -1265,6 +1437,16 @@ impl SysRoot {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// The refusal of a listing of more than `max` entries.
+    fn too_many(kpath: &str, max: usize) -> ReadError {
+        ReadError::Io {
+            path: kpath.to_string(),
+            message: format!(
+                "more than {max} directory entries: refused (no real directory here has so many)"
+            ),
+        }
     }
 
     /// Names in a directory (sorted); a missing directory is an empty list only when the caller
@@ -1293,7 +1475,10 @@ impl SysRoot {
             return true; // it existed on the recorded machine, it just could not be read
         }
         match self.resolve(kpath, true) {
-            Ok(c) => self.host_path(&c).exists(),
+            Ok(c) => match &self.mem {
+                Some(m) => m.exists(&c),
+                None => self.host_path(&c).exists(),
+            },
             Err(_) => false,
         }
     }

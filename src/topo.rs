@@ -215,7 +215,7 @@ pub struct SoftRdma {
 
 /// A NIC of an RDMA-capable family (`crate::nic`) on the PCI bus with no RDMA device: shown in
 /// the tree and the NIC table, left out of the matrix (nvidia-smi's rule: the matrix's NICs
-/// are RDMA devices) with a note, and judged by `rdma.driver` (issue 28).
+/// are RDMA devices) with a note, and judged by `rdma.driver`.
 #[derive(Debug, Clone, Serialize)]
 pub struct RdmalessNic {
     pub bdf: Bdf,
@@ -241,7 +241,7 @@ pub struct CloserNic {
 }
 
 /// An RDMA device whose hardware could not be read (its `device` link or `parent`): neither a
-/// NIC in the matrix nor software RDMA, and unknown to every NIC check (issue 21).
+/// NIC in the matrix nor software RDMA, and unknown to every NIC check.
 #[derive(Debug, Clone, Serialize)]
 pub struct UnresolvedRdma {
     pub rdma_device: String,
@@ -275,7 +275,7 @@ pub struct Closest {
     pub nics: Vec<String>,
     pub rdma_devices: Vec<String>,
     /// NICs without an RDMA device that are closer than `path` (or the closest, when no NIC
-    /// has an RDMA device), closest first (issue 28).
+    /// has an RDMA device), closest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub closer_without_rdma: Vec<CloserNic>,
 }
@@ -870,7 +870,7 @@ fn nics(
     (nics, software_rdma, unresolved)
 }
 
-/// Stage 4b: NICs of RDMA-capable families that no RDMA device points at (issue 28). Where an
+/// Stage 4b: NICs of RDMA-capable families that no RDMA device points at. Where an
 /// RDMA device's PCI function is unknown, or the devices could not be listed, each one's lack
 /// is unknown rather than a fact.
 fn rdmaless_nics(
@@ -1062,7 +1062,7 @@ pub fn build(inv: &Inventory) -> Topology {
         ends.iter().map(|(b, _, _)| affinity_of(b)).unzip();
 
     let mut closest_nics = closest_nics(&gpus, &nics, &paths);
-    // A NIC without an RDMA device closer than every NIC with one is named (issue 28): the
+    // A NIC without an RDMA device closer than every NIC with one is named: the
     // GPU's GPUDirect partner would be it, once its RDMA module is loaded.
     for c in &mut closest_nics {
         let Some(g) = gpus.iter().find(|g| g.label == c.gpu) else {
@@ -1205,6 +1205,7 @@ pub(crate) mod tests {
             rdma_class: Default::default(),
             net_class: Default::default(),
             kernel_log: Default::default(),
+            foreign_gdr: Default::default(),
         }
     }
 

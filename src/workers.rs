@@ -22,7 +22,7 @@ pub fn map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
 /// The CPUs this process may run on (sched_getaffinity(2)), counted once. Not
 /// `std::thread::available_parallelism`: that also reads the cgroup's CPU quota under
 /// /sys/fs/cgroup and /proc/self/cgroup on every call, and a replay of a bundle or recorded
-/// tree reads nothing of the host but the binary's own libraries (issue 22). A quota does not
+/// tree reads nothing of the host but the binary's own libraries. A quota does not
 /// bound this work anyway: its threads mostly wait on the kernel's reads.
 fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();

@@ -71,6 +71,10 @@ pub const CAPTURE: &[&str] = &[
     // Process names (gpu.fabric: is nv-fabricmanager running); read only on NVSwitch systems.
     // Only nv-fabricmanager's are kept (see ONLY_WITH).
     "/proc/*/comm",
+    // Who runs it (owner and program): kept only for the processes whose name was kept.
+    "/proc/*/status",
+    "/proc/*/cmdline",
+    "/proc/*/exe",
     "/proc/sys/kernel/osrelease",
 ];
 
@@ -196,6 +200,15 @@ pub struct Capture {
     pub truncated: bool,
     /// Device nodes, fifos and sockets recorded as empty files.
     pub special: usize,
+    /// (canonical directory, pattern, segments left) already expanded: links that lead into
+    /// one directory from many places (every device's `link/` pointing back at the bus
+    /// listing) expand it once, not once per link, which was quadratic in the links in time
+    /// and in the reader's log of the paths it was handed (gigabytes from a small bundle).
+    expanded: std::collections::HashSet<(String, usize, usize)>,
+    /// The pattern being expanded (an index into the list `run_patterns` was given).
+    pattern: usize,
+    /// Paths in `failures`, for a dedup that is not a search of them.
+    failed: BTreeSet<String>,
 }
 
 impl Capture {
@@ -211,7 +224,8 @@ impl Capture {
         progress: &mut dyn FnMut(usize),
     ) -> Capture {
         let mut c = Capture::default();
-        for p in patterns {
+        for (i, p) in patterns.iter().enumerate() {
+            c.pattern = i;
             let segs = parse_pattern(p);
             c.expand(sr, "/", &segs, 0, progress);
         }
@@ -231,7 +245,7 @@ impl Capture {
         if matches!(e, ReadError::NotFound(_)) {
             return;
         }
-        if self.failures.iter().any(|f| f.path == path) {
+        if !self.failed.insert(path.to_string()) {
             return;
         }
         self.failures.push(Failure {
@@ -250,6 +264,12 @@ impl Capture {
         progress: &mut dyn FnMut(usize),
     ) {
         if self.full() || depth > MAX_DEPTH {
+            return;
+        }
+        if !self
+            .expanded
+            .insert((dir.to_string(), self.pattern, segs.len()))
+        {
             return;
         }
         let Some((seg, rest)) = segs.split_first() else {
@@ -304,6 +324,16 @@ impl Capture {
             return;
         }
         self.wanted.insert(path.to_string());
+        // A process's owner and program only where its name was kept (gpu.fabric tells the
+        // fabric manager from a look-alike by them); no other process is recorded.
+        if ["/proc/*/status", "/proc/*/cmdline", "/proc/*/exe"]
+            .iter()
+            .any(|p| path_matches(p, path))
+            && let Some((dir, _)) = path.rsplit_once('/')
+            && !self.items.contains_key(&format!("{dir}/comm"))
+        {
+            return;
+        }
         let kind = match sr.kind_of(path) {
             Ok(k) => k,
             Err(e) => {

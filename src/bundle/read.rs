@@ -363,6 +363,9 @@ impl ScratchDir {
             getrandom::fill(&mut rnd).map_err(|e| io::Error::other(e.to_string()))?;
             let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
             let path = parent.join(format!("{prefix}{name}"));
+            // No signal's removal may fall between registering and creating it (it would run
+            // before the directory exists and leave it behind).
+            let _creating = crate::signals::hold();
             let registered = crate::signals::Temporary::new(path.clone(), true);
             match fs::DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {

@@ -41,7 +41,7 @@ fn sysfs_gpu_count(ctx: &Ctx) -> usize {
 /// Loaded when /proc/driver/nvidia/version holds an NVRM version line, or, where it does not
 /// (garbled, empty, unreadable), when the module lists show `nvidia`; not loaded only when the
 /// version file is absent and no list shows the module. Anything else is unknown: a version
-/// file that cannot be read or makes no sense never passes on its own (issue 21).
+/// file that cannot be read or makes no sense never passes on its own.
 pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
     let (sysfs_gpus, h) = (sysfs_gpu_count(ctx), &ctx.inv.host);
     let id = CheckId::DriverNvidiaLoaded;

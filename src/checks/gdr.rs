@@ -255,7 +255,7 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(cannot_judge(id, why));
         return;
     }
-    // A NIC that could not be placed may be some GPU's closest: unknown for it (issue 21).
+    // A NIC that could not be placed may be some GPU's closest: unknown for it.
     super::rdma::nic_gaps(ctx, id, out);
     let host_path = match memory_path(pm, db, crate::nic::GdrMemory::PeermemOrDmabuf) {
         Ok(Some(p)) => p,
@@ -266,7 +266,7 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
     for c in &t.closest_nics {
         let subject = c.gpu.clone();
         if c.rdma_devices.is_empty() {
-            // NICs there are, none with an RDMA device (issue 28).
+            // NICs there are, none with an RDMA device.
             if let Some(n) = c.closer_without_rdma.first() {
                 out.push(
                     Finding::new(id, subject, Status::Fail, format!(
@@ -435,6 +435,246 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
             "NCCL default GPUDirect RDMA level",
             crate::rdma::judge::gdr::NCCL_GDR_LEVEL_SOURCE,
         )));
+    }
+}
+
+/// What one side said of one part of a GPU's GPUDirect RDMA, for `gdr.nccl-agrees`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Comparison {
+    Agree,
+    Disagree,
+    /// gpudoctor's side is unknown (a fact the source does not carry, a model not in the table).
+    NotCompared,
+}
+
+/// What NCCL's `<gpu gdr>` means, for evidence (src/plugin/net.cc ncclGpuGdrSupport).
+const NCCL_GPU_GDR: &str = "NCCL >= 2.12 with a CUDA >= 11.3 driver writes CUDA's cudaDevAttrGPUDirectRDMASupported; older NCCL wrote whether registering GPU memory on the first NIC with NCCL_PTR_CUDA worked (src/plugin/net.cc ncclGpuGdrSupport; src/graph/topo.cc)";
+
+/// What NCCL's `<net gdr>` means, for evidence (src/graph/topo.cc ncclTopoPopulateNics).
+const NCCL_NET_GDR: &str = "the net plugin offers NCCL_PTR_CUDA (NET/IB: an nvidia-peermem version file exists) or NCCL_PTR_DMABUF with dma-buf enabled (src/graph/topo.cc ncclTopoPopulateNics)";
+
+/// gdr.nccl-agrees: where the source carries NCCL's own GPUDirect verdicts (an
+/// NCCL_TOPO_DUMP_FILE dump read with --from), NCCL's `<gpu gdr>` beside gpudoctor's GPU model
+/// verdict, and for each of the GPU's closest NICs NCCL's `<net gdr>` beside gpudoctor's memory
+/// path, with what each side's pair verdict comes to under NCCL's default GDR level. A
+/// disagreement warns: one of the two judges is wrong about this machine (gpudoctor's model
+/// table, the NCCL version or setup that wrote the file, a hand-edited file), and which one is
+/// for a person to tell; `gdr.path` stays the check that fails a machine without GPUDirect RDMA.
+pub(super) fn nccl_agrees(ctx: &Ctx, out: &mut Vec<Finding>) {
+    use crate::foreign::{ForeignGdr, ForeignVerdicts};
+    use crate::rdma::judge::gdr::{NCCL_RULES, nccl_default_gdr};
+    use crate::topo::gpu_model::GdrCapability;
+    let id = CheckId::GdrNcclAgrees;
+    let t = ctx.topo;
+    let (noun, verdicts) = match ctx.inv.foreign_gdr.as_ref() {
+        ForeignVerdicts::NotCarried(why) => {
+            out.push(Finding::new(id, "host", Status::Skip, why.clone()).not_applicable());
+            return;
+        }
+        ForeignVerdicts::Carried { noun, verdicts } => (*noun, verdicts),
+    };
+    let mut gpus: Vec<(crate::pci::Bdf, bool)> = verdicts
+        .iter()
+        .filter_map(|v| match v {
+            ForeignGdr::Gpu { gpu, gdr } => Some((*gpu, *gdr)),
+            ForeignGdr::Net { .. } => None,
+        })
+        .collect();
+    gpus.sort();
+    gpus.dedup_by_key(|(b, _)| *b);
+    if gpus.is_empty() {
+        out.push(
+            Finding::new(id, "host", Status::Skip, format!(
+                "the {noun} has no <gpu gdr> attribute (a hand-written NCCL_TOPO_FILE leaves it to NCCL, which fills it in at run time): no NCCL verdict to compare"
+            ))
+            .not_applicable(),
+        );
+        return;
+    }
+    let net_gdr = |name: &str| {
+        verdicts.iter().find_map(|v| match v {
+            ForeignGdr::Net { name: n, gdr, .. } if n == name => Some(*gdr),
+            _ => None,
+        })
+    };
+    let (pm, _) = peermem_facts(ctx);
+    let (db, _, _) = dmabuf_facts(ctx);
+    let zero_one = |b: bool| if b { "1" } else { "0" };
+    for (bdf, nccl_gpu) in gpus {
+        let Some(g) = t.gpu_at(bdf) else {
+            out.push(Finding::new(id, bdf.to_string(), Status::Skip, format!(
+                "NCCL recorded gdr={} for a GPU at {bdf}, but gpudoctor sees no NVIDIA GPU there (the {noun} does not give that <pci>'s class and vendor): not compared",
+                zero_one(nccl_gpu)
+            )));
+            continue;
+        };
+        let subject = g.label.clone();
+        let model = t.gpu_model(g);
+        let mut evs = vec![ev(
+            format!("{} NCCL <gpu gdr>", g.label),
+            format!("{} ({NCCL_GPU_GDR})", zero_one(nccl_gpu)),
+        )];
+        let ours = match model.gdr {
+            GdrCapability::Capable => "GPUDirect RDMA capable",
+            GdrCapability::NotCapable => {
+                "no GPUDirect RDMA (CUDA reports cudaDevAttrGPUDirectRDMASupported = 0 on GeForce/TITAN/CMP)"
+            }
+            GdrCapability::Unknown => "unknown (model not in gpudoctor's table)",
+        };
+        evs.push(ev(
+            format!("{} gpudoctor model", g.label),
+            format!("{} ({}): {ours}", model.name, model.basis),
+        ));
+        let gpu_cmp = match (model.gdr, nccl_gpu) {
+            (GdrCapability::Capable, true) | (GdrCapability::NotCapable, false) => {
+                Comparison::Agree
+            }
+            (GdrCapability::Unknown, _) => Comparison::NotCompared,
+            _ => Comparison::Disagree,
+        };
+        let mut reasons: Vec<String> = Vec::new();
+        match gpu_cmp {
+            Comparison::Disagree if nccl_gpu => reasons.push(format!(
+                "NCCL gives {} gdr=1 (CUDA said GPUDirect RDMA is supported) where gpudoctor's model table says {} cannot do it: the table is wrong for this part, or the file was edited",
+                g.label, model.name
+            )),
+            Comparison::Disagree => reasons.push(format!(
+                "NCCL gives {} gdr=0 where gpudoctor's model table says {} can do GPUDirect RDMA: CUDA reported it unsupported (a VM or vGPU that hides it, a driver that does not offer it), or the file comes from NCCL < 2.12 or a CUDA < 11.3 driver, where gdr=0 also meant no NIC took the GPU's memory (nvidia-peermem not loaded, no RDMA NIC), or the file was edited",
+                g.label, model.name
+            )),
+            _ => {}
+        }
+        let closest = t.closest_nics.iter().find(|c| c.gpu == g.label);
+        let mut nic_cmps: Vec<Comparison> = Vec::new();
+        let mut nic_unknown: Vec<String> = Vec::new();
+        for label in closest.map(|c| c.nics.as_slice()).unwrap_or(&[]) {
+            let Some(n) = t.nic(label) else {
+                continue;
+            };
+            let Some(nccl_net) = net_gdr(&n.rdma_device) else {
+                continue;
+            };
+            let gdr_memory = t
+                .device(n.bdf)
+                .and_then(|d| {
+                    let p = |s: &Option<String>| {
+                        s.as_deref()
+                            .and_then(|x| u16::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+                    };
+                    crate::nic::model(p(&d.vendor_id)?, p(&d.device_id)?)
+                })
+                .map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
+            let mem = memory_path(pm, db, gdr_memory);
+            let net_cmp = match (&mem, nccl_net) {
+                (Ok(Some(_)), true) | (Ok(None), false) => Comparison::Agree,
+                (Err(_), _) => Comparison::NotCompared,
+                _ => Comparison::Disagree,
+            };
+            if net_cmp == Comparison::Disagree {
+                reasons.push(format!(
+                    "NCCL gives {} gdr={} where gpudoctor finds {}",
+                    n.rdma_device,
+                    zero_one(nccl_net),
+                    match mem {
+                        Ok(Some(p)) => format!("the memory path {p}"),
+                        _ => "no memory path (neither nvidia-peermem nor dma-buf)".to_string(),
+                    }
+                ));
+            }
+            if net_cmp == Comparison::NotCompared {
+                nic_unknown.push(n.rdma_device.clone());
+            }
+            nic_cmps.push(net_cmp);
+            let c = closest.expect("a NIC label comes from this GPU's closest NICs");
+            let pcie = c.path.unwrap_or(crate::topo::PathType::SYS);
+            let level = nccl_default_gdr(pcie, model.c2c);
+            let nccl_pair = nccl_gpu && nccl_net && level.enabled;
+            let ours_pair = match (model.gdr, &mem) {
+                (GdrCapability::NotCapable, _) | (_, Ok(None)) => "no",
+                (GdrCapability::Unknown, _) | (_, Err(_)) => "unknown",
+                _ if !level.enabled => "no (beyond the default level)",
+                _ => "yes",
+            };
+            evs.push(ev(
+                format!("{}<->{}", g.label, n.rdma_device),
+                format!(
+                    "NCCL <net gdr>={} ({NCCL_NET_GDR}); gpudoctor memory path {}; {}; GPUDirect RDMA by default: NCCL's attributes {}, gpudoctor {ours_pair}",
+                    zero_one(nccl_net),
+                    match &mem {
+                        Ok(Some(p)) => (*p).to_string(),
+                        Ok(None) => "none".to_string(),
+                        Err(why) => format!("unknown ({why})"),
+                    },
+                    level.rule,
+                    if nccl_pair { "yes" } else { "no" },
+                ),
+            ));
+        }
+        let any_disagree =
+            gpu_cmp == Comparison::Disagree || nic_cmps.contains(&Comparison::Disagree);
+        let any_agree = gpu_cmp == Comparison::Agree || nic_cmps.contains(&Comparison::Agree);
+        let not_compared = if nic_unknown.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; NCCL's <net gdr> for {} not compared: gpudoctor's memory-path facts (nvidia-peermem, dma-buf) are unknown here",
+                nic_unknown.join(", ")
+            )
+        };
+        let f = if any_disagree {
+            Finding::new(id, subject, Status::Warn, format!(
+                "NCCL's GPUDirect verdict for {} disagrees with gpudoctor's: {}{not_compared}",
+                g.label,
+                reasons.join("; ")
+            ))
+            .fix(format!(
+                "Find which judge is wrong before trusting either: on the machine, check CUDA's cudaDevAttrGPUDirectRDMASupported for the GPU (`nvidia-smi -q` product name and brand), whether nvidia-peermem is loaded (`gpudoctor check` live: gdr.peermem, gdr.dmabuf) and which NCCL wrote the file (NCCL_DEBUG=INFO prints its version and \"GPU Direct RDMA Enabled/Disabled\" per NIC); gdr.path judges the machine as {NCCL_RULES} would"
+            ))
+        } else if gpu_cmp == Comparison::Agree {
+            Finding::new(
+                id,
+                subject,
+                Status::Pass,
+                format!(
+                    "NCCL's <gpu gdr>={} agrees with gpudoctor's model verdict for {} ({}){}{not_compared}",
+                    zero_one(nccl_gpu),
+                    g.label,
+                    model.name,
+                    if nic_cmps.contains(&Comparison::Agree) {
+                        ", and NCCL's <net gdr> with gpudoctor's memory path"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        } else if any_agree {
+            Finding::new(
+                id,
+                subject,
+                Status::Pass,
+                format!(
+                    "NCCL's <net gdr> agrees with gpudoctor's memory path for {}'s closest NIC; NCCL's <gpu gdr>={} not compared: {} ({}) is not in gpudoctor's GPU model table{not_compared}",
+                    g.label,
+                    zero_one(nccl_gpu),
+                    model.name,
+                    model.basis
+                ),
+            )
+        } else {
+            Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!(
+                    "NCCL recorded gdr={} for {}, but gpudoctor's verdict is unknown: {} ({}) is not in its GPU model table{not_compared}",
+                    zero_one(nccl_gpu),
+                    g.label,
+                    model.name,
+                    model.basis
+                ),
+            )
+        };
+        out.push(f.evidence(evs));
     }
 }
 

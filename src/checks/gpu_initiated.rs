@@ -1,5 +1,5 @@
 //! What GPU-initiated RDMA (level 4: a CUDA kernel posts mlx5 work requests and rings the
-//! doorbell itself, issue 10) needs from the host: `gdr.peer-mapping` (the NVIDIA driver's
+//! doorbell itself) needs from the host: `gdr.peer-mapping` (the NVIDIA driver's
 //! PeerMappingOverride registry key, which lets CUDA map the NIC's doorbell page for the GPU)
 //! and `rdma.mlx5dv` (the RDMA device is a ConnectX served by mlx5_core, and libmlx5's direct
 //! verbs load). Kept apart from gdr.rs and rdma.rs because both exist only for level 4.
@@ -50,7 +50,7 @@ pub(super) fn peer_mapping(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     }
     if ctx.topo.nics.is_empty() {
-        // No NIC seen: not applicable only when none can hide (issue 21).
+        // No NIC seen: not applicable only when none can hide.
         if !super::rdma::nic_gaps(ctx, id, out) {
             out.push(
                 Finding::new(
@@ -229,7 +229,7 @@ fn library_verdict(ctx: &Ctx, id: CheckId, subject: &str) -> Finding {
         .fix(FIX);
     }
     // Loading proves the library, not its entry points: a lookup never recorded (a libs.json
-    // written without it) is unknown, not a pass (issue 21).
+    // written without it) is unknown, not a pass.
     if !unrecorded.is_empty() {
         let what = format!("{} not recorded", unrecorded.join(", "));
         return Finding::new(

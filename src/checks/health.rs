@@ -1,4 +1,4 @@
-//! The everyday health checks operators already run (issue 25): RDMA port error counters and
+//! The everyday health checks operators already run: RDMA port error counters and
 //! link flaps (sysfs counters and the kernel log), NVRM Xid events (the kernel log), clock
 //! event reasons, NVLink error counters and NVSwitch fabric registration (the NVML snapshot).
 //!
@@ -611,7 +611,7 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             .collect();
         if active.is_empty() {
             // No active link read: not applicable only when the list itself was read; an
-            // unreadable list may hide active links (issue 21: absent is read, unreadable is
+            // unreadable list may hide active links (absent is read, unreadable is
             // unknown).
             let f = match n.nvlinks_unread() {
                 Some(why) => Finding::new(
@@ -804,6 +804,12 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
         let fm_ev = ev(
             "/proc/*/comm (nv-fabricmanage)",
             match fm {
+                Some(p) if p.is_empty() && !ctx.inv.host.fabric_manager_lookalikes.is_empty() => {
+                    format!(
+                        "not running (processes named like it are not the daemon: {})",
+                        ctx.inv.host.fabric_manager_lookalikes.join("; ")
+                    )
+                }
                 Some(p) if p.is_empty() => "not running".to_string(),
                 Some(p) => format!(
                     "running, pid {}",

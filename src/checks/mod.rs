@@ -119,6 +119,8 @@ catalog! {
         "dma-buf GPUDirect RDMA possible (open module, kernel >= 5.12, ibv_reg_dmabuf_mr)";
     GdrPath = "gdr.path", level 0, Fail, Run::Facts(gdr::path),
         "GPUDirect RDMA memory path for each GPU and its NIC";
+    GdrNcclAgrees = "gdr.nccl-agrees", level 0, Warn, Run::Facts(gdr::nccl_agrees),
+        "NCCL's own GPUDirect verdict in a topology dump agrees with gdr.path's";
     GdrPeerMapping = "gdr.peer-mapping", level 0, Warn, Run::Facts(gpu_initiated::peer_mapping),
         "NVIDIA driver allows mapping the NIC doorbell for the GPU (PeerMappingOverride=1)";
     PcieAcsRedirect = "pcie.acs-redirect", level 0, Fail, Run::Facts(pcie::acs_redirect),
@@ -299,6 +301,7 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
     out.extend(unidentified);
     debug_assert_sound(&out);
     sort_findings(&mut out);
+    fold_excess(&mut out);
     out
 }
 
@@ -317,6 +320,117 @@ fn sort_findings(out: &mut Vec<Finding>) {
         })
     });
     out.extend(keyed.into_iter().map(|(_, f)| f));
+}
+
+/// Findings kept per check and kind of subject; past it the rest are folded into one.
+pub const MAX_FINDINGS_PER_KIND: usize = 256;
+
+/// The kind of a subject, from a small fixed set (a hostile tree names its devices freely;
+/// the kinds must stay few so that the findings stay few).
+fn subject_kind(subject: &str) -> &'static str {
+    if subject.parse::<crate::pci::Bdf>().is_ok() {
+        "PCI functions"
+    } else if subject == "host" {
+        "host"
+    } else if subject.contains('-') {
+        "pairs"
+    } else if subject.contains('/') {
+        "ports"
+    } else if subject.starts_with("GPU") {
+        "GPUs"
+    } else if subject.starts_with("NIC") {
+        "NICs"
+    } else {
+        "devices"
+    }
+}
+
+/// Bound the findings by the checks, not by the input: past `MAX_FINDINGS_PER_KIND` findings
+/// of one check on one kind of subject (20,000 dangling PCI links gave 20,000 skips per check),
+/// the rest become one finding that says how many were folded and how they stood. The worst
+/// are kept (fail before warn before skip before pass), and the folded finding has the worst
+/// status of those it folds, so folding never hides a failure or turns an unknown into a pass.
+/// Order is kept.
+pub fn fold_excess(findings: &mut Vec<Finding>) {
+    use std::collections::BTreeMap;
+    let mut groups: BTreeMap<(CheckId, &'static str), Vec<usize>> = BTreeMap::new();
+    for (i, f) in findings.iter().enumerate() {
+        groups
+            .entry((f.id, subject_kind(&f.subject)))
+            .or_default()
+            .push(i);
+    }
+    let mut folded_at: Vec<Option<usize>> = vec![None; findings.len()];
+    let mut aggregates: Vec<(usize, Finding)> = Vec::new();
+    for ((id, kind), mut idx) in groups {
+        if idx.len() <= MAX_FINDINGS_PER_KIND {
+            continue;
+        }
+        // Worst first, then in report order; keep the first MAX.
+        idx.sort_by_key(|&i| (std::cmp::Reverse(findings[i].status), i));
+        let gone = idx.split_off(MAX_FINDINGS_PER_KIND);
+        let worst = gone
+            .iter()
+            .map(|&i| &findings[i])
+            .max_by_key(|f| f.status)
+            .expect("more than the cap were found");
+        let count = |s: Status| gone.iter().filter(|&&i| findings[i].status == s).count();
+        let tally: Vec<String> = [Status::Fail, Status::Warn, Status::Skip, Status::Pass]
+            .into_iter()
+            .map(|s| (s, count(s)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| format!("{n} {}", s.as_str()))
+            .collect();
+        let mut subjects: Vec<&str> = gone
+            .iter()
+            .take(8)
+            .map(|&i| findings[i].subject.as_str())
+            .collect();
+        if gone.len() > subjects.len() {
+            subjects.push("...");
+        }
+        let mut agg = Finding::new(
+            id,
+            format!("{} more {kind}", gone.len()),
+            worst.status,
+            format!(
+                "{} more findings on {kind} folded into this one ({}; at most {MAX_FINDINGS_PER_KIND} per check and kind of subject are listed); the worst: {}: {}",
+                gone.len(),
+                tally.join(", "),
+                worst.subject,
+                worst.message
+            ),
+        )
+        .with(ev("folded subjects", subjects.join(", ")));
+        agg.remediation = worst.remediation.clone();
+        if agg.status == Status::Skip {
+            // Unknown if any folded skip was unknown: folding never makes a gap look judged.
+            agg.skip = gone
+                .iter()
+                .filter_map(|&i| findings[i].skip)
+                .max_by_key(|k| (k.unjudged(), *k == SkipKind::Unknown));
+        }
+        let first = *gone.iter().min().expect("non-empty");
+        for &i in &gone {
+            folded_at[i] = Some(first);
+        }
+        aggregates.push((first, agg));
+    }
+    if aggregates.is_empty() {
+        return;
+    }
+    let mut agg_at: BTreeMap<usize, Finding> = aggregates.into_iter().collect();
+    let old = std::mem::take(findings);
+    for (i, f) in old.into_iter().enumerate() {
+        match folded_at[i] {
+            None => findings.push(f),
+            Some(first) => {
+                if let Some(a) = agg_at.remove(&first) {
+                    findings.push(a);
+                }
+            }
+        }
+    }
 }
 
 /// Every warn/fail carries a fix (debug builds and tests; a release build never panics on its

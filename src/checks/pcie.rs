@@ -553,7 +553,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
 fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
     let mut set = BTreeSet::new();
     for d in &ctx.topo.devices {
-        // A NIC without its RDMA device is still a NIC on the bus (issue 28).
+        // A NIC without its RDMA device is still a NIC on the bus.
         let is_nic = ctx.topo.nics.iter().any(|n| n.bdf == d.bdf)
             || ctx.topo.nics_without_rdma.iter().any(|n| n.bdf == d.bdf);
         if d.kind == DeviceKind::Gpu || is_nic {
@@ -830,7 +830,7 @@ fn each_endpoint(
             subjects.push((n.bdf, names.join("/"), true));
         }
     }
-    // A NIC without its RDMA device is still a NIC on the bus (issue 28).
+    // A NIC without its RDMA device is still a NIC on the bus.
     for n in &t.nics_without_rdma {
         if seen.insert(n.bdf) {
             subjects.push((n.bdf, "NIC without RDMA device".into(), true));

@@ -18,12 +18,12 @@ fn each_closest(
     }
     // A NIC that cannot be placed (its RDMA device's PCI function unknown, or the RDMA
     // devices unlisted) may be any GPU's closest: an unknown for each, beside the verdicts on
-    // the NICs that were placed (issue 21).
+    // the NICs that were placed.
     let gaps = super::rdma::nic_gaps(ctx, id, out);
     if t.nics.is_empty() {
         if id == CheckId::TopoGpuNicPairing && !t.nics_without_rdma.is_empty() {
             // NICs there are, but none with an RDMA device: each GPU's closest one is named
-            // (issue 28).
+            //.
             for c in &t.closest_nics {
                 let Some(n) = c.closer_without_rdma.first() else {
                     continue;

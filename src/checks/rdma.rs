@@ -18,7 +18,7 @@ pub fn roce_mtu(netdev_mtu: u32) -> u32 {
 /// One unknown skip of `id` for each gap in what is known about the NICs (an unreadable
 /// /sys/class/infiniband, an RDMA device whose PCI function could not be read); true when
 /// there was any. A NIC check calls this before judging, so that a NIC it cannot see is an
-/// unknown, never "no RDMA devices" (issue 21).
+/// unknown, never "no RDMA devices".
 pub(super) fn nic_gaps(ctx: &Ctx, id: CheckId, out: &mut Vec<Finding>) -> bool {
     let gaps = ctx.topo.nic_gaps();
     for (subject, why) in &gaps {
@@ -107,10 +107,18 @@ fn each_port(
 pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaPortState;
     each_port(ctx, id, out, |_r, p, subject, pdir, ll, out| {
-        // Text the kernel did not mean (Other) is not ACTIVE/LinkUp: the port fails, with the
-        // raw text as evidence.
-        let active = p.state_kind.map(|k| k == PortState::Active);
-        let up = p.phys_state_kind.map(|k| k == PhysState::LinkUp);
+        // Text that is not the kernel's exact form (Other) is unknown, like an unreadable file:
+        // it neither passes nor fails the port, unless the other file is a fact that fails it.
+        let active = p
+            .state_kind
+            .filter(|k| *k != PortState::Other)
+            .map(|k| k == PortState::Active);
+        let up = p
+            .phys_state_kind
+            .filter(|k| *k != PhysState::Other)
+            .map(|k| k == PhysState::LinkUp);
+        let not_kernel_text =
+            p.state_kind == Some(PortState::Other) || p.phys_state_kind == Some(PhysState::Other);
         let ib = p.link_layer_kind == Some(LinkLayer::InfiniBand);
         let evs = vec![
             ev(
@@ -134,7 +142,7 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
             ev(format!("{pdir}/link_layer"), ll.clone()),
         ];
         // Whether the LID matters hangs on the link layer, and an InfiniBand port's LID 0 fails:
-        // neither may be guessed (unreadable passed before, issue 21).
+        // neither may be guessed (unreadable passed before).
         let unread = |k: &str| {
             p.unread
                 .get(k)
@@ -189,7 +197,7 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
                 (Some(true), Some(true)) => out.push(
                     Finding::new(id, subject.clone(), Status::Pass, format!("ACTIVE, LinkUp, {} {ll}", p.rate.as_deref().unwrap_or("rate ?"))).evidence(evs),
                 ),
-                (Some(_), Some(_)) => out.push(
+                (Some(false), _) | (_, Some(false)) => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, format!(
                         "port not usable: state {}, physical state {}",
                         p.state.as_deref().unwrap_or("?"),
@@ -202,6 +210,11 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
                         "Check the cable, the switch port and the netdev (`ip link set <dev> up`); `ethtool <dev>` shows link and speed"
                     }),
                 ),
+                _ if not_kernel_text => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
+                    "port state not in the kernel's form (state '{}', physical state '{}'): unknown",
+                    p.state.as_deref().unwrap_or("?").chars().take(40).collect::<String>(),
+                    p.phys_state.as_deref().unwrap_or("?").chars().take(40).collect::<String>()
+                )).evidence(evs)),
                 _ => out.push(Finding::new(id, subject.clone(), Status::Skip, "port state unreadable").evidence(evs)),
             }
     });
@@ -292,7 +305,7 @@ pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
                     None => out.push(Finding::new(id, subject.clone(), Status::Skip, format!("{} MTU unreadable", nd.name))),
                 },
                 None => out.push(Finding::new(id, subject.clone(), Status::Skip, match inv.net_class.unreadable() {
-                    // Unknown, not absent: the netdevs could not be listed (issue 21).
+                    // Unknown, not absent: the netdevs could not be listed.
                     Some(why) => format!("no netdev found for this RoCE port: /sys/class/net could not be listed ({why})"),
                     None => "no netdev found for this RoCE port".to_string(),
                 })),
@@ -302,7 +315,7 @@ pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
 
 /// rdma.fw-consistency: one firmware version per NIC model. A NIC whose model or firmware
 /// cannot be read is unknown, and a model it may belong to is not said to run one firmware
-/// (the unread NIC may differ; issue 21).
+/// (the unread NIC may differ).
 pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaFwConsistency;
     let Some(pci_rdma) = pci_rdma_or_skip(ctx, id, out) else {
@@ -407,7 +420,7 @@ fn module_loaded(h: &crate::inventory::Host, name: &str) -> Option<bool> {
 
 /// rdma.driver: each NIC of an RDMA-capable family (`crate::nic`) on the PCI bus has its RDMA
 /// device; one without names the module that would provide it, whether that module is loaded,
-/// and the fix (issue 28). A recording with neither /sys/class/infiniband nor the module lists
+/// and the fix. A recording with neither /sys/class/infiniband nor the module lists
 /// cannot tell a missing module from one it did not capture: unknown.
 pub(super) fn driver(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaDriver;

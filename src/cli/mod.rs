@@ -14,6 +14,7 @@ pub use probe::{
 };
 pub use values::{
     ColorChoice, FleetFormat, FormatArg, GdrModeArg, GpuSideArg, NicHandlerArg, QueuePlaceArg,
+    TopoFormat,
 };
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
@@ -115,7 +116,8 @@ pub enum Command {
         /// Print one JSON document (schema gpudoctor.fleet/2); the same as --format json.
         #[arg(long, conflicts_with = "format")]
         json: bool,
-        /// Output format: table, json, md (Markdown for a ticket).
+        /// Output format: table, json, md (Markdown for a ticket), html (one self-contained
+        /// page).
         #[arg(long, value_enum, value_name = "FORMAT")]
         format: Option<FleetFormat>,
         /// A low bandwidth outlier (modified z < -3.5) is drained only when it is also more
@@ -179,6 +181,10 @@ pub struct TopoArgs {
     /// Print one JSON document (schema gpudoctor.topo/1).
     #[arg(long)]
     pub json: bool,
+    /// Output format: table, json, html (one self-contained page: the topology drawn and the
+    /// path matrix).
+    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "matrix"])]
+    pub format: Option<TopoFormat>,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -189,7 +195,8 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json, prometheus (node_exporter textfile collector), junit (CI
-    /// test reports), reason (one line naming what failed: a Slurm drain reason).
+    /// test reports), reason (one line naming what failed: a Slurm drain reason), html (one
+    /// self-contained page: verdict, findings, topology drawn, path matrix, bandwidth).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<FormatArg>,
     /// Exit 1 on warnings too.

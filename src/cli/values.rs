@@ -23,6 +23,8 @@ pub enum FleetFormat {
     Json,
     /// Markdown (for a ticket).
     Md,
+    /// One self-contained HTML page (for a ticket or an e-mail); nothing fetched.
+    Html,
 }
 
 /// How a report is printed (`config::OutputFormat` once resolved).
@@ -39,6 +41,20 @@ pub enum FormatArg {
     /// One line naming what failed, subject and observation (check only): a Slurm drain
     /// reason, a Node Problem Detector condition message.
     Reason,
+    /// One self-contained HTML page (check only): the verdict, the findings with their fixes,
+    /// the topology drawn, the path matrix and the measured bandwidth; nothing fetched.
+    Html,
+}
+
+/// How `topo` prints (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TopoFormat {
+    /// The PCIe tree, then GPU and NIC tables.
+    Table,
+    /// One JSON document (schema gpudoctor.topo/1).
+    Json,
+    /// One self-contained HTML page: the topology drawn and the path matrix; nothing fetched.
+    Html,
 }
 
 /// `--nic-handler`: who rings the doorbell after the kernel wrote the WQEs and the record.

@@ -21,8 +21,15 @@ pub(super) fn resolve(b: BundleArgs, env: &Env) -> Result<(Option<SourceArgs>, A
         (true, _) => Redaction::Off,
         (false, None) => Redaction::RandomKey,
         (false, Some(f)) => {
-            let text = std::fs::read_to_string(f).with_context(|| {
+            // A regular file only, capped (a key is a line): never a FIFO or /dev/zero.
+            let bytes = crate::bundle::read::read_regular(f, 64 << 10).with_context(|| {
                 format!("--redact-key-file {}: cannot read the key", f.display())
+            })?;
+            let text = String::from_utf8(bytes).with_context(|| {
+                format!(
+                    "--redact-key-file {}: cannot read the key: not UTF-8",
+                    f.display()
+                )
             })?;
             Redaction::SiteKey(
                 SiteKey::parse(&text)

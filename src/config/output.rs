@@ -13,6 +13,8 @@ pub enum TopoOutput {
     /// nvidia-smi's tab-separated layout.
     MatrixTsv,
     Json,
+    /// One self-contained HTML page.
+    Html,
 }
 
 /// How a report is printed.
@@ -29,6 +31,8 @@ pub enum OutputFormat {
     /// One line naming what failed, subject and observation (check only): a Slurm drain
     /// reason, a Node Problem Detector condition message.
     Reason,
+    /// One self-contained HTML page (check only).
+    Html,
 }
 
 impl From<FormatArg> for OutputFormat {
@@ -39,6 +43,7 @@ impl From<FormatArg> for OutputFormat {
             FormatArg::Prometheus => OutputFormat::Prometheus,
             FormatArg::Junit => OutputFormat::Junit,
             FormatArg::Reason => OutputFormat::Reason,
+            FormatArg::Html => OutputFormat::Html,
         }
     }
 }
@@ -62,6 +67,7 @@ impl From<OutputFormat> for Format {
             OutputFormat::Prometheus => Format::Prometheus,
             OutputFormat::Junit => Format::Junit,
             OutputFormat::Reason => Format::Reason,
+            OutputFormat::Html => Format::Html,
         }
     }
 }
@@ -73,6 +79,8 @@ pub enum FleetOutput {
     Json,
     /// Markdown (for a ticket).
     Markdown,
+    /// One self-contained HTML page.
+    Html,
 }
 
 impl FleetOutput {
@@ -82,6 +90,7 @@ impl FleetOutput {
             (_, Some(FleetFormat::Table)) => FleetOutput::Table,
             (_, Some(FleetFormat::Json)) => FleetOutput::Json,
             (_, Some(FleetFormat::Md)) => FleetOutput::Markdown,
+            (_, Some(FleetFormat::Html)) => FleetOutput::Html,
             (true, None) => FleetOutput::Json,
             (false, None) => FleetOutput::Table,
         }
@@ -94,6 +103,7 @@ impl From<FleetOutput> for Format {
             FleetOutput::Table => Format::Table,
             FleetOutput::Json => Format::Json,
             FleetOutput::Markdown => Format::Markdown,
+            FleetOutput::Html => Format::Html,
         }
     }
 }
@@ -106,14 +116,13 @@ pub fn json_or_table(json: bool) -> Format {
 /// A probe's `--json`/`--format`: table, json or prometheus.
 pub(super) fn probe_format(json: bool, format: Option<FormatArg>) -> Result<OutputFormat> {
     let f = OutputFormat::resolve(json, format);
-    if matches!(f, OutputFormat::Junit | OutputFormat::Reason) {
+    if matches!(
+        f,
+        OutputFormat::Junit | OutputFormat::Reason | OutputFormat::Html
+    ) {
         bail!(
             "--format {} is for `check` (probes print table, json or prometheus)",
-            if f == OutputFormat::Junit {
-                "junit"
-            } else {
-                "reason"
-            }
+            Format::from(f).as_str()
         );
     }
     Ok(f)

@@ -24,6 +24,8 @@ pub enum Format {
     Markdown,
     /// One line naming what failed (a Slurm drain reason).
     Reason,
+    /// One self-contained HTML page (inline SVG and CSS, nothing fetched).
+    Html,
 }
 
 impl Format {
@@ -35,6 +37,7 @@ impl Format {
             Format::Junit => "junit",
             Format::Markdown => "md",
             Format::Reason => "reason",
+            Format::Html => "html",
         }
     }
 }

@@ -16,6 +16,7 @@ pub fn exporter(format: Format, opts: ExportOptions) -> Box<dyn Exporter> {
         Format::Junit => Box::new(super::junit::Junit),
         Format::Markdown => Box::new(super::markdown::Markdown),
         Format::Reason => Box::new(super::reason::Reason),
+        Format::Html => Box::new(super::html::Html),
     }
 }
 

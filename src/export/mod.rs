@@ -8,6 +8,7 @@
 
 mod exporter;
 mod format;
+mod html;
 mod json;
 pub mod junit;
 mod markdown;

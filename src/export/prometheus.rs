@@ -216,8 +216,14 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
     family(
         &mut out,
         "gpudoctor_finding",
-        "One finding that is not a pass (always 1): a warning, a failure, or a skip of something that should have been judged (skip=\"unknown\"|\"not-root\"), with its fault class (category, action). GPU subjects carry DCGM exporter's labels (gpu, UUID, pci_bus_id) so that alerts join both. `gpudoctor explain CHECK` documents each check.",
+        "Findings that are not a pass (1, or how many findings share these labels): a warning, a failure, or a skip of something that should have been judged (skip=\"unknown\"|\"not-root\"), with its fault class (category, action). GPU subjects carry DCGM exporter's labels (gpu, UUID, pci_bus_id) so that alerts join both. `gpudoctor explain CHECK` documents each check.",
     );
+    // One series per label set (equal findings are counted, not repeated: a scrape refuses a
+    // duplicate series), and at most MAX_FINDING_SERIES per node: the rest are counted in
+    // gpudoctor_findings_not_listed.
+    let mut series: Vec<(Vec<(&str, String)>, usize)> = Vec::new();
+    let mut at: std::collections::HashMap<Vec<(&str, String)>, usize> = Default::default();
+    let mut not_listed = 0usize;
     for f in &r.checks {
         let unjudged = f.skip.filter(|k| k.unjudged());
         if f.status == Status::Pass || (f.status == Status::Skip && unjudged.is_none()) {
@@ -242,13 +248,108 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
             }
             l.push(("pci_bus_id", g.pci_bus_id.clone()));
         }
-        sample(&mut out, "gpudoctor_finding", &borrow(&l), 1.0);
+        if let Some(&i) = at.get(&l) {
+            series[i].1 += 1;
+        } else if series.len() < MAX_FINDING_SERIES {
+            at.insert(l.clone(), series.len());
+            series.push((l, 1));
+        } else {
+            not_listed += 1;
+        }
     }
+    for (l, n) in &series {
+        sample(&mut out, "gpudoctor_finding", &borrow(l), *n as f64);
+    }
+    if not_listed > 0 {
+        family(
+            &mut out,
+            "gpudoctor_findings_not_listed",
+            "Findings that are not a pass left out of gpudoctor_finding: a node reports at most that many series (the JSON report lists every finding).",
+        );
+        sample(
+            &mut out,
+            "gpudoctor_findings_not_listed",
+            &[],
+            not_listed as f64,
+        );
+    }
+    measured_series(r, &mut out);
     if all_series {
         check_state_sets(r, &mut out);
     }
     out
 }
+
+/// The bandwidth a probe finding measured (level 1: `probe.h2d`, `.d2h`, `.p2p`, `.nccl`) and
+/// the bar it was judged against, one series each per (check, subject), passes included, so a
+/// dashboard sees a link wear down before it fails. Nothing at level 0.
+fn measured_series(r: &CheckReport, out: &mut String) {
+    let found: Vec<(&crate::findings::Finding, f64, Option<f64>)> = r
+        .checks
+        .iter()
+        .filter_map(|f| measured(f).map(|(m, t)| (f, m, t)))
+        .collect();
+    if found.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "gpudoctor_measured_bandwidth_bytes_per_second",
+        "Median bandwidth a probe measured for one finding (decimal bytes per second, to 0.1 GB/s; the measurement it settled on where it measured again). `gpudoctor explain CHECK` documents each probe.",
+    );
+    for (f, m, _) in &found {
+        sample(
+            out,
+            "gpudoctor_measured_bandwidth_bytes_per_second",
+            &[("check", f.id.as_str()), ("subject", &f.subject)],
+            m * 1e9,
+        );
+    }
+    family(
+        out,
+        "gpudoctor_measured_threshold_bytes_per_second",
+        "The bandwidth that finding's measurement had to reach (decimal bytes per second; the JSON report's evidence says where the bar comes from).",
+    );
+    for (f, _, t) in &found {
+        if let Some(t) = t {
+            sample(
+                out,
+                "gpudoctor_measured_threshold_bytes_per_second",
+                &[("check", f.id.as_str()), ("subject", &f.subject)],
+                t * 1e9,
+            );
+        }
+    }
+}
+
+/// (median GB/s, threshold GB/s) from a probe finding's evidence: the probes' findings carry
+/// them as text only ("median 55.3 GB/s (min 55.1, max 55.4, n=20)", and "threshold":
+/// "50.4 GB/s (80% of ...)"). The last median is the one the measurement settled on (a
+/// remeasure's evidence follows the first reading's).
+fn measured(f: &crate::findings::Finding) -> Option<(f64, Option<f64>)> {
+    if !f.id.as_str().starts_with("probe.") {
+        return None;
+    }
+    let gbps = |v: &str| -> Option<f64> {
+        let (n, _) = v.split_once(" GB/s")?;
+        n.trim().parse::<f64>().ok().filter(|x| x.is_finite())
+    };
+    let median = f
+        .evidence
+        .iter()
+        .filter_map(|e| e.value.strip_prefix("median ").and_then(gbps))
+        .next_back()?;
+    let threshold = f
+        .evidence
+        .iter()
+        .find(|e| e.source == "threshold")
+        .and_then(|e| gbps(&e.value));
+    Some((median, threshold))
+}
+
+/// Series of `gpudoctor_finding` per node, and (check, subject)s of `--all-series`: a
+/// scrape of one node stays bounded whatever the report holds.
+pub const MAX_FINDING_SERIES: usize = 2000;
 
 /// Every (check, subject)'s state set (`--all-series`).
 fn check_state_sets(r: &CheckReport, out: &mut String) {
@@ -265,6 +366,7 @@ fn check_state_sets(r: &CheckReport, out: &mut String) {
         let k = (f.id.as_str(), f.subject.as_str());
         match worst.get_mut(&k) {
             Some(s) => *s = (*s).max(f.status),
+            None if order.len() >= MAX_FINDING_SERIES => {}
             None => {
                 worst.insert(k, f.status);
                 order.push(k);
@@ -601,6 +703,36 @@ mod tests {
         assert_eq!(number(25.5e9), "25500000000");
         assert_eq!(number(1.5), "1.5");
         assert_eq!(number(f64::NAN), "NaN");
+    }
+
+    /// The medians and thresholds read back from probe findings, probe.nccl's included; other
+    /// checks and evidence without a median give nothing.
+    #[test]
+    fn measured_bandwidth_from_evidence() {
+        use crate::findings::{CheckId, Finding, ev};
+        let copy = Finding::new(CheckId::ProbeH2d, "GPU0 (copy-engine)", Status::Warn, "x")
+            .with(ev(
+                "copy-engine x 268435456 B, CUDA events",
+                "median 41.0 GB/s (min 40.0, max 42.0, n=20)",
+            ))
+            .with(ev(
+                "copy-engine x 268435456 B, measured again (the first reading was below the bar)",
+                "median 52.5 GB/s (min 52.0, max 53.0, n=60)",
+            ))
+            .with(ev(
+                "threshold",
+                "50.4 GB/s (80% of PCIe Gen5 x16 = 63.0 GB/s)",
+            ));
+        assert_eq!(measured(&copy), Some((52.5, Some(50.4))));
+        let nccl =
+            Finding::new(CheckId::ProbeNccl, "nvlink (all_reduce)", Status::Pass, "x").with(ev(
+                "bus bandwidth, 5 warm-up + 20 x 10 iterations, CUDA events",
+                "median 350.2 GB/s (min 349.0, max 351.0, n=20)",
+            ));
+        assert_eq!(measured(&nccl), Some((350.2, None)));
+        let dmabuf = Finding::new(CheckId::ProbeDmabufExport, "GPU0", Status::Pass, "x")
+            .with(ev("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED", "true"));
+        assert_eq!(measured(&dmabuf), None);
     }
 
     #[test]

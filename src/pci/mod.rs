@@ -284,7 +284,7 @@ mod tests {
         assert_eq!(gen_from_speed("16.0 GT/s"), Some(4));
         assert_eq!(gen_from_speed("Unknown"), None);
         assert_eq!(gen_from_speed("3.0 GT/s"), None);
-        // Past what a device can report (issue 21): not a generation.
+        // Past what a device can report: not a generation.
         assert_eq!(gen_from_speed("128.0 GT/s PCIe"), None);
         assert_eq!(parse_width("16"), Some(16));
         assert_eq!(parse_width("12"), Some(12));

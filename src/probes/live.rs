@@ -456,7 +456,7 @@ fn gbps(bytes: u64, ms: f32) -> f64 {
 /// the end, as nvbandwidth keeps its stream busy: a host that waits for each copy before
 /// enqueueing the next leaves the link idle between samples, and a GPU's PCIe link and clocks
 /// leave their top state when idle. On the H100 VM the one-at-a-time loop measured medians of
-/// 36.5-48.4 GB/s where nvbandwidth measured 52-55 (issue 21).
+/// 36.5-48.4 GB/s where nvbandwidth measured 52-55.
 /// How many timed copies of `bytes` may be queued at once: about 2 GiB of copies, but never
 /// fewer than a default reading's samples (`DEFAULT_ITERS`: a default reading queues every copy
 /// up front, as level 1 always did, so its verdicts are measured exactly as before) and at most

@@ -1,5 +1,5 @@
 //! Level 4: `probe gpu-write-bw`, a CUDA kernel posting RDMA writes itself on an mlx5 QP
-//! (issue 10). This module decides, per GPU, whether the run can happen here and on which
+//!. This module decides, per GPU, whether the run can happen here and on which
 //! port and handler, and carries the report (schema `gpudoctor.gpu-write-bw/1`). The live run
 //! is the write-bw engine's loopback (level 3's GPU memory on both sides) with a different
 //! poster (`gpu_poster::GpuPoster`: mlx5dv_init_obj over the engine's QP and CQ, the queues
@@ -26,7 +26,7 @@ const LIBCUDA: &str = "libcuda.so.1";
 fn device_facts(m: &Machine, name: &str, port: u8) -> Option<DeviceFacts> {
     let d = m.inv.rdma.iter().find(|d| d.name == name)?;
     // An unresolved device (its `device` link unreadable) has neither: its driver is unknown,
-    // which `device_refusal` says (issue 21).
+    // which `device_refusal` says.
     let driver = d
         .bdf()
         .and_then(|b| m.topo.device(b).and_then(|x| x.driver.clone()));

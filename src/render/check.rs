@@ -24,6 +24,12 @@ pub struct TextStyle {
     pub color: bool,
 }
 
+thread_local! {
+    /// What `paint` writes for ESC while `check_text` lays the text out: a character the text
+    /// does not hold, turned into ESC once the recorded strings' controls are escaped.
+    static MARK: std::cell::Cell<char> = const { std::cell::Cell::new('\u{1b}') };
+}
+
 fn paint(s: &str, status: Status, color: bool) -> String {
     if !color {
         return s.to_string();
@@ -34,7 +40,8 @@ fn paint(s: &str, status: Status, color: bool) -> String {
         Status::Skip => "36",
         Status::Pass => "32",
     };
-    format!("\x1b[{code}m{s}\x1b[0m")
+    let esc = MARK.get();
+    format!("{esc}[{code}m{s}{esc}[0m")
 }
 
 fn word(status: Status) -> &'static str {
@@ -111,7 +118,35 @@ fn skipped_by_request(f: &Finding) -> bool {
     f.status == Status::Skip && f.original_status.is_some()
 }
 
+/// The check report as text. Recorded strings' control characters are shown escaped
+/// (`super::terminal`); gpudoctor's own colour is laid out with a mark the plain text does
+/// not hold (a private-use character), so that no recorded string can pass as it.
 pub fn check_text(r: &CheckReport, st: &TextStyle) -> String {
+    use super::terminal::escape_text;
+    let plain = check_text_laid_out(
+        r,
+        &TextStyle {
+            color: false,
+            ..*st
+        },
+    );
+    if !st.color {
+        return escape_text(&plain).into_owned();
+    }
+    let held: std::collections::BTreeSet<char> = plain
+        .chars()
+        .filter(|c| ('\u{e000}'..='\u{f8ff}').contains(c))
+        .collect();
+    let Some(mark) = ('\u{e000}'..='\u{f8ff}').find(|c| !held.contains(c)) else {
+        return escape_text(&plain).into_owned();
+    };
+    MARK.set(mark);
+    let coloured = check_text_laid_out(r, st);
+    MARK.set('\u{1b}');
+    escape_text(&coloured).replace(mark, "\u{1b}")
+}
+
+fn check_text_laid_out(r: &CheckReport, st: &TextStyle) -> String {
     let width = super::layout::width(st.width);
     let mut out = String::new();
     if !st.quiet {
@@ -322,14 +357,19 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
                 .iter()
                 .filter(|f| f.message.starts_with("not judged: time budget of"))
                 .count();
-            format!("time budget of {secs} s spent during {step}, {n} not judged; ")
+            super::terminal::escape(&format!(
+                "time budget of {secs} s spent during {step}, {n} not judged; "
+            ))
         }
         None => String::new(),
     };
     if r.status != Status::Fail {
         return format!("gpudoctor: {cut}{} ({counts})\n", r.status.as_str());
     }
-    let item = |f: &Finding, what: String| format!("{} {} {}", f.id, f.subject, what);
+    // Escaped before the length cap, so that the cap holds for what is shown.
+    let item = |f: &Finding, what: String| {
+        super::terminal::escape(&format!("{} {} {}", f.id, f.subject, what))
+    };
     let mut head = format!("gpudoctor: {cut}");
     let items: Vec<String> = if s.fail > 0 {
         r.checks
@@ -345,7 +385,10 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
     } else {
         // The gate decided: what it counted (warnings under --strict, unjudged skips under
         // --fail-on-skip).
-        head.push_str(&format!("gate: {}: ", r.gate.reasons.join(", ")));
+        head.push_str(&super::terminal::escape(&format!(
+            "gate: {}: ",
+            r.gate.reasons.join(", ")
+        )));
         r.checks
             .iter()
             .filter(|f| {

@@ -24,6 +24,22 @@ pub fn fleet_table(r: &FleetReport) -> String {
             st.join(", ")
         }
     );
+    if !r.unreadable.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nUnreadable ({}; each drains its node):",
+            super::layout::count(r.unreadable.len(), "report", "reports")
+        );
+        for u in &r.unreadable {
+            let _ = writeln!(s, "  {}: {}: {}", u.node, u.source, u.reason);
+        }
+    }
+    if !r.duplicates.is_empty() {
+        let _ = writeln!(s, "\nDuplicates (several documents of one node):");
+        for d in &r.duplicates {
+            let _ = writeln!(s, "  warning: {}", d.describe());
+        }
+    }
     let _ = writeln!(s, "\nGroups (compared within, never across):");
     for g in &r.groups {
         let _ = writeln!(

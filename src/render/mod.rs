@@ -9,16 +9,66 @@ use std::fmt::Write;
 
 mod check;
 mod fleet;
+pub mod html;
 pub mod layout;
 mod matrix;
 mod probe;
+pub mod terminal;
 mod write_bw;
 
 pub use check::{PIPE_WIDTH, REASON_MAX, TextStyle, check_text, reason};
-pub use fleet::{diff_table, fleet_markdown, fleet_table};
-pub use matrix::{topo_matrix, topo_matrix_tsv};
-pub use probe::table as probe_table;
-pub use write_bw::{gpu_write_bw_table, write_bw_table};
+
+// Every text renderer's output leaves through `terminal::escape_text`: recorded strings are
+// the node's and the fleet's, and their control characters must not drive the operator's
+// terminal (`check_text` and `reason` escape inside, where gpudoctor's own colour and the
+// reason's length cap are applied).
+fn shown(s: String) -> String {
+    match terminal::escape_text(&s) {
+        std::borrow::Cow::Borrowed(_) => s,
+        std::borrow::Cow::Owned(o) => o,
+    }
+}
+
+pub fn fleet_table(r: &crate::fleet::FleetReport) -> String {
+    shown(fleet::fleet_table(r))
+}
+
+pub fn fleet_markdown(r: &crate::fleet::FleetReport) -> String {
+    shown(fleet::fleet_markdown(r))
+}
+
+pub fn diff_table(d: &crate::fleet::DiffReport) -> String {
+    shown(fleet::diff_table(d))
+}
+
+pub fn topo_matrix(r: &TopoReport, width: usize) -> String {
+    shown(matrix::topo_matrix(r, width))
+}
+
+pub fn topo_matrix_tsv(r: &TopoReport) -> String {
+    shown(matrix::topo_matrix_tsv(r))
+}
+
+pub fn probe_table(r: &crate::probes::ProbeReport, style: Style) -> String {
+    shown(probe::table(r, style))
+}
+
+pub fn write_bw_table(r: &crate::rdma::report::write_bw::WriteBwReport, width: usize) -> String {
+    shown(write_bw::write_bw_table(r, width))
+}
+
+pub fn gpu_write_bw_table(
+    r: &crate::rdma::report::gpu_write_bw::GpuWriteBwReport,
+    width: usize,
+) -> String {
+    shown(write_bw::gpu_write_bw_table(r, width))
+}
+
+/// `gpudoctor topo`: the PCIe tree of every root complex holding a GPU, NIC or NVSwitch,
+/// then GPU and NIC tables.
+pub fn topo_tree(r: &TopoReport, style: Style) -> String {
+    shown(topo_tree_text(r, style))
+}
 
 /// How to lay out human tables.
 #[derive(Debug, Clone, Copy)]
@@ -74,9 +124,7 @@ fn numa_text(d: &Device) -> String {
     }
 }
 
-/// `gpudoctor topo`: the PCIe tree of every root complex holding a GPU, NIC or NVSwitch,
-/// then GPU and NIC tables.
-pub fn topo_tree(r: &TopoReport, style: Style) -> String {
+fn topo_tree_text(r: &TopoReport, style: Style) -> String {
     let t = &r.topology;
     let mut out = String::new();
     let _ = writeln!(out, "gpudoctor topo: {}", r.source.describe());
@@ -97,7 +145,7 @@ pub fn topo_tree(r: &TopoReport, style: Style) -> String {
             .or_default()
             .push(format!("{} {}{}", n.label, n.rdma_device, nd));
     }
-    // NICs without an RDMA device are NICs all the same (issue 28).
+    // NICs without an RDMA device are NICs all the same.
     for n in &t.nics_without_rdma {
         let nd = if n.netdevs.is_empty() {
             String::new()

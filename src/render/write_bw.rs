@@ -370,7 +370,7 @@ mod tests {
     use crate::rdma::request::write_bw::Plan;
 
     /// A full perftest-style sweep (2 B .. 8 MiB at 400 Gb/s, five repetitions) renders within
-    /// the width, every size on one line at 100 and 80 columns (issue 26: it was 142 columns,
+    /// the width, every size on one line at 100 and 80 columns (it was 142 columns,
     /// and a narrower terminal re-wrapped the rows), its columns wrapping their headers, never
     /// a number, below that.
     #[test]

@@ -6,7 +6,7 @@ use crate::inventory::Scope;
 use crate::probes::options::ProbeOptions;
 use crate::source::Source;
 use crate::source::SourceSpec;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::Path;
 
 pub fn write(
@@ -35,7 +35,8 @@ pub fn write(
     match output {
         None => Ok(Outcome::new(text, EXIT_OK)),
         Some(p) => {
-            std::fs::write(p, &text).with_context(|| format!("writing {}", p.display()))?;
+            // Replaces only a regular file (never through a symlink, never into a FIFO).
+            super::write_atomically("baseline -o", p, &text)?;
             Ok(Outcome::new(
                 crate::render::layout::fit(
                     &format!(

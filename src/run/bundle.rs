@@ -129,7 +129,21 @@ pub(super) fn make(
                 }
             }
         }
-        Err(e) => warnings.push(format!("the bundle just written does not replay: {e:#}")),
+        // A bundle that does not replay is no bundle: removed (while the path still holds
+        // the file written here), and the run fails.
+        Err(e) => {
+            use std::os::unix::fs::MetadataExt;
+            let ours = |m: &std::fs::Metadata| (m.dev(), m.ino());
+            if let (Ok(a), Ok(b)) = (w.file.metadata(), std::fs::symlink_metadata(output))
+                && ours(&a) == ours(&b)
+            {
+                let _ = std::fs::remove_file(output);
+            }
+            anyhow::bail!(
+                "the bundle just written to {} does not replay, removed: {e:#}",
+                output.display()
+            );
+        }
     }
     // Warnings go to stderr as they are found in other commands too; the summary is stdout.
     for w in &warnings {

@@ -193,9 +193,12 @@ fn finish(
 ) -> CheckReport {
     checks::debug_assert_sound(&findings);
     opts.overrides.apply(&mut findings);
+    checks::fold_excess(&mut findings);
     let mut r = CheckReport::new(source.info.clone(), opts.level, inv, findings);
     if let Some(t) = topo {
-        r = r.with_gpus(t);
+        r = r
+            .with_gpus(t)
+            .with_topology(TopoReport::new(source.info.clone(), inv, t.clone()));
     }
     if let Some(b) = budget {
         r = r.with_time_budget(b.seconds(), b.spent_during());
@@ -238,7 +241,7 @@ fn level2(
     let before = findings.len();
     for d in &inv.rdma {
         // Hardware unknown (its `device` link unreadable): whether a line rate applies (a NIC)
-        // or not (rxe) is unknown, so it is not planned (issue 21).
+        // or not (rxe) is unknown, so it is not planned.
         if let Some(why) = d.unresolved() {
             findings.push(Finding::new(
                 level2::ID,
@@ -572,12 +575,6 @@ fn nccl_level1(
 ) -> Result<(), CheckError> {
     use crate::nccl::live::LiveError;
     let id = CheckId::ProbeNccl;
-    if let Some(b) = budget
-        && b.spent_at(|| format!("an earlier step, before {id}"))
-    {
-        findings.push(Finding::new(id, "host", Status::Skip, b.reason()));
-        return Ok(());
-    }
     if topo.gpus.len() < 2 {
         let mut f = Finding::new(
             id,
@@ -590,6 +587,12 @@ fn nccl_level1(
         );
         f.skip = Some(SkipKind::NotApplicable);
         findings.push(f);
+        return Ok(());
+    }
+    if let Some(b) = budget
+        && b.spent_at(|| format!("an earlier step, before {id}"))
+    {
+        findings.push(Finding::new(id, "host", Status::Skip, b.reason()));
         return Ok(());
     }
     let report = if source.is_live() {

@@ -3,7 +3,7 @@
 use super::{EXIT_OK, Outcome, inventory};
 use crate::inventory::Scope;
 use crate::source::{Source, SourceSpec};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::Path;
 
 pub fn nccl_topo(spec: &SourceSpec, output: Option<&Path>) -> Result<Outcome> {
@@ -14,7 +14,8 @@ pub fn nccl_topo(spec: &SourceSpec, output: Option<&Path>) -> Result<Outcome> {
     match output {
         None => Ok(Outcome::new(text, EXIT_OK)),
         Some(p) => {
-            std::fs::write(p, &text).with_context(|| format!("writing {}", p.display()))?;
+            // Replaces only a regular file (never through a symlink, never into a FIFO).
+            super::write_atomically("export nccl-topo -o", p, &text)?;
             Ok(Outcome::new(
                 format!(
                     "wrote {} ({}, {})\n",

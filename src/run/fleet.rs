@@ -123,9 +123,25 @@ fn bandwidth_of(r: &ProbeReport, n: &mut NodeData) {
     }
 }
 
+/// A file given by name that is no gpudoctor document fleet compares: the command line is
+/// wrong (exit 2), unlike a report that is broken (one node's problem).
+#[derive(Debug)]
+struct Foreign(String);
+
+impl std::fmt::Display for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Foreign {}
+
 /// One file's contribution. `from_dir`: JSON that is not a gpudoctor document is skipped
 /// (a directory may hold other files); given by name it is an error.
-fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
+/// One input file as the nodes it describes: one for a node's report or bundle, every node of
+/// a cluster-wide `probe nccl --ranks` report, none for a file in a directory that is no
+/// gpudoctor document.
+fn read_docs(p: &Path, from_dir: bool) -> Result<Vec<NodeData>> {
     let mut n = NodeData {
         name: node_name(p),
         sources: vec![p.display().to_string()],
@@ -139,6 +155,8 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         };
         let r = super::check::check_report_from(&source, &opts)?;
         n.status = Some(r.status.as_str().to_string());
+        n.host = r.hostname.clone();
+        n.time = r.time.clone();
         n.findings = r
             .checks
             .iter()
@@ -161,7 +179,7 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
         n.shape = Some(crate::checks::baseline::capture(
             &inv, &topo, &probes, &n.name,
         ));
-        return Ok(Some(n));
+        return Ok(vec![n]);
     }
     let bytes = crate::bundle::read::read_regular(p, MAX_REPORT_BYTES)
         .with_context(|| format!("reading {}", p.display()))?;
@@ -175,6 +193,8 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
                 .with_context(|| format!("{}: malformed check report", p.display()))?;
             n.status = Some(r.status);
             n.findings = r.checks;
+            n.host = r.hostname;
+            n.time = r.time;
         }
         crate::report::PROBE_RUNS_SCHEMA | crate::probes::PROBE_SCHEMA => {
             // `probe ... --json` prints a `gpudoctor.probe-runs/1` envelope; older files hold
@@ -189,13 +209,14 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
                 .collect();
             if copies.is_empty() {
                 if from_dir {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 }
-                bail!(
+                return Err(Foreign(format!(
                     "{}: a probe report without copy-probe runs ({} of h2d, d2h, p2p or dmabuf-export): fleet compares those",
                     p.display(),
                     crate::probes::PROBE_SCHEMA
-                );
+                ))
+                .into());
             }
             for run in copies {
                 let r: ProbeReport = serde_json::from_value(run)
@@ -203,24 +224,87 @@ fn read_one(p: &Path, from_dir: bool) -> Result<Option<NodeData>> {
                 bandwidth_of(&r, &mut n);
             }
         }
+        crate::nccl::report::NCCL_SCHEMA => {
+            let r: crate::nccl::report::NcclReport = serde_json::from_value(v)
+                .with_context(|| format!("{}: malformed NCCL report", p.display()))?;
+            return Ok(nccl_nodes(&r, n));
+        }
         crate::checks::baseline::BASELINE_SCHEMA => {
             n.shape = Some(
                 crate::checks::baseline::Baseline::parse(&text)
                     .with_context(|| format!("{}", p.display()))?,
             );
         }
-        _ if from_dir => return Ok(None),
-        other => bail!(
-            "{}: not a gpudoctor check report, probe report, baseline or bundle (schema {:?})",
-            p.display(),
-            other
-        ),
+        _ if from_dir => return Ok(Vec::new()),
+        other => {
+            return Err(Foreign(format!(
+                "{}: not a gpudoctor check report, probe report, baseline or bundle (schema {:?})",
+                p.display(),
+                other
+            ))
+            .into());
+        }
     }
-    Ok(Some(n))
+    Ok(vec![n])
+}
+
+/// A `probe nccl --json` report as fleet's nodes: its NCCL bus bandwidth per configuration and
+/// collective (median at the judged size) with the bar it was judged against; a report of a run
+/// across nodes (`--ranks`) gives every node its own GPUs' timing, so that fleet names the slow
+/// node among its peers.
+fn nccl_nodes(r: &crate::nccl::report::NcclReport, n: NodeData) -> Vec<NodeData> {
+    let mut bars = BTreeMap::new();
+    for run in &r.runs {
+        for c in &run.collectives {
+            if let Some(t) = c.evaluation.threshold_gbps.filter(|t| t.is_finite()) {
+                bars.insert(format!("{} {}", run.name, c.collective.as_str()), t);
+            }
+        }
+    }
+    let id = |key: &str| format!("nccl {key}");
+    let Some(cluster) = &r.cluster else {
+        let mut n = n;
+        for run in &r.runs {
+            for c in &run.collectives {
+                let key = format!("{} {}", run.name, c.collective.as_str());
+                if let Some(m) = c
+                    .judged()
+                    .and_then(|j| crate::probes::median(&j.busbw_gbps))
+                {
+                    n.bandwidth_gbps.insert(id(&key), m);
+                    if let Some(t) = bars.get(&key) {
+                        n.floor_gbps.insert(id(&key), *t);
+                    }
+                }
+            }
+        }
+        return vec![n];
+    };
+    cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let mut d = NodeData {
+                name: node.node.clone(),
+                sources: n.sources.clone(),
+                host: node.hosts.first().cloned(),
+                ..Default::default()
+            };
+            for (key, gbps) in &node.busbw_gbps {
+                d.bandwidth_gbps.insert(id(key), *gbps);
+                if let Some(t) = bars.get(key) {
+                    d.floor_gbps.insert(id(key), *t);
+                }
+            }
+            d
+        })
+        .collect()
 }
 
 /// Read every input in parallel (reports are independent; parsing dominates), then merge the
-/// files of one node.
+/// files of one node. A file that cannot be read (truncated while its node wrote it, a
+/// damaged bundle) is that node's problem, named in the summary; every other node is still
+/// judged. Only a file given by name that is no gpudoctor document stops the run.
 pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
     let files = expand(inputs)?;
     let threads = std::thread::available_parallelism()
@@ -235,8 +319,17 @@ pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
                 s.spawn(move || -> Result<Vec<NodeData>> {
                     let mut v = Vec::new();
                     for (p, from_dir) in c {
-                        if let Some(n) = read_one(p, *from_dir)? {
-                            v.push(n);
+                        match read_docs(p, *from_dir) {
+                            Ok(nodes) => v.extend(nodes),
+                            Err(e) if e.downcast_ref::<Foreign>().is_some() => return Err(e),
+                            Err(e) => v.push(NodeData {
+                                name: node_name(p),
+                                unreadable: vec![(
+                                    p.display().to_string(),
+                                    format!("{e:#}").replace(&format!("{}: ", p.display()), ""),
+                                )],
+                                ..Default::default()
+                            }),
                         }
                     }
                     Ok(v)
@@ -251,39 +344,177 @@ pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
             })
             .collect()
     });
-    let mut by_name: BTreeMap<String, NodeData> = BTreeMap::new();
+    let mut docs: Vec<NodeData> = Vec::new();
     for part in parts {
-        for n in part? {
-            match by_name.get_mut(&n.name) {
-                None => {
-                    by_name.insert(n.name.clone(), n);
-                }
-                Some(m) => {
-                    m.sources.extend(n.sources);
-                    if n.status.is_some() {
-                        if m.status.is_some() {
-                            bail!(
-                                "two check reports for node {} ({}): one report per node",
-                                m.name,
-                                m.sources.join(", ")
-                            );
+        docs.extend(part?);
+    }
+    if docs.is_empty() {
+        bail!("no gpudoctor reports or bundles found in the inputs");
+    }
+    // One node per file name (`reports/NODE.json`, `NODE.h2d.json`, `NODE.tar.gz`): the
+    // hostname a report records is not used, as cloned images and recorded trees share one.
+    docs.sort_by(|a, b| a.sources.cmp(&b.sources));
+    let mut by_name: BTreeMap<String, Vec<NodeData>> = BTreeMap::new();
+    for d in docs {
+        by_name.entry(d.name.clone()).or_default().push(d);
+    }
+    Ok(by_name
+        .into_iter()
+        .map(|(name, docs)| merge(name, docs))
+        .collect())
+}
+
+/// Ordering of check statuses, worst last.
+fn status_rank(s: Option<&str>) -> u8 {
+    match s {
+        Some("pass") => 0,
+        Some("skip") => 1,
+        Some("warn") => 2,
+        Some("fail") => 3,
+        _ => 1,
+    }
+}
+
+/// Which of several documents of one kind to keep: the newest where every one says when its
+/// facts were read (RFC 3339 UTC, the same width: they compare as text) and no two say the
+/// same; otherwise the worst (the slow or failing one never loses silently). Returns the
+/// index and how it was chosen.
+fn pick(docs: &[&NodeData]) -> (usize, String) {
+    let times: Option<Vec<&str>> = docs.iter().map(|d| d.time.as_deref()).collect();
+    if let Some(t) = times {
+        let distinct: std::collections::BTreeSet<&str> = t.iter().copied().collect();
+        let same_form = t.iter().all(|x| x.len() == t[0].len() && x.ends_with('Z'));
+        if distinct.len() == t.len() && same_form {
+            let newest = (0..t.len()).max_by_key(|i| t[*i]).unwrap_or(0);
+            return (newest, format!("the newest, read at {}", t[newest]));
+        }
+    }
+    let worst = (0..docs.len())
+        .max_by_key(|i| {
+            (
+                status_rank(docs[*i].status.as_deref()),
+                std::cmp::Reverse(*i),
+            )
+        })
+        .unwrap_or(0);
+    (
+        worst,
+        "which is newer cannot be told from the reports' times: kept the worse".into(),
+    )
+}
+
+/// The files of one node as one NodeData. Two documents of one kind (check reports, shapes)
+/// are duplicates: one is kept (`pick`) and the others are named in `duplicates`; two readings
+/// of one probe measurement keep the slower, and say so.
+fn merge(name: String, docs: Vec<NodeData>) -> NodeData {
+    let source = |d: &NodeData| d.sources.join(", ");
+    let checks: Vec<&NodeData> = docs.iter().filter(|d| d.status.is_some()).collect();
+    let picked = (!checks.is_empty()).then(|| pick(&checks));
+    let mut n = NodeData {
+        name: name.clone(),
+        ..Default::default()
+    };
+    let kept_check = if let Some((i, why)) = picked {
+        if checks.len() > 1 {
+            n.duplicates.push(crate::fleet::Duplicate {
+                node: name.clone(),
+                kind: "check report".into(),
+                kept: source(checks[i]),
+                dropped: (0..checks.len())
+                    .filter(|j| *j != i)
+                    .map(|j| source(checks[j]))
+                    .collect(),
+                why,
+            });
+        }
+        Some(checks[i].sources.clone())
+    } else {
+        None
+    };
+    // A document whose check report lost is the older capture: none of it counts.
+    let live: Vec<&NodeData> = docs
+        .iter()
+        .filter(|d| d.status.is_none() || Some(&d.sources) == kept_check.as_ref())
+        .collect();
+    for d in &docs {
+        n.sources.extend(d.sources.iter().cloned());
+        n.unreadable.extend(d.unreadable.iter().cloned());
+    }
+    if let Some(k) = live.iter().find(|d| d.status.is_some()) {
+        n.status = k.status.clone();
+        n.findings = k.findings.clone();
+        n.host = k.host.clone();
+        n.time = k.time.clone();
+    }
+    let shapes: Vec<&NodeData> = live.iter().copied().filter(|d| d.shape.is_some()).collect();
+    if !shapes.is_empty() {
+        // The shape of the kept check report's bundle, else the newest (`pick`).
+        let (i, why) = match shapes.iter().position(|d| d.status.is_some()) {
+            Some(i) => (i, "the one of the kept check report".to_string()),
+            None => pick(&shapes),
+        };
+        if shapes.len() > 1 {
+            n.duplicates.push(crate::fleet::Duplicate {
+                node: name.clone(),
+                kind: "shape".into(),
+                kept: source(shapes[i]),
+                dropped: (0..shapes.len())
+                    .filter(|j| *j != i)
+                    .map(|j| source(shapes[j]))
+                    .collect(),
+                why,
+            });
+        }
+        n.shape = shapes[i].shape.clone();
+    }
+    let mut from: BTreeMap<String, String> = BTreeMap::new();
+    let mut clashes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for d in &live {
+        for (id, v) in &d.bandwidth_gbps {
+            let src = source(d);
+            match n.bandwidth_gbps.get(id) {
+                Some(old) => {
+                    let e = clashes.entry(id.clone()).or_default();
+                    if *v < *old || v.is_nan() {
+                        e.push(from[id].clone());
+                        n.bandwidth_gbps.insert(id.clone(), *v);
+                        from.insert(id.clone(), src.clone());
+                        if let Some(f) = d.floor_gbps.get(id) {
+                            n.floor_gbps.insert(id.clone(), *f);
                         }
-                        m.status = n.status;
-                        m.findings = n.findings;
+                    } else {
+                        e.push(src.clone());
                     }
-                    if n.shape.is_some() {
-                        m.shape = n.shape;
+                }
+                None => {
+                    n.bandwidth_gbps.insert(id.clone(), *v);
+                    from.insert(id.clone(), src);
+                    if let Some(f) = d.floor_gbps.get(id) {
+                        n.floor_gbps.insert(id.clone(), *f);
                     }
-                    m.bandwidth_gbps.extend(n.bandwidth_gbps);
-                    m.floor_gbps.extend(n.floor_gbps);
                 }
             }
         }
     }
-    if by_name.is_empty() {
-        bail!("no gpudoctor reports or bundles found in the inputs");
+    if !clashes.is_empty() {
+        let mut dropped: Vec<String> = clashes.values().flatten().cloned().collect();
+        dropped.sort();
+        dropped.dedup();
+        let mut kept: Vec<String> = clashes.keys().map(|id| from[id].clone()).collect();
+        kept.sort();
+        kept.dedup();
+        n.duplicates.push(crate::fleet::Duplicate {
+            node: name,
+            kind: "probe measurements".into(),
+            kept: kept.join(", "),
+            dropped,
+            why: format!(
+                "{} measured in more than one file, no time to tell them apart: kept the slower of each",
+                crate::words::count(clashes.len(), "measurement", "measurements")
+            ),
+        });
     }
-    Ok(by_name.into_values().collect())
+    n
 }
 
 pub fn fleet(
@@ -297,14 +528,33 @@ pub fn fleet(
         expect: Vec::new(),
     };
     for p in expect {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        // As `check --expect`: a regular file only, capped, never a blocking open.
+        let bytes = crate::bundle::read::read_regular(p, MAX_REPORT_BYTES)
+            .with_context(|| format!("--expect {}: cannot read", p.display()))?;
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("--expect {}: not UTF-8", p.display()))?;
         let b = crate::checks::baseline::Baseline::parse(&text)
             .with_context(|| format!("{}", p.display()))?;
         opts.expect.push((node_name(p), b));
     }
     let nodes = load(inputs)?;
     let r = fleet::summarize(&nodes, &opts);
+    // Said on stderr too, whatever the format: a report that lost or could not be read must
+    // not go unnoticed in a pipeline that only keeps the JSON.
+    for d in &r.duplicates {
+        eprintln!(
+            "gpudoctor: warning: {}",
+            crate::render::terminal::escape(&d.describe())
+        );
+    }
+    for u in &r.unreadable {
+        eprintln!(
+            "gpudoctor: warning: node {}: unreadable report {}: {}",
+            crate::render::terminal::escape(&u.node),
+            crate::render::terminal::escape(&u.source),
+            crate::render::terminal::escape(&u.reason)
+        );
+    }
     let code = if r.drain.is_empty() {
         EXIT_OK
     } else {
@@ -320,7 +570,15 @@ pub fn fleet(
 
 pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
     let one = |p: &Path| -> Result<NodeData> {
-        read_one(p, false)?.with_context(|| format!("{}: nothing to compare", p.display()))
+        let mut nodes = read_docs(p, false)?;
+        match nodes.len() {
+            1 => Ok(nodes.remove(0)),
+            0 => bail!("{}: nothing to compare", p.display()),
+            k => bail!(
+                "{}: a report of {k} nodes (a run across nodes): diff compares one node; give it to fleet",
+                p.display()
+            ),
+        }
     };
     let (na, nb) = (one(a)?, one(b)?);
     // Two bundles: B judged against A's shape, by PCI position.

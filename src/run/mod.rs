@@ -85,6 +85,7 @@ fn inventory_within(
         if scope == Scope::Checks {
             inv.kernel_log = source.kernel_log();
         }
+        inv.foreign_gdr = source.foreign_gdr.clone();
         inv
     });
     r.map(Waited::Done).map_err(|e| match e {
@@ -306,6 +307,7 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
                     TopoOutput::Matrix => render::topo_matrix(&r, render::layout::width(cfg.width)),
                     TopoOutput::MatrixTsv => render::topo_matrix_tsv(&r),
                     TopoOutput::Json => export(Format::Json, text, "the topology", |e| e.topo(&r))?,
+                    TopoOutput::Html => export(Format::Html, text, "the topology", |e| e.topo(&r))?,
                 },
                 EXIT_OK,
             ))
@@ -426,7 +428,9 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
             let mut names = Vec::new();
             for (name, bytes) in crate::cli::man_pages().context("rendering man pages")? {
                 let p = dir.join(&name);
-                std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
+                // Replaces only a regular file (never through a symlink, never into a FIFO).
+                let text = String::from_utf8(bytes).context("rendering man pages")?;
+                write_atomically("man DIR", &p, &text)?;
                 names.push(name);
             }
             Ok(Outcome::new(

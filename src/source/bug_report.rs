@@ -277,7 +277,8 @@ fn kernel_messages(
         return None;
     }
     let mut out = dmesg.unwrap_or_default();
-    let xid_text = |l: &str| l.find("NVRM: Xid").map(|i| l[i..].to_string());
+    // The kernel's own Xid records only (a user's syslog line or segfault record is none).
+    let xid_text = |l: &str| crate::kmsg::xid(&crate::kmsg::from_log_line(0, l)).map(|x| x.text);
     let mut in_dmesg: HashMap<String, usize> = HashMap::new();
     for l in &out {
         if let Some(x) = xid_text(l) {

@@ -125,6 +125,9 @@ pub struct Source {
     pub hostname: Option<String>,
     /// When the facts were read (UTC, RFC 3339): now, or the recording's time.
     pub time: Option<String>,
+    /// Another tool's GPUDirect verdicts the source carries (NCCL's `gdr` attributes of an NCCL
+    /// topology XML read with --from), handed to the inventory for `gdr.nccl-agrees`.
+    pub foreign_gdr: Arc<record::ForeignVerdicts>,
 }
 
 impl Source {
@@ -158,6 +161,7 @@ impl Source {
                     info: SourceInfo::Live,
                     hostname,
                     time: Some(bundle::rfc3339(now)),
+                    foreign_gdr: not_carried(OWN_SOURCES),
                 })
             }
             SourceSpec::Root(dir) => {
@@ -175,6 +179,7 @@ impl Source {
                     },
                     hostname: manifest.as_ref().and_then(|m| m.host.clone()),
                     time: manifest.and_then(|m| m.created),
+                    foreign_gdr: not_carried(OWN_SOURCES),
                 })
             }
             SourceSpec::From { path, format } => Self::open_record(spec, path, *format),
@@ -186,8 +191,8 @@ impl Source {
         }
     }
 
-    /// A record in another format: parsed, written as a recorded tree (see `synth`) and
-    /// opened like one, with what the format does not carry replayed as unreadable.
+    /// A record in another format: parsed, laid out as a recorded tree in memory (see `synth`)
+    /// and read like one, with what the format does not carry replayed as unreadable.
     fn open_record(
         spec: &SourceSpec,
         path: &Path,
@@ -212,16 +217,17 @@ impl Source {
                 rec.format.article_name()
             );
         }
-        let w = synth::write(&rec)
-            .with_context(|| format!("{label}: writing its facts into a temporary tree"))?;
-        let sr = SysRoot::at(w.dir.path())
-            .with_context(|| label.clone())?
-            .with_recorded_errors(w.errors);
+        let w = synth::build(&rec)
+            .with_context(|| format!("{label}: laying out its facts as a tree"))?;
+        // Served from memory: nothing is written to disk, whatever the temporary directory is.
+        let shown = PathBuf::from(format!("{} (in memory)", path.display()));
+        let sr = SysRoot::in_memory(w.tree, shown);
+        let foreign_gdr = Arc::new(record::ForeignVerdicts::of_record(&rec));
         let mut notes = rec.notes;
         notes.extend(w.notes);
         Ok(Source {
             spec: spec.clone(),
-            sysroot: Arc::new(sr.holding(w.dir)),
+            sysroot: Arc::new(sr),
             nvml: w.nvml.into(),
             libs: LibFacts::unavailable(&rec.format.not_carried()),
             kernel_log: Arc::new(w.kernel_log).into(),
@@ -233,6 +239,7 @@ impl Source {
             },
             hostname: rec.hostname,
             time: None,
+            foreign_gdr,
         })
     }
 
@@ -263,6 +270,7 @@ impl Source {
             },
             hostname: manifest.as_ref().and_then(|m| m.host.clone()),
             time: manifest.and_then(|m| m.created),
+            foreign_gdr: not_carried(OWN_SOURCES),
         })
     }
 
@@ -275,6 +283,17 @@ impl Source {
     pub fn recorded_document(&self, file: &str) -> Result<Option<Vec<u8>>> {
         recorded_document_in(&self.sysroot, file)
     }
+}
+
+/// gpudoctor's own sources, named alike so that a bundle replays with the words of the live
+/// run it was captured from.
+const OWN_SOURCES: &str = "the live system, a recorded tree or a bundle";
+
+/// Why a source of gpudoctor's own carries no NCCL verdict.
+fn not_carried(what: &str) -> Arc<record::ForeignVerdicts> {
+    Arc::new(record::ForeignVerdicts::NotCarried(format!(
+        "{what} carry no NCCL GPUDirect verdict (an NCCL_TOPO_DUMP_FILE dump read with --from does)"
+    )))
 }
 
 /// Largest record file read (compressed or not), and the most its gzip may expand to: the

@@ -165,17 +165,31 @@ pub struct GpuRecord {
     pub numa_node_id: Option<u32>,
 }
 
-/// Someone else's GPUDirect verdict carried by the record (NCCL's `gdr` attributes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ForeignGdr {
-    /// `<gpu gdr="0|1">`: NCCL's view of whether this GPU supports GPUDirect RDMA.
-    Gpu { gpu: Bdf, gdr: bool },
-    /// `<net name=".." gdr="0|1">`: the net plugin's view of the NIC port.
-    Net {
-        nic: Option<Bdf>,
-        name: String,
-        gdr: bool,
-    },
+pub use crate::foreign::{ForeignGdr, ForeignVerdicts};
+
+impl ForeignVerdicts {
+    /// What a parsed record hands on: NCCL's verdicts for an NCCL topology XML, none for the
+    /// formats that have no such attribute.
+    pub fn of_record(rec: &MachineRecord) -> Self {
+        match rec.format {
+            Format::Nccl => ForeignVerdicts::Carried {
+                noun: rec.format.noun(),
+                verdicts: rec.foreign_gdr.clone(),
+            },
+            other => ForeignVerdicts::NotCarried(format!(
+                "{} carries no NCCL GPUDirect verdict (only an NCCL topology XML has gdr attributes)",
+                capitalized(other.article_name())
+            )),
+        }
+    }
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
 }
 
 /// Everything a record says about one machine.

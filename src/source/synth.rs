@@ -1,9 +1,10 @@
 //! A `MachineRecord` (what an nvidia-bug-report log, lspci text, hwloc XML or NCCL topology
-//! file says) written out as the recorded tree a bundle replays: `sys/` with each PCI function
+//! file says) built as the recorded tree a bundle replays, held in memory: `sys/` with each PCI function
 //! at its place under its root complex, `proc/` with the kernel files the record carries, and
 //! the NVML snapshot and kernel log the record carries (handed to the source as they are, as a
-//! bundle's nvml.json and kmsg.json would be). The tree is then read by the one re-rootable
-//! reader like any other, so inventory, topology, checks and exports need nothing of their own.
+//! bundle's nvml.json and kmsg.json would be). The reader is then rooted at the tree in memory
+//! (`SysRoot::in_memory`) and reads it like any other, so inventory, topology, checks and
+//! exports need nothing of their own, and nothing is written to disk.
 //!
 //! What the record does not carry is never left as a plain missing file (which the reader
 //! would report as "not present", and some checks read as "absent"): each such kernel path is
@@ -11,17 +12,16 @@
 //! errors of the machine it came from. Only a fact the format carries may read as absent
 //! (a function lspci shows without a driver has none).
 //!
-//! This module writes only inside the temporary directory it creates (removed with the
-//! reader); it must not judge and must not read anything but the record.
+//! This module writes nothing to any filesystem; it must not judge and must not read anything
+//! but the record.
 
 use super::record::{Format, FunctionRecord, MachineRecord};
 use crate::kmsg::KernelLog;
 use crate::nvml::{NvmlGpu, NvmlLink, NvmlSnapshot};
 use crate::pci::Bdf;
+use crate::sysroot::{DirHandle, MemTree};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
 use std::io;
-use std::path::PathBuf;
 
 /// Deepest PCI chain followed (a real one is under ten bridges; a record with a parent loop or
 /// absurd depth is cut here, with a note).
@@ -69,11 +69,11 @@ fn pci_attributes() -> BTreeSet<String> {
     names
 }
 
-/// A written tree and what the reader must replay as unreadable.
+/// A built tree (with what the reader must replay as unreadable) and what goes with it.
 pub struct Written {
-    pub dir: tempfile::TempDir,
-    /// Canonical kernel path -> (ReadError kind, detail), as a bundle manifest records them.
-    pub errors: BTreeMap<String, (String, Option<String>)>,
+    /// The kernel's layout of what the record carries, and an "io" error naming the format
+    /// at each path the checks read that it does not carry: for `SysRoot::in_memory`.
+    pub tree: MemTree,
     /// What could not be placed (a function whose parent is missing, a loop), said once each.
     pub notes: Vec<String>,
     /// NVML's view as far as the record carries it.
@@ -83,50 +83,23 @@ pub struct Written {
 }
 
 struct Tree {
-    root: PathBuf,
-    errors: BTreeMap<String, (String, Option<String>)>,
+    mem: MemTree,
     reason: String,
-    /// Directories already made: a record of thousands of functions writes a dozen files into
-    /// each of thousands of directories, and a mkdir per file is most of the cost on a disk.
-    made: BTreeSet<PathBuf>,
 }
 
 impl Tree {
-    fn host(&self, kpath: &str) -> PathBuf {
-        self.root.join(kpath.trim_start_matches('/'))
-    }
-
-    fn make_dir(&mut self, d: PathBuf) -> io::Result<()> {
-        if !self.made.contains(&d) {
-            fs::create_dir_all(&d)?;
-            self.made.insert(d);
-        }
-        Ok(())
-    }
-
-    fn make_parent(&mut self, p: &std::path::Path) -> io::Result<()> {
-        match p.parent() {
-            Some(d) => self.make_dir(d.to_path_buf()),
-            None => Ok(()),
-        }
-    }
-
     fn file(&mut self, kpath: &str, text: &[u8]) -> io::Result<()> {
-        let p = self.host(kpath);
-        self.make_parent(&p)?;
-        fs::write(p, text)
+        self.mem.file(kpath, text)
     }
 
     fn dir(&mut self, kpath: &str) -> io::Result<()> {
-        let d = self.host(kpath);
-        self.make_dir(d)
+        self.mem.dir(kpath)
     }
 
-    /// An absolute link (the reader takes absolute targets relative to the root).
+    /// An absolute link (the reader takes absolute targets relative to the root); the first
+    /// link made under a name is kept.
     fn link(&mut self, kpath: &str, target: &str) -> io::Result<()> {
-        let p = self.host(kpath);
-        self.make_parent(&p)?;
-        match std::os::unix::fs::symlink(target, &p) {
+        match self.mem.link(kpath, target) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
             r => r,
         }
@@ -136,13 +109,16 @@ impl Tree {
     /// consults recorded errors once the path's directory resolves, so only the directory is
     /// made, never a placeholder file.
     fn not_carried(&mut self, kpath: &str) -> io::Result<()> {
-        let p = self.host(kpath);
-        self.make_parent(&p)?;
-        self.errors.insert(
-            kpath.to_string(),
-            ("io".to_string(), Some(self.reason.clone())),
-        );
-        Ok(())
+        self.mem.unreadable(kpath, "io", Some(&self.reason))
+    }
+
+    /// `not_carried` of `dir/name` for each of `names` (a function's or device's attributes).
+    fn not_carried_in<'n>(
+        &mut self,
+        dir: &DirHandle,
+        names: impl IntoIterator<Item = &'n str>,
+    ) -> io::Result<()> {
+        self.mem.unreadable_at(dir, names, "io", Some(&self.reason))
     }
 }
 
@@ -209,17 +185,13 @@ fn placements(functions: &[FunctionRecord], notes: &mut Vec<String>) -> BTreeMap
     out
 }
 
-/// Write `rec` as a recorded tree in a new temporary directory.
-pub fn write(rec: &MachineRecord) -> io::Result<Written> {
-    let dir = tempfile::Builder::new()
-        .prefix("gpudoctor-from-")
-        .tempdir()?;
+/// Build `rec` as a recorded tree in memory. Fails only where a filesystem would refuse the
+/// tree (a name with a NUL byte or longer than NAME_MAX, one entry over another).
+pub fn build(rec: &MachineRecord) -> io::Result<Written> {
     let format = rec.format;
     let mut t = Tree {
-        root: dir.path().to_path_buf(),
-        errors: BTreeMap::new(),
+        mem: MemTree::new(),
         reason: format.not_carried(),
-        made: BTreeSet::new(),
     };
     let mut notes = Vec::new();
     // Duplicate addresses: the first one wins (a record listing one function twice).
@@ -265,12 +237,12 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
     t.not_carried("/sys/class/infiniband_verbs")?;
     for f in &functions {
         let d = &places[&f.bdf];
-        t.dir(d)?;
+        let dh = t.mem.dir_handle(d)?;
         t.link(&format!("/sys/bus/pci/devices/{}", f.bdf), d)?;
         let mut written: BTreeSet<&str> = BTreeSet::new();
         let mut put = |t: &mut Tree, name: &'static str, text: &[u8]| -> io::Result<()> {
             written.insert(name);
-            t.file(&format!("{d}/{name}"), text)
+            t.mem.file_at(&dh, name, text)
         };
         if let Some(v) = f.class {
             put(&mut t, "class", hex_attr(v, 6).as_bytes())?;
@@ -354,19 +326,20 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
                 &format!("/sys/bus/pci/devices/{pf}"),
             )?;
         }
-        for name in &attrs {
-            if !written.contains(name.as_str()) {
-                t.not_carried(&format!("{d}/{name}"))?;
-            }
-        }
+        let missing = attrs
+            .iter()
+            .map(String::as_str)
+            .filter(|name| !written.contains(name));
+        t.not_carried_in(&dh, missing)?;
         for n in f.netdevs.iter().filter(|n| safe_name(n)) {
             let nd = format!("{d}/net/{n}");
-            t.dir(&nd)?;
+            let ndh = t.mem.dir_handle(&nd)?;
             t.link(&format!("/sys/class/net/{n}"), &nd)?;
             t.link(&format!("{nd}/device"), d)?;
-            for a in ["mtu", "operstate", "type", "address", "speed", "carrier"] {
-                t.not_carried(&format!("{nd}/{a}"))?;
-            }
+            t.not_carried_in(
+                &ndh,
+                ["mtu", "operstate", "type", "address", "speed", "carrier"],
+            )?;
         }
         let stand_in = stand_in_rdma_name(rec, f).into_iter();
         for n in f
@@ -378,13 +351,20 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         {
             let n = &n;
             let rd = format!("{d}/infiniband/{n}");
-            t.dir(&rd)?;
+            let rdh = t.mem.dir_handle(&rd)?;
             t.link(&format!("/sys/class/infiniband/{n}"), &rd)?;
             t.link(&format!("{rd}/device"), d)?;
-            t.not_carried(&format!("{rd}/ports"))?;
-            for a in ["node_type", "fw_ver", "hca_type", "node_guid", "board_id"] {
-                t.not_carried(&format!("{rd}/{a}"))?;
-            }
+            t.not_carried_in(
+                &rdh,
+                [
+                    "ports",
+                    "node_type",
+                    "fw_ver",
+                    "hca_type",
+                    "node_guid",
+                    "board_id",
+                ],
+            )?;
         }
     }
     match &rec.numa {
@@ -420,8 +400,7 @@ pub fn write(rec: &MachineRecord) -> io::Result<Written> {
         t.file("/proc/sys/kernel/hostname", format!("{h}\n").as_bytes())?;
     }
     Ok(Written {
-        dir,
-        errors: t.errors,
+        tree: t.mem,
         notes,
         nvml: nvml_snapshot(rec),
         kernel_log: kernel_log(rec),
@@ -560,18 +539,7 @@ fn kernel_log(rec: &MachineRecord) -> KernelLog {
     k
 }
 
-/// A kernel message as a `/dev/kmsg` record: dmesg's `[  12.345678] text` keeps its time.
+/// A kernel message as a `/dev/kmsg` record (`kmsg::from_log_line`).
 fn kmsg_line(seq: usize, line: &str) -> String {
-    if crate::kmsg::record(line).is_some() {
-        return line.to_string();
-    }
-    let t = line.trim_start();
-    if let Some(rest) = t.strip_prefix('[')
-        && let Some((ts, text)) = rest.split_once(']')
-        && let Ok(secs) = ts.trim().parse::<f64>()
-    {
-        let usec = (secs * 1e6) as u64;
-        return format!("6,{seq},{usec},-;{}", text.trim_start());
-    }
-    format!("6,{seq},0,-;{t}")
+    crate::kmsg::from_log_line(seq, line)
 }

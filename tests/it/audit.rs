@@ -92,7 +92,7 @@ const PASS_ON_DAMAGE_OK: &[(&str, &str, &[&str], &str, &str)] = &[
 /// Defects the audit finds that are known and not yet fixed, each by (audit, tree, mutation,
 /// damaged path): every finding of that damage is excused, nothing else. An entry that no
 /// longer reproduces fails its audit, so the list cannot go stale. Empty: the RDMA-backing
-/// defects listed here while issue 21 was split across branches are fixed (typed RDMA backing,
+/// defects listed here while the unknown-is-never-pass work was split across branches are fixed (typed RDMA backing,
 /// class directories read as listed/absent/unreadable).
 const KNOWN_DEFECTS: &[(&str, &str, &str, &str)] = &[];
 
@@ -385,7 +385,7 @@ impl Audit {
             }
         }
         // A pass never rests on a damaged file: a check that still passes after the file it
-        // cites was garbled or emptied, and still cites it, judged garbage (issue 21: an
+        // cites was garbled or emptied, and still cites it, judged garbage (an
         // empty /proc/driver/nvidia/version passed driver.nvidia-loaded).
         if matches!(m, Mutation::Garbage | Mutation::Truncate) && !header_only {
             for (key, v) in &after.verdicts {
@@ -613,7 +613,7 @@ fn report(audit: &str, mutations: usize, failures: Vec<String>, at_least: usize)
     );
 }
 
-/// Regular files, by kind: the damage of issue 13, with the rules of issue 21.
+/// Regular files, by kind: the damage of hostile trees, with the rules of unknown-is-never-pass.
 #[test]
 fn damage_never_creates_a_pass() {
     let mut mutations = 0;
@@ -795,7 +795,7 @@ fn damaged_faulty_trees_still_fail() {
     report("faulty", mutations, failures, 150);
 }
 
-/// What the pass-on-damage rule found (issue 21): an NVRM version line that makes no sense
+/// What the pass-on-damage rule found: an NVRM version line that makes no sense
 /// passed driver.nvidia-loaded, and a link layer that is neither InfiniBand nor Ethernet passed
 /// rdma.port-state. Now the first passes only where the module lists show `nvidia`, else is
 /// unknown; the second is unknown.

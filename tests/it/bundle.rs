@@ -806,7 +806,7 @@ fn recorded_differs(
         {
             None
         }
-        // Recorded before issue 26 put nouns in their number ("1 GPU(s)" reads "1 GPU" now):
+        // Recorded before nouns were put in their number ("1 GPU(s)" reads "1 GPU" now):
         // the same message but for that.
         (Value::String(a), Value::String(b))
             if at.ends_with("/message")

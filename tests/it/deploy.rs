@@ -2,6 +2,7 @@
 //! Kubernetes schema, strictly (unknown fields rejected); and what the DaemonSet relies on:
 //! the commands it runs exist and take the arguments it gives. Fails (rather than skips) when
 //! GPUDOCTOR_REQUIRE_KUBERNETES_VALIDATE=1 and the tool is missing; scripts/test installs it.
+//! For deploy/prometheus/: the measured bandwidth that `check --level 1 --textfile` exports.
 
 use crate::{gpudoctor, repo};
 use std::process::Command;
@@ -356,8 +357,103 @@ fn npd_rule_budget_cut_says_so() {
     let out = String::from_utf8(o.stdout).unwrap();
     assert_eq!(o.status.code(), Some(0), "OK by the gate: {out}");
     assert!(
-        out.starts_with("gpudoctor: time budget of 1 s spent during discovery, 35 not judged; "),
+        out.starts_with("gpudoctor: time budget of 1 s spent during discovery, 36 not judged; "),
         "{out}"
     );
     assert!(out.len() <= max, "{out}");
+}
+
+/// `check --level 1 --textfile` on the recorded H200 pair exports each probe finding's median
+/// and threshold (what deploy/prometheus/ graphs and docs/slurm-prometheus.md counts): one pair
+/// per measured finding, equal to the JSON evidence, and `promtool check metrics` accepts it.
+#[test]
+fn textfile_exports_measured_bandwidth() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = gpudoctor()
+        .args(["--root", "fixtures/h200x2-live", "check", "--level", "1"])
+        .args(["--quiet", "--textfile"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let prom = std::fs::read_to_string(dir.path().join("gpudoctor.prom")).unwrap();
+    let value = |name: &str, check: &str, subject: &str| -> Option<f64> {
+        let head = format!("{name}{{check=\"{check}\",subject=\"{subject}\"}} ");
+        prom.lines()
+            .find_map(|l| l.strip_prefix(&head))
+            .map(|v| v.parse().unwrap())
+    };
+    let json = gpudoctor()
+        .args([
+            "--root",
+            "fixtures/h200x2-live",
+            "check",
+            "--level",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let mut measured = 0;
+    for f in report["checks"].as_array().unwrap() {
+        let (check, subject) = (f["id"].as_str().unwrap(), f["subject"].as_str().unwrap());
+        let median = f["evidence"].as_array().unwrap().iter().find_map(|e| {
+            e["value"]
+                .as_str()?
+                .strip_prefix("median ")?
+                .split(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        });
+        let got = value(
+            "gpudoctor_measured_bandwidth_bytes_per_second",
+            check,
+            subject,
+        );
+        match median {
+            Some(m) => {
+                measured += 1;
+                assert_eq!(got, Some(m * 1e9), "{check} {subject}");
+                let t = value(
+                    "gpudoctor_measured_threshold_bytes_per_second",
+                    check,
+                    subject,
+                )
+                .unwrap();
+                assert!(
+                    t > 0.0 && t < m * 1e9,
+                    "{check} {subject}: passes, so under"
+                );
+            }
+            None => assert_eq!(got, None, "{check} {subject}"),
+        }
+    }
+    assert_eq!(
+        measured, 12,
+        "h2d, d2h, p2p: 2 GPUs or directions x 2 methods"
+    );
+    let have = Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if have {
+        let mut p = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        p.stdin.take().unwrap().write_all(prom.as_bytes()).unwrap();
+        let out = p.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty() && out.stdout.is_empty(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

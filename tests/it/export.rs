@@ -75,7 +75,7 @@ fn check_prom_all(src: &[String]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-/// The default series stay small on a DGX-class node (issue 23's goal: at most 300 lines on
+/// The default series stay small on a DGX-class node (the goal: at most 300 lines on
 /// the 8-GPU HGX fixture; the full state sets are over a thousand), and a failing GPU finding
 /// carries DCGM exporter's labels for that GPU.
 #[test]

@@ -376,7 +376,7 @@ fn fleet_groups_by_model_and_drains_shape_drift() {
         .skip_while(|l| !l.ends_with("* drained):"))
         .skip(1)
         .take_while(|l| !l.is_empty())
-        // A line wider than 100 columns continues on lines indented deeper (issue 26).
+        // A line wider than 100 columns continues on lines indented deeper.
         .filter(|l| !l.starts_with("     "))
         .count();
     assert_eq!(shape_lines, 3, "{t}");
@@ -725,7 +725,7 @@ fn fleet_and_diff_refuse_bad_input() {
         assert!(o.stdout.is_empty());
         assert!(!o.stderr.is_empty());
     }
-    // Two check reports for one node.
+    // Two check reports for one node: one is judged, and the other is named.
     write_check_report("fixtures/vm-flat-4gpu", &dir.path().join("n1.check.json"));
     write_check_report("fixtures/vm-flat-4gpu", &dir.path().join("n1.again.json"));
     let o = gpudoctor()
@@ -734,6 +734,71 @@ fn fleet_and_diff_refuse_bad_input() {
         .arg(dir.path().join("n1.again.json"))
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("two check reports for node n1"));
+    assert_eq!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning: node n1: 2 check reports"), "{err}");
+}
+
+/// A cluster-wide `probe nccl --ranks --json` report (built here from a real single-node report
+/// of two H200s, its run renamed as a run across nodes, with eight nodes' own timings): fleet
+/// takes every node of it, compares their NCCL bus bandwidth and drains the one slow node (its
+/// GPUs timed half of their peers'); `diff` refuses a report of several nodes. A single-node
+/// `probe nccl --json` report is one node with its bar: the degraded real run is drained.
+#[test]
+fn fleet_reads_nccl_reports_and_names_the_slow_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r: Value = serde_json::from_slice(
+        &std::fs::read(repo().join("fixtures/nccl-probe/h200x2-healthy.json")).unwrap(),
+    )
+    .unwrap();
+    r["mode"] = "cluster".into();
+    r["runs"][0]["name"] = "across nodes".into();
+    for c in r["runs"][0]["collectives"].as_array_mut().unwrap() {
+        // 70% of a 400 Gb/s NIC (50 GB/s), as the bar of a run across nodes is.
+        c["evaluation"]["threshold_gbps"] = 35.0.into();
+    }
+    let nodes: Vec<Value> = (0..8)
+        .map(|i| {
+            let bw = if i == 5 {
+                21.0
+            } else {
+                40.1 + 0.1 * f64::from(i % 3)
+            };
+            serde_json::json!({
+                "node": format!("gpu{i:03}"), "hosts": [format!("gpu{i:03}")],
+                "processes": [i], "nccl_ranks": [i],
+                "network": {"Ok": {"bandwidth_gbps": 50.0, "basis": "mlx5_0:1 400 Gb/s"}},
+                "busbw_gbps": {"across nodes all-reduce": bw, "across nodes all-gather": bw},
+                "nics": {"mlx5_0:1": 2}
+            })
+        })
+        .collect();
+    r["cluster"] = serde_json::json!({
+        "launcher": "slurm", "world_size": 8, "nranks": 8, "processes": [],
+        "nodes": nodes, "rails": [], "slowest_node": "gpu005", "slowest_rail": null
+    });
+    let cluster = dir.path().join("nccl-cluster.json");
+    std::fs::write(&cluster, serde_json::to_vec(&r).unwrap()).unwrap();
+    let (code, v) = fleet_json(&[&cluster]);
+    assert_eq!(code, 1);
+    assert_eq!(drained(&v), ["gpu005"], "{v:#}");
+    assert_eq!(v["nodes"].as_u64(), Some(8), "{:#}", v["nodes"]);
+
+    let out = gpudoctor()
+        .args(["diff"])
+        .arg(&cluster)
+        .arg(&cluster)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("diff compares one node"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let degraded = repo().join("fixtures/nccl-probe/h200x2-degraded.json");
+    let (code, v) = fleet_json(&[&degraded]);
+    assert_eq!(code, 1);
+    assert_eq!(drained(&v), ["h200x2-degraded"], "{v:#}");
 }

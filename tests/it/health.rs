@@ -1,4 +1,4 @@
-//! Issue 25's health checks on damaged copies of the synthetic fixtures: what was not recorded
+//! The everyday health checks on damaged copies of the synthetic fixtures: what was not recorded
 //! or could not be read is an unknown skip, never a pass; a bundle replays the kernel log.
 
 use crate::{gpudoctor, repo};

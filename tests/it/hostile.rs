@@ -267,7 +267,7 @@ fn rdma_device_on_an_unlisted_function() {
     }
 }
 
-/// `check` fails by kind (issue 24): a source that cannot be read is `CheckError::Failed`
+/// `check` fails by kind: a source that cannot be read is `CheckError::Failed`
 /// (exit 2), never `Hung` (the one kind that exits 1 and leaves without joining a worker).
 #[test]
 fn check_errors_say_their_kind() {

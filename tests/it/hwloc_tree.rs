@@ -1,4 +1,4 @@
-//! hwloc's own recording of a ConnectX-4 host (issue 28): gpudoctor's PCI tree and NUMA
+//! hwloc's own recording of a ConnectX-4 host: gpudoctor's PCI tree and NUMA
 //! placement must agree with hwloc's expected `lstopo` output for the same tree
 //! (`hwloc-expected.console`, from hwloc's test suite), and both ConnectX-4s must be NICs even
 //! though the recording holds no RDMA device for them.

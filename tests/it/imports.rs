@@ -1,5 +1,5 @@
 //! No import cycle among the hand-written modules of src/, at file level and between the
-//! top-level folders (issue 24). An edge is a reference that reaches out of a file by name:
+//! top-level folders. An edge is a reference that reaches out of a file by name:
 //! `use crate::...` and `crate::` paths anywhere, and `super::` paths (resolved against the
 //! module they are written in, inline `mod tests { ... }` included). A module's own
 //! submodules are its contents, not its imports: `mod x;` and a bare `x::` path in the parent
@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// Edges known to close a cycle, left out of the graph while they are being removed; each is
 /// named, so the list can only shrink (an entry whose edge no longer exists fails the test).
-/// Empty since src/rdma was reorganised by concern (issue 24).
+/// Empty since src/rdma was reorganised by concern.
 const PENDING: &[(&str, &str)] = &[];
 
 /// Files never parsed: generated code.

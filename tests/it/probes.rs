@@ -53,7 +53,7 @@ fn recorded_runs_reevaluate_to_the_recorded_verdicts() {
             let (ea, eb) = (&a.evaluation, &b.evaluation);
             if a.method == gpudoctor::probes::Method::SmKernel {
                 // Recorded before SM kernels were judged against the copy engine's reading on
-                // the same path (issue 21): the bar is now 80% of that reading, so it moved.
+                // the same path: the bar is now 80% of that reading, so it moved.
                 let ce = again
                     .measurements
                     .iter()

@@ -1,4 +1,4 @@
-//! rdma.driver (issue 28): a NIC on the PCI bus without its RDMA device is a finding, with the
+//! rdma.driver: a NIC on the PCI bus without its RDMA device is a finding, with the
 //! module that would provide it, whether that module is loaded, and the fix.
 
 use crate::gpudoctor;

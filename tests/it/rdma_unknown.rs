@@ -1,4 +1,4 @@
-//! Absent is a fact that was read; unreadable is unknown (issue 21, item 2, the RDMA side).
+//! Absent is a fact that was read; unreadable is unknown (item 2, the RDMA side).
 //! Each test damages a copy of a recorded tree the way a broken kernel or a bad recording
 //! would, and checks that what could not be read becomes an unknown skip naming it, never
 //! "software RDMA", "no RDMA devices" or a pass.
@@ -44,7 +44,7 @@ fn damage(p: &Path, how: &str) {
 }
 
 /// The checks about NICs: each must say unknown (or judge), never "not applicable". (gdr.peermem
-/// and gdr.dmabuf judge host facts once a NIC is seen on the PCI bus, issue 28.)
+/// and gdr.dmabuf judge host facts once a NIC is seen on the PCI bus.)
 const NIC_CHECKS: &[&str] = &[
     "rdma.driver",
     "rdma.port-state",

@@ -406,3 +406,200 @@ fn hostile_xml_refused_by_both_readers() {
         assert!(t.elapsed() < std::time::Duration::from_secs(2), "{name}");
     }
 }
+
+/// Each `<gpu gdr>` of an NCCL file, by the busid of the `<pci>` holding it.
+fn nccl_gpu_gdr(path: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo().join(path)).unwrap();
+    // hwloc files start with a DTD; only NCCL's <system> files carry gdr attributes.
+    let Ok(doc) = roxmltree::Document::parse(&text) else {
+        return Vec::new();
+    };
+    if !doc.root_element().has_tag_name("system") {
+        return Vec::new();
+    }
+    doc.descendants()
+        .filter(|n| n.has_tag_name("gpu"))
+        .filter_map(|g| {
+            let gdr = g.attribute("gdr")?.to_string();
+            let busid = g.parent()?.attribute("busid")?.to_string();
+            Some((busid, gdr))
+        })
+        .collect()
+}
+
+/// The gdr.nccl-agrees findings of `check --from path` (exit code, findings).
+fn nccl_agrees(args: &[&str]) -> (i32, Vec<serde_json::Value>) {
+    let (code, check) = run(args);
+    let c: serde_json::Value = serde_json::from_str(&check).unwrap();
+    let found = c["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "gdr.nccl-agrees")
+        .cloned()
+        .collect();
+    (code, found)
+}
+
+/// Every real NCCL dump with `gdr` attributes: one gdr.nccl-agrees finding per GPU NCCL wrote a
+/// verdict for, showing NCCL's value as the file has it; where gpudoctor agrees it passes, where
+/// it does not the disagreement warns and the fixture's README explains the difference. The
+/// IBM H100 VM file states gdr="1" on every GPU and NIC: all 8 agree.
+#[test]
+fn nccl_dumps_gdr_verdicts_beside_gpudoctors() {
+    let mut checked = 0;
+    for (folder, path) in record_inputs() {
+        if !path.ends_with(".xml") {
+            continue;
+        }
+        let file_gdr = nccl_gpu_gdr(&path);
+        if file_gdr.is_empty() {
+            continue;
+        }
+        checked += 1;
+        let (_, topo) = run(&["topo", "--from", &path, "--json"]);
+        let t: serde_json::Value = serde_json::from_str(&topo).unwrap();
+        let label_of = |bdf: &str| -> String {
+            t["topology"]["gpus"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["bdf"] == bdf)
+                .map(|g| g["label"].as_str().unwrap().to_string())
+                .unwrap_or_else(|| bdf.to_string())
+        };
+        let (_, found) = nccl_agrees(&["check", "--from", &path, "--json"]);
+        assert_eq!(found.len(), file_gdr.len(), "{path}: {found:?}");
+        let readme = std::fs::read_to_string(
+            repo()
+                .join("fixtures/records")
+                .join(&folder)
+                .join("README.md"),
+        )
+        .unwrap();
+        for (bdf, gdr) in &file_gdr {
+            let label = label_of(bdf);
+            let f = found
+                .iter()
+                .find(|f| f["subject"] == label.as_str())
+                .unwrap_or_else(|| panic!("{path}: no finding for {bdf} ({label})"));
+            let ev = f["evidence"].to_string();
+            assert!(
+                ev.contains(&format!("NCCL <gpu gdr>\",\"value\":\"{gdr} (")),
+                "{path}: {label} does not show NCCL's gdr={gdr}: {f}"
+            );
+            match f["status"].as_str().unwrap() {
+                "pass" => {}
+                "warn" => assert!(
+                    readme.contains("disagree") && readme.contains(bdf.as_str()),
+                    "{path}: {label} disagrees, and the README does not explain it: {f}"
+                ),
+                s => panic!("{path}: {label} {s}: {f}"),
+            }
+        }
+        if folder == "ibm-vpc-h100" {
+            assert!(found.iter().all(|f| f["status"] == "pass"), "{found:?}");
+            // The NICs' gdr="1" is shown, never compared: the file carries no memory-path facts.
+            for f in &found {
+                let ev = f["evidence"].to_string();
+                assert!(ev.contains("NCCL <net gdr>=1"), "{f}");
+                assert!(
+                    ev.contains("NCCL's attributes yes, gpudoctor unknown"),
+                    "{f}"
+                );
+                assert!(
+                    f["message"].as_str().unwrap().contains("not compared"),
+                    "{f}"
+                );
+            }
+        }
+    }
+    assert!(
+        checked >= 1,
+        "no NCCL dump with gdr attributes under fixtures/records"
+    );
+}
+
+/// Sources that carry no NCCL verdict skip gdr.nccl-agrees with the reason, not applicable:
+/// other formats, and a provider's hand-written NCCL_TOPO_FILE without <gpu gdr>.
+#[test]
+fn nccl_verdict_skips_where_the_source_carries_none() {
+    for (path, why) in [
+        (
+            "fixtures/records/azure-ndv5/ndv5-topo.xml",
+            "has no <gpu gdr> attribute",
+        ),
+        (
+            "fixtures/records/hwloc-dgx2/nvidiaDGX2.xml",
+            "An hwloc XML carries no NCCL GPUDirect verdict",
+        ),
+        (
+            "fixtures/records/pciutils-gp108m/lspci-vvvxxxx.txt",
+            "An lspci listing carries no NCCL GPUDirect verdict",
+        ),
+    ] {
+        let (_, found) = nccl_agrees(&["check", "--from", path, "--json"]);
+        assert_eq!(found.len(), 1, "{path}: {found:?}");
+        let f = &found[0];
+        assert_eq!(
+            (f["status"].as_str(), f["subject"].as_str()),
+            (Some("skip"), Some("host")),
+            "{f}"
+        );
+        assert_eq!(f["skip"], "not-applicable", "{f}");
+        assert!(f["message"].as_str().unwrap().contains(why), "{path}: {f}");
+    }
+}
+
+/// A dump in NCCL's shape written for this test (no public dump of a GeForce machine with
+/// `gdr` attributes was found to keep as a fixture): an RTX 4090 (10de:2684) beside a ConnectX-7.
+fn geforce_dump(gdr: &str) -> String {
+    format!(
+        r#"<system version="1">
+  <cpu numaid="0" affinity="00000000,0000ffff" arch="x86_64" vendor="AuthenticAMD" familyid="25" modelid="17">
+    <pci busid="0000:40:01.1" class="0x060400" vendor="0x1022" device="0x14ab" link_speed="32.0 GT/s PCIe" link_width="16">
+      <pci busid="0000:41:00.0" class="0x030000" vendor="0x10de" device="0x2684" subsystem_vendor="0x10de" subsystem_device="0x165b" link_speed="16.0 GT/s PCIe" link_width="16">
+        <gpu dev="0" sm="89" rank="0" gdr="{gdr}"/>
+      </pci>
+      <pci busid="0000:42:00.0" class="0x020000" vendor="0x15b3" device="0x1021" link_speed="32.0 GT/s PCIe" link_width="16">
+        <nic>
+          <net name="mlx5_0" dev="0" speed="400000" port="1" guid="0x1" maxconn="131072" gdr="1"/>
+        </nic>
+      </pci>
+    </pci>
+  </cpu>
+</system>
+"#
+    )
+}
+
+/// A GeForce GPU: NCCL's gdr="0" agrees with gpudoctor's table (consumer parts never do
+/// GPUDirect RDMA); a gdr="1" on it is a disagreement that warns, naming both reasons, and
+/// `--deny gdr.nccl-agrees` turns it into a failure a pipeline stops on.
+#[test]
+fn nccl_verdict_on_a_geforce_agrees_or_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    for (gdr, status) in [("0", "pass"), ("1", "warn")] {
+        let path = dir.path().join(format!("geforce-gdr{gdr}.xml"));
+        std::fs::write(&path, geforce_dump(gdr)).unwrap();
+        let p = path.to_str().unwrap();
+        let (_, found) = nccl_agrees(&["check", "--from", p, "--json"]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let f = &found[0];
+        assert_eq!(f["status"], status, "{f}");
+        assert_eq!(f["subject"], "GPU0", "{f}");
+        let msg = f["message"].as_str().unwrap();
+        if status == "warn" {
+            assert!(
+                msg.contains("gdr=1") && msg.contains("GeForce RTX 4090"),
+                "{msg}"
+            );
+            assert!(f["remediation"].is_string(), "{f}");
+            let (code, _) =
+                nccl_agrees(&["check", "--from", p, "--json", "--deny", "gdr.nccl-agrees"]);
+            assert_eq!(code, 1);
+        } else {
+            assert!(msg.contains("<gpu gdr>=0 agrees"), "{msg}");
+        }
+    }
+}

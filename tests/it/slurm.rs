@@ -1,11 +1,17 @@
 //! deploy/slurm/gpudoctor-healthcheck on a real one-machine Slurm cluster (Debian slurm-wlm and
-//! munge: munged, slurmctld and slurmd on localhost, started by tests/slurm/cluster.sh): as a
-//! health check, a faulty recorded tree ends DRAIN with a reason naming each failure and what
-//! was seen, a healthy one stays IDLE, the gate's failures say so, a gpudoctor that cannot run
-//! changes nothing (or drains with GPUDOCTOR_ON_ERROR=drain), and one that runs past
-//! GPUDOCTOR_TIMEOUT is cut with a reason; as a Prolog, a faulty node is drained and the job
-//! requeued held before it starts, and a healthy node runs it. Fails (rather than skips) when
-//! GPUDOCTOR_REQUIRE_SLURM=1 and Slurm is missing; scripts/test installs it.
+//! munge: munged, slurmctld and slurmd on localhost, started by tests/slurm/cluster.sh). slurmd
+//! itself starts the script, with the environment slurmd gives it (SLURMD_NODENAME and no PATH),
+//! configured through its settings file. As a health check, a faulty recorded tree ends DRAIN
+//! with a reason naming each failure and what was seen, a healthy one stays IDLE, the gate's
+//! failures say so; gpudoctor is found without PATH (GPUDOCTOR_BIN, or an install location); a
+//! gpudoctor that is missing, cannot judge the node (exit 2), crashes, is killed (SIGKILL told
+//! apart from the GPUDOCTOR_TIMEOUT backstop) or runs past its budget drains the node (fail
+//! closed) unless GPUDOCTOR_ON_ERROR=leave; a typo in the settings file drains in both modes;
+//! an operator's drain reason is kept and a DOWN node left alone; GPUDOCTOR_TIMEOUT is held
+//! under slurmd's 60 s kill; probes (--level 1) run on an idle node only. As a Prolog, a faulty
+//! node is drained and the job requeued held before it starts, and a healthy node runs it.
+//! Fails (rather than skips) when GPUDOCTOR_REQUIRE_SLURM=1 and Slurm is missing; scripts/test
+//! installs it.
 
 use crate::repo;
 use std::process::Command;
@@ -30,8 +36,8 @@ fn have_slurm() -> bool {
 }
 
 fn cluster(args: &[&str]) -> (String, String, String) {
-    let (state, reason, report, _) = cluster_with(env!("CARGO_BIN_EXE_gpudoctor"), &[], args);
-    (state, reason, report)
+    let r = run(env!("CARGO_BIN_EXE_gpudoctor"), &[], args);
+    (r.state, r.reason, r.report)
 }
 
 /// The cluster with the script's settings in `env`; also the job line in prolog mode.
@@ -40,6 +46,30 @@ fn cluster_with(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> (String, String, String, String) {
+    let r = run(bin, env, args);
+    (r.state, r.reason, r.report, r.job)
+}
+
+/// What tests/slurm/cluster.sh saw once the health check (or Prolog) had run.
+struct Run {
+    /// sinfo's state (idle, drained, ...) and scontrol's (IDLE+DRAIN, DOWN+DRAIN, ...).
+    state: String,
+    node_state: String,
+    reason: String,
+    /// "kept" or "missing": the JSON report.
+    report: String,
+    /// The level the kept report was run at.
+    level: String,
+    job: String,
+    /// The names of the variables slurmd started the script with.
+    env: String,
+    /// The script's own log lines.
+    log: String,
+}
+
+/// The cluster with the script's settings (and the harness's CLUSTER_*) in `env`; `bin` is
+/// GPUDOCTOR_BIN, or "none" for no setting.
+fn run(bin: &str, env: &[(&str, &str)], args: &[&str]) -> Run {
     let o = Command::new(repo().join("tests/slurm/cluster.sh"))
         .arg(bin)
         .envs(env.iter().copied())
@@ -59,12 +89,46 @@ fn cluster_with(
             .unwrap_or_default()
             .to_string()
     };
-    (
-        field("state"),
-        field("reason"),
-        field("report"),
-        field("job"),
-    )
+    let log: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("log=")).collect();
+    Run {
+        state: field("state"),
+        node_state: field("node_state"),
+        reason: field("reason"),
+        report: field("report"),
+        level: field("level"),
+        job: field("job"),
+        env: field("env"),
+        log: log.join("\n"),
+    }
+}
+
+/// `reason` with the number before "not judged" / "could not be judged" written N: it follows
+/// the size of the check catalog, which grows.
+fn counts_masked(reason: &str) -> String {
+    let words: Vec<&str> = reason.split(' ').collect();
+    let masked: Vec<&str> = words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let next = words.get(i + 1).copied().unwrap_or("");
+            let counted = next.starts_with("not") || next == "could";
+            if counted && !w.is_empty() && w.chars().all(|c| c.is_ascii_digit()) {
+                "N"
+            } else {
+                w
+            }
+        })
+        .collect();
+    masked.join(" ")
+}
+
+/// A stand-in gpudoctor: a shell script in a temporary directory.
+fn stand_in(dir: &tempfile::TempDir, name: &str, body: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_str().unwrap().to_string()
 }
 
 #[test]
@@ -92,11 +156,28 @@ fn slurm_health_check_drains_faulty_nodes_only() {
     assert_eq!(reason, "");
     assert_eq!(report, "kept");
 
-    // gpudoctor cannot run (exit 2): nothing destructive.
+    // gpudoctor cannot judge the node (exit 2): drained by default (fail closed), with why.
     let (state, reason, report) = cluster(&["--root", "fixtures/does-not-exist"]);
-    assert_eq!(state, "idle");
-    assert_eq!(reason, "");
+    assert!(state.starts_with("drain"), "state {state}");
+    assert!(
+        reason.starts_with("gpudoctor: could not run: exit 2: gpudoctor: error: --root "),
+        "{reason}"
+    );
     assert_eq!(report, "missing");
+    // GPUDOCTOR_ON_ERROR=leave: logged, nothing else.
+    let r = run(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[("GPUDOCTOR_ON_ERROR", "leave")],
+        &["--root", "fixtures/does-not-exist"],
+    );
+    assert_eq!(r.state, "idle");
+    assert_eq!(r.reason, "");
+    assert!(
+        r.log
+            .contains("left in service unchecked (GPUDOCTOR_ON_ERROR=leave)"),
+        "{}",
+        r.log
+    );
 }
 
 /// GPUDOCTOR_TIMEOUT's kill is the backstop for a gpudoctor that ignores its budget (here a
@@ -168,15 +249,19 @@ fn slurm_budget_cut_run_is_named() {
     );
     assert!(state.starts_with("drain"), "state {state}");
     assert_eq!(
-        reason,
-        "gpudoctor: not finished: time budget of 3 s spent during discovery, 35 not judged"
+        counts_masked(&reason),
+        "gpudoctor: not finished: time budget of 3 s spent during discovery, N not judged"
     );
     assert_eq!(report, "kept", "the budget, not the kill, ended the run");
     assert!(t0.elapsed().as_secs() < 50);
 
     let (state, reason, report, _) = cluster_with(
         env!("CARGO_BIN_EXE_gpudoctor"),
-        &[slow, ("GPUDOCTOR_TIMEOUT", "4")],
+        &[
+            slow,
+            ("GPUDOCTOR_TIMEOUT", "4"),
+            ("GPUDOCTOR_ON_ERROR", "leave"),
+        ],
         &root,
     );
     assert_eq!(state, "idle", "GPUDOCTOR_ON_ERROR=leave");
@@ -194,8 +279,8 @@ fn slurm_budget_cut_run_is_named() {
     );
     assert!(state.starts_with("drain"), "state {state}");
     assert!(
-        reason.starts_with(
-            "gpudoctor: time budget of 3 s spent during discovery, 35 not judged; gate: 35 could not be judged (--fail-on-skip): "
+        counts_masked(&reason).starts_with(
+            "gpudoctor: time budget of 3 s spent during discovery, N not judged; gate: N could not be judged (--fail-on-skip): "
         ),
         "{reason}"
     );
@@ -232,4 +317,262 @@ fn slurm_prolog_requeues_the_job_and_drains() {
     assert!(!state.starts_with("drain"), "state {state}");
     assert_eq!(reason, "");
     assert_eq!(job, "COMPLETED held=no started=yes");
+}
+
+/// slurmd gives a health check no PATH: the script finds gpudoctor as GPUDOCTOR_BIN (the tests
+/// above) or in an install location (here /opt/gpudoctor/bin, in a private mount namespace),
+/// and with neither drains the node saying so.
+#[test]
+fn slurm_finds_gpudoctor_without_path() {
+    if !have_slurm() {
+        return;
+    }
+    let r = run("none", &[], &["--root", "fixtures/pcie-2socket-roce"]);
+    assert_eq!(r.env, "PWD SLURMD_NODENAME ", "slurmd's environment");
+    assert!(r.state.starts_with("drain"), "state {}", r.state);
+    assert_eq!(
+        r.reason,
+        "gpudoctor: could not run: gpudoctor not found in /usr/local/bin, /usr/bin or /opt/gpudoctor/bin (set GPUDOCTOR_BIN)"
+    );
+    assert_eq!(r.report, "missing");
+
+    let installed = ["/usr/local/bin/gpudoctor", "/usr/bin/gpudoctor"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+    let unshare = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if installed || !unshare {
+        eprintln!("gpudoctor installed here, or no mount namespace: /opt lookup not tried");
+        return;
+    }
+    let r = run(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[("CLUSTER_INSTALL_OPT", "1")],
+        &["--root", "fixtures/pcie-2socket-roce"],
+    );
+    assert_eq!(r.env, "PWD SLURMD_NODENAME ");
+    assert_eq!(r.state, "idle", "{}", r.log);
+    assert_eq!(r.report, "kept", "found in /opt/gpudoctor/bin and ran");
+}
+
+/// A reason gpudoctor did not set is kept (an operator's RMA note), its own is replaced, and a
+/// healthy run resumes (GPUDOCTOR_RESUME=1) only a node it drained itself.
+#[test]
+fn slurm_keeps_an_operators_reason() {
+    if !have_slurm() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_gpudoctor");
+    let faulty = [
+        "--bundle",
+        "fixtures/variants/vm-flat-4gpu--gpu-health/bundle.tar.gz",
+    ];
+    let note = (
+        "CLUSTER_NODE_UPDATE",
+        r#"state=drain reason="RMA-1234 GPU3 replaced, burn-in pending""#,
+    );
+    let r = run(bin, &[note], &faulty);
+    assert!(r.state.starts_with("drain"), "state {}", r.state);
+    assert_eq!(r.reason, "RMA-1234 GPU3 replaced, burn-in pending");
+    assert_eq!(r.report, "kept");
+    assert!(
+        r.log.contains("with a reason gpudoctor did not set ('RMA-1234 GPU3 replaced, burn-in pending'): kept; gpudoctor found: gpudoctor: gpu.ecc GPU2 "),
+        "{}",
+        r.log
+    );
+    let healthy = ["--root", "fixtures/pcie-2socket-roce"];
+    let r = run(bin, &[note, ("GPUDOCTOR_RESUME", "1")], &healthy);
+    assert!(r.state.starts_with("drain"), "not resumed: {}", r.state);
+    assert_eq!(r.reason, "RMA-1234 GPU3 replaced, burn-in pending");
+
+    let own = (
+        "CLUSTER_NODE_UPDATE",
+        r#"state=drain reason="gpudoctor: an earlier failure""#,
+    );
+    let r = run(bin, &[own], &faulty);
+    assert!(
+        r.reason.starts_with("gpudoctor: gpu.ecc GPU2 [reset] "),
+        "its own reason is replaced: {}",
+        r.reason
+    );
+    let r = run(bin, &[own, ("GPUDOCTOR_RESUME", "1")], &healthy);
+    assert_eq!(r.state, "idle", "{}", r.log);
+    assert_eq!(r.reason, "");
+}
+
+/// A DOWN node is neither drained nor resumed; its reason stays.
+#[test]
+fn slurm_leaves_down_nodes_alone() {
+    if !have_slurm() {
+        return;
+    }
+    let r = run(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[
+            ("CLUSTER_RETURN_TO_SERVICE", "0"),
+            (
+                "CLUSTER_NODE_UPDATE",
+                r#"state=down reason="RMA-5678 PSU swap""#,
+            ),
+        ],
+        &[
+            "--bundle",
+            "fixtures/variants/vm-flat-4gpu--gpu-health/bundle.tar.gz",
+        ],
+    );
+    assert!(r.node_state.starts_with("DOWN"), "{}", r.node_state);
+    assert_eq!(r.reason, "RMA-5678 PSU swap");
+    assert!(
+        r.log.contains(
+            "(reason: RMA-5678 PSU swap): left as it is; gpudoctor found: gpudoctor: gpu.ecc GPU2 "
+        ),
+        "{}",
+        r.log
+    );
+}
+
+/// A typo in the settings file (an unknown key, a bad value) drains the node in both modes.
+#[test]
+fn slurm_settings_typo_fails_closed() {
+    if !have_slurm() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_gpudoctor");
+    let healthy = ["--root", "fixtures/pcie-2socket-roce"];
+    let r = run(
+        bin,
+        &[("CLUSTER_SETTINGS", "GPUDOCTOR_TIMOUT=30")],
+        &healthy,
+    );
+    assert!(r.state.starts_with("drain"), "state {}", r.state);
+    assert!(
+        r.reason
+            .starts_with("gpudoctor: could not run: bad settings: /tmp/")
+            && r.reason.ends_with(": unknown setting 'GPUDOCTOR_TIMOUT'"),
+        "{}",
+        r.reason
+    );
+    let r = run(
+        bin,
+        &[
+            ("GPUDOCTOR_MODE", "prolog"),
+            ("CLUSTER_SETTINGS", "GPUDOCTOR_ON_ERROR=leeve"),
+        ],
+        &healthy,
+    );
+    assert!(r.state.starts_with("drain"), "state {}", r.state);
+    assert_eq!(
+        r.reason,
+        "gpudoctor: could not run: bad settings: GPUDOCTOR_ON_ERROR=leeve: expected drain or leave"
+    );
+    assert_eq!(r.job, "PENDING held=yes started=no");
+    let r = run(
+        bin,
+        &[("CLUSTER_SETTINGS", "GPUDOCTOR_ARGS=--expect /etc/x.json")],
+        &healthy,
+    );
+    assert!(
+        r.reason.ends_with(
+            ": GPUDOCTOR_ARGS: unexpected '/etc/x.json' after the value (quote a value with spaces)"
+        ),
+        "{}",
+        r.reason
+    );
+}
+
+/// GPUDOCTOR_TIMEOUT above what slurmd allows a health check is lowered to 50 s, logged (the
+/// stand-in records the budget it was given); a Prolog keeps its own.
+#[test]
+fn slurm_timeout_is_held_under_slurmds_kill() {
+    if !have_slurm() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = dir.path().join("args");
+    let bin = stand_in(
+        &dir,
+        "gpudoctor",
+        &format!("echo \"$*\" >{}", args.display()),
+    );
+    let r = run(&bin, &[("GPUDOCTOR_TIMEOUT", "120")], &["--root", "x"]);
+    assert_eq!(r.state, "idle");
+    assert!(
+        r.log.contains("GPUDOCTOR_TIMEOUT=120 is more than a health check may take (slurmd kills it at 60 s; the backstop adds 5 s): using 50"),
+        "{}",
+        r.log
+    );
+    let got = std::fs::read_to_string(&args).unwrap();
+    assert!(got.contains("--time-budget 45 "), "{got}");
+    let r = run(
+        &bin,
+        &[("GPUDOCTOR_TIMEOUT", "120"), ("GPUDOCTOR_MODE", "prolog")],
+        &["--root", "x"],
+    );
+    assert_eq!(r.job, "COMPLETED held=no started=yes");
+    let got = std::fs::read_to_string(&args).unwrap();
+    assert!(got.contains("--time-budget 115 "), "{got}");
+}
+
+/// How gpudoctor ended is told apart: SIGKILL from elsewhere (the OOM killer) is not the
+/// backstop; a gpudoctor that ignores SIGTERM is killed by the backstop 5 s later; a crash names
+/// its signal.
+#[test]
+fn slurm_exit_causes_are_told_apart() {
+    if !have_slurm() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = ["--root", "fixtures/pcie-2socket-roce"];
+    let oom = stand_in(&dir, "oom", "kill -KILL $$");
+    let r = run(&oom, &[], &root);
+    assert!(r.state.starts_with("drain"), "state {}", r.state);
+    assert!(
+        r.reason
+            .starts_with("gpudoctor: could not run: killed by SIGKILL after ")
+            && r.reason
+                .ends_with("s, not by the backstop (the kernel's OOM killer? see dmesg)"),
+        "{}",
+        r.reason
+    );
+    let deaf = stand_in(&dir, "deaf", "trap '' TERM\nsleep 30");
+    let r = run(&deaf, &[("GPUDOCTOR_TIMEOUT", "2")], &root);
+    assert_eq!(
+        r.reason,
+        "gpudoctor: could not run: killed at GPUDOCTOR_TIMEOUT=2s (the backstop, SIGKILL after SIGTERM was ignored): its own --time-budget of 1s did not end it"
+    );
+    let segv = stand_in(&dir, "segv", "kill -SEGV $$");
+    let r = run(&segv, &[], &root);
+    assert!(
+        r.reason
+            .starts_with("gpudoctor: could not run: crashed: killed by SIGSEGV after "),
+        "{}",
+        r.reason
+    );
+}
+
+/// --level 1 in the settings: the probes run on an idle node (replayed from the recorded H200
+/// pair), and a node with a job running is checked at level 0 instead, logged.
+#[test]
+fn slurm_probes_only_on_an_idle_node() {
+    if !have_slurm() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_gpudoctor");
+    let tree = ["--root", "fixtures/h200x2-live"];
+    let r = run(bin, &[("GPUDOCTOR_ARGS", "--level 1")], &tree);
+    assert_eq!(r.level, "1");
+    let r = run(
+        bin,
+        &[("GPUDOCTOR_ARGS", "--level 1"), ("CLUSTER_BUSY", "1")],
+        &tree,
+    );
+    assert_eq!(r.state, "allocated");
+    assert_eq!(r.level, "0");
+    assert!(
+        r.log.contains(": level 0 instead of --level 1 (no probes)"),
+        "{}",
+        r.log
+    );
 }

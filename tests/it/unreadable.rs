@@ -1,4 +1,4 @@
-//! Absent is a fact that was read; unreadable is unknown (issue 21, item 2): each test damages a
+//! Absent is a fact that was read; unreadable is unknown (item 2): each test damages a
 //! copy of a fixture the way a dying device, a garbled file or a failed NVML call would, checks
 //! first that the intact copy is judged (a control), and then that the damaged copy gives an
 //! unknown skip naming what could not be read, never a pass or "not applicable".

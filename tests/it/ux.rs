@@ -1,4 +1,4 @@
-//! Issue 26, the first hour: flags that mean one thing, output that fits, explain for a
+//! The first hour: flags that mean one thing, output that fits, explain for a
 //! terminal, man pages and completions, README examples that cannot drift.
 
 use crate::gpudoctor;
@@ -82,6 +82,7 @@ const SHARED: &[(&str, &str, &[&str])] = &[
             "probe dmabuf-export",
             "probe write-bw",
             "fleet",
+            "topo",
         ],
     ),
     (
@@ -144,7 +145,7 @@ const SHARED: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
-/// No letter and no long name with two meanings across commands (issue 26: `-q` was `--quiet`
+/// No letter and no long name with two meanings across commands (`-q` was `--quiet`
 /// in check and `--qps` in write-bw; `--all` listed passes in check and swept sizes in
 /// write-bw).
 #[test]
@@ -547,7 +548,7 @@ fn completions_offer_check_ids() {
 }
 
 /// The README's setup paragraph names every package scripts/test and vm/build.sh install, and
-/// both install them without recommends (issue 26: a bare Debian 12 must get everything the
+/// both install them without recommends (a bare Debian 12 must get everything the
 /// tests need from `./scripts/test` alone).
 #[test]
 fn readme_setup_names_what_scripts_test_installs() {

@@ -99,7 +99,7 @@ impl Findings {
         });
     }
     /// `needle` in the output, line breaks and runs of spaces read as one space (text for
-    /// people wraps to 100 columns, issue 26).
+    /// people wraps to 100 columns).
     fn contains(&mut self, c: &Case, ext: &str, needle: &str) {
         let text = c.read(ext);
         let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -112,7 +112,7 @@ impl Findings {
 
 /// Checks shared by every successful measurement in JSON: each size keeps `reps` timed
 /// repetitions (every sample, and n/median/min/max), and a software device is measured, not
-/// judged (issue 21: it used to pass).
+/// judged (it used to pass).
 fn check_measured(f: &mut Findings, name: &str, j: &Value, sizes: &[u64], iters: u64, reps: u64) {
     let results = j["results"].as_array().cloned().unwrap_or_default();
     let got: Vec<u64> = results.iter().filter_map(|r| r["bytes"].as_u64()).collect();
@@ -444,7 +444,7 @@ fn vm_verbs_suite() {
         Err(e) => f.0.push(e),
     }
     // check --level 2: probe.write-bw on rxe0 port 1 is measured and not judged (a software
-    // device: a not-applicable skip; it passed before issue 21) and nothing fails in this
+    // device: a not-applicable skip; it once passed) and nothing fails in this
     // GPU-less VM.
     let l2 = c("check-l2");
     f.rc(&l2, 0);

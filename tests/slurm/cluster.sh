@@ -1,18 +1,47 @@
 #!/usr/bin/env bash
 # A real one-machine Slurm cluster (munged, slurmctld, slurmd on localhost, all in a temporary
 # directory, run as the current user) whose HealthCheckProgram is deploy/slurm/gpudoctor-healthcheck
-# with gpudoctor pointed at a recorded tree. Prints the node's state and reason once the health
-# check has run, then stops everything it started.
-# Usage: tests/slurm/cluster.sh GPUDOCTOR_BIN GLOBAL_ARGS...   (e.g. --root fixtures/x)
-# GPUDOCTOR_MODE, GPUDOCTOR_TIMEOUT, GPUDOCTOR_ON_ERROR and GPUDOCTOR_ARGS in the environment
-# reach the script (and GPUDOCTOR_TEST_SLOW_READ, the test-only slow read, reaches gpudoctor). With GPUDOCTOR_MODE=prolog the script is the cluster's Prolog instead (no
-# health check), a batch job is submitted, and the job's state is printed too (job=...).
+# (or whose Prolog is deploy/slurm/gpudoctor-prolog) with gpudoctor pointed at a recorded tree.
+# Prints the node's state and reason once the health check has run, the names of the variables
+# slurmd gave it (env=) and the script's log lines (log=), then stops everything it started.
+# Usage: tests/slurm/cluster.sh GPUDOCTOR_BIN|none GLOBAL_ARGS...   (e.g. --root fixtures/x)
+# slurmd starts the script with its own small environment; the settings reach it as in
+# production, through its settings file (GPUDOCTOR_DEFAULTS names it here): GPUDOCTOR_TIMEOUT,
+# GPUDOCTOR_ON_ERROR, GPUDOCTOR_ARGS and GPUDOCTOR_RESUME from this script's environment,
+# GPUDOCTOR_BIN (unless "none"), and CLUSTER_SETTINGS (raw lines added to the file). With
+# GPUDOCTOR_MODE=prolog the script is the cluster's Prolog instead (no health check), a batch job
+# is submitted, and the job's state is printed too (job=...). CLUSTER_NODE_UPDATE (e.g.
+# 'state=drain reason="RMA-1234 ..."') is applied with scontrol once slurmd has registered; the
+# state printed is then the one after a health check that started later; so with CLUSTER_BUSY=1,
+# a batch job that sleeps on the node (CLUSTER_RETURN_TO_SERVICE sets ReturnToService, 2 by
+# default: 0 keeps a node set DOWN down). CLUSTER_INSTALL_OPT=1
+# runs the cluster in a private mount namespace whose /opt holds only gpudoctor/bin/gpudoctor
+# (a link to GPUDOCTOR_BIN), the install location the script looks in last.
+# GPUDOCTOR_TEST_SLOW_READ (the test-only slow read) reaches gpudoctor.
 set -euo pipefail
-bin=$(realpath "$1"); shift
+if [ "$1" = none ]; then bin=none; else bin=$(realpath "$1"); fi; shift
+if [ "${CLUSTER_INSTALL_OPT:-}" = 1 ] && [ -z "${CLUSTER_IN_NAMESPACE:-}" ]; then
+  export CLUSTER_IN_NAMESPACE=1
+  exec unshare -m --propagation private "$0" "$bin" "$@"
+fi
+if [ -n "${CLUSTER_IN_NAMESPACE:-}" ]; then
+  mount -t tmpfs gpudoctor-test-opt /opt
+  mkdir -p /opt/gpudoctor/bin
+  ln -s "$bin" /opt/gpudoctor/bin/gpudoctor
+  bin=none
+fi
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/gpudoctor-slurm.XXXXXX)
 pids=()
 cleanup() {
+  # A job still running keeps slurmd from stopping: cancel it and let it end first.
+  if [ -n "${busy:-}" ]; then
+    scancel "$busy" 2>/dev/null || true
+    for _ in $(seq 75); do
+      [ -z "$(squeue -h -j "$busy" -o %T 2>/dev/null)" ] && break
+      sleep 0.2
+    done
+  fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$work"
@@ -32,23 +61,35 @@ munged --foreground --force --key-file="$work/munge/munge.key" --socket="$sock" 
   --seed-file="$work/munge/seed" >"$work/log/munged.out" 2>&1 &
 pids+=($!)
 
-# The health check: the example script, configured through its environment file equivalent.
-settings=""
-for v in GPUDOCTOR_MODE GPUDOCTOR_TIMEOUT GPUDOCTOR_ON_ERROR GPUDOCTOR_ARGS GPUDOCTOR_TEST_SLOW_READ; do
-  eval "val=\${$v:-}"
-  [ -n "$val" ] && settings="$settings
-export $v='$val'"
-done
+# The health check: the shipped script, started by slurmd with slurmd's environment, configured
+# through its settings file (scontrol needs this cluster's SLURM_CONF, which a production node
+# has at its default place).
+defaults="$work/gpudoctor-healthcheck.defaults"
+{
+  echo "# written by tests/slurm/cluster.sh"
+  for v in GPUDOCTOR_TIMEOUT GPUDOCTOR_ON_ERROR GPUDOCTOR_ARGS GPUDOCTOR_RESUME; do
+    eval "val=\${$v:-}"
+    [ -n "$val" ] && echo "$v=\"$val\""
+  done
+  if [ "$bin" != none ]; then echo "GPUDOCTOR_BIN=$bin"; fi
+  echo "GPUDOCTOR_GLOBAL_ARGS=\"$*\""
+  echo "GPUDOCTOR_REPORT_DIR=$work/reports"
+  if [ -n "${CLUSTER_SETTINGS:-}" ]; then printf '%s\n' "$CLUSTER_SETTINGS"; fi
+} >"$defaults"
+script=gpudoctor-healthcheck
+[ "${GPUDOCTOR_MODE:-}" = prolog ] && script=gpudoctor-prolog
+slow=
+[ -n "${GPUDOCTOR_TEST_SLOW_READ:-}" ] && slow="export GPUDOCTOR_TEST_SLOW_READ='$GPUDOCTOR_TEST_SLOW_READ'"
 cat >"$work/healthcheck" <<HC
 #!/bin/sh
-$settings
+env >"$work/reports/slurmd.env"
+export GPUDOCTOR_DEFAULTS="$defaults"
 export SLURM_CONF="$work/slurm.conf"
-export GPUDOCTOR="$bin"
-export GPUDOCTOR_GLOBAL_ARGS="$*"
-export GPUDOCTOR_REPORT_DIR="$work/reports"
+$slow
 cd "$repo"
-"$repo/deploy/slurm/gpudoctor-healthcheck"
+"$repo/deploy/slurm/$script" 2>"$work/reports/log.\$\$"
 rc=\$?
+mv "$work/reports/log.\$\$" "$work/reports/log"
 echo ran >"$work/reports/ran"
 exit \$rc
 HC
@@ -83,7 +124,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 MpiDefault=none
-ReturnToService=2
+ReturnToService=${CLUSTER_RETURN_TO_SERVICE:-2}
 $hook
 NodeName=$node NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
@@ -100,22 +141,41 @@ if [ "${GPUDOCTOR_MODE:-}" = prolog ]; then
   job=$(sbatch --parsable -o /dev/null -e /dev/null --wrap 'echo started >'"$work/reports/job-started")
 fi
 # Wait for the health check (or Prolog) to have run, then for the state to settle.
-ok=0
-for _ in $(seq 150); do
-  if [ -e "$work/reports/ran" ]; then ok=1; break; fi
-  sleep 0.2
-done
-if [ $ok = 0 ]; then
+wait_ran() {
+  for _ in $(seq 150); do
+    [ -e "$work/reports/ran" ] && return 0
+    sleep 0.2
+  done
   echo "health check never ran" >&2
   tail -n 20 "$work/log/slurmd.log" "$work/log/slurmctld.log" "$work/log/munged.log" >&2 || true
   exit 3
+}
+wait_ran
+if [ "${CLUSTER_BUSY:-}" = 1 ]; then
+  busy=$(sbatch --parsable -o /dev/null -e /dev/null --wrap 'sleep 40')
+  for _ in $(seq 100); do
+    squeue -h -j "$busy" -o %T 2>/dev/null | grep -q RUNNING && break
+    sleep 0.2
+  done
+fi
+if [ -n "${CLUSTER_NODE_UPDATE:-}" ] || [ -n "${busy:-}" ]; then
+  [ -n "${CLUSTER_NODE_UPDATE:-}" ] && eval "scontrol update nodename=$node $CLUSTER_NODE_UPDATE"
+  # The first run to end may have started before the update; the one after it did not.
+  rm -f "$work/reports/ran"
+  wait_ran
+  rm -f "$work/reports/ran" "$work/reports/check.json"
+  wait_ran
 fi
 sleep 2
 state=$(sinfo -h -n "$node" -N -o '%T')
 reason=$(scontrol show node "$node" | sed -n 's/^ *Reason=\(.*\) \[.*/\1/p')
 echo "state=$state"
 echo "reason=$reason"
+echo "node_state=$(scontrol show node "$node" | sed -n 's/^ *State=\([^ ]*\).*/\1/p')"
 echo "report=$( [ -s "$work/reports/check.json" ] && echo kept || echo missing)"
+echo "level=$(sed -n 's/.*"level": *\([0-9]*\).*/\1/p' "$work/reports/check.json" 2>/dev/null | head -n 1)"
+echo "env=$(sed 's/=.*//' "$work/reports/slurmd.env" | sort | tr '\n' ' ')"
+sed 's/^/log=/' "$work/reports/log"
 if [ -n "${job:-}" ]; then
   # A failed Prolog requeues the job held (JobState=PENDING, Priority=0); one that passes lets
   # it run.

@@ -62,8 +62,14 @@ pub fn capture(
             let (Some((pa, na)), Some((pb, nb))) = (ends.get(a), ends.get(b)) else {
                 continue;
             };
-            // An uncertain cell (NUMA unknown) is not a fact worth pinning.
-            if m.uncertain.iter().any(|[r, c]| r == a && c == b) {
+            // An uncertain cell (NUMA unknown) is not a fact worth pinning. Read from the cell
+            // itself: a search of `uncertain` (itself up to every pair) per pair made this loop
+            // quartic in the functions of a node whose NUMA is unknown.
+            if m.paths
+                .get(i)
+                .and_then(|r| r.get(j))
+                .is_none_or(|p| !p.certain)
+            {
                 continue;
             }
             if let Some(cell) = m.cells.get(i).and_then(|r| r.get(j)) {

@@ -20,6 +20,14 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
             at.insert(pos.clone(), (i, name.clone()));
         }
     }
+    // Looked up per pair: a set, not a search of the GPUs (cubic over the pairs).
+    let nvlink_unknown: std::collections::BTreeSet<&str> = node
+        .topo
+        .gpus
+        .iter()
+        .filter(|g| g.nvlinks_active.is_none())
+        .map(|g| g.label.as_str())
+        .collect();
     let mut judged = 0usize;
     let mut absent = 0usize;
     let mut same = 0usize;
@@ -33,9 +41,15 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
         let Some(cell) = m.cells.get(*i).and_then(|r| r.get(*j)) else {
             continue;
         };
-        let uncertain = m.uncertain.iter().any(|[r, c]| {
-            (r == &m.labels[*i] && c == &m.labels[*j]) || (r == &m.labels[*j] && c == &m.labels[*i])
-        });
+        // The cell's own certainty (both directions): searching `uncertain`, itself up to
+        // every pair, for each expected pair was quartic in a node's functions.
+        let certain = |r: usize, c: usize| {
+            m.paths
+                .get(r)
+                .and_then(|row| row.get(c))
+                .is_some_and(|p| p.certain)
+        };
+        let uncertain = !certain(*i, *j) || !certain(*j, *i);
         if cell == &p.path {
             same += 1;
             continue;
@@ -43,13 +57,7 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
         let subject = format!("{na}-{nb}");
         // An NVLink path can only be judged where NVML answered for both GPUs: without it the
         // matrix falls back to the PCIe path, which is not a finding about the wiring.
-        let nvlink_unknown = |label: &str| {
-            node.topo
-                .gpus
-                .iter()
-                .find(|g| g.label == label)
-                .is_some_and(|g| g.nvlinks_active.is_none())
-        };
+        let nvlink_unknown = |label: &str| nvlink_unknown.contains(label);
         if p.path.starts_with("NV")
             && (nvlink_unknown(&m.labels[*i]) || nvlink_unknown(&m.labels[*j]))
         {

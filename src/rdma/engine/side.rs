@@ -165,7 +165,7 @@ pub fn open_side(
         }
     };
     // No PCI function behind it, positively read: rxe or siw on top of a netdev. A device
-    // whose `device` link could not be read is not taken for one (issue 21).
+    // whose `device` link could not be read is not taken for one.
     let software_device = dev
         .software_parent()
         .map(|n| format!("no PCI function, on netdev {n}"));

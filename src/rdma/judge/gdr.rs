@@ -225,7 +225,7 @@ pub fn closest_active_port(topo: &Topology, gpu: &str) -> Result<NicChoice, Stri
         return Err(format!("{gpu} is not in the topology"));
     };
     let gaps: Vec<String> = topo.nic_gaps().into_iter().map(|(_, why)| why).collect();
-    // A NIC without an RDMA device closer than every one with: named (issue 28).
+    // A NIC without an RDMA device closer than every one with: named.
     let rdmaless = topo
         .closest_nics
         .iter()
@@ -245,7 +245,7 @@ pub fn closest_active_port(topo: &Topology, gpu: &str) -> Result<NicChoice, Stri
         }
         if !gaps.is_empty() {
             return Err(format!(
-                "no RDMA NIC could be placed: {} (issue 21: unknown, not absent)",
+                "no RDMA NIC could be placed: {} (unknown, not absent)",
                 gaps.join("; ")
             ));
         }

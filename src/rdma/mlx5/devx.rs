@@ -1,4 +1,4 @@
-//! Level 4's queues in GPU memory (issue 10), IBGDA's placement: the send queue, the CQ and
+//! Level 4's queues in GPU memory, IBGDA's placement: the send queue, the CQ and
 //! both doorbell records in one cuMemAlloc allocation, registered with the adapter as DevX
 //! umems (over a dma-buf, or through nvidia-peermem, as level 3 decided for the data buffers),
 //! and an RC QP and CQ created on them with DevX commands (`mlx5_prm`); the doorbell register

@@ -1,6 +1,6 @@
 //! A software STAND-IN for the device side of one mlx5 send queue and its completion queue,
 //! and the poster that drives it: the protocol a CUDA kernel runs to post RDMA writes itself
-//! (level 4, issue 10), testable without a ConnectX.
+//! (level 4), testable without a ConnectX.
 //!
 //! The stand-in (`Nic`) does what the adapter does with libmlx5's queue memory: on a doorbell
 //! (the 8-byte BlueFlame write) it reads the send doorbell record, consumes the WQEs from its

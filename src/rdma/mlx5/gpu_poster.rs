@@ -1,4 +1,4 @@
-//! Level 4's poster (issue 10): a CUDA kernel (`kernels/mlx5_post.cu`) posts the RDMA writes
+//! Level 4's poster: a CUDA kernel (`kernels/mlx5_post.cu`) posts the RDMA writes
 //! of the write-bw engine's loopback itself, on the source side's own RC QP, through the
 //! queues libmlx5 hands out with `mlx5dv_init_obj`. The engine opens the devices, creates and
 //! connects the QPs, allocates and registers the GPU buffers (level 3's memory provider) and

@@ -1,5 +1,5 @@
 //! Host side of the level-4 CUDA kernel (`kernels/mlx5_post.cu`) for what a GPU machine
-//! without a ConnectX can verify (issue 10, "verified in halves"):
+//! without a ConnectX can verify ("verified in halves"):
 //!
 //! - `build`: N threads build N RDMA-write WQEs into pinned host memory; the bytes must equal
 //!   `crate::rdma::mlx5::wqe::RdmaWrite::wqe` (which CI compares with libmlx5's own helpers), slot for slot,

@@ -1,5 +1,5 @@
 //! The mlx5 (ConnectX) send-queue and completion-queue formats that a GPU kernel uses to post
-//! RDMA writes itself (level 4, issue 10): send WQEs for RDMA WRITE (and WRITE with
+//! RDMA writes itself (level 4): send WQEs for RDMA WRITE (and WRITE with
 //! immediate), the send doorbell-record value, the 8-byte BlueFlame doorbell, and the 64-byte
 //! CQE with its error syndromes.
 //!

@@ -1,0 +1,20 @@
+//! One self-contained HTML page (`render::html`): the check report with its topology drawn,
+//! the topology alone, or the fleet summary.
+
+use super::exporter::Exporter;
+use crate::fleet::FleetReport;
+use crate::report::{CheckReport, TopoReport};
+
+pub struct Html;
+
+impl Exporter for Html {
+    fn check(&self, r: &CheckReport) -> Option<String> {
+        Some(crate::render::html::check_page(r))
+    }
+    fn topo(&self, r: &TopoReport) -> Option<String> {
+        Some(crate::render::html::topo_page(r))
+    }
+    fn fleet(&self, r: &FleetReport) -> Option<String> {
+        Some(crate::render::html::fleet_page(r))
+    }
+}
