@@ -576,3 +576,50 @@ fn slurm_probes_only_on_an_idle_node() {
         r.log
     );
 }
+
+/// `probe nccl --ranks slurm` started by a real `srun` (two tasks of one job step on the
+/// one-node cluster): each task takes its rank from Slurm's own variables and rank 0's host from
+/// the step's node list, the two meet over the authenticated rendezvous, and on this machine
+/// (no GPU, no libnccl) both end in the same reasoned skip: rank 0 prints the merged report,
+/// rank 1 says it reported to rank 0, exit 0 on both.
+#[test]
+fn slurm_srun_starts_nccl_ranks() {
+    if !have_slurm() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_gpudoctor");
+    let cmd = format!("{bin} probe nccl --ranks slurm --json --rendezvous-timeout 60");
+    let o = Command::new(repo().join("tests/slurm/cluster.sh"))
+        .arg(bin)
+        .env("CLUSTER_SRUN", &cmd)
+        .env("GPUDOCTOR_TOKEN", "a-shared-secret-of-the-job")
+        .args(["--root", "fixtures/pcie-2socket-roce"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("srun_rc=0"), "{out}");
+    let task = |n: u32| -> String {
+        out.lines()
+            .filter_map(|l| l.strip_prefix("srun="))
+            .filter_map(|l| l.trim_start().strip_prefix(&format!("{n}: ")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let r0: serde_json::Value = serde_json::from_str(&task(0))
+        .unwrap_or_else(|e| panic!("rank 0 printed no report ({e}): {out}"));
+    assert_eq!(r0["mode"], "cluster", "{r0:#}");
+    assert_eq!(r0["status"], "skip", "{r0:#}");
+    assert_eq!(r0["cluster"]["launcher"], "slurm", "{r0:#}");
+    assert_eq!(r0["cluster"]["world_size"], 2, "{r0:#}");
+    assert!(
+        task(1).contains("rank 1 reported to rank 0"),
+        "rank 1: {}\n{out}",
+        task(1)
+    );
+}

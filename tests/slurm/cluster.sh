@@ -17,7 +17,9 @@
 # default: 0 keeps a node set DOWN down). CLUSTER_INSTALL_OPT=1
 # runs the cluster in a private mount namespace whose /opt holds only gpudoctor/bin/gpudoctor
 # (a link to GPUDOCTOR_BIN), the install location the script looks in last.
-# GPUDOCTOR_TEST_SLOW_READ (the test-only slow read) reaches gpudoctor.
+# GPUDOCTOR_TEST_SLOW_READ (the test-only slow read) reaches gpudoctor. CLUSTER_SRUN (a command
+# line) is run as a job step of CLUSTER_SRUN_TASKS tasks once the node is up: its labelled output
+# is printed as srun=... lines and its exit status as srun_rc=.
 set -euo pipefail
 if [ "$1" = none ]; then bin=none; else bin=$(realpath "$1"); fi; shift
 if [ "${CLUSTER_INSTALL_OPT:-}" = 1 ] && [ -z "${CLUSTER_IN_NAMESPACE:-}" ]; then
@@ -165,6 +167,18 @@ if [ -n "${CLUSTER_NODE_UPDATE:-}" ] || [ -n "${busy:-}" ]; then
   wait_ran
   rm -f "$work/reports/ran" "$work/reports/check.json"
   wait_ran
+fi
+if [ -n "${CLUSTER_SRUN:-}" ]; then
+  # A job step of CLUSTER_SRUN_TASKS tasks (2) on the node, as a user's srun starts it: every
+  # line a task wrote prefixed with its rank (srun=N: ...), then the step's exit status.
+  rc=0
+  timeout 120 srun -N1 -n "${CLUSTER_SRUN_TASKS:-2}" -O --output "$work/reports/srun.%t" \
+    $CLUSTER_SRUN 2>"$work/reports/srun.err" || rc=$?
+  for f in "$work"/reports/srun.[0-9]*; do
+    [ -e "$f" ] && sed "s/^/srun=${f##*.}: /" "$f"
+  done
+  sed 's/^/srun_err=/' "$work/reports/srun.err"
+  echo "srun_rc=$rc"
 fi
 sleep 2
 state=$(sinfo -h -n "$node" -N -o '%T')
