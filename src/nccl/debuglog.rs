@@ -4,12 +4,14 @@
 //! Pure text in, values out; never panics on arbitrary bytes. Formats as NCCL 2.28.9 prints
 //! them (fixtures/nccl-2.28.9/):
 //!
-//!     vm:1375:1394 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer
-//!     vm:1396:1414 [1] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [receive] via NET/Socket/0
-//!     ... NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/IB/0/GDRDMA
-//!     ... NCCL INFO Using network Socket
-//!     ... NCCL INFO ncclCommInitRankConfig comm 0x.. rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 commId 0x.. - Init START
-//!     ... NCCL INFO NCCL_P2P_DISABLE set by environment to 1
+//! ```text
+//! vm:1375:1394 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer
+//! vm:1396:1414 [1] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [receive] via NET/Socket/0
+//! ... NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/IB/0/GDRDMA
+//! ... NCCL INFO Using network Socket
+//! ... NCCL INFO ncclCommInitRankConfig comm 0x.. rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 commId 0x.. - Init START
+//! ... NCCL INFO NCCL_P2P_DISABLE set by environment to 1
+//! ```
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
