@@ -200,6 +200,8 @@ pub struct ProbeRow {
     pub outliers: Vec<Outlier>,
     /// Nodes below gpudoctor's own bar for the measurement, whatever the fleet's median.
     pub below_floor: Vec<BelowFloor>,
+    /// Every node's median GB/s, by node (the statistics above are over these).
+    pub node_gbps: BTreeMap<String, f64>,
 }
 
 /// Nodes compared with one another: one server model (the set of GPU and NIC PCI ids), and
@@ -787,6 +789,10 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
                 spread: kind,
                 outliers,
                 below_floor,
+                node_gbps: vals
+                    .iter()
+                    .map(|(node, v, _)| (node.to_string(), *v))
+                    .collect(),
             }
         })
         .collect();

@@ -268,3 +268,77 @@ pub fn record_hwloc(data: &[u8]) {
 pub fn record_nccl(data: &[u8]) {
     record(crate::source::record::Format::Nccl, data)
 }
+
+/// A character no sanitised output may carry as itself: the C0 and C1 controls and DEL
+/// (`char::is_control`, Unicode's Cc), the bidirectional overrides, embeddings, isolates and
+/// marks, and U+FFFE/U+FFFF (not XML 1.0 characters). Written apart from the sanitisers' own
+/// list, so the two can disagree.
+fn raw_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            | '\u{200e}' | '\u{200f}' | '\u{61c}' | '\u{fffe}' | '\u{ffff}')
+}
+
+fn assert_no_raw(what: &str, out: &str, allowed: &[char]) {
+    if let Some(c) = out
+        .chars()
+        .find(|&c| raw_control(c) && !allowed.contains(&c))
+    {
+        panic!("{what}: raw {c:?} in {out:?}");
+    }
+}
+
+/// The output sanitisers of `render::terminal` over arbitrary text: the terminal text keeps
+/// only newline and tab, the one-line form and the Markdown cell no control at all; the cell
+/// holds no unescaped `|` or inline markup and no HTML but its own `<br>`; the XML text, in
+/// character data and in an attribute, always parses and reads back with no raw control.
+pub fn sanitisers(data: &[u8]) {
+    use crate::render::terminal::{escape, escape_text, markdown_cell, xml_text};
+    let s = String::from_utf8_lossy(data);
+    assert_no_raw("terminal text", &escape_text(&s), &['\n', '\t']);
+    assert_no_raw("terminal line", &escape(&s), &[]);
+
+    let cell = markdown_cell(&s);
+    assert_no_raw("markdown cell", &cell, &[]);
+    let mut chars = cell.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            // CommonMark: a backslash escapes the ASCII punctuation character after it.
+            '\\' if chars.peek().is_some_and(|n| n.is_ascii_punctuation()) => {
+                chars.next();
+            }
+            '|' | '`' | '*' | '_' | '~' | '[' | ']' | '\n' => {
+                panic!("markdown cell: unescaped {c:?} in {cell:?}")
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        !cell.replace("<br>", "").contains('<'),
+        "markdown cell: HTML in {cell:?}"
+    );
+
+    let x = xml_text(&s);
+    assert_no_raw("xml text", &x, &['\n', '\t']);
+    let doc = format!("<?xml version=\"1.0\"?>\n<r a=\"{x}\" b='{x}'>{x}</r>");
+    let parsed = roxmltree::Document::parse(&doc)
+        .unwrap_or_else(|e| panic!("xml text does not parse: {e}: {doc:?}"));
+    let root = parsed.root_element();
+    let text = root.text().unwrap_or("");
+    assert_no_raw("xml text read back", text, &['\n', '\t']);
+    assert_no_raw(
+        "xml attribute read back",
+        root.attribute("a").unwrap_or(""),
+        &[],
+    );
+    // Nothing dropped: the characters a parser gives back are the sanitised ones.
+    assert_eq!(
+        text,
+        x.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&amp;", "&")
+    );
+}

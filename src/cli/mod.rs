@@ -13,8 +13,8 @@ pub use probe::{
     DmabufExportArgs, GpuArg, GpuWriteBwArgs, NcclArgs, ProbeArgs, ProbeCommand, WriteBwArgs,
 };
 pub use values::{
-    ColorChoice, FleetFormat, FormatArg, GdrModeArg, GpuSideArg, NicHandlerArg, QueuePlaceArg,
-    TopoFormat,
+    ColorChoice, DiffFormat, FleetFormat, FormatArg, GdrModeArg, GpuSideArg, NicHandlerArg,
+    QueuePlaceArg, TopoFormat,
 };
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
@@ -139,9 +139,12 @@ pub enum Command {
         a: PathBuf,
         /// Report or bundle B.
         b: PathBuf,
-        /// Print one JSON document (schema gpudoctor.diff/2).
-        #[arg(long)]
+        /// Print one JSON document (schema gpudoctor.diff/2); the same as --format json.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// Output format: table, json, html (one self-contained page).
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: Option<DiffFormat>,
         /// Also list subjects judged pass in one node and not at all in the other.
         #[arg(long)]
         all: bool,

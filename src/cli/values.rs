@@ -27,6 +27,17 @@ pub enum FleetFormat {
     Html,
 }
 
+/// How `diff` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormat {
+    /// Human table.
+    Table,
+    /// One JSON document.
+    Json,
+    /// One self-contained HTML page (for a ticket or an e-mail); nothing fetched.
+    Html,
+}
+
 /// How a report is printed (`config::OutputFormat` once resolved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FormatArg {

@@ -2,7 +2,8 @@
 
 use super::Action;
 use super::output::FleetOutput;
-use crate::cli::FleetFormat;
+use crate::cli::{DiffFormat, FleetFormat};
+use crate::export::Format;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 
@@ -24,6 +25,20 @@ pub(super) fn resolve(
     })
 }
 
-pub(super) fn resolve_diff(a: PathBuf, b: PathBuf, json: bool, all: bool) -> Action {
-    Action::Diff { a, b, json, all }
+/// `--json` and `--format` resolved (clap has already refused both together).
+pub(super) fn resolve_diff(
+    a: PathBuf,
+    b: PathBuf,
+    json: bool,
+    format: Option<DiffFormat>,
+    all: bool,
+) -> Action {
+    let format = match (json, format) {
+        (_, Some(DiffFormat::Table)) => Format::Table,
+        (_, Some(DiffFormat::Json)) => Format::Json,
+        (_, Some(DiffFormat::Html)) => Format::Html,
+        (true, None) => Format::Json,
+        (false, None) => Format::Table,
+    };
+    Action::Diff { a, b, format, all }
 }

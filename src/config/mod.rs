@@ -68,7 +68,7 @@ pub enum Action {
     Diff {
         a: PathBuf,
         b: PathBuf,
-        json: bool,
+        format: crate::export::Format,
         all: bool,
     },
     /// `export nccl-topo`.
@@ -188,7 +188,13 @@ impl Config {
                 None,
                 fleet::resolve(inputs, json, format, min_deviation, expect)?,
             ),
-            Command::Diff { a, b, json, all } => (None, fleet::resolve_diff(a, b, json, all)),
+            Command::Diff {
+                a,
+                b,
+                json,
+                format,
+                all,
+            } => (None, fleet::resolve_diff(a, b, json, format, all)),
             Command::Export(ExportCommand::NcclTopo { source, output }) => {
                 (Some(source), Action::ExportNcclTopo { output })
             }

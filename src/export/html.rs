@@ -1,8 +1,8 @@
 //! One self-contained HTML page (`render::html`): the check report with its topology drawn,
-//! the topology alone, or the fleet summary.
+//! the topology alone, the fleet summary, or a diff of two nodes.
 
 use super::exporter::Exporter;
-use crate::fleet::FleetReport;
+use crate::fleet::{DiffReport, FleetReport};
 use crate::report::{CheckReport, TopoReport};
 
 pub struct Html;
@@ -16,5 +16,8 @@ impl Exporter for Html {
     }
     fn fleet(&self, r: &FleetReport) -> Option<String> {
         Some(crate::render::html::fleet_page(r))
+    }
+    fn diff(&self, r: &DiffReport) -> Option<String> {
+        Some(crate::render::html::diff_page(r))
     }
 }

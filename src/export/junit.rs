@@ -3,31 +3,15 @@
 //! name = subject). fail is a <failure>, skip a <skipped>; warn passes with the message in
 //! <system-out>, unless --strict, where it is a <failure> as it is for the exit code.
 //!
+//! Every recorded string goes through `terminal::xml_text`: the file parses as XML 1.0
+//! whatever the node recorded.
+//!
 //! Pure: `&CheckReport -> String`, deterministic (no timestamps, no hostnames).
 
 use crate::findings::Status;
+use crate::render::terminal::xml_text as xml_escape;
 use crate::report::CheckReport;
 use std::fmt::Write;
-
-/// XML text and attribute escaping.
-pub fn xml_escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '&' => s.push_str("&amp;"),
-            '<' => s.push_str("&lt;"),
-            '>' => s.push_str("&gt;"),
-            '"' => s.push_str("&quot;"),
-            '\'' => s.push_str("&apos;"),
-            // Characters XML 1.0 cannot carry at all.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => {
-                let _ = write!(s, "\\x{:02x}", c as u32);
-            }
-            c => s.push(c),
-        }
-    }
-    s
-}
 
 /// The report as JUnit XML. The gate (`CheckReport::gate`) is the one source of what fails:
 /// under `--strict` a warning is a `<failure>`, and when the gate itself decided the verdict
@@ -119,6 +103,6 @@ mod tests {
     #[test]
     fn escaping() {
         assert_eq!(xml_escape("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
-        assert_eq!(xml_escape("\u{1}"), "\\x01");
+        assert_eq!(xml_escape("\u{1}\u{ffff}"), "\\x01\\u{ffff}");
     }
 }

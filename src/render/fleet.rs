@@ -175,9 +175,15 @@ pub fn fleet_table(r: &FleetReport) -> String {
 
 /// Markdown for a ticket: the nodes to drain and why first, then what the fleet looked like.
 pub fn fleet_markdown(r: &FleetReport) -> String {
-    let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
+    // Every recorded string (node, check id, group, message) reaches the document as cell
+    // text, never raw and never in a code span: see `terminal::markdown_cell`.
+    let cell = super::terminal::markdown_cell;
     let mut s = String::new();
-    let st: Vec<String> = r.status.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let st: Vec<String> = r
+        .status
+        .iter()
+        .map(|(k, v)| format!("{v} {}", cell(k)))
+        .collect();
     let _ = writeln!(
         s,
         "## gpudoctor fleet: {}, {} to drain\n",
@@ -194,7 +200,7 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
         let _ = writeln!(s, "| Node | Reason |\n|---|---|");
         for d in &r.drain {
             for reason in &d.reasons {
-                let _ = writeln!(s, "| `{}` | {} |", cell(&d.node), cell(reason));
+                let _ = writeln!(s, "| {} | {} |", cell(&d.node), cell(reason));
             }
         }
         s.push('\n');
@@ -226,8 +232,8 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
         for c in failing {
             let _ = writeln!(
                 s,
-                "| `{}` | {} | {} | {} |",
-                c.id,
+                "| {} | {} | {} | {} |",
+                cell(&c.id),
                 cell(&list(&c.fail)),
                 cell(&list(&c.warn)),
                 c.pass
@@ -248,7 +254,7 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
             for o in &p.outliers {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {:.1} | `{}` | {:.1} | {:+.1}% | {:.1} | {} |",
+                    "| {} | {} | {:.1} | {} | {:.1} | {:+.1}% | {:.1} | {} |",
                     cell(&p.group),
                     cell(&p.measurement),
                     p.median_gbps,
@@ -262,7 +268,7 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
             for b in &p.below_floor {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {:.1} | `{}` | {:.1} | below {} {:.1} | | yes |",
+                    "| {} | {} | {:.1} | {} | {:.1} | below {} {:.1} | | yes |",
                     cell(&p.group),
                     cell(&p.measurement),
                     p.median_gbps,
@@ -282,7 +288,7 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
         for d in &r.shape {
             let _ = writeln!(
                 s,
-                "| `{}` | {} | {} |",
+                "| {} | {} | {} |",
                 cell(&d.node),
                 cell(&d.describe()),
                 if d.drain { "yes" } else { "no" }

@@ -3,7 +3,6 @@
 
 use super::{EXIT_FAILED_CHECK, EXIT_OK, Outcome};
 use crate::config::CheckOptions;
-use crate::config::json_or_table;
 use crate::export::{ExportOptions, Format, export};
 use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
 use crate::probes::RecordedProbe;
@@ -568,7 +567,7 @@ pub fn fleet(
     ))
 }
 
-pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
+pub fn diff(a: &Path, b: &Path, format: Format, all: bool) -> Result<Outcome> {
     let one = |p: &Path| -> Result<NodeData> {
         let mut nodes = read_docs(p, false)?;
         match nodes.len() {
@@ -617,12 +616,7 @@ pub fn diff(a: &Path, b: &Path, json: bool, all: bool) -> Result<Outcome> {
     let same =
         d.checks.is_empty() && d.bandwidth.is_empty() && d.shape.as_ref().is_none_or(Vec::is_empty);
     Ok(Outcome::new(
-        export(
-            json_or_table(json),
-            ExportOptions::default(),
-            "a diff",
-            |e| e.diff(&d),
-        )?,
+        export(format, ExportOptions::default(), "a diff", |e| e.diff(&d))?,
         if same { EXIT_OK } else { EXIT_FAILED_CHECK },
     ))
 }

@@ -269,7 +269,7 @@ pub fn record_failure(dir: &std::path::Path, reason: &str, exit_code: i32) -> Re
 fn fits_terminal(action: &Action) -> bool {
     match action {
         Action::Fleet { format, .. } => *format == crate::config::FleetOutput::Table,
-        Action::Diff { json, .. } => !json,
+        Action::Diff { format, .. } => *format == crate::export::Format::Table,
         Action::Bundle { .. }
         | Action::Baseline {
             output: Some(_), ..
@@ -421,7 +421,7 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
             min_deviation,
             expect,
         } => fleet::fleet(inputs, (*format).into(), *min_deviation, expect),
-        Action::Diff { a, b, json, all } => fleet::diff(a, b, *json, *all),
+        Action::Diff { a, b, format, all } => fleet::diff(a, b, *format, *all),
         Action::ExportNcclTopo { output } => export::nccl_topo(&cfg.source, output.as_deref()),
         Action::Man(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -4,7 +4,7 @@ use crate::{gpudoctor, readme, repo};
 use serde_json::Value;
 use std::path::Path;
 
-fn write_check_report(root: &str, to: &Path) {
+pub(crate) fn write_check_report(root: &str, to: &Path) {
     let o = gpudoctor()
         .args(["--root", root, "check", "--json", "--level", "1"])
         .output()
@@ -13,7 +13,7 @@ fn write_check_report(root: &str, to: &Path) {
 }
 
 /// A copy of a recorded probe report with every sample and median scaled.
-fn scaled_probe(from: &Path, factor: f64, to: &Path) {
+pub(crate) fn scaled_probe(from: &Path, factor: f64, to: &Path) {
     scaled_probe_only(from, factor, to, None)
 }
 
@@ -115,6 +115,10 @@ fn fleet_finds_failing_checks_and_slow_nodes() {
             .collect();
         assert_eq!(out, vec!["slow01"], "{p}");
         assert!(p["outliers"][0]["z"].as_f64().unwrap() < -3.5);
+        // Every node's reading, not only the outliers'.
+        let all = p["node_gbps"].as_object().unwrap();
+        assert_eq!(all.len(), 21, "{p}");
+        assert_eq!(all["slow01"], p["outliers"][0]["gbps"], "{p}");
     }
     let drain: Vec<&str> = r["drain"]
         .as_array()
@@ -391,7 +395,7 @@ fn fleet_groups_by_model_and_drains_shape_drift() {
         "{md}"
     );
     assert!(
-        md.contains("| Node | Reason |\n|---|---|\n| `hgx1` |"),
+        md.contains("| Node | Reason |\n|---|---|\n| hgx1 |"),
         "{md}"
     );
     assert!(md.contains("### Shape differences"), "{md}");

@@ -114,3 +114,8 @@ fn fuzz_inputs_record_hwloc() {
 fn fuzz_inputs_record_nccl() {
     replay("record_nccl", 3, gpudoctor::fuzzing::record_nccl);
 }
+
+#[test]
+fn fuzz_inputs_sanitisers() {
+    replay("sanitisers", 5, gpudoctor::fuzzing::sanitisers);
+}

@@ -767,3 +767,110 @@ fn hardening_interrupted_fleet_leaves_no_extraction() {
         assert!(left.is_empty(), "signal {sig}: left {left:?}");
     }
 }
+
+/// The cells of each Markdown table row: `|` ends a cell unless a backslash precedes it (GitHub
+/// Flavored Markdown's table rule, whatever precedes that backslash).
+fn md_cells(line: &str) -> usize {
+    let b = line.as_bytes();
+    (0..b.len())
+        .filter(|&i| b[i] == b'|' && (i == 0 || b[i - 1] != b'\\'))
+        .count()
+}
+
+/// A node name and a check id from a forged report carry `|`, backticks, HTML and control
+/// bytes: `fleet --format md` keeps every table's shape, opens no code span and writes no HTML
+/// of theirs.
+#[test]
+fn hardening_markdown_escapes_recorded_strings() {
+    let mut forged = check_report(&[
+        "--bundle",
+        "fixtures/variants/vm-flat-4gpu--xid/bundle.tar.gz",
+    ]);
+    for f in forged["checks"].as_array_mut().unwrap() {
+        if f["status"] == "fail" {
+            f["id"] = "gpu.xid|`<script>alert(1)</script>`\n# h\u{1b}[2J*x*".into();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path()
+            .join("a|b`<img src=x onerror=alert(1)>\u{1b}[2Jc.json"),
+        forged.to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("ok.json"),
+        check_report(&["--root", "fixtures/vm-flat-4gpu"]).to_string(),
+    )
+    .unwrap();
+    let o = gpudoctor()
+        .arg("fleet")
+        .arg(dir.path())
+        .args(["--format", "md"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let md = String::from_utf8(o.stdout).unwrap();
+    no_raw_controls("fleet --format md", &md);
+    for html in ["<script", "<img", "</script"] {
+        assert!(!md.contains(html), "{html} reaches the document:\n{md}");
+    }
+    let mut header = None;
+    for line in md.lines() {
+        if !line.starts_with('|') {
+            header = None;
+            continue;
+        }
+        let n = md_cells(line);
+        let want = *header.get_or_insert(n);
+        assert_eq!(n, want, "a row of another shape: {line:?}\n{md}");
+        let b = line.as_bytes();
+        for i in 0..b.len() {
+            assert!(
+                b[i] != b'`' || (i > 0 && b[i - 1] == b'\\'),
+                "a code span opens: {line:?}"
+            );
+        }
+    }
+    assert!(
+        md.contains("a\\|b\\`&lt;img src=x onerror=alert(1)>\\x1b\\[2Jc"),
+        "{md}"
+    );
+    assert!(
+        md.contains("gpu.xid\\|\\`&lt;script>alert(1)&lt;/script>\\`<br># h\\x1b\\[2J\\*x\\*"),
+        "{md}"
+    );
+}
+
+/// A driver version with characters XML 1.0 cannot carry (C0 controls, U+FFFE, U+FFFF) reaches
+/// a JUnit failure message: the file still parses with a strict parser and shows them escaped.
+#[test]
+fn hardening_junit_is_xml_whatever_was_recorded() {
+    let (_tmp, tree) = crate::copy_fixture("vm-flat-4gpu");
+    let p = tree.join("nvml.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let forged = "550.54.15\u{1}\u{1b}[2J\u{ffff}\u{fffe}\u{b}<x>&\"'\u{202e}";
+    v["driver_version"] = forged.into();
+    v["gpus"][0]["name"] = format!("NVIDIA H100 {forged}").into();
+    std::fs::write(&p, v.to_string()).unwrap();
+    let o = gpudoctor()
+        .arg("--root")
+        .arg(&tree)
+        .args(["check", "--format", "junit"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let xml = String::from_utf8(o.stdout).unwrap();
+    let doc = roxmltree::Document::parse(&xml)
+        .unwrap_or_else(|e| panic!("JUnit XML does not parse: {e}\n{xml}"));
+    no_raw_controls("check --format junit", &xml);
+    let message = doc
+        .descendants()
+        .filter_map(|n| n.attribute("message"))
+        .find(|m| m.contains("550.54.15"))
+        .unwrap_or_else(|| panic!("no message names the driver version:\n{xml}"));
+    assert!(
+        message.contains("550.54.15\\x01\\x1b[2J\\u{ffff}\\u{fffe}\\x0b<x>&\"'\\u{202e}"),
+        "{message}"
+    );
+}

@@ -277,6 +277,129 @@ fn html_sriov_folds_virtual_functions() {
     );
 }
 
+/// A page without a topology (fleet, diff): self-contained, then rendered by chromium, which
+/// requests nothing of the page's. The DOM, or None without chromium.
+fn rendered(name: &str, html: &str) -> Option<String> {
+    let lower = html.to_ascii_lowercase();
+    for bad in [
+        "http://", "https://", "<script", " src=", " href=", "@import", "url(",
+    ] {
+        assert!(!lower.contains(bad), "{name}: {bad} in the page");
+    }
+    let chrome = chromium()?;
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join(format!("{name}.html"));
+    std::fs::write(&page, html).unwrap();
+    let (dom, hosts) = render(&chrome, &page, dir.path());
+    assert!(dom.contains("id=\"verdict\""), "{name}: rendered");
+    assert!(
+        !dom.to_ascii_lowercase().contains("<script"),
+        "{name}: a script in the DOM"
+    );
+    for h in hosts.iter().filter(|h| !h.is_empty()) {
+        assert!(
+            BROWSER_SERVICES
+                .iter()
+                .any(|s| h == s || h.ends_with(&format!(".{s}"))),
+            "{name}: the page requested {h}"
+        );
+    }
+    Some(dom)
+}
+
+/// The row of `node` in the fleet table, from its opening tag to its end.
+fn fleet_row<'a>(page: &'a str, node: &str) -> (usize, &'a str) {
+    let cell = format!("{node}</td>");
+    let at = page.find(&cell).unwrap_or_else(|| panic!("{node}'s row"));
+    let start = page[..at].rfind("<tr").unwrap();
+    let end = at + page[at..].find("</tr>").unwrap();
+    (start, &page[start..end])
+}
+
+#[test]
+fn html_fleet_marks_the_slow_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let h2d = repo().join("fixtures/h200x2-live/probes/h2d.json");
+    // Six nodes within 1% of one another, one 30% slower, one failing a check.
+    for i in 0..6 {
+        let jitter = 1.0 + ((i * 7 % 11) as f64 - 5.0) / 500.0;
+        crate::fleet::scaled_probe(
+            &h2d,
+            jitter,
+            &dir.path().join(format!("node{i:02}.h2d.json")),
+        );
+    }
+    crate::fleet::scaled_probe(&h2d, 0.7, &dir.path().join("slow01.h2d.json"));
+    let o = gpudoctor()
+        .args([
+            "--bundle",
+            "fixtures/variants/pcie-2socket-roce--gpu-x8/bundle.tar.gz",
+            "check",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    std::fs::write(dir.path().join("x8node.check.json"), o.stdout).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let page = stdout(&["fleet", d, "--format", "html"]);
+    // Drained nodes first, with their reasons and failed checks.
+    let (slow_at, slow) = fleet_row(&page, "slow01");
+    let (x8_at, x8) = fleet_row(&page, "x8node");
+    let (ok_at, ok) = fleet_row(&page, "node00");
+    assert!(slow_at < ok_at && x8_at < ok_at, "drained first");
+    assert!(slow.starts_with("<tr class=\"drained\">"), "{slow}");
+    assert!(x8.contains("pcie.link-width"), "{x8}");
+    assert!(ok.starts_with("<tr class=\"kept\">"), "{ok}");
+    // Every cell of the slow node is red and outlined; the others' are not.
+    let cells = slow.matches("<td class=\"gb ").count();
+    assert!(cells >= 2, "{slow}");
+    assert_eq!(slow.matches("<td class=\"gb red drain\"").count(), cells);
+    assert!(slow.contains("<span class=\"dev\">-29.7%</span>"), "{slow}");
+    assert_eq!(ok.matches("<td class=\"gb ok\"").count(), cells, "{ok}");
+    assert!(!x8.contains("gb red"), "x8node measured nothing: {x8}");
+    let Some(dom) = rendered("fleet", &page) else {
+        return;
+    };
+    let at = |n: &str| dom.find(&format!("{n}</td>")).unwrap();
+    assert!(at("slow01") < at("node00") && at("x8node") < at("node00"));
+    assert!(dom.contains("class=\"gb red drain\""), "marked in the DOM");
+    assert!(dom.contains("pcie.link-width"));
+}
+
+#[test]
+fn html_diff_of_two_variants() {
+    let a = "fixtures/variants/pcie-2socket-roce--mtu1500/bundle.tar.gz";
+    let b = "fixtures/variants/pcie-2socket-roce--gpu-x8/bundle.tar.gz";
+    let out = gpudoctor()
+        .args(["diff", a, b, "--format", "html"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "they differ");
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(a) && page.contains(b), "A and B named");
+    // The check that got worse, first and marked; the ones that got better after it.
+    let worse = page
+        .find("<tr class=\"worse\"><td>worse</td><td class=\"mono\">pcie.link-width</td>")
+        .expect("the worse verdict");
+    let better = page
+        .find("<tr class=\"better\"><td>better</td><td class=\"mono\">rdma.mtu</td>")
+        .expect("a better verdict");
+    assert!(worse < better, "worse first");
+    // B's shape against A's.
+    assert!(page.contains("baseline.pcie"), "the shape difference");
+    // --json and --format together are refused, as for fleet.
+    let both = gpudoctor()
+        .args(["diff", a, b, "--json", "--format", "html"])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2));
+    let Some(dom) = rendered("diff", &page) else {
+        return;
+    };
+    assert!(dom.contains("pcie.link-width") && dom.contains("baseline.pcie"));
+    assert!(dom.find("pcie.link-width") < dom.find("rdma.mtu"));
+}
+
 #[test]
 fn html_is_refused_by_probes() {
     let out = gpudoctor()

@@ -542,7 +542,8 @@ fn slurm_exit_causes_are_told_apart() {
         r.reason,
         "gpudoctor: could not run: killed at GPUDOCTOR_TIMEOUT=2s (the backstop, SIGKILL after SIGTERM was ignored): its own --time-budget of 1s did not end it"
     );
-    let segv = stand_in(&dir, "segv", "kill -SEGV $$");
+    // In its own directory, so that a core it dumps lands there, not in the repository.
+    let segv = stand_in(&dir, "segv", "cd \"$(dirname \"$0\")\" && kill -SEGV $$");
     let r = run(&segv, &[], &root);
     assert!(
         r.reason

@@ -82,6 +82,7 @@ const SHARED: &[(&str, &str, &[&str])] = &[
             "probe dmabuf-export",
             "probe write-bw",
             "fleet",
+            "diff",
             "topo",
         ],
     ),

@@ -12,6 +12,9 @@
 
 mod chart;
 mod drawing;
+mod fleet;
+
+pub use fleet::{diff_page, fleet_page};
 
 use super::terminal;
 use crate::findings::{Finding, Status};
@@ -109,6 +112,11 @@ ol.marks{font-size:13px;padding-left:26px}ol.marks li{margin:2px 0}
 .muted{color:#5f6368}.unknown{color:#a50e0e;font-style:italic}
 details{margin:6px 0}summary{cursor:pointer}
 .cols2{columns:2 420px}
+td.gb{text-align:right;white-space:nowrap;font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+td.gb .dev{color:#5f6368;font-size:11px}.gb.amber{background:#fef7e0}.gb.red{background:#fce8e6;color:#a50e0e;font-weight:600}
+.gb.fast{background:#e8f0fe}.gb.none{color:#9aa0a6;text-align:center}td.gb.drain{outline:2px solid #d93025;outline-offset:-2px}
+span.sw.gb{margin-left:10px}span.sw.ok{background:#fff}
+tr.drained td:first-child,tr.worse td:first-child{border-left:4px solid #d93025}tr.better td:first-child{border-left:4px solid #188038}
 "#;
 
 /// The page around `body`: a strict policy first (nothing may load or run, inline style only).
@@ -261,54 +269,6 @@ pub fn topo_page(r: &TopoReport) -> String {
     notes_section(&mut b, &topo_notes(r));
     footer(&mut b, r.schema, r.gpudoctor_version);
     page("gpudoctor topo", &b)
-}
-
-/// `fleet --format html`: who to drain, then the fleet summary as the table prints it.
-pub fn fleet_page(r: &crate::fleet::FleetReport) -> String {
-    let table = super::fleet::fleet_table(r);
-    let mut b = String::new();
-    let _ = writeln!(b, "<h1>gpudoctor fleet: {} nodes</h1>", r.nodes);
-    let (class, line) = if r.drain.is_empty() {
-        ("pass", "Nothing to drain.".to_string())
-    } else {
-        (
-            "fail",
-            format!(
-                "Drain {}: {}",
-                super::layout::count(r.drain.len(), "node", "nodes"),
-                r.drain
-                    .iter()
-                    .map(|d| d.node.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-    };
-    let _ = writeln!(
-        b,
-        "<div class=\"verdict v-{class}\" id=\"verdict\">{}</div>",
-        esc(&line)
-    );
-    if !r.drain.is_empty() {
-        b.push_str("<h2>Nodes to drain</h2>\n<table><tr><th>Node</th><th>Why</th></tr>\n");
-        for d in &r.drain {
-            let _ = writeln!(
-                b,
-                "<tr><td class=\"mono\">{}</td><td>{}</td></tr>",
-                esc(&d.node),
-                d.reasons
-                    .iter()
-                    .map(|s| esc(s))
-                    .collect::<Vec<_>>()
-                    .join("<br>")
-            );
-        }
-        b.push_str("</table>\n");
-    }
-    b.push_str("<h2>Summary</h2>\n");
-    let _ = writeln!(b, "<pre>{}</pre>", esc(&table));
-    footer(&mut b, r.schema, r.gpudoctor_version);
-    page(&format!("gpudoctor fleet: {} nodes", r.nodes), &b)
 }
 
 fn meta(b: &mut String, r: &CheckReport) {

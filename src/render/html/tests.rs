@@ -6,7 +6,7 @@ use crate::checks::CheckId;
 use crate::findings::ev;
 use crate::report::SourceInfo;
 
-const HOSTILE: [&str; 6] = [
+pub(super) const HOSTILE: [&str; 6] = [
     "<script>alert(1)</script>",
     "\"><svg onload=alert(2)>",
     "'><img src=x onerror=alert(3)>",
@@ -76,7 +76,7 @@ const ATTRS: &[&str] = &[
 
 /// Every tag of the page is one of ours with only our attributes, each value quoted: so no
 /// recorded string opened a tag, closed a value or added an event handler.
-fn assert_inert(page: &str) {
+pub(super) fn assert_inert(page: &str) {
     let mut rest = page;
     while let Some(i) = rest.find('<') {
         let tag = &rest[i + 1..];
