@@ -13,6 +13,7 @@ pub mod findings;
 pub mod fleet;
 pub mod foreign;
 pub mod fuzzing;
+pub mod handshake;
 pub mod inventory;
 pub mod kmsg;
 pub mod libs;

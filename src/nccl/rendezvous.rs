@@ -33,8 +33,15 @@ pub const MAGIC: &[u8; 4] = b"GDNR";
 pub const VERSION: u16 = 1;
 /// A process's results (every raw sample of every configuration) fit well inside this.
 pub const MAX_BODY: u32 = 4 << 20;
-pub const NONCE_BYTES: usize = 32;
+pub const NONCE_BYTES: usize = crate::handshake::NONCE_BYTES;
 const DOMAIN: &[u8] = b"gpudoctor nccl rendezvous";
+/// This channel's frame and transcript constants (`crate::handshake`).
+const PROTOCOL: handshake::Protocol = handshake::Protocol {
+    magic: MAGIC,
+    version: VERSION,
+    domain: DOMAIN,
+    max_body: MAX_BODY,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "kebab-case")]
@@ -122,7 +129,7 @@ pub enum RendezvousError {
     Random(String),
 }
 
-type Nonce = [u8; NONCE_BYTES];
+use crate::handshake::{self, HeadError, Nonce, hex};
 
 pub struct Channel {
     stream: TcpStream,
@@ -275,79 +282,44 @@ impl Channel {
 }
 
 pub fn decode_head(head: &[u8; 10]) -> Result<u32, RendezvousError> {
-    if &head[..4] != MAGIC {
-        return Err(RendezvousError::BadMagic);
-    }
-    let v = u16::from_be_bytes([head[4], head[5]]);
-    if v != VERSION {
-        return Err(RendezvousError::Version { theirs: v });
-    }
-    let len = u32::from_be_bytes([head[6], head[7], head[8], head[9]]);
-    if len > MAX_BODY {
-        return Err(RendezvousError::TooLarge(u64::from(len)));
-    }
-    Ok(len)
+    PROTOCOL.decode_head(head).map_err(|e| match e {
+        HeadError::BadMagic => RendezvousError::BadMagic,
+        HeadError::Version(v) => RendezvousError::Version { theirs: v },
+        HeadError::TooLarge(n) => RendezvousError::TooLarge(u64::from(n)),
+    })
 }
 
 fn fresh_nonce() -> Result<Nonce, RendezvousError> {
-    let mut n = [0u8; NONCE_BYTES];
-    getrandom::fill(&mut n).map_err(|e| RendezvousError::Random(e.to_string()))?;
-    Ok(n)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str, what: &str) -> Result<Vec<u8>, RendezvousError> {
-    let bad = || RendezvousError::Malformed(format!("{what} is not hex"));
-    if !s.len().is_multiple_of(2) || !s.is_ascii() {
-        return Err(bad());
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
-        .collect()
+    handshake::fresh_nonce().map_err(RendezvousError::Random)
 }
 
 fn nonce_from(s: &str) -> Result<Nonce, RendezvousError> {
-    unhex(s, "nonce")?
-        .try_into()
-        .map_err(|_| RendezvousError::Malformed(format!("nonce is not {NONCE_BYTES} bytes")))
+    handshake::nonce_from(s).map_err(RendezvousError::Malformed)
 }
 
-/// HMAC-SHA256 keyed by the token over the length-prefixed transcript.
-fn transcript_mac(token: &str, role: &str, c: &Nonce, s: &Nonce, params: &[&str]) -> Hmac<Sha256> {
-    // HMAC takes keys of any length (RFC 2104 hashes long ones): new_from_slice cannot fail.
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(token.as_bytes())
-        .expect("HMAC accepts any key length");
-    let mut field = |b: &[u8]| {
-        m.update(&(b.len() as u64).to_be_bytes());
-        m.update(b);
-    };
-    field(DOMAIN);
-    field(&VERSION.to_be_bytes());
-    field(role.as_bytes());
-    field(c);
-    field(s);
-    for p in params {
-        field(p.as_bytes());
-    }
-    m
+fn transcript_mac(
+    token: &str,
+    role: &str,
+    client: &Nonce,
+    server: &Nonce,
+    params: &[&str],
+) -> Hmac<Sha256> {
+    PROTOCOL.transcript_mac(token, role, client, server, params)
 }
 
 fn check_proof(
     token: &str,
     role: &'static str,
-    c: &Nonce,
-    s: &Nonce,
+    client: &Nonce,
+    server: &Nonce,
     params: &[&str],
     proof: &str,
 ) -> Result<(), RendezvousError> {
-    let given = unhex(proof, "proof")?;
-    transcript_mac(token, role, c, s, params)
-        .verify_slice(&given)
-        .map_err(|_| RendezvousError::BadProof(role))
+    match PROTOCOL.proof_matches(token, role, client, server, params, proof) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(RendezvousError::BadProof(role)),
+        Err(e) => Err(RendezvousError::Malformed(e)),
+    }
 }
 
 fn unexpected(want: &'static str, m: Msg) -> RendezvousError {

@@ -41,9 +41,16 @@ pub const MAX_BODY: u32 = 64 * 1024;
 /// perftest's default port is 18515; ours is next to it so both can run side by side.
 pub const DEFAULT_PORT: u16 = 18516;
 /// Bytes of each side's nonce.
-pub const NONCE_BYTES: usize = 32;
+pub const NONCE_BYTES: usize = crate::handshake::NONCE_BYTES;
 /// Domain label at the head of every transcript.
 const DOMAIN: &[u8] = b"gpudoctor write-bw handshake";
+/// This channel's frame and transcript constants (`crate::handshake`).
+const PROTOCOL: handshake::Protocol = handshake::Protocol {
+    magic: MAGIC,
+    version: VERSION,
+    domain: DOMAIN,
+    max_body: MAX_BODY,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "kebab-case")]
@@ -378,18 +385,11 @@ pub fn with_default_port(addr: &str) -> String {
 
 /// Check a frame header; the body length it announces.
 pub fn decode_head(head: &[u8; 10]) -> Result<u32, OobError> {
-    if &head[..4] != MAGIC {
-        return Err(OobError::BadMagic);
-    }
-    let v = u16::from_be_bytes([head[4], head[5]]);
-    if v != VERSION {
-        return Err(OobError::Version { theirs: v });
-    }
-    let len = u32::from_be_bytes([head[6], head[7], head[8], head[9]]);
-    if len > MAX_BODY {
-        return Err(OobError::TooLarge(len));
-    }
-    Ok(len)
+    PROTOCOL.decode_head(head).map_err(|e| match e {
+        HeadError::BadMagic => OobError::BadMagic,
+        HeadError::Version(v) => OobError::Version { theirs: v },
+        HeadError::TooLarge(n) => OobError::TooLarge(n),
+    })
 }
 
 /// Listen on `addr` and accept one client within `timeout`. The listener is closed on return:
@@ -420,37 +420,16 @@ pub fn accept_one(addr: &str, timeout: Duration) -> Result<Channel, OobError> {
     }
 }
 
-type Nonce = [u8; NONCE_BYTES];
+use crate::handshake::{self, HeadError, Nonce, hex};
 
 fn fresh_nonce() -> Result<Nonce, OobError> {
-    let mut n = [0u8; NONCE_BYTES];
-    getrandom::fill(&mut n).map_err(|e| OobError::Random(e.to_string()))?;
-    Ok(n)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str, what: &str) -> Result<Vec<u8>, OobError> {
-    let bad = || OobError::Malformed(format!("{what} is not hex"));
-    if !s.len().is_multiple_of(2) || !s.is_ascii() {
-        return Err(bad());
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
-        .collect()
+    handshake::fresh_nonce().map_err(OobError::Random)
 }
 
 fn nonce_from(s: &str) -> Result<Nonce, OobError> {
-    let v = unhex(s, "nonce")?;
-    v.try_into()
-        .map_err(|_| OobError::Malformed(format!("nonce is not {NONCE_BYTES} bytes")))
+    handshake::nonce_from(s).map_err(OobError::Malformed)
 }
 
-/// HMAC-SHA256 keyed by the token over the transcript: domain, version, role, both nonces and
-/// each parameter text, every field length-prefixed so no two transcripts share bytes.
 fn transcript_mac(
     token: &str,
     role: &str,
@@ -458,22 +437,7 @@ fn transcript_mac(
     server: &Nonce,
     params: &[&str],
 ) -> Hmac<Sha256> {
-    // HMAC takes keys of any length (RFC 2104 hashes long ones): new_from_slice cannot fail.
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(token.as_bytes())
-        .expect("HMAC accepts any key length");
-    let mut field = |b: &[u8]| {
-        m.update(&(b.len() as u64).to_be_bytes());
-        m.update(b);
-    };
-    field(DOMAIN);
-    field(&VERSION.to_be_bytes());
-    field(role.as_bytes());
-    field(client);
-    field(server);
-    for p in params {
-        field(p.as_bytes());
-    }
-    m
+    PROTOCOL.transcript_mac(token, role, client, server, params)
 }
 
 fn check_proof(
@@ -484,10 +448,11 @@ fn check_proof(
     params: &[&str],
     proof: &str,
 ) -> Result<(), OobError> {
-    let given = unhex(proof, "proof")?;
-    transcript_mac(token, role, client, server, params)
-        .verify_slice(&given)
-        .map_err(|_| OobError::BadProof(role))
+    match PROTOCOL.proof_matches(token, role, client, server, params, proof) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(OobError::BadProof(role)),
+        Err(e) => Err(OobError::Malformed(e)),
+    }
 }
 
 fn unexpected(want: &'static str, m: Msg) -> OobError {
