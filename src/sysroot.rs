@@ -347,12 +347,24 @@ pub struct Entry {
 impl SysRoot {
     /// The live machine.
     pub fn live() -> Self {
+        SysRoot::with_state(PathBuf::from("/"), true, None, Default::default(), 4096)
+    }
+
+    /// A reader of `root` with empty caches (`capacity` entries reserved in the path maps) and
+    /// `touched`, the log of paths read, as given.
+    fn with_state(
+        root: PathBuf,
+        live: bool,
+        mem: Option<MemTree>,
+        touched: (String, Vec<usize>),
+        capacity: usize,
+    ) -> Self {
         SysRoot {
-            root: PathBuf::from("/"),
-            live: true,
-            touched: Mutex::new((String::new(), Vec::new())),
-            resolved: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
-            links: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
+            root,
+            live,
+            touched: Mutex::new(touched),
+            resolved: Mutex::new(HashMap::with_capacity_and_hasher(capacity, Fnv)),
+            links: Mutex::new(HashMap::with_capacity_and_hasher(capacity, Fnv)),
             dirs: Mutex::new(DirCache::default()),
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -360,7 +372,7 @@ impl SysRoot {
             recorded: Recorded::default(),
             slow_read: std::sync::OnceLock::new(),
             _owner: None,
-            mem: None,
+            mem,
         }
     }
 
@@ -381,21 +393,13 @@ impl SysRoot {
                 message: "no sys/ directory inside (not a recorded tree)".into(),
             });
         }
-        Ok(SysRoot {
+        Ok(SysRoot::with_state(
             root,
-            live: false,
-            touched: Mutex::new((String::new(), Vec::new())),
-            resolved: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
-            links: Mutex::new(HashMap::with_capacity_and_hasher(4096, Fnv)),
-            dirs: Mutex::new(DirCache::default()),
-            listed: Mutex::new(BTreeSet::new()),
-            in_flight: std::sync::atomic::AtomicUsize::new(0),
-            handed_out: std::sync::atomic::AtomicU64::new(0),
-            recorded: Recorded::default(),
-            slow_read: std::sync::OnceLock::new(),
-            _owner: None,
-            mem: None,
-        })
+            false,
+            None,
+            Default::default(),
+            4096,
+        ))
     }
 
     /// A recorded tree held in memory (a record in another format turned into the kernel's
@@ -409,21 +413,7 @@ impl SysRoot {
             String::with_capacity(reads.saturating_mul(64)),
             Vec::with_capacity(reads),
         );
-        SysRoot {
-            root: shown,
-            live: false,
-            touched: Mutex::new(touched),
-            resolved: Mutex::new(HashMap::with_capacity_and_hasher(1024, Fnv)),
-            links: Mutex::new(HashMap::with_capacity_and_hasher(1024, Fnv)),
-            dirs: Mutex::new(DirCache::default()),
-            listed: Mutex::new(BTreeSet::new()),
-            in_flight: std::sync::atomic::AtomicUsize::new(0),
-            handed_out: std::sync::atomic::AtomicU64::new(0),
-            recorded: Recorded::default(),
-            slow_read: std::sync::OnceLock::new(),
-            _owner: None,
-            mem: Some(tree),
-        }
+        SysRoot::with_state(shown, false, Some(tree), touched, 1024)
     }
 
     pub fn is_live(&self) -> bool {
