@@ -11,15 +11,15 @@
 //! not: ACS, the trained against the maximum link (one `pci_link_speed` in GB/s), driver binding,
 //! the kernel log, IOMMU groups: those stay unknown.
 //!
-//! This module also holds the XML opening both XML formats share (`open_xml`): DTDs refused, a
-//! nodes limit, nesting deeper than `MAX_DEPTH` refused, so a hostile file costs little.
+//! The XML is opened as both XML formats open it (`super::xml::open_format`): DTDs refused, a
+//! nodes limit, deep nesting refused, so a hostile file costs little.
 //!
 //! Pure: text in, record out. It must not judge anything.
 
 use super::record::{
     Carried, Format, FunctionRecord, GpuRecord, MachineRecord, NumaRecord, RecordError,
 };
-use super::xml::{first_element_name, open_xml};
+use super::xml::{first_element_name, open_format};
 use crate::pci::Bdf;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -450,17 +450,8 @@ fn numa_distances(doc: &roxmltree::Document, numa: &mut BTreeMap<u32, NumaRecord
 
 /// Parse an hwloc XML.
 pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
-    let doc = open_xml(text)?;
+    let doc = open_format(text, Format::Hwloc, "topology")?;
     let root = doc.root_element();
-    if !root.has_tag_name("topology") {
-        return Err(RecordError::NotThisFormat(
-            Format::Hwloc.article_name(),
-            format!(
-                "its root element is <{}>, not <topology>",
-                root.tag_name().name()
-            ),
-        ));
-    }
     let mut rec = MachineRecord::new(Format::Hwloc);
     let version = root.attribute("version");
     let v3 = match version {

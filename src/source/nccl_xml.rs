@@ -24,7 +24,7 @@ use super::record::{
     Carried, ForeignGdr, Format, FunctionRecord, GpuRecord, MachineRecord, NumaRecord,
     NvLinkRecord, RecordError,
 };
-use super::xml::{first_element_name, open_xml};
+use super::xml::{first_element_name, open_format};
 use crate::pci::Bdf;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -332,17 +332,8 @@ fn list<'a>(set: impl IntoIterator<Item = &'a String>) -> String {
 
 /// Parse an NCCL topology XML.
 pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
-    let doc = open_xml(text)?;
+    let doc = open_format(text, Format::Nccl, "system")?;
     let root = doc.root_element();
-    if !root.has_tag_name("system") {
-        return Err(RecordError::NotThisFormat(
-            Format::Nccl.article_name(),
-            format!(
-                "its root element is <{}>, not <system>",
-                root.tag_name().name()
-            ),
-        ));
-    }
     let mut rec = MachineRecord::new(Format::Nccl);
     match root.attribute("version").map(str::trim) {
         Some(NCCL_XML_VERSION) => {}

@@ -4,7 +4,7 @@
 //!
 //! This module reads text handed to it; it must not interpret either format.
 
-use super::record::RecordError;
+use super::record::{Format, RecordError};
 
 /// Deepest element nesting accepted. hwloc's deepest real trees (a PCI chain of a DGX-2 under
 /// Machine/Package/Group) are some 20 levels; NCCL's fewer.
@@ -12,6 +12,23 @@ const MAX_DEPTH: usize = 256;
 /// Most XML nodes (elements, attributes' owners, text) accepted: a 192-core hwloc XML has some
 /// 20,000; room for machines ten times bigger.
 const MAX_NODES: u32 = 1 << 21;
+
+/// `open_xml`, for `format` whose root element must be `<root>`.
+pub(super) fn open_format<'a>(
+    text: &'a str,
+    format: Format,
+    root: &str,
+) -> Result<roxmltree::Document<'a>, RecordError> {
+    let doc = open_xml(text)?;
+    let found = doc.root_element().tag_name().name();
+    if found != root {
+        return Err(RecordError::NotThisFormat(
+            format.article_name(),
+            format!("its root element is <{found}>, not <{root}>"),
+        ));
+    }
+    Ok(doc)
+}
 
 /// Parse XML text with the limits above; refusals name what was refused.
 pub(super) fn open_xml(text: &str) -> Result<roxmltree::Document<'_>, RecordError> {
