@@ -5,14 +5,21 @@ Every tree is a re-rooted filesystem (DIR/sys/..., DIR/proc/...) laid out like
 the live kernel's, in the spirit of hwloc's HWLOC_FSROOT, plus DIR/nvml.json
 (what NVML would report) and DIR/README.md.
 
+The base trees are not stored: scripts/fixtures lays them out at test time (target/fixtures/NAME,
+linked from fixtures/NAME). What is stored is packed: every faulty variant as the support bundle
+it stands for (fixtures/variants/<base>--<fault>/), and the HGX tree as a support bundle for the
+README's quick start (fixtures/hgx-h100-8gpu.tar.gz).
+
 Usage:
-  scripts/synth-fixtures.py                    # (re)write fixtures/{hgx-h100-8gpu,pcie-2socket-roce,vm-flat-4gpu}
-                                               # and every faulty variant fixtures/<base>--<fault>/ (see VARIANTS)
+  scripts/synth-fixtures.py                    # (re)write the packed variants, the quick-start bundle,
+                                               # and lay out the base trees (scripts/fixtures)
   scripts/synth-fixtures.py --only vm-flat-4gpu --only vm-flat-4gpu--gpu-health
-  scripts/synth-fixtures.py --no-variants      # base trees only
+  scripts/synth-fixtures.py --no-variants      # base trees (and the quick-start bundle) only
+  scripts/synth-fixtures.py --out DIR          # write base trees as DIR/<name>, variants as DIR/variants/<name>
   scripts/synth-fixtures.py --scale K --out DIR  # HGX-like tree with K copies of the PCI/GPU/NIC layout
-  scripts/synth-fixtures.py --check            # verify fixtures (bases and variants) are byte-identical to the
-                                               # generator's output + lstopo (HWLOC_FSROOT) placement [--no-lstopo]
+  scripts/synth-fixtures.py --check            # verify the stored variants and bundle are byte-identical to the
+                                               # generator's output + lstopo (HWLOC_FSROOT) placement of the
+                                               # base trees [--no-lstopo]
 
 Output is deterministic (no timestamps, sorted traversal); stdlib only.
 
@@ -25,7 +32,7 @@ mutate the model before write_tree(), e.g.
     g = m.fn("0000:1b:00.0")
     m.set_link("0000:1b:00.0", 5, 8)  # GPU (and its DSP) trained at x8
     g.mrrs = 0                        # MaxReadReq 128B
-    write_tree(m, "fixtures/some-variant")
+    write_tree(m, "/tmp/some-variant")
 
 (the file name has a dash: load it with importlib.util.spec_from_file_location), or
 patch raw config bytes with the helpers cfg_set_acs_ctrl(), cfg_set_link_status(),
@@ -2286,6 +2293,9 @@ def lstopo_check(m, tree):
 
 BUILDERS = {"hgx-h100-8gpu": build_hgx, "pcie-2socket-roce": build_pcie, "vm-flat-4gpu": build_vm}
 VARIANT_BY_NAME = {variant_name(v): v for v in VARIANTS}
+# Base trees also stored as one support bundle (pack_bundle), for the README's quick start: a fresh
+# clone replays it with --bundle, before anything has been generated.
+QUICKSTART_BUNDLES = {"hgx-h100-8gpu": "hgx-h100-8gpu.tar.gz"}
 
 
 def main():
@@ -2313,6 +2323,8 @@ def main():
         return
     root = a.out or FIXTURES
     names = a.only or (list(OWN_TREES) + ([] if a.no_variants else [variant_name(v) for v in VARIANTS]))
+    # The quick-start bundle goes with its base tree (written when that tree is).
+    bundles = [n for n in names if n in QUICKSTART_BUNDLES]
 
     def gen(n, d):
         if n in BUILDERS:
@@ -2333,19 +2345,50 @@ def main():
             pack_bundle(t, os.path.join(d, "bundle.tar.gz"))
         return m
 
+    def gen_bundle(n, out):
+        with tempfile.TemporaryDirectory() as tmp:
+            t = os.path.join(tmp, n)
+            m = BUILDERS[n]()
+            write_tree(m, t)
+            pack_bundle(t, out)
+        return m
+
     def where(n):
         return os.path.join(root, "variants", n) if n in VARIANT_BY_NAME else os.path.join(root, n)
     if not a.check:
+        laid_out = []
         for n in names:
+            if n in BUILDERS and not a.out:
+                laid_out.append(n)  # not stored: laid out in target/fixtures/ below
+                continue
             d = where(n)
             m = gen(n, d)
             print("wrote %s (%d PCI functions, %d GPUs, %d RDMA devices)" % (
                 os.path.relpath(d), len(m.fns), len(m.gpus), len(m.rdma)))
+        for n in bundles:
+            out = os.path.join(root, QUICKSTART_BUNDLES[n])
+            gen_bundle(n, out)
+            print("wrote %s (support bundle of %s)" % (os.path.relpath(out), n))
+        if laid_out:
+            cmd = [sys.executable, os.path.join(REPO, "scripts", "fixtures")]
+            for n in laid_out:
+                cmd += ["--only", n]
+            subprocess.run(cmd, check=True)
+            print("laid out %s (scripts/fixtures)" % ", ".join("fixtures/" + n for n in laid_out))
         return
     ok = True
     for n in names:
         d = where(n)
         print("check %s:" % os.path.relpath(d))
+        if n in BUILDERS:
+            # Not stored: generated here and checked against lstopo only.
+            with tempfile.TemporaryDirectory() as tmp:
+                t = os.path.join(tmp, n)
+                m = gen(n, t)
+                print("  generated (base trees are laid out at test time, not stored)")
+                if not a.no_lstopo:
+                    ok &= lstopo_check(m, t)
+            continue
         if not os.path.isdir(d):
             print("  FAIL: missing (run scripts/synth-fixtures.py)")
             ok = False
@@ -2359,12 +2402,17 @@ def main():
             print("  FAIL: tree differs from generator output (%d paths), e.g. %s" % (len(diffs), ", ".join(diffs[:5])))
         else:
             print("  tree matches generator output")
-        if a.no_lstopo:
-            continue
-        if n in VARIANT_BY_NAME:
+        if not a.no_lstopo:
             print("  lstopo: skipped (variants are packed and carry no per-CPU topology, which hwloc needs for NUMA; the base tree is checked)")
-            continue
-        ok &= lstopo_check(m, d)
+    for n in bundles:
+        out = os.path.join(root, QUICKSTART_BUNDLES[n])
+        print("check %s:" % os.path.relpath(out))
+        with tempfile.TemporaryDirectory() as tmp:
+            t = os.path.join(tmp, "bundle.tar.gz")
+            gen_bundle(n, t)
+            same = os.path.isfile(out) and open(t, "rb").read() == open(out, "rb").read()
+        ok &= same
+        print("  bundle matches generator output" if same else "  FAIL: differs from generator output (run scripts/synth-fixtures.py --only %s)" % n)
     print("ALL OK" if ok else "CHECK FAILED")
     sys.exit(0 if ok else 1)
 

@@ -51,6 +51,136 @@ pub struct FindingIn {
     pub message: String,
 }
 
+/// Ordering of finding statuses, worst last; a status gpudoctor does not write counts as skip.
+pub fn status_rank(s: &str) -> u8 {
+    match s {
+        "pass" => 0,
+        "skip" => 1,
+        "warn" => 2,
+        "fail" => 3,
+        _ => 1,
+    }
+}
+
+/// A node's findings as the fleet judgement reads them: per check id, the worst status of its
+/// findings (subjects and messages left out). 20,000 nodes' findings in full are gigabytes;
+/// this is a few dozen short entries a node, and `summarize` gives the same verdicts from it.
+#[derive(Debug, Default)]
+pub struct WorstPerCheck {
+    index: std::collections::HashMap<String, usize>,
+    findings: Vec<FindingIn>,
+}
+
+impl WorstPerCheck {
+    pub fn add(&mut self, id: &str, status: &str) {
+        match self.index.get(id) {
+            Some(&i) => {
+                let kept = &mut self.findings[i].status;
+                if status_rank(status) > status_rank(kept) {
+                    *kept = status.to_string();
+                }
+            }
+            None => {
+                self.index.insert(id.to_string(), self.findings.len());
+                self.findings.push(FindingIn {
+                    id: id.to_string(),
+                    subject: String::new(),
+                    status: status.to_string(),
+                    message: String::new(),
+                });
+            }
+        }
+    }
+
+    /// One finding per check id, in the order the ids first came.
+    pub fn finish(self) -> Vec<FindingIn> {
+        self.findings
+    }
+}
+
+/// What a node's reports say of its server model, for nodes without a shape (a bundle or
+/// baseline has its PCI ids instead): the GPUs by name and count, the PCIe links its copies were
+/// judged against. Nodes are compared only with nodes whose reports say the same.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReportModel {
+    /// NVML's GPU names from its probe reports (`gpus[].name`), and how many GPUs they name.
+    pub probe_gpus: BTreeSet<String>,
+    pub probe_gpu_count: Option<usize>,
+    /// GPU models its check report names (the `GPUn model` evidence of `gdr.path`: gpudoctor's
+    /// model table, e.g. "H100 SXM5 80GB (PCI device id 10de:2330)"), and NVML's GPU count.
+    pub check_gpus: BTreeSet<String>,
+    pub check_gpu_count: Option<usize>,
+    /// The link basis of its PCIe copy measurements ("PCIe Gen5 x16": what the slot can reach,
+    /// not what it trained at, so a downtrained GPU stays in its group and is found slow).
+    pub links: BTreeSet<String>,
+    /// For the nodes of a `probe nccl --ranks` report: the report. One communicator's nodes
+    /// timed the same collectives together and are compared with each other.
+    pub run: Option<String>,
+}
+
+impl ReportModel {
+    /// The group key and its description; Err(why) where the reports do not tell the model.
+    /// GPU names: the probe reports' (NVML's, the names of the GPUs that were timed), else the
+    /// check report's; the count: the check report's (every GPU NVML saw), else the probes'.
+    fn key(&self) -> std::result::Result<String, String> {
+        let (names, count) = if !self.probe_gpus.is_empty() {
+            (
+                &self.probe_gpus,
+                self.check_gpu_count.or(self.probe_gpu_count),
+            )
+        } else {
+            (&self.check_gpus, self.check_gpu_count)
+        };
+        let mut parts = Vec::new();
+        if !names.is_empty() {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            parts.push(match count {
+                Some(c) => format!("GPUs: {c}x {}", names.join(" + ")),
+                None => format!("GPUs: {}", names.join(" + ")),
+            });
+        }
+        if let Some(run) = &self.run {
+            parts.push(format!("NCCL run across nodes {run}"));
+        }
+        if parts.is_empty() {
+            return Err(if self.check_gpu_count.is_some() {
+                "its reports name no GPU model (a check report without GPU model evidence, no probe report)".into()
+            } else {
+                "its reports name no GPU model".into()
+            });
+        }
+        if !self.links.is_empty() {
+            let links: Vec<&str> = self.links.iter().map(String::as_str).collect();
+            parts.push(format!("links: {}", links.join(", ")));
+        }
+        Ok(parts.join("; "))
+    }
+
+    /// Another document's facts about the same node added to these.
+    pub fn extend(&mut self, o: &ReportModel) {
+        self.probe_gpus.extend(o.probe_gpus.iter().cloned());
+        self.probe_gpu_count = self.probe_gpu_count.max(o.probe_gpu_count);
+        self.check_gpus.extend(o.check_gpus.iter().cloned());
+        self.check_gpu_count = self.check_gpu_count.or(o.check_gpu_count);
+        self.links.extend(o.links.iter().cloned());
+        self.run = self.run.clone().or_else(|| o.run.clone());
+    }
+}
+
+/// The GPU model a check finding's evidence names: `GPU0 model` = "H100 SXM5 80GB (PCI device
+/// id 10de:2330): GPUDirect RDMA capable" (`gdr.path`) gives "H100 SXM5 80GB (PCI device id
+/// 10de:2330)"; None for any other evidence.
+pub fn gpu_model_evidence(source: &str, value: &str) -> Option<String> {
+    let label = source.strip_suffix(" model")?.strip_prefix("GPU")?;
+    if label.is_empty() || !label.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(match value.split_once("): ") {
+        Some((model, _)) => format!("{model})"),
+        None => value.to_string(),
+    })
+}
+
 /// What is known about one node.
 #[derive(Debug, Clone, Default)]
 pub struct NodeData {
@@ -75,6 +205,8 @@ pub struct NodeData {
     pub unreadable: Vec<(String, String)>,
     /// Documents of this node that another one of the same kind replaced.
     pub duplicates: Vec<Duplicate>,
+    /// Its server model as its reports tell it (used where it has no shape).
+    pub model: ReportModel,
 }
 
 /// Two or more documents of one kind for one node (yesterday's and today's report in one
@@ -534,7 +666,7 @@ fn differences(
 }
 
 impl Difference {
-    /// For a drain reason: "paths[*].path: NODE -> SYS (x3)".
+    /// For a drain reason: `"paths[*].path: NODE -> SYS (x3)"`.
     pub fn brief(&self) -> String {
         match self.subjects.len() {
             1 => self.describe(),
@@ -542,7 +674,7 @@ impl Difference {
         }
     }
 
-    /// "nics[pci0000:28/01.0/00.0]: present -> (missing)", "paths[*].path: NODE -> ? (12: ...)".
+    /// `"nics[pci0000:28/01.0/00.0]: present -> (missing)"`, `"paths[*].path: NODE -> ? (12: ...)"`.
     pub fn describe(&self) -> String {
         // One subject: the field as it is (`nics[pos].ports[port 1].rate`).
         let field = match self.subjects.as_slice() {
@@ -575,19 +707,31 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
         }
     }
     // Groups: by --expect baseline where a node's model is the baseline's, else by model;
-    // nodes without a shape (reports only) are one group.
-    const NO_SHAPE: &str = "(no shape: reports only)";
+    // nodes without a shape (reports only) by the model their reports tell (GPU model and
+    // count, link basis), and a node whose reports do not tell it is a group of its own: an
+    // A100 node is never an outlier of H100 nodes.
     let expect_keys: Vec<_> = opts.expect.iter().map(|(_, b)| model_key(b)).collect();
     let mut group_of: BTreeMap<&str, String> = BTreeMap::new();
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut model_groups: BTreeMap<(BTreeSet<String>, BTreeSet<String>), String> = BTreeMap::new();
+    let mut report_groups: BTreeMap<String, String> = BTreeMap::new();
     for n in nodes {
         let (gname, model, reference) = match &n.shape {
-            None => (
-                NO_SHAPE.to_string(),
-                "unknown".to_string(),
-                "none".to_string(),
-            ),
+            None => match n.model.key() {
+                Ok(key) => {
+                    let next = report_groups.len();
+                    let name = report_groups
+                        .entry(key.clone())
+                        .or_insert_with(|| format!("reports {}", next + 1))
+                        .clone();
+                    (name, key, "none".to_string())
+                }
+                Err(why) => (
+                    format!("node {} (model unknown)", n.name),
+                    format!("unknown: {why}; compared with no other node"),
+                    "none".to_string(),
+                ),
+            },
             Some(b) => {
                 let key = model_key(b);
                 match expect_keys.iter().position(|k| *k == key) {
@@ -621,13 +765,7 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
     }
     // Per check: worst status per node.
     let mut per_check: BTreeMap<&str, BTreeMap<&str, u8>> = BTreeMap::new();
-    let rank = |s: &str| match s {
-        "pass" => 0u8,
-        "skip" => 1,
-        "warn" => 2,
-        "fail" => 3,
-        _ => 1,
-    };
+    let rank = status_rank;
     for n in nodes {
         for f in &n.findings {
             let e = per_check
@@ -801,9 +939,11 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
     let mut undecided = Vec::new();
     let mut shape_nodes = 0;
     for g in groups.values() {
+        // By the group each node was put in (a lookup: `g.nodes.contains` made 20,000
+        // reports-only nodes cost 200 million name comparisons).
         let members: Vec<(&str, BTreeMap<String, String>)> = nodes
             .iter()
-            .filter(|n| g.nodes.contains(&n.name))
+            .filter(|n| group_of.get(n.name.as_str()) == Some(&g.name))
             .filter_map(|n| n.shape.as_ref().map(|s| (n.name.as_str(), flatten(s))))
             .collect();
         shape_nodes += members.len();
@@ -937,20 +1077,51 @@ pub struct DiffReport {
     pub bandwidth: Vec<BandwidthChange>,
 }
 
+impl DiffReport {
+    /// B is worse than A: a verdict got worse (a finding that appeared failing or warning
+    /// included), a bandwidth fell by `BANDWIDTH_NOISE` or more, or B's shape differs from A's.
+    /// What `diff` exits 1 for; a change for the better alone exits 0.
+    pub fn worse(&self) -> bool {
+        self.checks.iter().any(|c| c.change == "worse")
+            || self
+                .bandwidth
+                .iter()
+                .any(|b| b.change.is_some_and(|c| c <= -BANDWIDTH_NOISE))
+            || self.shape.as_ref().is_some_and(|s| !s.is_empty())
+    }
+}
+
 /// Bandwidth changes smaller than this are noise between runs (the copy probes' run-to-run
 /// spread on the recorded machines is within 2%).
 pub const BANDWIDTH_NOISE: f64 = 0.05;
 
 /// `all`: also list the changes between a pass and no finding (see `DiffReport::hidden`).
 pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>, all: bool) -> DiffReport {
-    let key = |n: &NodeData| -> BTreeMap<(String, String), FindingIn> {
+    // Findings keyed by check id, subject and their place among the findings of that check on
+    // that subject (checks write them in a fixed order): `baseline.versions` judges the NVIDIA
+    // driver, the CUDA driver and the kernel all on `host`, and a key of id and subject alone
+    // kept one of the three, so a node with another driver could diff as equal.
+    type Key = (String, String, usize);
+    let key = |n: &NodeData| -> BTreeMap<Key, FindingIn> {
+        let mut seen: BTreeMap<(&str, &str), usize> = BTreeMap::new();
         n.findings
             .iter()
-            .map(|f| ((f.id.clone(), f.subject.clone()), f.clone()))
+            .map(|f| {
+                let k = seen.entry((f.id.as_str(), f.subject.as_str())).or_insert(0);
+                *k += 1;
+                ((f.id.clone(), f.subject.clone(), *k - 1), f.clone())
+            })
             .collect()
     };
     let (ka, kb) = (key(a), key(b));
-    let keys: BTreeSet<&(String, String)> = ka.keys().chain(kb.keys()).collect();
+    // Subjects with more than one finding of a check, in either node: shown as `host #2`.
+    let several: BTreeSet<(&str, &str)> = ka
+        .keys()
+        .chain(kb.keys())
+        .filter(|k| k.2 > 0)
+        .map(|k| (k.0.as_str(), k.1.as_str()))
+        .collect();
+    let keys: BTreeSet<&Key> = ka.keys().chain(kb.keys()).collect();
     let mut checks = Vec::new();
     let mut hidden = 0;
     let rank = |s: &str| match s {
@@ -980,7 +1151,11 @@ pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>, all: bool
         let (ra, rb) = (rank(&sa), rank(&sb));
         checks.push(FindingChange {
             id: k.0.clone(),
-            subject: k.1.clone(),
+            subject: if several.contains(&(k.0.as_str(), k.1.as_str())) {
+                format!("{} #{}", k.1, k.2 + 1)
+            } else {
+                k.1.clone()
+            },
             change: match rb.cmp(&ra) {
                 std::cmp::Ordering::Greater => "worse",
                 std::cmp::Ordering::Less => "better",
@@ -1070,6 +1245,10 @@ mod tests {
         NodeData {
             name: name.into(),
             bandwidth_gbps: [("h2d host->GPU0 copy-engine".to_string(), gbps)].into(),
+            model: ReportModel {
+                probe_gpus: ["NVIDIA H100 80GB HBM3".to_string()].into(),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
@@ -1124,6 +1303,67 @@ mod tests {
             (p.as_str(), s.as_str(), e.as_str()),
             ("versions.kernel.value", "", "versions")
         );
+    }
+
+    #[test]
+    fn worst_per_check_keeps_each_checks_worst_status() {
+        let mut w = WorstPerCheck::default();
+        for (id, st) in [("a", "pass"), ("b", "warn"), ("a", "fail"), ("a", "skip")] {
+            w.add(id, st);
+        }
+        let got: Vec<(String, String)> = w.finish().into_iter().map(|f| (f.id, f.status)).collect();
+        assert_eq!(
+            got,
+            [("a".into(), "fail".into()), ("b".into(), "warn".into())]
+        );
+    }
+
+    #[test]
+    fn report_models_name_gpus_count_and_links() {
+        assert_eq!(
+            gpu_model_evidence(
+                "GPU3 model",
+                "A100 PCIe 80GB (PCI device id 10de:20b5): GPUDirect RDMA capable"
+            )
+            .as_deref(),
+            Some("A100 PCIe 80GB (PCI device id 10de:20b5)")
+        );
+        assert_eq!(gpu_model_evidence("GPU3 gpudoctor model", "x"), None);
+        let m = ReportModel {
+            probe_gpus: ["NVIDIA H100 80GB HBM3".to_string()].into(),
+            probe_gpu_count: Some(3),
+            check_gpu_count: Some(8),
+            links: ["PCIe Gen5 x16".to_string()].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            m.key().unwrap(),
+            "GPUs: 8x NVIDIA H100 80GB HBM3; links: PCIe Gen5 x16"
+        );
+        assert!(ReportModel::default().key().is_err());
+    }
+
+    #[test]
+    fn diff_tells_findings_of_one_check_and_subject_apart() {
+        let f = |st: &str, msg: &str| FindingIn {
+            id: "baseline.versions".into(),
+            subject: "host".into(),
+            status: st.into(),
+            message: msg.into(),
+        };
+        let a = NodeData {
+            findings: vec![f("pass", "driver"), f("pass", "cuda"), f("pass", "kernel")],
+            ..Default::default()
+        };
+        let b = NodeData {
+            findings: vec![f("fail", "driver"), f("pass", "cuda"), f("pass", "kernel")],
+            ..Default::default()
+        };
+        let d = diff(&a, &b, None, false);
+        assert_eq!(d.checks.len(), 1);
+        assert_eq!(d.checks[0].subject, "host #1");
+        assert!(d.worse());
+        assert!(!diff(&b, &a, None, false).worse());
     }
 
     #[test]

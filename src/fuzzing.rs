@@ -342,3 +342,19 @@ pub fn sanitisers(data: &[u8]) {
             .replace("&amp;", "&")
     );
 }
+
+/// The readers of reports other nodes wrote: a baseline (`check --expect`, `fleet --expect`),
+/// and one file as `fleet` and `diff` read it (check, probe, NCCL report or garbage). Whatever
+/// the bytes, each returns a result or an error, never a panic.
+pub fn fleet_reports(data: &[u8]) {
+    let _ = crate::checks::baseline::Baseline::parse(&String::from_utf8_lossy(data));
+    let Ok(dir) = tempfile::tempdir() else {
+        return;
+    };
+    let path = dir.path().join("node.json");
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let _ = crate::run::fleet::load(std::slice::from_ref(&path));
+    let _ = crate::run::fleet::diff(&path, &path, crate::export::Format::Json, false);
+}

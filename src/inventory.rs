@@ -229,6 +229,11 @@ pub struct Inventory {
     /// handed over with the source, not read by discovery.
     #[serde(skip)]
     pub foreign_gdr: std::sync::Arc<crate::foreign::ForeignVerdicts>,
+    /// Why the ports between devices are not all shown, where the source leaves some out (an
+    /// NCCL topology XML has no root ports or switch downstream ports): a tree that looks flat
+    /// there is not evidence that nothing can redirect. Handed over with the source.
+    #[serde(skip)]
+    pub bridges_hidden: Option<String>,
 }
 
 impl Inventory {
@@ -255,6 +260,7 @@ impl Inventory {
             },
             kernel_log: Default::default(),
             foreign_gdr: Default::default(),
+            bridges_hidden: None,
         }
     }
 }
@@ -348,7 +354,7 @@ impl Inventory {
         let mut rdma = Vec::new();
         let mut numa_nodes = Vec::new();
         let mut host = Host::default();
-        let done = crate::workers::map(&jobs, |job| match *job {
+        let done = crate::workers::map_if(!sr.is_in_memory(), &jobs, |job| match *job {
             Job::Numa => {
                 let mut notes = Vec::new();
                 Found::Numa(read_numa(sr, &mut notes), notes)
@@ -416,7 +422,9 @@ impl Inventory {
                     (gpu || nic).then_some((f, gpu))
                 })
                 .collect();
-            let read = crate::workers::map(&wanted, |(f, gpu)| (f.bdf, read_extras(sr, f, *gpu)));
+            let read = crate::workers::map_if(!sr.is_in_memory(), &wanted, |(f, gpu)| {
+                (f.bdf, read_extras(sr, f, *gpu))
+            });
             // iommu.mode judges every GPU and every function behind an RDMA device.
             let judged: Vec<&PciFunction> = pci
                 .values()
@@ -453,6 +461,7 @@ impl Inventory {
                 "kernel log not read",
             )),
             foreign_gdr: Default::default(),
+            bridges_hidden: None,
         })
     }
 }
@@ -1216,7 +1225,7 @@ const IOMMU_DOMAIN_TYPES: [&str; 5] = ["blocked", "identity", "unmanaged", "DMA"
 /// The IOMMU group of each of `judged` (from its `iommu_group` link: one readlink, where
 /// listing every group's members costs a directory per group) and the type of those groups.
 pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
-    let links = crate::workers::map(judged, |f| {
+    let links = crate::workers::map_if(!sr.is_in_memory(), judged, |f| {
         (
             f.bdf,
             sr.link_name(&format!("{}/iommu_group", f.sysfs_path)),
@@ -1474,6 +1483,38 @@ pub fn read_host(sr: &SysRoot) -> Host {
     };
     h.unread = u;
     h
+}
+
+/// "aa:bb:cc:dd:ee:ff" (sysfs's address attribute), None for anything else.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.trim().split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// The MAC address of each RDMA GID's netdev in `inv` (read through the sysfs reader), for
+/// `rdma::request::gdr::Machine::netdev_macs`: gathered by the caller before any probe runs. A netdev whose
+/// address cannot be read or parsed is left out (its GIDs then have no next hop).
+pub fn netdev_macs(sr: &SysRoot, inv: &Inventory) -> std::collections::BTreeMap<String, [u8; 6]> {
+    inv.rdma
+        .iter()
+        .flat_map(|d| d.ports.iter())
+        .flat_map(|p| p.gids.iter())
+        .filter_map(|g| g.ndev.as_deref())
+        .filter_map(|ndev| {
+            let text = sr
+                .read_text(&format!("/sys/class/net/{ndev}/address"))
+                .ok()?;
+            Some((ndev.to_string(), parse_mac(&text)?))
+        })
+        .collect()
 }
 
 #[cfg(test)]

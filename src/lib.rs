@@ -34,3 +34,9 @@ pub mod topo;
 pub mod verbs;
 pub mod words;
 pub mod workers;
+
+// The fixture trees (fixtures/NAME) laid out for the unit tests that read them, as for the
+// integration tests.
+#[cfg(test)]
+#[path = "../tests/it/fixture_trees.rs"]
+mod fixture_trees;

@@ -6,6 +6,7 @@ use gpudoctor::cli::Args;
 use gpudoctor::config::Config;
 use gpudoctor::run::{self, EXIT_ERROR};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// `gpudoctor help [COMMAND...]` is `gpudoctor [COMMAND...] --help`.
 fn argv() -> Vec<std::ffi::OsString> {
@@ -67,10 +68,72 @@ fn usage_error(e: &clap::Error) -> String {
     }
 }
 
+/// The paths the command line gives as a fact source or as `diff`'s inputs, with the flag
+/// (`--root`, `--bundle`) or command (`diff`) that took them, for `path_hint`.
+fn given_paths(
+    argv: &[std::ffi::OsString],
+    command: &gpudoctor::cli::Command,
+) -> Vec<(&'static str, PathBuf)> {
+    let mut out = Vec::new();
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        let a = a.to_string_lossy();
+        for flag in ["--root", "--bundle"] {
+            if a == flag {
+                if let Some(v) = it.clone().next() {
+                    out.push((flag, PathBuf::from(v)));
+                }
+            } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                out.push((flag, PathBuf::from(v)));
+            }
+        }
+    }
+    if let gpudoctor::cli::Command::Diff { a, b, .. } = command {
+        out.push(("diff", a.clone()));
+        out.push(("diff", b.clone()));
+    }
+    out
+}
+
+/// What to give instead, when a path is of another kind than the place it was given in: a
+/// fixture variant's directory (a bundle.tar.gz, no sys/) to --root, a directory to --bundle
+/// or to `diff`. Read only after an error, to explain it.
+fn path_hint(took: &str, path: &Path) -> Option<String> {
+    if !path.is_dir() {
+        return None;
+    }
+    let shown = path.display().to_string();
+    let shown = shown.trim_end_matches('/');
+    let has_bundle = path.join("bundle.tar.gz").is_file();
+    let has_tree = path.join("sys").is_dir();
+    match took {
+        "--root" if has_bundle && !has_tree => Some(format!(
+            "this directory holds a support bundle: use --bundle {shown}/bundle.tar.gz"
+        )),
+        "--bundle" if has_bundle => Some(format!(
+            "this directory holds a support bundle: use --bundle {shown}/bundle.tar.gz"
+        )),
+        "--bundle" if has_tree => Some(format!(
+            "{shown} is a directory with sys/ (a recorded tree): use --root {shown}"
+        )),
+        "--bundle" => Some(format!(
+            "{shown} is a directory: --bundle takes the .tar.gz file `gpudoctor bundle -o FILE` writes"
+        )),
+        "diff" if has_bundle => Some(format!(
+            "this directory holds a support bundle: use {shown}/bundle.tar.gz"
+        )),
+        "diff" => Some(format!(
+            "{shown} is a directory: diff compares two files (check reports or bundles); for a directory of them use `gpudoctor fleet {shown}`"
+        )),
+        _ => None,
+    }
+}
+
 fn main() {
     // Before any thread starts: a signal removes temporaries and exits 2 (see signals).
     gpudoctor::signals::guard();
-    let args = match Args::try_parse_from(argv()) {
+    let argv = argv();
+    let args = match Args::try_parse_from(&argv) {
         Ok(a) => a,
         Err(e) => {
             // --help and --version are not errors.
@@ -87,6 +150,7 @@ fn main() {
         gpudoctor::cli::Command::Check(c) => c.textfile.clone(),
         _ => None,
     };
+    let paths = given_paths(&argv, &args.command);
     let outcome = Config::from_args(args).and_then(|cfg| run::run(&cfg));
     let code = match outcome {
         Ok(out) if out.hung => {
@@ -102,7 +166,10 @@ fn main() {
             out.code
         }
         Err(e) => {
-            let msg = format!("{e:#}").replace('\n', " ");
+            let mut msg = format!("{e:#}").replace('\n', " ");
+            if let Some(hint) = paths.iter().find_map(|(took, p)| path_hint(took, p)) {
+                msg = format!("{msg} (hint: {hint})");
+            }
             let _ = writeln!(std::io::stderr(), "gpudoctor: error: {msg}");
             if let Some(dir) = &textfile
                 && let Err(e) = run::record_failure(dir, &msg, EXIT_ERROR)

@@ -11,6 +11,14 @@ use std::collections::BTreeMap;
 
 pub const SCHEMA: &str = "gpudoctor.nvml/1";
 
+/// The `unread` key of a snapshot whose GPU list says nothing of NVML answering (a record
+/// whose GPUs are only its PCI devices): NVML is not judged on it.
+pub const NVML_ANSWERED: &str = "nvml_answered";
+
+/// The `unread` key of a GPU whose NVLinks were listed without their state (only the active
+/// ones written): a down link cannot be seen.
+pub const NVLINK_STATE: &str = "nvlink_state";
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct NvmlSnapshot {

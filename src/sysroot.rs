@@ -416,6 +416,18 @@ impl SysRoot {
         SysRoot::with_state(shown, false, Some(tree), touched, 1024)
     }
 
+    /// Whether dropping this reader only frees memory: no extracted bundle directory (or other
+    /// owner) to remove. Such a reader may be left to the process's exit (`run::release`).
+    pub fn owns_nothing_outside(&self) -> bool {
+        self._owner.is_none()
+    }
+
+    /// A record held in memory (`in_memory`): its reads are memory lookups that never wait on
+    /// a device, so spreading them over threads or watching them with a deadline gains nothing.
+    pub fn is_in_memory(&self) -> bool {
+        self.mem.is_some()
+    }
+
     pub fn is_live(&self) -> bool {
         self.live
     }

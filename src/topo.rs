@@ -252,7 +252,7 @@ pub struct UnresolvedRdma {
 pub struct Matrix {
     /// GPU0..GPUn then NIC0..NICm.
     pub labels: Vec<String>,
-    /// cells[i][j] as printed by `nvidia-smi topo -m`.
+    /// `cells[i][j]` as printed by `nvidia-smi topo -m`.
     pub cells: Vec<Vec<String>>,
     /// Full classification per cell (PCIe type under NV#, certainty); in JSON only the
     /// uncertain cells are listed, as `uncertain`.
@@ -404,11 +404,12 @@ fn hex_id(s: &str) -> Option<u16> {
 pub fn pci_name(vendor: Option<u16>, device: Option<u16>) -> String {
     match (vendor, device) {
         (Some(v), Some(d)) => {
-            if let Some(dev) = pci_ids::Device::from_vid_pid(v, d) {
-                return format!("{} {}", short_vendor(dev.vendor().name()), dev.name());
+            if let Some(dev) = crate::pci::ids::device(v, d) {
+                let vn = crate::pci::ids::vendor(v).unwrap_or("");
+                return format!("{} {}", short_vendor(vn), dev);
             }
-            match pci_ids::Vendors::iter().find(|x| x.id() == v) {
-                Some(vn) => format!("{} [{v:04x}:{d:04x}]", short_vendor(vn.name())),
+            match crate::pci::ids::vendor(v) {
+                Some(vn) => format!("{} [{v:04x}:{d:04x}]", short_vendor(vn)),
                 None => format!("[{v:04x}:{d:04x}]"),
             }
         }
@@ -1206,6 +1207,7 @@ pub(crate) mod tests {
             net_class: Default::default(),
             kernel_log: Default::default(),
             foreign_gdr: Default::default(),
+            bridges_hidden: None,
         }
     }
 

@@ -39,6 +39,16 @@ fn cores() -> usize {
     })
 }
 
+/// `map` where `spread` (reads that wait on the kernel), a plain sequential map otherwise
+/// (reads of a record in memory: another thread only costs its start).
+pub fn map_if<T: Sync, R: Send>(spread: bool, items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if spread {
+        map(items, f)
+    } else {
+        items.iter().map(f).collect()
+    }
+}
+
 /// `map`, starting another thread for every `min_items` items (1: for few but large items).
 pub fn map_min<T: Sync, R: Send>(
     items: &[T],

@@ -119,6 +119,9 @@ pub fn write_bundle(
         (true, Some(key)) => Redactor::with_site_key(key),
         (redact, _) => Redactor::new(redact),
     };
+    // Redaction by value: every identifier is first collected from everything the bundle
+    // will hold (contents, member names, link targets, documents), then replaced everywhere.
+    red.set_structure(cap.items.keys().map(String::as_str));
     // Read for redaction only; the hostname file itself is not captured.
     let host_name = sr.read_text("/proc/sys/kernel/hostname").ok();
     let host = match &host_name {
@@ -126,9 +129,50 @@ pub fn write_bundle(
         Some(h) => Some(h.clone()),
         None => None,
     };
-    for (path, item) in cap.items.iter_mut() {
-        if let Item::File(bytes) = item {
-            red.file(path, bytes);
+    if !sr.is_live() {
+        // Where the recording was kept (`--root DIR`, a bundle's extraction) names a person
+        // or a site as often as not.
+        let root = sr.root_dir();
+        red.root_path(&root.to_string_lossy());
+        if let Ok(c) = std::fs::canonicalize(root) {
+            red.root_path(&c.to_string_lossy());
+        }
+    }
+    if opts.redact {
+        for (path, item) in &cap.items {
+            red.collect_name(path);
+            match item {
+                Item::File(bytes) => red.collect_file(path, bytes),
+                Item::Link(target) => red.collect_name(target),
+                Item::Dir => {}
+            }
+        }
+        for f in &cap.failures {
+            red.collect_name(&f.path);
+        }
+        red.collect_nvml(nvml);
+        for (name, v) in extra.iter() {
+            red.collect_json(name, v);
+        }
+        for v in reports.values() {
+            red.collect_json("report.json", v);
+        }
+        for n in &opts.notes {
+            red.collect_name(n);
+        }
+        red.finish_collection();
+        let items = std::mem::take(&mut cap.items);
+        for (path, mut item) in items {
+            match &mut item {
+                Item::File(bytes) => red.file(&path, bytes),
+                Item::Link(target) => *target = red.member_name(target, false),
+                Item::Dir => {}
+            }
+            let renamed = red.member_name(&path, true);
+            cap.items.insert(renamed, item);
+        }
+        for f in &mut cap.failures {
+            f.path = red.member_name(&f.path, false);
         }
     }
     let mut nvml = nvml.clone();
@@ -170,7 +214,12 @@ pub fn write_bundle(
     let mut unreadable: Vec<Unreadable> = cap
         .failures
         .iter()
-        .map(|f| Unreadable::from_error(&f.path, &f.error))
+        .map(|f| {
+            // The error's detail may name the path as read, before its names were redacted.
+            let mut u = Unreadable::from_error(&f.path, &f.error);
+            u.detail = u.detail.map(|d| red.text(&d));
+            u
+        })
         .collect();
     unreadable.sort();
     let mut notes = opts.notes.clone();
@@ -192,6 +241,8 @@ pub fn write_bundle(
             "capture stopped at its entry limit: the tree is larger than any real /sys".into(),
         );
     }
+    let notes: Vec<String> = notes.iter().map(|n| red.text(n)).collect();
+    let uncovered: Vec<String> = uncovered.iter().map(|u| red.text(u)).collect();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

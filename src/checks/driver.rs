@@ -147,6 +147,17 @@ pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
 pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
     let (sysfs_gpus, nvml) = (sysfs_gpu_count(ctx), &ctx.inv.nvml);
     let id = CheckId::DriverNvml;
+    // A record whose GPU list is only its PCI devices (an NCCL topology XML) says nothing of
+    // NVML answering.
+    if let Some(why) = nvml.unread.get(crate::nvml::NVML_ANSWERED)
+        && nvml.unavailable.is_none()
+    {
+        out.push(
+            Finding::new(id, "host", Status::Skip, format!("NVML unknown: {why}"))
+                .with(ev("nvmlInit_v2", why.clone())),
+        );
+        return;
+    }
     match (&nvml.unavailable, sysfs_gpus) {
         (None, _) => out.push(
             Finding::new(
@@ -262,7 +273,12 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
     )];
     let mut counts: Vec<(&str, usize)> = vec![("sysfs", sysfs_gpus)];
     let mut unknown = Vec::new();
-    if nvml.unavailable.is_none() {
+    if let Some(why) = nvml.unread.get(crate::nvml::NVML_ANSWERED) {
+        // The record's GPUs are its PCI devices: counting them against sysfs would compare the
+        // record with itself.
+        unknown.push("NVML");
+        evidence.push(ev("nvmlDeviceGetCount", why.clone()));
+    } else if nvml.unavailable.is_none() {
         counts.push(("NVML", nvml.gpus.len()));
         evidence.push(ev("nvmlDeviceGetCount", nvml.gpus.len().to_string()));
     } else {

@@ -1,4 +1,8 @@
-//! gdr.*: which memory path GPUDirect RDMA can use: nvidia-peermem, dma-buf, or none.
+//! gdr.*: which memory path GPUDirect RDMA can use: nvidia-peermem, dma-buf, or none; and
+//! `gdr.peer-mapping`, whether the NVIDIA driver lets CUDA map the NIC's doorbell page for the
+//! GPU (its PeerMappingOverride registry key), which GPU-initiated RDMA (level 4) needs.
+//!
+//! Pure functions of the inventory: no reads here.
 
 use super::{CheckId, Ctx, Evidence, Finding, SkipKind, Status, ev};
 use crate::facts::{kernel_major_minor, parse_nvrm};
@@ -430,7 +434,7 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
             )),
         };
         let mut f = f;
-        f.message.push_str(&super::placement::closer_note(c));
+        f.message.push_str(&super::topo::closer_note(c));
         out.push(f.with(ev("memory path", host_path)).evidence(evs).with(ev(
             "NCCL default GPUDirect RDMA level",
             crate::rdma::judge::gdr::NCCL_GDR_LEVEL_SOURCE,
@@ -678,6 +682,125 @@ pub(super) fn nccl_agrees(ctx: &Ctx, out: &mut Vec<Finding>) {
     }
 }
 
+const PARAMS: &str = "/proc/driver/nvidia/params";
+const REGKEY: &str = "PeerMappingOverride";
+
+/// The `RegistryDwords` value in /proc/driver/nvidia/params (`RegistryDwords: "K=V;K=V"`):
+/// None when the driver prints no such line.
+pub fn registry_dwords(params: &str) -> Option<&str> {
+    params.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == "RegistryDwords").then(|| v.trim().trim_matches('"'))
+    })
+}
+
+/// The value given to `key` in a RegistryDwords string (`K=V;K=V;`, values decimal or 0x
+/// hex). The key must be spelled as NVIDIA spells it: a differently-cased key is not trusted
+/// to take effect (a false warn is cheaper than a false pass). None when absent or not a number.
+pub fn registry_value(dwords: &str, key: &str) -> Option<u32> {
+    dwords.split(';').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        if k.trim() != key {
+            return None;
+        }
+        let v = v.trim();
+        match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+            Some(h) => u32::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        }
+    })
+}
+
+const PEER_MAPPING_FIX: &str = "Add `options nvidia NVreg_RegistryDwords=\"PeerMappingOverride=1;\"` to /etc/modprobe.d/nvidia.conf (append to an existing NVreg_RegistryDwords string, keys separated by ';'), then reload the driver (stop GPU users and nvidia-persistenced, `rmmod nvidia_peermem nvidia_uvm nvidia_drm nvidia_modeset nvidia; modprobe nvidia`, or reboot; update the initramfs if the module loads from it). It lets any CUDA process map other devices' MMIO for its GPU: see `gpudoctor explain gdr.peer-mapping` for the trade-off. Without it, GPU-initiated RDMA uses a CPU proxy thread to ring the doorbell";
+
+/// gdr.peer-mapping: PeerMappingOverride=1, which `cuMemHostRegister(...,
+/// CU_MEMHOSTREGISTER_IOMEMORY)` of the NIC's UAR page needs for the `gpu` doorbell handler.
+pub(super) fn peer_mapping(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::GdrPeerMapping;
+    let h = &ctx.inv.host;
+    if ctx.topo.gpus.is_empty() {
+        out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
+        return;
+    }
+    if ctx.topo.nics.is_empty() {
+        // No NIC seen: not applicable only when none can hide.
+        if !super::rdma::nic_gaps(ctx, id, out) {
+            out.push(
+                Finding::new(
+                    id,
+                    "host",
+                    Status::Skip,
+                    "no RDMA NICs: GPU-initiated RDMA not applicable",
+                )
+                .not_applicable(),
+            );
+        }
+        return;
+    }
+    let Some(params) = &h.nvidia_params else {
+        let why = h
+            .unread
+            .get("nvidia_params")
+            .cloned()
+            .unwrap_or_else(|| "not read".into());
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!(
+                    "{PARAMS} unreadable ({why}): whether the driver allows peer mappings is \
+                     unknown (is the NVIDIA driver loaded? see driver.nvidia-loaded)"
+                ),
+            )
+            .with(ev(PARAMS, why)),
+        );
+        return;
+    };
+    let Some(dwords) = registry_dwords(params) else {
+        out.push(
+            Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!("{PARAMS} has no RegistryDwords line: the regkey state is unknown"),
+            )
+            .with(ev(PARAMS, "no RegistryDwords line")),
+        );
+        return;
+    };
+    let evidence = ev(format!("{PARAMS} RegistryDwords"), format!("\"{dwords}\""));
+    let f = match registry_value(dwords, REGKEY) {
+        Some(1) => Finding::new(
+            id,
+            "host",
+            Status::Pass,
+            "PeerMappingOverride=1: a GPU kernel can ring the NIC's doorbell itself (gpu handler)",
+        ),
+        Some(v) => Finding::new(
+            id,
+            "host",
+            Status::Warn,
+            format!(
+                "PeerMappingOverride={v} (not 1): the driver refuses to map the NIC's doorbell \
+                 for the GPU in processes that are not root; GPU-initiated RDMA there falls back \
+                 to a CPU proxy thread ringing it"
+            ),
+        )
+        .fix(PEER_MAPPING_FIX),
+        None => Finding::new(
+            id,
+            "host",
+            Status::Warn,
+            "PeerMappingOverride is not set: the driver refuses to map the NIC's doorbell for \
+             the GPU in processes that are not root; GPU-initiated RDMA there falls back to a \
+             CPU proxy thread ringing it",
+        )
+        .fix(PEER_MAPPING_FIX),
+    };
+    out.push(f.with(evidence));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,5 +815,31 @@ mod tests {
             Some((5, 4))
         );
         assert_eq!(kernel_major_minor("nonsense"), None);
+    }
+
+    #[test]
+    fn registry_dwords_parse() {
+        let p =
+            "EnableMSI: 1\nRegistryDwords: \"PeerMappingOverride=1;RMForceX=0x10\"\nRmMsg: \"\"\n";
+        let d = registry_dwords(p).unwrap();
+        assert_eq!(d, "PeerMappingOverride=1;RMForceX=0x10");
+        assert_eq!(registry_value(d, REGKEY), Some(1));
+        assert_eq!(registry_value(d, "RMForceX"), Some(16));
+        assert_eq!(registry_value(d, "rmforcex"), None);
+        assert_eq!(registry_value(d, "Other"), None);
+        assert_eq!(registry_dwords("RegistryDwords: \"\"\n"), Some(""));
+        assert_eq!(registry_value("", REGKEY), None);
+        assert_eq!(
+            registry_value(" PeerMappingOverride = 0x0 ;", REGKEY),
+            Some(0)
+        );
+        assert_eq!(registry_value("PeerMappingOverride=yes;", REGKEY), None);
+        // A per-device line is not the global one.
+        assert_eq!(
+            registry_dwords(
+                "RegistryDwordsPerDevice: \"pci=0000:1b:00.0;PeerMappingOverride=1\"\n"
+            ),
+            None
+        );
     }
 }

@@ -9,16 +9,12 @@ pub mod baseline;
 mod driver;
 mod gdr;
 mod gpu;
-mod gpu_initiated;
-mod health;
-mod host;
-pub mod level1;
-pub mod level2;
-pub mod level3;
-pub mod level4;
+mod iommu;
+mod numa;
 mod pcie;
-mod placement;
+pub mod probe;
 mod rdma;
+mod topo;
 
 use crate::inventory::Inventory;
 use crate::libs::LibFacts;
@@ -32,7 +28,7 @@ pub use crate::findings::{CheckId, Evidence, Finding, SkipKind, Status, ev, over
 pub enum Run {
     /// A pure function over the inventory, topology and libraries (level 0).
     Facts(fn(&Ctx, &mut Vec<Finding>)),
-    /// Fed by a probe's report (levels 1 and up: `level1`, `level2`).
+    /// Fed by a probe's report (levels 1 and up: `probe::level1` to `probe::level4`).
     Probe,
     /// A comparison with a node's expected shape (`check --expect`, `crate::checks::baseline`).
     Baseline,
@@ -121,11 +117,11 @@ catalog! {
         "GPUDirect RDMA memory path for each GPU and its NIC";
     GdrNcclAgrees = "gdr.nccl-agrees", level 0, Warn, Run::Facts(gdr::nccl_agrees),
         "NCCL's own GPUDirect verdict in a topology dump agrees with gdr.path's";
-    GdrPeerMapping = "gdr.peer-mapping", level 0, Warn, Run::Facts(gpu_initiated::peer_mapping),
+    GdrPeerMapping = "gdr.peer-mapping", level 0, Warn, Run::Facts(gdr::peer_mapping),
         "NVIDIA driver allows mapping the NIC doorbell for the GPU (PeerMappingOverride=1)";
     PcieAcsRedirect = "pcie.acs-redirect", level 0, Fail, Run::Facts(pcie::acs_redirect),
         "No ACS P2P redirect on bridges between GPUs and NICs";
-    IommuMode = "iommu.mode", level 0, Fail, Run::Facts(host::iommu_mode),
+    IommuMode = "iommu.mode", level 0, Fail, Run::Facts(iommu::iommu_mode),
         "IOMMU off or passthrough for GPUs and NICs";
     GpuBar1 = "gpu.bar1", level 0, Fail, Run::Facts(gpu::bar1),
         "BAR1 large enough to map GPU memory";
@@ -135,9 +131,9 @@ catalog! {
         "PCIe link trained at full speed";
     PcieSlotMismatch = "pcie.slot-mismatch", level 0, Fail, Run::Facts(pcie::slot_mismatch),
         "Device not capped by a slower slot or port above it";
-    NumaGpuNic = "numa.gpu-nic", level 0, Fail, Run::Facts(placement::numa_gpu_nic),
+    NumaGpuNic = "numa.gpu-nic", level 0, Fail, Run::Facts(numa::numa_gpu_nic),
         "GPU and its closest NIC on the same NUMA node";
-    TopoGpuNicPairing = "topo.gpu-nic-pairing", level 0, Fail, Run::Facts(placement::gpu_nic_pairing),
+    TopoGpuNicPairing = "topo.gpu-nic-pairing", level 0, Fail, Run::Facts(topo::gpu_nic_pairing),
         "Each GPU has a NIC at PIX/PXB";
     RdmaDriver = "rdma.driver", level 0, Fail, Run::Facts(rdma::driver),
         "Each RDMA-capable NIC has its RDMA device (its RDMA kernel module loaded)";
@@ -149,7 +145,7 @@ catalog! {
         "Netdev MTU allows a 4096-byte RoCE MTU";
     RdmaFwConsistency = "rdma.fw-consistency", level 0, Warn, Run::Facts(rdma::fw_consistency),
         "Same firmware on NICs of the same model";
-    RdmaMlx5dv = "rdma.mlx5dv", level 0, Warn, Run::Facts(gpu_initiated::mlx5dv),
+    RdmaMlx5dv = "rdma.mlx5dv", level 0, Warn, Run::Facts(rdma::mlx5dv),
         "ConnectX (mlx5_core) devices have libmlx5 direct verbs";
     PcieDevctl = "pcie.devctl", level 0, Warn, Run::Facts(pcie::devctl),
         "MaxReadReq and relaxed ordering on GPUs and NICs";
@@ -165,17 +161,17 @@ catalog! {
         "NVML reports P2P read/write OK between GPU pairs";
     GpuNvlinkDown = "gpu.nvlink-down", level 0, Fail, Run::Facts(gpu::nvlink_down),
         "No NVLink down";
-    RdmaPortErrors = "rdma.port-errors", level 0, Fail, Run::Facts(health::port_errors),
+    RdmaPortErrors = "rdma.port-errors", level 0, Fail, Run::Facts(rdma::port_errors),
         "No fatal or fast-growing RDMA port error counters";
-    RdmaLinkFlaps = "rdma.link-flaps", level 0, Fail, Run::Facts(health::link_flaps),
+    RdmaLinkFlaps = "rdma.link-flaps", level 0, Fail, Run::Facts(rdma::link_flaps),
         "No RDMA link-down events (link_downed, kernel log)";
-    GpuXid = "gpu.xid", level 0, Fail, Run::Facts(health::xid),
+    GpuXid = "gpu.xid", level 0, Fail, Run::Facts(gpu::xid),
         "No NVRM Xid events that need a reset or point at hardware";
-    GpuThrottle = "gpu.throttle", level 0, Warn, Run::Facts(health::throttle),
+    GpuThrottle = "gpu.throttle", level 0, Warn, Run::Facts(gpu::throttle),
         "No hardware, thermal or power-brake clock slowdown";
-    GpuNvlinkErrors = "gpu.nvlink-errors", level 0, Warn, Run::Facts(health::nvlink_errors),
+    GpuNvlinkErrors = "gpu.nvlink-errors", level 0, Warn, Run::Facts(gpu::nvlink_errors),
         "No NVLink replay/recovery errors or high CRC rate";
-    GpuFabric = "gpu.fabric", level 0, Fail, Run::Facts(health::fabric),
+    GpuFabric = "gpu.fabric", level 0, Fail, Run::Facts(gpu::fabric),
         "GPU registered with the NVSwitch fabric (fabric manager)";
     ProbeH2d = "probe.h2d", level 1, Fail, Run::Probe,
         "Host-to-GPU copies reach 80% of the PCIe link rate";
@@ -266,6 +262,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// The check named `id`, if there is one.
 pub fn info(id: &str) -> Option<&'static CheckInfo> {
     id.parse::<CheckId>().ok().map(CheckId::info)
+}
+
+/// A cumulative counter as a rate: its average per second since boot (`/proc/uptime`), a lower
+/// bound of the rate since the counter was last cleared.
+fn per_second(v: u64, uptime: f64) -> f64 {
+    v as f64 / uptime.max(1.0)
 }
 
 /// Everything checks may look at.
@@ -458,12 +460,16 @@ impl Overrides {
     /// named), or an id given to more than one of the three ("--deny X --skip X": which one
     /// wins would be a guess).
     pub fn parse(warn: &[String], deny: &[String], skip: &[String]) -> Result<Overrides, String> {
-        let unknown: Vec<&str> = warn
+        // Each unknown id with the nearest known one, where there is one.
+        let unknown: Vec<String> = warn
             .iter()
             .chain(deny)
             .chain(skip)
             .filter(|id| id.parse::<CheckId>().is_err())
-            .map(String::as_str)
+            .map(|id| match suggest(id) {
+                Some(near) => format!("{id} (did you mean {near}?)"),
+                None => id.clone(),
+            })
             .collect();
         if !unknown.is_empty() {
             return Err(format!(
@@ -518,6 +524,16 @@ impl Overrides {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_override_ids_get_the_nearest_id() {
+        let e =
+            Overrides::parse(&["pcie.acs-redirct".into()], &[], &["zzzzzzzz".into()]).unwrap_err();
+        assert_eq!(
+            e,
+            "unknown check ids pcie.acs-redirct (did you mean pcie.acs-redirect?), zzzzzzzz: `gpudoctor list` shows them all"
+        );
+    }
 
     #[test]
     fn suggestions_for_misspelt_and_partial_ids() {

@@ -342,7 +342,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         {
             for g in &t.gpus {
                 let on_its_root_port = t.device(g.bdf).is_some_and(|gd| {
-                    gd.upstream.first().is_some() && gd.upstream.first() == dma.upstream.first()
+                    !gd.upstream.is_empty() && gd.upstream.first() == dma.upstream.first()
                 });
                 if !on_its_root_port {
                     continue;
@@ -367,7 +367,17 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
     }
     if users.is_empty() {
-        out.push(Finding::new(id, "host", Status::Pass, "no PCIe bridges between GPUs and their NICs or between GPUs (flat PCI): nothing can redirect peer traffic"));
+        // Flat only in a source that shows every port: an NCCL topology XML leaves root ports
+        // and switch downstream ports out, so no bridge there is not the absence of one.
+        match &ctx.inv.bridges_hidden {
+            Some(why) => out.push(Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!("no PCIe bridge shown between GPUs and their NICs or between GPUs, but {why}"),
+            )),
+            None => out.push(Finding::new(id, "host", Status::Pass, "no PCIe bridges between GPUs and their NICs or between GPUs (flat PCI): nothing can redirect peer traffic")),
+        }
         return;
     }
     // What each bridge should hold: rdma_topo's prescription on the platforms it knows, else

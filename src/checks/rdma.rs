@@ -1,8 +1,19 @@
-//! rdma.*: port state, RoCE v2 GIDs, MTU, firmware consistency, from sysfs.
+//! rdma.*: the RDMA driver, port state, RoCE v2 GIDs, MTU and firmware consistency (sysfs);
+//! port error counters and link flaps (sysfs counters and the kernel log); and mlx5 direct
+//! verbs (`rdma.mlx5dv`: a ConnectX served by mlx5_core, and libmlx5's direct verbs load),
+//! which GPU-initiated RDMA (level 4) needs.
+//!
+//! Every counter threshold names its published source in the evidence. Counters are cumulative
+//! since the driver loaded (or were last cleared): a point-in-time check cannot take a delta, so
+//! a rate threshold is judged on the average since boot (/proc/uptime), which is a lower bound
+//! of the rate since the counters were last cleared.
+//!
+//! Pure functions of the inventory and library facts: no reads here.
 
-use super::{CheckId, Ctx, Finding, Status, ev};
+use super::{CheckId, Ctx, Finding, SkipKind, Status, ev};
 use crate::facts::{GidType, LinkLayer, PhysState, PortState};
 use crate::inventory::{RdmaDevice, RdmaPort};
+use crate::kmsg::KernelLog;
 use std::collections::BTreeMap;
 
 /// Largest RoCE MTU a netdev MTU allows: the IB MTU plus RoCE v2 headers (GRH/UDP/IP 40-ish,
@@ -591,6 +602,455 @@ pub(super) fn driver(ctx: &Ctx, out: &mut Vec<Finding>) {
             },
         )));
     }
+}
+
+const NVSENTINEL: &str = "NVIDIA NVSentinel NIC health monitor defaults (docs/nic-health-monitor/link-counter-detection.md, Appendix A)";
+const IBTA_SYMBOL: &str = "IBTA BER 10^-12 limit as 120 symbol errors per hour (Oracle/Sun InfiniBand docs 820-7751, cited by NVSentinel)";
+const AZNHC_FLAP: &str = "AzNHC check_ib_link_flapping: more than one link-down event within 6 hours fails (azurehpc-health-checks, NHC2005)";
+
+/// Counters whose any increment means the workload has failed or will (NVSentinel's "fatal"
+/// counters), with the directory they live in.
+const FATAL_COUNTERS: [(&str, &str); 3] = [
+    ("counters", "excessive_buffer_overrun_errors"),
+    ("counters", "local_link_integrity_errors"),
+    ("hw_counters", "rnr_nak_retry_err"),
+];
+
+/// Rate thresholds (per second) and their source: symbol errors from the IBTA BER limit, the
+/// rest NVSentinel's non-fatal defaults.
+const RATE_COUNTERS: [(&str, &str, f64, &str); 5] = [
+    ("counters", "symbol_error", 120.0 / 3600.0, IBTA_SYMBOL),
+    ("counters", "link_error_recovery", 5.0 / 60.0, NVSENTINEL),
+    ("counters", "port_rcv_errors", 10.0, NVSENTINEL),
+    ("counters", "port_xmit_discards", 100.0, NVSENTINEL),
+    ("hw_counters", "local_ack_timeout_err", 1.0, NVSENTINEL),
+];
+
+/// Shown with their values but not judged: no published threshold for a cumulative value.
+const SHOWN_COUNTERS: [(&str, &str); 3] = [
+    ("hw_counters", "out_of_buffer"),
+    ("hw_counters", "packet_seq_err"),
+    ("hw_counters", "rnr_nak_retry_err"),
+];
+
+fn counter(p: &RdmaPort, dir: &str, name: &str) -> Option<u64> {
+    let m = if dir == "counters" {
+        p.counters.as_ref()
+    } else {
+        p.hw_counters.as_ref()
+    };
+    m.and_then(|m| m.get(name)).copied()
+}
+
+/// Every port of every PCI RDMA device as (device, port, "dev/port", its sysfs dir), or one
+/// not-applicable skip on `host` when there is none.
+fn each_pci_port(
+    ctx: &Ctx,
+    id: CheckId,
+    out: &mut Vec<Finding>,
+    mut check: impl FnMut(&RdmaDevice, &RdmaPort, String, String, &mut Vec<Finding>),
+) {
+    let Some(devices) = pci_rdma_or_skip(ctx, id, out) else {
+        return;
+    };
+    for (r, _) in devices {
+        for p in &r.ports {
+            let subject = format!("{}/{}", r.name, p.port);
+            let pdir = format!("/sys/class/infiniband/{}/ports/{}", r.name, p.port);
+            check(r, p, subject, pdir, out);
+        }
+    }
+}
+
+/// rdma.port-errors: IB port counters and RoCE/mlx5 hw_counters against published thresholds.
+pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaPortErrors;
+    let uptime = ctx.inv.host.uptime_s;
+    each_pci_port(ctx, id, out, |_r, p, subject, pdir, out| {
+        let Some(c) = &p.counters else {
+            out.push(Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!(
+                    "port counters unreadable: {}",
+                    p.unread.get("counters").cloned().unwrap_or_default()
+                ),
+            ));
+            return;
+        };
+        let mut evs = Vec::new();
+        // A judged counter that could not be read (garbled), or a standard IB port counter
+        // missing from a listed `counters/` (the IB core exposes them all for every port):
+        // the port cannot pass. Driver `hw_counters` may legitimately be absent.
+        let unreadable: Vec<String> = FATAL_COUNTERS
+            .iter()
+            .map(|(d, n)| (*d, *n))
+            .chain(RATE_COUNTERS.iter().map(|(d, n, _, _)| (*d, *n)))
+            .filter(|(d, n)| counter(p, d, n).is_none())
+            .filter_map(|(d, n)| match p.unread.get(&format!("{d}.{n}")) {
+                Some(why) => Some(format!("{d}/{n}: {why}")),
+                None if d == "counters" => Some(format!("{d}/{n}: missing")),
+                None => None,
+            })
+            .collect();
+        let mut fatal = Vec::new();
+        for (dir, name) in FATAL_COUNTERS {
+            if let Some(v) = counter(p, dir, name)
+                && v > 0
+            {
+                fatal.push(format!("{name} {v}"));
+                evs.push(ev(
+                    format!("{pdir}/{dir}/{name}"),
+                    format!("{v} (any increment is fatal: {NVSENTINEL})"),
+                ));
+            }
+        }
+        let mut fast = Vec::new();
+        let mut unjudged = Vec::new();
+        for (dir, name, limit, source) in RATE_COUNTERS {
+            let Some(v) = counter(p, dir, name) else {
+                continue;
+            };
+            if v == 0 {
+                continue;
+            }
+            match uptime {
+                Some(up) => {
+                    let rate = super::per_second(v, up);
+                    let shown = format!(
+                        "{v} in {:.0} s since boot = at least {rate:.3}/s (limit {limit:.3}/s: {source})",
+                        up
+                    );
+                    if rate > limit {
+                        fast.push(format!("{name} {rate:.3}/s > {limit:.3}/s"));
+                    }
+                    evs.push(ev(format!("{pdir}/{dir}/{name}"), shown));
+                }
+                None => {
+                    unjudged.push(format!("{name} {v}"));
+                    evs.push(ev(
+                        format!("{pdir}/{dir}/{name}"),
+                        format!("{v} (time since boot unknown: rate not judged)"),
+                    ));
+                }
+            }
+        }
+        for (dir, name) in SHOWN_COUNTERS {
+            if let Some(v) = counter(p, dir, name)
+                && v > 0
+                && !FATAL_COUNTERS.contains(&(dir, name))
+            {
+                evs.push(ev(
+                    format!("{pdir}/{dir}/{name}"),
+                    format!(
+                        "{v} (no published threshold for a cumulative value: shown, not judged)"
+                    ),
+                ));
+            }
+        }
+        if !fatal.is_empty() {
+            out.push(
+                Finding::new(id, subject, Status::Fail, format!("fatal error counters nonzero: {}{}", fatal.join(", "), if fast.is_empty() { String::new() } else { format!("; also {}", fast.join(", ")) }))
+                    .evidence(evs)
+                    .fix("Drain the node. excessive_buffer_overrun_errors / local_link_integrity_errors mean a physical link outside spec: reseat or replace the cable/transceiver, check the switch port (`ibdiagnet`, `mlxlink -d <dev> -m`); rnr_nak_retry_err means connections were severed (receiver not ready): check the peers and the application. Clear the counters after the repair (`perfquery -x -R`) so a recurrence shows"),
+            );
+        } else if !fast.is_empty() {
+            out.push(
+                Finding::new(id, subject, Status::Warn, format!("error counters above their published rates: {}", fast.join(", ")))
+                    .evidence(evs)
+                    .fix("A degrading link: check the cable/transceiver and switch port (`mlxlink -d <dev> -m -c` shows BER and FEC), reseat or replace it; clear the counters (`perfquery -x -R`) and re-check to see whether they still grow"),
+            );
+        } else if !unreadable.is_empty() {
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    format!("error counters unreadable: {}", unreadable.join("; ")),
+                )
+                .evidence(evs),
+            );
+        } else if !unjudged.is_empty() {
+            out.push(
+                Finding::new(id, subject, Status::Skip, format!("nonzero error counters ({}) but the time since boot is unknown (/proc/uptime: {}): rates not judged", unjudged.join(", "), ctx.inv.host.unread.get("uptime").cloned().unwrap_or_else(|| "not read".into())))
+                    .evidence(evs),
+            );
+        } else {
+            let judged = FATAL_COUNTERS
+                .iter()
+                .map(|(d, n)| (*d, *n))
+                .chain(RATE_COUNTERS.iter().map(|(d, n, _, _)| (*d, *n)))
+                .filter(|(d, n)| counter(p, d, n).is_some())
+                .count();
+            if judged == 0 {
+                out.push(
+                    Finding::new(
+                        id,
+                        subject,
+                        Status::Skip,
+                        format!(
+                            "none of the judged error counters is present ({} read)",
+                            crate::words::count(c.len(), "counter", "counters")
+                        ),
+                    )
+                    .evidence(evs),
+                );
+                return;
+            }
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Pass,
+                    format!("{judged} error counters within limits"),
+                )
+                .with(ev(
+                    format!("{pdir}/counters"),
+                    "fatal counters 0; rate counters within limits",
+                ))
+                .evidence(evs),
+            );
+        }
+    });
+}
+
+/// The kernel log's link-down records naming this port's netdev or its PCI function.
+fn log_link_downs<'a>(ctx: &Ctx, log: &'a KernelLog, r: &RdmaDevice, p: &RdmaPort) -> Vec<&'a str> {
+    let mut names: Vec<String> = p.gids.iter().filter_map(|g| g.ndev.clone()).collect();
+    names.extend(
+        ctx.inv
+            .netdevs
+            .iter()
+            .filter(|n| n.bdf.is_some() && n.bdf == r.bdf())
+            .map(|n| n.name.clone()),
+    );
+    names.sort();
+    names.dedup();
+    let bdf = r.bdf().map(|b| b.to_string());
+    log.lines
+        .iter()
+        .filter_map(|l| crate::kmsg::link_down(l))
+        .filter(|t| {
+            names.iter().any(|n| {
+                t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+                    .any(|w| w == n)
+            }) || bdf.as_deref().is_some_and(|b| t.contains(b)) && names.is_empty()
+        })
+        .collect()
+}
+
+/// rdma.link-flaps: link-down events from `link_downed` and the kernel log.
+pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaLinkFlaps;
+    let log = &*ctx.inv.kernel_log;
+    each_pci_port(ctx, id, out, |r, p, subject, pdir, out| {
+        let downed = counter(p, "counters", "link_downed");
+        let logged = log
+            .unavailable
+            .is_none()
+            .then(|| log_link_downs(ctx, log, r, p));
+        let mut evs = vec![ev(
+            format!("{pdir}/counters/link_downed"),
+            match downed {
+                Some(v) => v.to_string(),
+                None => p
+                    .unread
+                    .get("counters.link_downed")
+                    .or(p.unread.get("counters"))
+                    .cloned()
+                    .unwrap_or_else(|| "not present".into()),
+            },
+        )];
+        match &logged {
+            Some(lines) => {
+                evs.push(ev(
+                    log.origin(),
+                    format!(
+                        "{} link-down records for this port; {}",
+                        lines.len(),
+                        log.coverage()
+                    ),
+                ));
+                for l in lines.iter().take(5) {
+                    evs.push(ev(log.origin(), l.to_string()));
+                }
+            }
+            None => evs.push(ev(
+                log.origin(),
+                log.unavailable.clone().unwrap_or_default(),
+            )),
+        }
+        let events = downed
+            .unwrap_or(0)
+            .max(logged.as_ref().map_or(0, |l| l.len() as u64));
+        if downed.is_none() && logged.is_none() {
+            let mut f = Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                "link-down history unknown: link_downed counter and kernel log both unreadable",
+            )
+            .evidence(evs);
+            if log.needs_root {
+                f.skip = Some(SkipKind::NotRoot);
+            }
+            out.push(f);
+        } else if events >= 2 {
+            out.push(
+                Finding::new(id, subject, Status::Fail, format!("link went down {events} times since the counters were cleared / boot: a flapping link"))
+                    .evidence(evs)
+                    .with(ev("threshold", format!("{AZNHC_FLAP}; {NVSENTINEL}: any link_downed increment is fatal")))
+                    .fix("Drain the node: every link-down kills the RDMA connections over it. Reseat or replace the cable/transceiver, check the switch port's log and `mlxlink -d <dev> -m`; clear the counters (`perfquery -x -R`) after the repair"),
+            );
+        } else if events == 1 {
+            out.push(
+                Finding::new(id, subject, Status::Warn, "link went down once since the counters were cleared / boot")
+                    .evidence(evs)
+                    .with(ev("threshold", format!("{NVSENTINEL}: any link_downed increment is fatal to running jobs; {AZNHC_FLAP}")))
+                    .fix("If nobody replugged the cable or rebooted the switch, check the cable/transceiver and switch port; clear the counter (`perfquery -x -R`) and watch for a recurrence"),
+            );
+        } else if downed.is_none() {
+            // The kernel log shows no link-down, but the port's own counter (which also counts
+            // events from before the log's start) could not be read: not a pass.
+            out.push(
+                Finding::new(
+                    id,
+                    subject,
+                    Status::Skip,
+                    "link-down history incomplete: no link-down in the kernel log, link_downed counter unreadable",
+                )
+                .evidence(evs),
+            );
+        } else {
+            out.push(Finding::new(id, subject, Status::Pass, "no link-down events").evidence(evs));
+        }
+    });
+}
+
+const MLX5DV: &str = "libmlx5.so.1";
+
+/// rdma.mlx5dv: each PCI RDMA device is a ConnectX (driver mlx5_core) and libmlx5 loads with
+/// the direct-verbs entry points; other devices are not applicable.
+pub(super) fn mlx5dv(ctx: &Ctx, out: &mut Vec<Finding>) {
+    let id = CheckId::RdmaMlx5dv;
+    let Some(devices) = pci_rdma_or_skip(ctx, id, out) else {
+        return;
+    };
+    for (r, bdf) in devices {
+        let driver_path = format!("/sys/bus/pci/devices/{bdf}/driver");
+        let f = match ctx.inv.pci.get(&bdf) {
+            None => Finding::new(
+                id,
+                r.name.clone(),
+                Status::Skip,
+                format!("PCI function {bdf} behind {} was not read", r.name),
+            ),
+            Some(p) => match p.driver.as_deref() {
+                None => {
+                    let why = p
+                        .unread
+                        .get("driver")
+                        .cloned()
+                        .unwrap_or_else(|| "unknown".into());
+                    Finding::new(
+                        id,
+                        r.name.clone(),
+                        Status::Skip,
+                        format!("driver of {bdf} unknown ({why})"),
+                    )
+                    .with(ev(driver_path, why))
+                }
+                Some(d) if d != "mlx5_core" => Finding::new(
+                    id,
+                    r.name.clone(),
+                    Status::Skip,
+                    format!("driver {d}: mlx5 direct verbs are for ConnectX/BlueField (mlx5_core)"),
+                )
+                .not_applicable()
+                .with(ev(driver_path, d)),
+                Some(d) => library_verdict(ctx, id, &r.name).with(ev(driver_path, d)),
+            },
+        };
+        out.push(f);
+    }
+}
+
+/// The verdict for an mlx5_core device from what is known about libmlx5.
+fn library_verdict(ctx: &Ctx, id: CheckId, subject: &str) -> Finding {
+    const FIX: &str = "Install rdma-core's mlx5 provider (Debian/Ubuntu: `apt install ibverbs-providers libibverbs1`; RHEL: `dnf install libibverbs`; or MLNX_OFED/DOCA-OFED), which ships libmlx5.so.1";
+    if let Some(why) = &ctx.libs.unavailable {
+        return Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!("mlx5_core device; whether {MLX5DV} loads is unknown ({why})"),
+        );
+    }
+    let Some(lib) = ctx.libs.libs.get(MLX5DV) else {
+        return Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!("mlx5_core device; {MLX5DV} was not probed"),
+        );
+    };
+    if !lib.loaded {
+        let err = lib.error.clone().unwrap_or_else(|| "not loaded".into());
+        return Finding::new(
+            id,
+            subject,
+            Status::Warn,
+            format!(
+                "mlx5_core device, but {MLX5DV} does not load ({err}): no direct verbs, so no \
+                 GPU-initiated RDMA (levels 0-2 are unaffected)"
+            ),
+        )
+        .with(ev(MLX5DV, err))
+        .fix(FIX);
+    }
+    let missing: Vec<&str> = ["mlx5dv_query_device", "mlx5dv_init_obj"]
+        .into_iter()
+        .filter(|s| lib.symbols.get(*s) == Some(&false))
+        .collect();
+    let unrecorded: Vec<&str> = ["mlx5dv_query_device", "mlx5dv_init_obj"]
+        .into_iter()
+        .filter(|s| !lib.symbols.contains_key(*s))
+        .collect();
+    if !missing.is_empty() {
+        return Finding::new(
+            id,
+            subject,
+            Status::Warn,
+            format!(
+                "{MLX5DV} loads but lacks {}: too old for direct verbs",
+                missing.join(", ")
+            ),
+        )
+        .with(ev(MLX5DV, format!("missing {}", missing.join(", "))))
+        .fix(FIX);
+    }
+    // Loading proves the library, not its entry points: a lookup never recorded (a libs.json
+    // written without it) is unknown, not a pass.
+    if !unrecorded.is_empty() {
+        let what = format!("{} not recorded", unrecorded.join(", "));
+        return Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!(
+                "mlx5_core device and {MLX5DV} loads, but whether it has the direct-verbs entry points is unknown ({what})"
+            ),
+        )
+        .with(ev(MLX5DV, format!("loaded; {what}")));
+    }
+    Finding::new(
+        id,
+        subject,
+        Status::Pass,
+        format!("mlx5_core device and {MLX5DV} loads: mlx5 direct verbs available"),
+    )
+    .with(ev(MLX5DV, "loaded"))
 }
 
 #[cfg(test)]

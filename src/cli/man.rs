@@ -12,8 +12,31 @@ pub fn command() -> clap::Command {
 /// clap definition: clap's types stay in `cli`.
 pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
     let mut buf = Vec::new();
-    clap_complete::generate(shell, &mut command(), "gpudoctor", &mut buf);
+    clap_complete::generate(shell, &mut visible(&command()), "gpudoctor", &mut buf);
     buf
+}
+
+/// `cmd` without its hidden subcommands (`snapshot`), at every depth: clap_complete offers
+/// every subcommand it is given, and a completion must offer only what `--help` shows. Kept for
+/// completion: the name, version, about text and arguments (hidden arguments clap_complete
+/// leaves out itself).
+fn visible(cmd: &clap::Command) -> clap::Command {
+    // clap names are &'static str without its `string` feature: a few bytes per command, once.
+    let leak = |s: &str| -> &'static str { s.to_string().leak() };
+    let mut out = clap::Command::new(leak(cmd.get_name())).disable_help_subcommand(true);
+    if let Some(about) = cmd.get_about() {
+        out = out.about(about.clone());
+    }
+    if let Some(v) = cmd.get_version() {
+        out = out.version(leak(v));
+    }
+    for a in cmd.get_arguments() {
+        out = out.arg(a.clone());
+    }
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        out = out.subcommand(visible(sub));
+    }
+    out
 }
 
 /// Render the man pages: `gpudoctor.1` and one `gpudoctor-<sub>[-<subsub>].1` per visible

@@ -1,4 +1,8 @@
 //! `gpudoctor probe ...`: the arguments of each probe, as clap parses them.
+//!
+//! The doc comments below are clap's `--help` text (and the man pages'), not rustdoc markup:
+//! "GPU<N>" and "HOST[:PORT]" are written as a user reads them.
+#![allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 
 use super::GateArgs;
 use super::values::{FormatArg, GdrModeArg, GpuSideArg, NicHandlerArg, QueuePlaceArg};

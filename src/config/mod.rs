@@ -95,7 +95,7 @@ pub struct Env {
     pub stdout_width: Option<u16>,
     /// COLUMNS, when set to a number: the width a person asked for, terminal or not.
     pub columns: Option<u16>,
-    /// NO_COLOR is set to something (https://no-color.org).
+    /// NO_COLOR is set to something (<https://no-color.org>).
     pub no_color: bool,
     pub stderr_is_terminal: bool,
     /// CUDA_HOME / CUDA_PATH, where NVRTC may live.

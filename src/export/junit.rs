@@ -1,7 +1,7 @@
 //! A check report as JUnit XML, for CI systems that read test reports (GitLab, Jenkins,
 //! GitHub test reporters): one testsuite, one testcase per finding (classname = check id,
-//! name = subject). fail is a <failure>, skip a <skipped>; warn passes with the message in
-//! <system-out>, unless --strict, where it is a <failure> as it is for the exit code.
+//! name = subject). fail is a `<failure>`, skip a `<skipped>`; warn passes with the message in
+//! `<system-out>`, unless --strict, where it is a `<failure>` as it is for the exit code.
 //!
 //! Every recorded string goes through `terminal::xml_text`: the file parses as XML 1.0
 //! whatever the node recorded.

@@ -737,8 +737,7 @@ mod tests {
 
     #[test]
     fn recorded_probe_reports_render() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/h200x2-live/probes");
+        let dir = crate::fixture_trees::tree("h200x2-live").join("probes");
         let r: ProbeReport =
             serde_json::from_str(&std::fs::read_to_string(dir.join("p2p.json")).unwrap()).unwrap();
         let text = probe(&r);

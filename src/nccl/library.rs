@@ -312,7 +312,7 @@ impl Nccl {
         Ok(v)
     }
 
-    /// One communicator per device (`ordinals`: CUDA device numbers), rank i on ordinals[i].
+    /// One communicator per device (`ordinals`: CUDA device numbers), rank i on `ordinals[i]`.
     pub fn comm_init_all(&self, ordinals: &[i32]) -> Result<Vec<Comm>, NcclError> {
         let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); ordinals.len()];
         // SAFETY: `comms` has room for one communicator per device; `ordinals` is as long.

@@ -4,6 +4,7 @@
 //! bytes from a tree and returns a typed error instead of panicking.
 
 pub mod config;
+pub mod ids;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

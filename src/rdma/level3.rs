@@ -1,8 +1,8 @@
 //! Level 3: write-bw with a side's buffer in GPU memory (GPUDirect RDMA). The same engine as
-//! level 2 (`super::measure`) with a different memory provider (`super::memory`); this module
-//! gathers the facts the decisions in `super::gdr` need (CUDA, the NIC's answer to NCCL's
-//! dma-buf probe, the topology), runs each GPU against its closest ACTIVE port, and checks that
-//! the GPU gets all its memory back (cuMemGetInfo before and after).
+//! level 2 (`super::engine::run`) with a different memory provider (`super::engine::memory`);
+//! this module gathers the facts the decisions in `super::judge::gdr` need (CUDA, the NIC's
+//! answer to NCCL's dma-buf probe, the topology), runs each GPU against its closest ACTIVE
+//! port, and checks that the GPU gets all its memory back (cuMemGetInfo before and after).
 //!
 //! It must not print, and must not decide anything `gdr` decides.
 
@@ -200,7 +200,7 @@ fn host_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Run {
     if decision.used.is_none() {
         return refused(m, base, facts, &decision, "host", None);
     }
-    let (report, res) = engine::measure(m.sr, base, &Sides::host());
+    let (report, res) = engine::measure(&m.inv.rdma, base, &Sides::host());
     finish(m, report, res, facts, None, "host".into())
 }
 
@@ -623,7 +623,7 @@ fn one_gpu_run(
         port: nic.port,
         ..base.clone()
     };
-    let (mut report, res) = engine::measure(m.sr, &req, &sides);
+    let (mut report, res) = engine::measure(&m.inv.rdma, &req, &sides);
     drop(sides);
     report.notes.push(format!(
         "registration: {} ({})",
@@ -762,7 +762,7 @@ mod tests {
 
     #[test]
     fn peermem_as_nccl_finds_it() {
-        let sr = SysRoot::at(std::path::Path::new("fixtures/hgx-h100-8gpu")).unwrap();
+        let sr = SysRoot::at(&crate::fixture_trees::tree("hgx-h100-8gpu")).unwrap();
         let mut inv =
             Inventory::collect(&sr, crate::nvml::NvmlSnapshot::unavailable("t", "t")).unwrap();
         inv.host.memory_peers.clear();
@@ -781,7 +781,7 @@ mod tests {
 
     #[test]
     fn gpu_selection() {
-        let sr = SysRoot::at(std::path::Path::new("fixtures/hgx-h100-8gpu")).unwrap();
+        let sr = SysRoot::at(&crate::fixture_trees::tree("hgx-h100-8gpu")).unwrap();
         let inv =
             Inventory::collect(&sr, crate::nvml::NvmlSnapshot::unavailable("t", "t")).unwrap();
         let topo = crate::topo::build(&inv);

@@ -8,7 +8,7 @@
 
 use super::engine::error::ErrorClass;
 use super::judge::gdr;
-use super::judge::gpu_write_bw::{choose_handler, device_refusal, parse_mac};
+use super::judge::gpu_write_bw::{choose_handler, device_refusal};
 use super::mlx5::gpu_poster::{GpuPoster, QueueChoice};
 use super::report::gdr::{GpuFacts, NicChoice};
 use super::report::gpu_write_bw::{DeviceFacts, GpuWriteBwReport, PostingNs, Run};
@@ -361,7 +361,8 @@ fn live(
         registration,
         macs: port_macs(m, &nic.device, nic.port),
     });
-    let (measured, res) = crate::rdma::engine::run::measure_with(m.sr, &wreq, &sides, &mut poster);
+    let (measured, res) =
+        crate::rdma::engine::run::measure_with(&m.inv.rdma, &wreq, &sides, &mut poster);
     drop(sides);
     let (measured, mut class) = crate::rdma::engine::run::conclude(measured, &res);
     // The kernel module and the poster's pinned memory go with the poster's `live`, already
@@ -414,27 +415,6 @@ fn live(
     }
 }
 
-/// The MAC address of each RDMA GID's netdev in `inv` (read through the sysfs reader), for
-/// `Machine::netdev_macs`: gathered by the caller before any probe runs. A netdev whose
-/// address cannot be read or parsed is left out (its GIDs then have no next hop).
-pub fn netdev_macs(
-    sr: &crate::sysroot::SysRoot,
-    inv: &crate::inventory::Inventory,
-) -> std::collections::BTreeMap<String, [u8; 6]> {
-    inv.rdma
-        .iter()
-        .flat_map(|d| d.ports.iter())
-        .flat_map(|p| p.gids.iter())
-        .filter_map(|g| g.ndev.as_deref())
-        .filter_map(|ndev| {
-            let text = sr
-                .read_text(&format!("/sys/class/net/{ndev}/address"))
-                .ok()?;
-            Some((ndev.to_string(), parse_mac(&text)?))
-        })
-        .collect()
-}
-
 /// The MAC address of each GID's netdev on `device`'s `port`, from what the caller gathered
 /// (`Machine::netdev_macs`): RoCE's next hop when level 4's own QP loops back on the port.
 fn port_macs(m: &Machine, device: &str, port: u8) -> Vec<(u32, [u8; 6])> {
@@ -468,6 +448,7 @@ fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::facts::PortState;
+    use crate::inventory::parse_mac;
     use crate::rdma::request::gdr::GpuSelect;
     use crate::rdma::request::gpu_write_bw::{DEFAULT_SIZES, QueuePlace, validate};
 

@@ -9,7 +9,7 @@ use crate::probes::RecordedProbe;
 use crate::probes::{ProbeKind, ProbeReport};
 use crate::source::{Source, SourceSpec};
 use anyhow::{Context, Result, bail};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The node a file belongs to: its name up to the first dot (`node17.check.json`,
@@ -103,8 +103,38 @@ fn expand(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     Ok(out)
 }
 
-/// Each measurement's median, and gpudoctor's bar for it where the probe had one.
+/// The GPU models a check report's evidence names and NVML's GPU count (as `CheckSummaryIn`
+/// reads them).
+fn check_model_in(v: &serde_json::Value) -> (BTreeSet<String>, Option<usize>) {
+    let mut models = BTreeSet::new();
+    for f in v["checks"].as_array().into_iter().flatten() {
+        for e in f["evidence"].as_array().into_iter().flatten() {
+            if let (Some(s), Some(x)) = (e["source"].as_str(), e["value"].as_str()) {
+                models.extend(fleet::gpu_model_evidence(s, x));
+            }
+        }
+    }
+    let count = v["nvml"]["gpus"].as_u64().map(|c| c as usize);
+    (models, count)
+}
+
+/// Each measurement's median, and gpudoctor's bar for it where the probe had one; and the
+/// model it tells: its GPUs' names and count, its PCIe copies' link basis.
 fn bandwidth_of(r: &ProbeReport, n: &mut NodeData) {
+    if !r.gpus.is_empty() {
+        n.model
+            .probe_gpus
+            .extend(r.gpus.iter().map(|g| g.name.clone()));
+        n.model.probe_gpu_count = n.model.probe_gpu_count.max(Some(r.gpus.len()));
+    }
+    for m in &r.measurements {
+        let pcie = m.expected.as_ref().ok();
+        if let Some(e) = pcie.filter(|e| e.link == crate::probes::LinkKind::Pcie) {
+            // "PCIe Gen5 x16 = 63.0 GB/s per direction ...": the link, not its rate.
+            let basis = e.basis.split(" = ").next().unwrap_or(&e.basis);
+            n.model.links.insert(basis.to_string());
+        }
+    }
     for m in &r.measurements {
         if let Some(s) = &m.evaluation.stats {
             let id = format!(
@@ -135,12 +165,185 @@ impl std::fmt::Display for Foreign {
 
 impl std::error::Error for Foreign {}
 
-/// One file's contribution. `from_dir`: JSON that is not a gpudoctor document is skipped
-/// (a directory may hold other files); given by name it is an error.
+/// What a reader keeps of a node's check report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Every finding (`diff` lists them by subject, with their messages).
+    Findings,
+    /// Per check the worst status only (`fleet`: its judgement reads no more; see
+    /// `fleet::WorstPerCheck`).
+    WorstPerCheck,
+}
+
+/// The `schema` of a gpudoctor document read from its first key, without parsing the rest:
+/// every gpudoctor document is written with `schema` first. None where the text does not start
+/// that way (another writer's key order, an escaped name): the caller then parses it whole.
+fn leading_schema(text: &str) -> Option<&str> {
+    const WS: &[char] = &[' ', '\t', '\n', '\r'];
+    let rest = text.trim_start_matches(WS).strip_prefix('{')?;
+    let rest = rest.trim_start_matches(WS).strip_prefix("\"schema\"")?;
+    let rest = rest.trim_start_matches(WS).strip_prefix(':')?;
+    let rest = rest.trim_start_matches(WS).strip_prefix('"')?;
+    let end = rest.find(['"', '\\'])?;
+    (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
+}
+
+/// A check report as much as `fleet` reads of it, parsed straight from the text in one pass:
+/// the verdict, the node's name and time, per check the worst status; subjects' evidence and
+/// remediation (most of a report's bytes) are skipped without being built.
+#[derive(serde::Deserialize)]
+struct CheckSummaryIn {
+    status: String,
+    checks: WorstPerCheckIn,
+    #[serde(default)]
+    hostname: Option<String>,
+    #[serde(default)]
+    time: Option<String>,
+    #[serde(default)]
+    nvml: Option<NvmlIn>,
+}
+
+/// How many GPUs NVML saw (the report's `nvml.gpus`).
+#[derive(serde::Deserialize)]
+struct NvmlIn {
+    #[serde(default)]
+    gpus: Option<usize>,
+}
+
+/// One piece of evidence, borrowed from the text where it has no escapes.
+#[derive(serde::Deserialize)]
+struct EvidenceLite<'a> {
+    #[serde(borrow)]
+    source: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    value: std::borrow::Cow<'a, str>,
+}
+
+/// The GPU model a finding's evidence names (`fleet::gpu_model_evidence`); nothing else of
+/// the evidence is kept.
+#[derive(Default)]
+struct GpuModelIn(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for GpuModelIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Evidence;
+        impl<'de> serde::de::Visitor<'de> for Evidence {
+            type Value = GpuModelIn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of evidence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<GpuModelIn, A::Error> {
+                let mut found = None;
+                while let Some(e) = seq.next_element::<EvidenceLite<'de>>()? {
+                    if found.is_none() {
+                        found = fleet::gpu_model_evidence(&e.source, &e.value);
+                    }
+                }
+                Ok(GpuModelIn(found))
+            }
+        }
+        d.deserialize_seq(Evidence)
+    }
+}
+
+/// One finding, borrowed from the text where it has no escapes; the fields `FindingIn`
+/// requires are required here too, so that a report fleet reads is one `diff` reads.
+#[derive(serde::Deserialize)]
+struct FindingLite<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[serde(borrow, rename = "subject")]
+    _subject: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    status: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default, rename = "message")]
+    _message: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    evidence: GpuModelIn,
+}
+
+/// Per check the worst status, and the GPU models the evidence names.
+struct WorstPerCheckIn(Vec<FindingIn>, BTreeSet<String>);
+
+impl<'de> serde::Deserialize<'de> for WorstPerCheckIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Findings;
+        impl<'de> serde::de::Visitor<'de> for Findings {
+            type Value = WorstPerCheckIn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of findings")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<WorstPerCheckIn, A::Error> {
+                let mut worst = fleet::WorstPerCheck::default();
+                let mut models = BTreeSet::new();
+                while let Some(f) = seq.next_element::<FindingLite<'de>>()? {
+                    worst.add(&f.id, &f.status);
+                    models.extend(f.evidence.0);
+                }
+                Ok(WorstPerCheckIn(worst.finish(), models))
+            }
+        }
+        d.deserialize_seq(Findings)
+    }
+}
+
+/// `findings` as `keep` asks.
+fn kept(findings: Vec<FindingIn>, keep: Keep) -> Vec<FindingIn> {
+    match keep {
+        Keep::Findings => findings,
+        Keep::WorstPerCheck => {
+            let mut worst = fleet::WorstPerCheck::default();
+            for f in &findings {
+                worst.add(&f.id, &f.status);
+            }
+            worst.finish()
+        }
+    }
+}
+
+/// The common documents parsed typed in one pass, their kind told by `leading_schema`: a check
+/// report (180 KB at level 1) and a bare probe report. None where this does not apply or the
+/// document does not parse: the caller then reads it the general way, which also words the
+/// error.
+fn read_fast(text: &str, keep: Keep, n: &mut NodeData) -> Option<()> {
+    match leading_schema(text)? {
+        "gpudoctor.check/1" => match keep {
+            Keep::WorstPerCheck => {
+                let r: CheckSummaryIn = serde_json::from_str(text).ok()?;
+                n.status = Some(r.status);
+                n.findings = r.checks.0;
+                n.model.check_gpus = r.checks.1;
+                n.model.check_gpu_count = r.nvml.and_then(|m| m.gpus);
+                n.host = r.hostname;
+                n.time = r.time;
+            }
+            Keep::Findings => {
+                let r: CheckReportIn = serde_json::from_str(text).ok()?;
+                n.status = Some(r.status);
+                n.findings = r.checks;
+                n.host = r.hostname;
+                n.time = r.time;
+            }
+        },
+        crate::probes::PROBE_SCHEMA => {
+            let r: ProbeReport = serde_json::from_str(text).ok()?;
+            bandwidth_of(&r, n);
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
 /// One input file as the nodes it describes: one for a node's report or bundle, every node of
 /// a cluster-wide `probe nccl --ranks` report, none for a file in a directory that is no
-/// gpudoctor document.
-fn read_docs(p: &Path, from_dir: bool) -> Result<Vec<NodeData>> {
+/// gpudoctor document (`from_dir`; given by name, such a file is an error).
+fn read_docs(p: &Path, from_dir: bool, keep: Keep) -> Result<Vec<NodeData>> {
     let mut n = NodeData {
         name: node_name(p),
         sources: vec![p.display().to_string()],
@@ -156,16 +359,18 @@ fn read_docs(p: &Path, from_dir: bool) -> Result<Vec<NodeData>> {
         n.status = Some(r.status.as_str().to_string());
         n.host = r.hostname.clone();
         n.time = r.time.clone();
-        n.findings = r
-            .checks
-            .iter()
-            .map(|f| FindingIn {
-                id: f.id.to_string(),
-                subject: f.subject.clone(),
-                status: f.status.as_str().to_string(),
-                message: f.message.clone(),
-            })
-            .collect();
+        n.findings = kept(
+            r.checks
+                .iter()
+                .map(|f| FindingIn {
+                    id: f.id.to_string(),
+                    subject: f.subject.clone(),
+                    status: f.status.as_str().to_string(),
+                    message: f.message.clone(),
+                })
+                .collect(),
+            keep,
+        );
         let inv = super::inventory(&source, crate::inventory::Scope::Checks)?;
         let topo = crate::topo::build(&inv);
         let mut probes = Vec::new();
@@ -183,15 +388,21 @@ fn read_docs(p: &Path, from_dir: bool) -> Result<Vec<NodeData>> {
     let bytes = crate::bundle::read::read_regular(p, MAX_REPORT_BYTES)
         .with_context(|| format!("reading {}", p.display()))?;
     let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", p.display()))?;
+    if read_fast(&text, keep, &mut n).is_some() {
+        return Ok(vec![n]);
+    }
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", p.display()))?;
     let schema = v.get("schema").and_then(|s| s.as_str()).unwrap_or("");
     match schema {
         "gpudoctor.check/1" => {
+            let (models, count) = check_model_in(&v);
+            n.model.check_gpus = models;
+            n.model.check_gpu_count = count;
             let r: CheckReportIn = serde_json::from_value(v)
                 .with_context(|| format!("{}: malformed check report", p.display()))?;
             n.status = Some(r.status);
-            n.findings = r.checks;
+            n.findings = kept(r.checks, keep);
             n.host = r.hostname;
             n.time = r.time;
         }
@@ -263,6 +474,12 @@ fn nccl_nodes(r: &crate::nccl::report::NcclReport, n: NodeData) -> Vec<NodeData>
     let id = |key: &str| format!("nccl {key}");
     let Some(cluster) = &r.cluster else {
         let mut n = n;
+        if !r.gpus.is_empty() {
+            n.model
+                .probe_gpus
+                .extend(r.gpus.iter().map(|g| g.name.clone()));
+            n.model.probe_gpu_count = Some(r.gpus.len());
+        }
         for run in &r.runs {
             for c in &run.collectives {
                 let key = format!("{} {}", run.name, c.collective.as_str());
@@ -289,6 +506,8 @@ fn nccl_nodes(r: &crate::nccl::report::NcclReport, n: NodeData) -> Vec<NodeData>
                 host: node.hosts.first().cloned(),
                 ..Default::default()
             };
+            // The report names only its own GPUs; the nodes of one run are compared together.
+            d.model.run = n.sources.first().cloned();
             for (key, gbps) in &node.busbw_gbps {
                 d.bandwidth_gbps.insert(id(key), *gbps);
                 if let Some(t) = bars.get(key) {
@@ -306,42 +525,22 @@ fn nccl_nodes(r: &crate::nccl::report::NcclReport, n: NodeData) -> Vec<NodeData>
 /// judged. Only a file given by name that is no gpudoctor document stops the run.
 pub fn load(inputs: &[PathBuf]) -> Result<Vec<NodeData>> {
     let files = expand(inputs)?;
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(files.len().max(1));
-    let chunk = files.len().div_ceil(threads).max(1);
-    let parts: Vec<Result<Vec<NodeData>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .map(|c| {
-                s.spawn(move || -> Result<Vec<NodeData>> {
-                    let mut v = Vec::new();
-                    for (p, from_dir) in c {
-                        match read_docs(p, *from_dir) {
-                            Ok(nodes) => v.extend(nodes),
-                            Err(e) if e.downcast_ref::<Foreign>().is_some() => return Err(e),
-                            Err(e) => v.push(NodeData {
-                                name: node_name(p),
-                                unreadable: vec![(
-                                    p.display().to_string(),
-                                    format!("{e:#}").replace(&format!("{}: ", p.display()), ""),
-                                )],
-                                ..Default::default()
-                            }),
-                        }
-                    }
-                    Ok(v)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a reader thread panicked (bug)")))
-            })
-            .collect()
+    // One file per item (a bundle takes a thousand times a report's time), results in the
+    // files' order; each keeps only its node's summary, so memory grows with the nodes, not
+    // with the bytes read.
+    let parts: Vec<Result<Vec<NodeData>>> = crate::workers::map_min(&files, 1, |(p, from_dir)| {
+        match read_docs(p, *from_dir, Keep::WorstPerCheck) {
+            Ok(nodes) => Ok(nodes),
+            Err(e) if e.downcast_ref::<Foreign>().is_some() => Err(e),
+            Err(e) => Ok(vec![NodeData {
+                name: node_name(p),
+                unreadable: vec![(
+                    p.display().to_string(),
+                    format!("{e:#}").replace(&format!("{}: ", p.display()), ""),
+                )],
+                ..Default::default()
+            }]),
+        }
     });
     let mut docs: Vec<NodeData> = Vec::new();
     for part in parts {
@@ -438,6 +637,9 @@ fn merge(name: String, docs: Vec<NodeData>) -> NodeData {
     for d in &docs {
         n.sources.extend(d.sources.iter().cloned());
         n.unreadable.extend(d.unreadable.iter().cloned());
+    }
+    for d in &live {
+        n.model.extend(&d.model);
     }
     if let Some(k) = live.iter().find(|d| d.status.is_some()) {
         n.status = k.status.clone();
@@ -569,7 +771,7 @@ pub fn fleet(
 
 pub fn diff(a: &Path, b: &Path, format: Format, all: bool) -> Result<Outcome> {
     let one = |p: &Path| -> Result<NodeData> {
-        let mut nodes = read_docs(p, false)?;
+        let mut nodes = read_docs(p, false, Keep::Findings)?;
         match nodes.len() {
             1 => Ok(nodes.remove(0)),
             0 => bail!("{}: nothing to compare", p.display()),
@@ -613,10 +815,13 @@ pub fn diff(a: &Path, b: &Path, format: Format, all: bool) -> Result<Outcome> {
     let mut d = fleet::diff(&na, &nb, shape, all);
     d.a = a.display().to_string();
     d.b = b.display().to_string();
-    let same =
-        d.checks.is_empty() && d.bandwidth.is_empty() && d.shape.as_ref().is_none_or(Vec::is_empty);
+    // Exit 1 when B is worse than A; a change for the better alone is no failure.
     Ok(Outcome::new(
         export(format, ExportOptions::default(), "a diff", |e| e.diff(&d))?,
-        if same { EXIT_OK } else { EXIT_FAILED_CHECK },
+        if d.worse() {
+            EXIT_FAILED_CHECK
+        } else {
+            EXIT_OK
+        },
     ))
 }

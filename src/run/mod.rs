@@ -9,7 +9,7 @@ mod budget;
 mod bundle;
 mod check;
 mod export;
-mod fleet;
+pub(crate) mod fleet;
 mod nccl;
 mod probe;
 
@@ -73,19 +73,28 @@ fn inventory_within(
     let sr = source.sysroot.clone();
     let nvml = source.nvml.clone();
     let watched = source.sysroot.clone();
-    let r = match wait_at_most(
-        deadline,
-        move || Inventory::collect_scoped(&sr, nvml, scope),
-        move || Stall::of(&watched),
-    )? {
-        Waited::Done(r) => r,
-        Waited::Cut(stall) => return Ok(Waited::Cut(stall)),
+    // A record in memory is read on this thread, as it was parsed: no read can wait on a
+    // device, and its size was bounded when it was opened.
+    let r = if source.sysroot.is_in_memory() {
+        Inventory::collect_scoped(&sr, nvml, scope)
+    } else {
+        match wait_at_most(
+            deadline,
+            move || Inventory::collect_scoped(&sr, nvml, scope),
+            move || Stall::of(&watched),
+        )? {
+            Waited::Done(r) => r,
+            Waited::Cut(stall) => return Ok(Waited::Cut(stall)),
+        }
     };
     let r = r.map(|mut inv| {
         if scope == Scope::Checks {
             inv.kernel_log = source.kernel_log();
         }
         inv.foreign_gdr = source.foreign_gdr.clone();
+        if let crate::source::SourceInfo::From { format, .. } = &source.info {
+            inv.bridges_hidden = format.bridges_hidden();
+        }
         inv
     });
     r.map(Waited::Done).map_err(|e| match e {
@@ -297,8 +306,8 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
     };
     match &cfg.action {
         Action::Topo(out) => {
-            let r = topo_report(&cfg.source)?;
-            Ok(Outcome::new(
+            let r = check::topo_report_for_exit(&cfg.source)?;
+            let outcome = Outcome::new(
                 match out {
                     TopoOutput::Tree => {
                         export(Format::Table, text, "the topology", |e| e.topo(&r))?
@@ -310,7 +319,10 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
                     TopoOutput::Html => export(Format::Html, text, "the topology", |e| e.topo(&r))?,
                 },
                 EXIT_OK,
-            ))
+            );
+            // Memory only, and the process ends next: not freed piece by piece.
+            std::mem::forget(r);
+            Ok(outcome)
         }
         Action::Check(opts) => match check_report(&cfg.source, opts) {
             Ok(r) => {

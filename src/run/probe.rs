@@ -57,7 +57,11 @@ pub(super) fn write_bw(w: &WriteBwConfig, text: ExportOptions) -> Result<Outcome
     if let Some(g) = &w.gdr {
         return gdr_write_bw(w, g, text);
     }
-    let (report, class) = rdma::write_bw(&SysRoot::live(), &w.request);
+    // What sysfs says of the device, read before the probe starts (the engine reads nothing).
+    let facts: Vec<_> = crate::inventory::read_rdma_device(&SysRoot::live(), &w.request.device)
+        .into_iter()
+        .collect();
+    let (report, class) = rdma::write_bw(&facts, &w.request);
     if class == Some(ErrorClass::Usage) {
         let why = match &report.status {
             Status::Error { reason } => reason.clone(),

@@ -5,7 +5,7 @@
 //!
 //! What the format carries: the PCI tree as object nesting (`Bridge` objects, a host bridge
 //! `bridge_type="0-1"` with no `pci_busid` standing for a root complex), each function's
-//! `pci_busid` and `pci_type` ("0302 [10de:1db8] [10de:131d] a1", v3 adds the prog-if), bridges'
+//! `pci_busid` and `pci_type` (`"0302 [10de:1db8] [10de:131d] a1"`, v3 adds the prog-if), bridges'
 //! bus ranges (`bridge_pci="0000:[34-36]"`), OS devices (net, OpenFabrics, GPU, co-processor),
 //! NUMA nodes with their cpusets, and where the I/O tree hangs (its NUMA locality). What it does
 //! not: ACS, the trained against the maximum link (one `pci_link_speed` in GB/s), driver binding,
@@ -207,6 +207,9 @@ struct Walk<'a> {
     notes: Vec<String>,
     bad_busids: Vec<String>,
     skipped_functions: usize,
+    /// PCI objects past `lspci::MAX_FUNCTIONS` (a PCI segment's worth), with what hangs under
+    /// them: a hostile file of more is not laid out.
+    over_limit: usize,
     /// The NUMA node a function's locality names, by function index: resolved once every NUMA
     /// node is known (v2 puts them anywhere).
     locality: Vec<Locality<'a>>,
@@ -259,6 +262,13 @@ impl<'a> Walk<'a> {
                             .count();
                         return;
                     };
+                    if self.functions.len() >= super::lspci::MAX_FUNCTIONS {
+                        self.over_limit += e
+                            .descendants()
+                            .filter(|d| matches!(object_type(*d), "Bridge" | "PCIDev"))
+                            .count();
+                        return;
+                    }
                     let index = self.functions.len();
                     let f = self.function(e, bdf, place.parent);
                     self.functions.push(f);
@@ -473,6 +483,7 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
         notes: Vec::new(),
         bad_busids: Vec::new(),
         skipped_functions: 0,
+        over_limit: 0,
         locality: Vec::new(),
         prog_if_absent: false,
     };
@@ -507,6 +518,13 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
             walk.bad_busids.len(),
             walk.bad_busids.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
             walk.skipped_functions
+        ));
+    }
+    if walk.over_limit > 0 {
+        walk.notes.push(format!(
+            "{} PCI object(s) past the limit of {} skipped",
+            walk.over_limit,
+            super::lspci::MAX_FUNCTIONS
         ));
     }
     if walk.prog_if_absent {

@@ -1,7 +1,7 @@
 //! Where facts come from: the live machine, a recorded tree (`--root`), or a support bundle
 //! (`--bundle`). Opening a source gives the re-rootable reader for its `sys/` and `proc/`,
 //! and the documents recorded beside them (manifest.json, nvml.json, libs.json, kmsg.json,
-//! probes/<name>.json), each parsed here and nowhere else.
+//! `probes/<name>.json`), each parsed here and nowhere else.
 //!
 //! This module must not judge anything and must not read kernel files itself: sysfs and procfs
 //! go through `SysRoot`; only the recorded documents of a tree are read here.

@@ -30,6 +30,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// NCCL_TOPO_XML_VERSION in NCCL's xml.h: the only version NCCL loads.
 const NCCL_XML_VERSION: &str = "1";
+/// Most `<pci>` one file may place: far above any machine's (a topology NCCL writes holds its
+/// GPUs, NICs and the bridges between, a few hundred at most), and low enough that a hostile
+/// file of hundreds of thousands is refused in bounded memory rather than laid out.
+pub const MAX_FUNCTIONS: usize = 4096;
+
 /// Most NVLinks one `<nvlink count>` may say (an NVLink 5 GPU has 18 per peer; a GB200/GB300
 /// dump shows 18 or 36 to the one hidden switch).
 const MAX_NVLINK_COUNT: u32 = 64;
@@ -111,8 +116,13 @@ struct Walk {
     saw_nic: bool,
     bad_busids: BTreeSet<String>,
     skipped: usize,
+    /// `<pci>` past `MAX_FUNCTIONS`, with everything under them.
+    over_limit: usize,
     bad_speeds: BTreeSet<String>,
     bad_targets: BTreeSet<String>,
+    /// GPUs whose `<nvlink target>` names the GPU itself (a hand-written file's slip: NCCL
+    /// would connect the GPU to itself, a path it never takes to another device).
+    self_targets: BTreeSet<Bdf>,
     c2c: usize,
     pcilinks: usize,
     ignored: BTreeSet<String>,
@@ -200,6 +210,10 @@ impl Walk {
             .attribute("link_width")
             .and_then(crate::pci::parse_width)
             .map(|w| w.to_string());
+        if self.functions.len() >= MAX_FUNCTIONS {
+            self.over_limit += e.descendants().filter(|d| d.has_tag_name("pci")).count();
+            return;
+        }
         let index = self.functions.len();
         self.functions.push(f);
         let mut child_buses: BTreeSet<(u32, u8)> = BTreeSet::new();
@@ -252,6 +266,10 @@ impl Walk {
                     let remote = target.parse::<Bdf>().ok();
                     if remote.is_none() {
                         self.bad_targets.insert(target.to_string());
+                    }
+                    if remote == Some(bdf) {
+                        self.self_targets.insert(bdf);
+                        continue;
                     }
                     let kind = c.attribute("tclass").and_then(remote_kind);
                     let count = c
@@ -325,9 +343,14 @@ impl Walk {
     }
 }
 
+/// The first three of `set`, and how many more there are.
 fn list<'a>(set: impl IntoIterator<Item = &'a String>) -> String {
-    let v: Vec<&str> = set.into_iter().take(3).map(String::as_str).collect();
-    v.join(", ")
+    let all: Vec<&str> = set.into_iter().map(String::as_str).collect();
+    let shown = all[..all.len().min(3)].join(", ");
+    match all.len().saturating_sub(3) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
 }
 
 /// Parse an NCCL topology XML.
@@ -389,6 +412,12 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
             list(&w.duplicate_numa)
         ));
     }
+    if w.over_limit > 0 {
+        rec.notes.push(format!(
+            "{} <pci> past the limit of {MAX_FUNCTIONS} skipped, with what they hold",
+            w.over_limit
+        ));
+    }
     if !w.bad_busids.is_empty() {
         rec.notes.push(format!(
             "{} <pci> with an unreadable busid ({}) skipped with the {} <pci> under them",
@@ -407,6 +436,13 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
         rec.notes.push(format!(
             "NVLink target not a PCI address ({}): NCCL's stand-in for a peer the machine hides (an NVSwitch a VM or NVLink domain does not show); the links are kept without a peer address",
             list(&w.bad_targets)
+        ));
+    }
+    if !w.self_targets.is_empty() {
+        let names: BTreeSet<String> = w.self_targets.iter().map(Bdf::to_string).collect();
+        rec.notes.push(format!(
+            "<nvlink> naming its own GPU as the target ({}): not a link to another device (NCCL would join the GPU to itself, which no path between devices uses); not counted",
+            list(&names)
         ));
     }
     if w.c2c > 0 {

@@ -70,6 +70,45 @@ impl Format {
     pub fn not_carried(self) -> String {
         format!("not in {}", self.article_name())
     }
+
+    /// Why this format's GPU list says nothing of NVML answering, where it does not: NCCL's
+    /// `<gpu>` elements are its PCI devices (a hand-written file was never made by NCCL at
+    /// all), so counting them against the PCI listing compares the file with itself. A bug
+    /// report's `nvidia-smi -q` and hwloc's NVML/CUDA devices are NVML's own answers.
+    pub fn nvml_not_asked(self) -> Option<String> {
+        match self {
+            Format::Nccl => Some(format!(
+                "whether NVML answered is {} (its GPUs are its PCI devices, one list)",
+                self.not_carried()
+            )),
+            Format::BugReport | Format::Lspci | Format::Hwloc => None,
+        }
+    }
+
+    /// Why a down NVLink would not show in this format, where it would not: NCCL writes only
+    /// the links it found active, so every link listed is up whether or not others are down.
+    pub fn nvlink_state_hidden(self) -> Option<String> {
+        match self {
+            Format::Nccl => Some(format!(
+                "NVLink state is {}: NCCL writes only the links it found active, so a link that is down is not listed",
+                self.not_carried()
+            )),
+            Format::BugReport | Format::Lspci | Format::Hwloc => None,
+        }
+    }
+
+    /// Why the bridges between devices are not all shown, where they are not: NCCL's tree
+    /// leaves out root ports and switch downstream ports, so two devices that look flat may
+    /// have ports (and their ACS) between them.
+    pub fn bridges_hidden(self) -> Option<String> {
+        match self {
+            Format::Nccl => Some(format!(
+                "root ports and switch downstream ports are {} (NCCL leaves them out), so the ports between devices and their ACS are unknown",
+                self.not_carried()
+            )),
+            Format::BugReport | Format::Lspci | Format::Hwloc => None,
+        }
+    }
 }
 
 /// A PCI function as the record shows it.

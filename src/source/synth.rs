@@ -444,6 +444,11 @@ fn nvml_snapshot(rec: &MachineRecord) -> NvmlSnapshot {
         s.unread.insert("driver_version".into(), why.clone());
     }
     s.unread.insert("p2p".into(), why.clone());
+    if let Some(not_asked) = rec.format.nvml_not_asked() {
+        s.unread
+            .insert(crate::nvml::NVML_ANSWERED.into(), not_asked);
+    }
+    let link_state_hidden = rec.format.nvlink_state_hidden();
     let mut gpus: Vec<_> = rec.gpus.iter().collect();
     gpus.sort_by_key(|g| g.bdf);
     for (i, g) in gpus.into_iter().enumerate() {
@@ -507,6 +512,10 @@ fn nvml_snapshot(rec: &MachineRecord) -> NvmlSnapshot {
             None => {
                 n.unread.insert("nvlinks".into(), why.clone());
             }
+        }
+        if let Some(hidden) = &link_state_hidden {
+            n.unread
+                .insert(crate::nvml::NVLINK_STATE.into(), hidden.clone());
         }
         s.gpus.push(n);
     }

@@ -389,7 +389,7 @@ fn a_lost_gpu_is_named_and_its_peer_points_at_it() {
 #[test]
 fn iommu_type_unreadable_is_not_pass() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = repo().join("fixtures/hgx-h100-8gpu");
+    let src = crate::fixture_tree("hgx-h100-8gpu");
     let st = std::process::Command::new("cp")
         .arg("-a")
         .arg(&src)
@@ -428,7 +428,7 @@ fn nvml_error_kinds_are_judged() {
     let tree = tmp.path().join("t");
     let st = std::process::Command::new("cp")
         .arg("-a")
-        .arg(repo().join("fixtures/h200x2-live"))
+        .arg(crate::fixture_tree("h200x2-live"))
         .arg(&tree)
         .status()
         .unwrap();
@@ -483,7 +483,7 @@ fn iommu_group_link_unreadable_is_not_pass() {
         let tree = tmp.path().join("t");
         let st = std::process::Command::new("cp")
             .arg("-a")
-            .arg(repo().join("fixtures/hgx-h100-8gpu"))
+            .arg(crate::fixture_tree("hgx-h100-8gpu"))
             .arg(&tree)
             .status()
             .unwrap();

@@ -119,3 +119,8 @@ fn fuzz_inputs_record_nccl() {
 fn fuzz_inputs_sanitisers() {
     replay("sanitisers", 5, gpudoctor::fuzzing::sanitisers);
 }
+
+#[test]
+fn fuzz_inputs_fleet_reports() {
+    replay("fleet_reports", 5, gpudoctor::fuzzing::fleet_reports);
+}

@@ -9,7 +9,7 @@ fn copy_fixture(name: &str, tmp: &Path) -> PathBuf {
     let tree = tmp.join("t");
     let st = std::process::Command::new("cp")
         .arg("-a")
-        .arg(repo().join("fixtures").join(name))
+        .arg(crate::fixture_tree(name))
         .arg(&tree)
         .status()
         .unwrap();

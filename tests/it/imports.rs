@@ -474,3 +474,44 @@ fn import_parser_sees_every_form_and_finds_cycles() {
     .collect();
     assert_eq!(cycles(&g), vec![vec!["x", "y", "z"]]);
 }
+
+/// Nothing under `src/rdma/` (the probes and their engine) reads the machine while probing: the
+/// facts it needs (RDMA devices, ports, GIDs, netdev MACs) are read by the caller before any
+/// probe starts and handed over. Outside `#[cfg(test)]` code, no file there names the reader
+/// (`SysRoot`, `sysroot::`) or a function that reads through it (`read_rdma_device`,
+/// `read_text`, `netdev_macs(`).
+#[test]
+fn nothing_under_rdma_reads_the_source_while_probing() {
+    let mut stack = vec![repo().join("src/rdma")];
+    let mut seen = 0;
+    let mut offending = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            seen += 1;
+            let code = strip(&std::fs::read_to_string(&p).unwrap());
+            // Test modules come last in a file: cut at the first #[cfg(test)].
+            let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+            for word in [
+                "SysRoot",
+                "sysroot::",
+                "read_rdma_device",
+                "read_text(",
+                "netdev_macs(",
+            ] {
+                if code.contains(word) {
+                    offending.push(format!("{}: {word}", p.display()));
+                }
+            }
+        }
+    }
+    assert!(seen > 20, "{seen} files under src/rdma");
+    assert!(offending.is_empty(), "{offending:#?}");
+}

@@ -1,58 +1,118 @@
 //! The one integration-test binary (ripgrep's habit): fixtures, CLI, man page.
 
-mod audit;
+// `baseline` and `check --expect`: fixtures against baselines
 mod baseline;
+// hostile input under a memory limit: exit 0, 1 or 2, never a signal or an abort
+mod bounds;
+// `check --time-budget`: what a spent budget keeps and reports
 mod budget;
+// support bundles: capture list, replay equals the tree, broken archives refused
 mod bundle;
+// `probe.nccl` inside `check --level 1` from recorded samples
 mod check_nccl;
+// `check` on every fixture: snapshots, variant expectations, the catalog
 mod checks;
+// exit codes, stdout/stderr separation, clear errors
 mod cli;
-mod contained;
+// every file a verdict reads, damaged one at a time: never a new pass
+mod damage_audit;
+// random damage to trees (hidden files, garbage, broken links): no panic
+mod damage_never_panics;
+// deploy/kubernetes manifests validated, the DaemonSet's node loop
 mod deploy;
+// `--format prometheus`, JUnit and `export nccl-topo` checked by their own tools
 mod export;
+// lays out the fixture trees (fixtures/NAME) that tests read
+mod fixture_trees;
+// every fixture through the pipeline: tree, matrix and JSON snapshotted
 mod fixtures;
+// flags that mean one thing, output width, explain, man pages, completions
+mod flags_and_help;
+// a new user's first errors: hints for paths of the wrong kind, misspelt ids, whole messages
+mod front_door;
+// `fleet` and `diff` on reports and bundles made from the fixtures
 mod fleet;
+// `fleet` over many reports and mixed models, `diff` telling every change apart
+mod fleet_scale;
+// `--from`: records in other formats through the pipeline
 mod from;
+// fuzz inputs and regressions replayed on the stable toolchain
 mod fuzz;
+// level-0 checks for GPU-initiated RDMA (`gdr.peer-mapping`, `rdma.mlx5dv`)
 mod gpu_initiated;
+// forged records and look-alikes cannot bend the verdict
 mod hardening;
+// everyday health checks on damaged copies of the synthetic fixtures
 mod health;
-mod hostile;
+// hostile trees and bundles stay in their box: links out, FIFOs, huge files, signals
+mod hostile_input;
+// `--format html` rendered in a real browser
 mod html;
+// hwloc's recorded ConnectX-4 host against hwloc's own lstopo output
 mod hwloc_tree;
+// no import cycle among the modules of src/
 mod imports;
+// every CUDA kernel compiles with NVRTC
 mod kernels;
+// gpudoctor's placement of GPUs and NICs agrees with lstopo's
 mod lstopo;
+// man/ is current with the clap definition
 mod man;
+// the mlx5 WQE/CQE layer against libmlx5's inline helpers
 mod mlx5;
+// the level-4 poster protocol against the NIC stand-in
 mod mlx5_emu;
+// level 4's DevX commands against rdma-core's PRM layouts
 mod mlx5_prm;
+// `probe nccl` without a GPU: skips, reasons, the Job manifest
 mod nccl;
+// platform rules on altered copies of the fixtures
 mod platform;
+// probe evaluation from recorded samples
 mod probes;
+// `rdma.driver`: a NIC without its RDMA device
 mod rdma_driver;
-pub mod rdma_unknown;
+// unreadable RDMA facts are unknown skips, never absent or pass
+pub mod rdma_unreadable_is_unknown;
+// README and docs examples are real runs
 mod readme;
+// every record under fixtures/records/ through the pipeline
 mod records;
+// redaction by value of every identifier a recorded tree holds
+mod redaction;
+// the Slurm health check on a real one-machine cluster
 mod slurm;
+// an SR-IOV host generated at test time
 mod sriov;
-mod unreadable;
-mod ux;
+// unreadable PCI and GPU facts are unknown skips, never pass
+mod unreadable_is_unknown;
+// verbs code for real in the soft-RoCE VM
 mod vm;
 
 use std::path::{Path, PathBuf};
 
+/// The repository, where the tests run, with the fixture trees laid out (`fixtures/NAME`, see
+/// `fixture_trees`): every test that reaches the repository or runs gpudoctor comes through here.
 pub fn repo() -> PathBuf {
+    fixture_trees::ensure();
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every fixture directory (each holds a recorded `sys/` tree).
+/// Where the tree `fixtures/NAME` is laid out (`target/fixtures/NAME`): the path to copy from
+/// (`fixtures/NAME` itself is a link, which a copy would copy as a link).
+pub fn fixture_tree(name: &str) -> PathBuf {
+    let link = repo().join("fixtures").join(name);
+    std::fs::canonicalize(&link).unwrap_or_else(|e| panic!("{}: {e}", link.display()))
+}
+
+/// Every fixture tree (each holds a recorded `sys/` tree), where it is laid out.
 pub fn fixture_dirs() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(repo().join("fixtures"))
         .expect("fixtures/ exists")
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| p.join("sys").is_dir())
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
         .collect();
     v.sort();
     v
@@ -113,7 +173,7 @@ pub fn copy_fixture_into(name: &str, dir: &Path) -> PathBuf {
     let tree = dir.join(name);
     let st = std::process::Command::new("cp")
         .arg("-a")
-        .arg(repo().join("fixtures").join(name))
+        .arg(fixture_tree(name))
         .arg(&tree)
         .status()
         .unwrap();

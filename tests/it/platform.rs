@@ -1,7 +1,7 @@
 //! Platform rules on altered copies of the fixtures: a GPU model without GPUDirect RDMA, a
 //! model gpudoctor does not know, and a link width a VM reports as 0.
 
-use crate::rdma_unknown::findings;
+use crate::rdma_unreadable_is_unknown::findings;
 use crate::{check_json, copy_fixture};
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! module that would provide it, whether that module is loaded, and the fix.
 
 use crate::gpudoctor;
-use crate::rdma_unknown::{check, copy_fixture, findings};
+use crate::rdma_unreadable_is_unknown::{check, copy_fixture, findings};
 
 const NO_MLX5IB: &str = "fixtures/variants/pcie-2socket-roce--no-mlx5ib/bundle.tar.gz";
 

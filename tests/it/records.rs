@@ -603,3 +603,131 @@ fn nccl_verdict_on_a_geforce_agrees_or_warns() {
         }
     }
 }
+
+/// The statuses of `check --from path --json`, by (check id, subject).
+fn statuses(path: &str) -> Vec<(String, String, String, String)> {
+    let (_, check) = run(&["check", "--from", path, "--json"]);
+    let c: serde_json::Value = serde_json::from_str(&check).unwrap();
+    c["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_string(),
+                f["subject"].as_str().unwrap().to_string(),
+                f["status"].as_str().unwrap().to_string(),
+                f["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// What an NCCL topology XML cannot show never passes: whether NVML answered (its GPUs are its
+/// PCI devices, one list, so no count comparison), whether an NVLink is down (NCCL writes only
+/// active links), and a "flat" tree's ACS (NCCL leaves root ports out). On every NCCL record.
+#[test]
+fn nccl_files_never_pass_on_what_nccl_leaves_out() {
+    let mut seen = 0;
+    for (_, path) in record_inputs() {
+        let (_, topo) = run(&["topo", "--from", &path, "--json"]);
+        let t: serde_json::Value = serde_json::from_str(&topo).unwrap();
+        if t["source"]["format"] != "nccl" {
+            continue;
+        }
+        seen += 1;
+        for (id, subject, status, msg) in statuses(&path) {
+            if matches!(
+                id.as_str(),
+                "driver.nvml" | "driver.gpu-count" | "gpu.nvlink-down"
+            ) || (id == "pcie.acs-redirect" && msg.contains("flat"))
+            {
+                assert_ne!(status, "pass", "{path}: {id} {subject} passed: {msg}");
+            }
+            if id == "gpu.nvlink-down" && msg.contains("listed") {
+                assert!(
+                    msg.contains("writes only the links it found active"),
+                    "{msg}"
+                );
+            }
+        }
+    }
+    assert!(seen >= 4, "{seen} NCCL records");
+}
+
+/// A real NCCL 2.30.4 dump of two A100 PCIe and one ConnectX-6 Dx whose log says NCCL used no
+/// GPUDirect RDMA ("use ring PXN 0 GDR 0", channels via NET/IB without /GDRDMA): gpudoctor
+/// does not call either GPU's pairing GPUDirect-ready (GPU0 at NODE, beyond NCCL's default
+/// level: warn; GPU1 across sockets: fail), agrees with NCCL's gdr="1" on both GPUs and shows
+/// the NICs' gdr="0" beside its own unknown memory path.
+#[test]
+fn nccl_a100_roce_dump_matches_nccls_no_gdr_decision() {
+    let path = "fixtures/records/nccl-a100-roce/ubuntu2-topo.xml";
+    let (_, matrix) = run(&["topo", "--from", path, "--matrix", "--tsv"]);
+    let row = |name: &str| -> Vec<String> {
+        matrix
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}\t")))
+            .unwrap_or_else(|| panic!("no {name} row in {matrix}"))
+            .split('\t')
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    // Columns: name, GPU0, GPU1, NIC0, NIC1, ...
+    assert_eq!(&row("GPU0")[3..5], ["NODE", "NODE"], "{matrix}");
+    assert_eq!(&row("GPU1")[3..5], ["SYS", "SYS"], "{matrix}");
+    let found = statuses(path);
+    let status = |id: &str, subject: &str| -> String {
+        found
+            .iter()
+            .find(|f| f.0 == id && f.1 == subject)
+            .unwrap_or_else(|| panic!("no {id} on {subject}: {found:?}"))
+            .2
+            .clone()
+    };
+    assert_eq!(status("topo.gpu-nic-pairing", "GPU0"), "warn");
+    assert_eq!(status("topo.gpu-nic-pairing", "GPU1"), "fail");
+    assert_eq!(status("numa.gpu-nic", "GPU0"), "pass");
+    assert_eq!(status("numa.gpu-nic", "GPU1"), "fail");
+    let (_, agrees) = nccl_agrees(&["check", "--from", path, "--json"]);
+    assert_eq!(agrees.len(), 2, "{agrees:?}");
+    for f in &agrees {
+        assert_eq!(f["status"], "pass", "{f}");
+        assert!(
+            f["evidence"].to_string().contains("NCCL <net gdr>=0"),
+            "{f}"
+        );
+    }
+}
+
+/// Azure's NC A100 v4 file: a VM whose GPUs show link width "0" and speed "": unknown, never
+/// "trained below capability"; its <nvlink>s name their own GPU, so no NVLink joins two GPUs;
+/// NCCL's gdr="1" on the four A100 agrees with gpudoctor; no RDMA NIC to pair with.
+#[test]
+fn azure_ncv4_vm_widths_unknown_and_self_links_not_counted() {
+    let path = "fixtures/records/azure-ncv4/ncv4-topo.xml";
+    let (_, topo) = run(&["topo", "--from", path, "--json"]);
+    let t: serde_json::Value = serde_json::from_str(&topo).unwrap();
+    let notes = t["source"]["notes"].to_string();
+    assert!(notes.contains("naming its own GPU"), "{notes}");
+    assert!(notes.contains("and 1 more"), "{notes}");
+    let (_, matrix) = run(&["topo", "--from", path, "--matrix", "--tsv"]);
+    let grid: Vec<&str> = matrix.lines().filter(|l| l.starts_with("GPU")).collect();
+    assert_eq!(grid.len(), 4, "{matrix}");
+    assert!(grid.iter().all(|l| !l.contains("NV")), "{matrix}");
+    let found = statuses(path);
+    for (id, subject, status, msg) in &found {
+        if id == "pcie.link-width" || id == "pcie.link-speed" {
+            assert_eq!(status, "skip", "{id} {subject}: {msg}");
+            assert!(msg.contains("unknown"), "{msg}");
+        }
+        if id == "gdr.nccl-agrees" {
+            assert_eq!(status, "pass", "{subject}: {msg}");
+        }
+    }
+    assert_eq!(
+        found.iter().filter(|f| f.0 == "gdr.nccl-agrees").count(),
+        4,
+        "{found:?}"
+    );
+}

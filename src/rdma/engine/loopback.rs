@@ -7,14 +7,14 @@ use super::memory::Sides;
 use super::pattern::seed_for;
 use super::poster::Poster;
 use super::side::{self, Endpoint, Side};
+use crate::inventory::RdmaDevice;
 use crate::rdma::judge::write_bw::threshold_for;
 use crate::rdma::progress;
 use crate::rdma::report::write_bw::{MemorySides, SizeResult, WriteBwReport};
 use crate::rdma::request::write_bw::WriteBwRequest;
-use crate::sysroot::SysRoot;
 
 pub fn loopback(
-    sr: &SysRoot,
+    facts: &[RdmaDevice],
     req: &WriteBwRequest,
     mem: &Sides,
     report: &mut WriteBwReport,
@@ -24,16 +24,16 @@ pub fn loopback(
     let len = poster.buffer_len(req.plan.max_size());
     let devx_open = poster
         .source_devx()
-        .map(|dv| side::open_for(&verbs, sr, req, &mem.source, len, Some(dv)));
+        .map(|dv| side::open_for(&verbs, facts, req, &mem.source, len, Some(dv)));
     let mut a = match devx_open {
         Some(Ok(side)) => side,
         Some(Err(e)) => {
             poster.devx_refused(e.to_string());
-            side::open_for(&verbs, sr, req, &mem.source, len, None)?
+            side::open_for(&verbs, facts, req, &mem.source, len, None)?
         }
-        None => side::open_for(&verbs, sr, req, &mem.source, len, None)?,
+        None => side::open_for(&verbs, facts, req, &mem.source, len, None)?,
     };
-    let mut b = side::open_for(&verbs, sr, req, &mem.target, len, None)?;
+    let mut b = side::open_for(&verbs, facts, req, &mem.target, len, None)?;
     report.memory = Some(MemorySides {
         source: Some(a.memory().clone()),
         target: Some(b.memory().clone()),

@@ -367,7 +367,7 @@ pub fn decode_body(buf: &[u8]) -> Result<Msg, OobError> {
     serde_json::from_slice(buf).map_err(|e| OobError::Malformed(e.to_string()))
 }
 
-/// "host" -> "host:18516"; "host:port", "1.2.3.4:port", "[v6]:port" stay; a bare IPv6 gets brackets.
+/// "host" -> "host:18516"; "host:port", "1.2.3.4:port", `"[v6]:port"` stay; a bare IPv6 gets brackets.
 pub fn with_default_port(addr: &str) -> String {
     if addr.parse::<SocketAddr>().is_ok() {
         return addr.to_string();

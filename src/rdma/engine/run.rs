@@ -8,31 +8,31 @@ use super::loopback::loopback;
 use super::memory::Sides;
 use super::poster::{CpuPoster, Poster};
 use super::two_node::{client, serve};
+use crate::inventory::RdmaDevice;
 use crate::rdma::progress;
 use crate::rdma::report::write_bw::{Mode, Status, WriteBwReport};
 use crate::rdma::request::write_bw::{Role, WriteBwRequest};
-use crate::sysroot::SysRoot;
 
 /// Run the probe (level 2: host memory on both sides). The report always comes back (with a
 /// skipped/error status where it stopped); the class says what the stop means for the exit code.
-pub fn write_bw(sr: &SysRoot, req: &WriteBwRequest) -> (WriteBwReport, Option<ErrorClass>) {
-    let (report, res) = measure(sr, req, &Sides::host());
+pub fn write_bw(facts: &[RdmaDevice], req: &WriteBwRequest) -> (WriteBwReport, Option<ErrorClass>) {
+    let (report, res) = measure(facts, req, &Sides::host());
     conclude(report, &res)
 }
 
 /// Run the probe with buffers in `mem`: the measurements, and the error that stopped it (not
 /// yet folded into the report's status: `conclude` does that, after the caller had a look).
 pub fn measure(
-    sr: &SysRoot,
+    facts: &[RdmaDevice],
     req: &WriteBwRequest,
     mem: &Sides,
 ) -> (WriteBwReport, Result<(), ProbeError>) {
-    measure_with(sr, req, mem, &mut CpuPoster)
+    measure_with(facts, req, mem, &mut CpuPoster)
 }
 
 /// `measure` with another poster (loopback only: level 4's kernel posts on a local QP).
 pub fn measure_with(
-    sr: &SysRoot,
+    facts: &[RdmaDevice],
     req: &WriteBwRequest,
     mem: &Sides,
     poster: &mut dyn Poster,
@@ -45,9 +45,9 @@ pub fn measure_with(
     crate::signals::install();
     let mut report = WriteBwReport::new(mode, req.plan.clone());
     let res = match &req.role {
-        Role::Loopback => loopback(sr, req, mem, &mut report, poster),
-        Role::Serve { listen, token } => serve(sr, req, mem, listen, token, &mut report),
-        Role::Client { peer, token } => client(sr, req, mem, peer, token, &mut report),
+        Role::Loopback => loopback(facts, req, mem, &mut report, poster),
+        Role::Serve { listen, token } => serve(facts, req, mem, listen, token, &mut report),
+        Role::Client { peer, token } => client(facts, req, mem, peer, token, &mut report),
     };
     progress::clear_progress(req);
     (report, res)

@@ -4,11 +4,10 @@
 
 use super::error::ProbeError;
 use super::memory::{Memory, Region};
-use crate::inventory;
+use crate::inventory::RdmaDevice;
 use crate::rdma::judge::path::{self, GidError};
 use crate::rdma::report::write_bw::{Addressing, PortFacts, Timeline};
 use crate::rdma::request::write_bw::{Plan, WriteBwRequest};
-use crate::sysroot::SysRoot;
 use crate::verbs::{self, Context, Cq, LocalPath, Pd, Qp, RemoteQp, Verbs, VerbsError, sys};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,7 +78,7 @@ pub fn load() -> Result<Arc<Verbs>, ProbeError> {
 #[allow(clippy::too_many_arguments)]
 pub fn open_side(
     verbs: &Arc<Verbs>,
-    sr: &SysRoot,
+    facts: &[RdmaDevice],
     device: &str,
     port: u8,
     gid_index: Option<u32>,
@@ -112,12 +111,16 @@ pub fn open_side(
             state: pattr.state_name().into(),
         });
     }
-    // GIDs and whether this is a software device come from sysfs (the inventory's reader).
-    let dev = inventory::read_rdma_device(sr, device).ok_or_else(|| ProbeError::NoSysfs {
-        device: device.into(),
-        port,
-        reason: format!("/sys/class/infiniband/{device} does not exist"),
-    })?;
+    // GIDs and whether this is a software device come from sysfs, as the caller read it
+    // before the probe started (nothing here reads sysfs while probing).
+    let dev = facts
+        .iter()
+        .find(|d| d.name == device)
+        .ok_or_else(|| ProbeError::NoSysfs {
+            device: device.into(),
+            port,
+            reason: format!("/sys/class/infiniband/{device} does not exist"),
+        })?;
     let no_sysfs = |reason: String| ProbeError::NoSysfs {
         device: device.into(),
         port,
@@ -498,7 +501,7 @@ impl Side {
 /// (the context opened for DevX when `devx` is given).
 pub fn open_for(
     verbs: &std::sync::Arc<crate::verbs::Verbs>,
-    sr: &SysRoot,
+    facts: &[RdmaDevice],
     req: &WriteBwRequest,
     memory: &Memory,
     len: u64,
@@ -506,7 +509,7 @@ pub fn open_for(
 ) -> Result<Side, ProbeError> {
     open_side(
         verbs,
-        sr,
+        facts,
         &req.device,
         req.port,
         req.gid_index,

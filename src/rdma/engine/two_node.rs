@@ -8,12 +8,12 @@ use super::oob::{self, Channel, Msg, OobError};
 use super::pattern::seed_for;
 use super::poster::measure_one;
 use super::side;
+use crate::inventory::RdmaDevice;
 use crate::rdma::engine::memory::Memory;
 use crate::rdma::judge::write_bw::threshold_for;
 use crate::rdma::progress;
 use crate::rdma::report::write_bw::{MemorySides, Served, SizeResult, WriteBwReport};
 use crate::rdma::request::write_bw::{MAX_MESSAGE_BYTES, Plan, WriteBwRequest};
-use crate::sysroot::SysRoot;
 use std::time::Duration;
 
 fn peer_err(peer: &str) -> impl Fn(OobError) -> ProbeError + '_ {
@@ -35,7 +35,7 @@ fn size_deadline(timeout: Duration, size: u64, iterations: u64) -> Duration {
 }
 
 pub fn client(
-    sr: &SysRoot,
+    facts: &[RdmaDevice],
     req: &WriteBwRequest,
     mem: &Sides,
     peer: &str,
@@ -44,7 +44,7 @@ pub fn client(
 ) -> Result<(), ProbeError> {
     let verbs = crate::rdma::engine::side::load()?;
     let max = req.plan.max_size();
-    let mut side = side::open_for(&verbs, sr, req, &mem.source, max, None)?;
+    let mut side = side::open_for(&verbs, facts, req, &mem.source, max, None)?;
     report.memory = Some(MemorySides {
         source: Some(side.memory().clone()),
         target: None,
@@ -136,7 +136,7 @@ fn expect(
 }
 
 pub fn serve(
-    sr: &SysRoot,
+    facts: &[RdmaDevice],
     req: &WriteBwRequest,
     mem: &Sides,
     listen: &str,
@@ -147,7 +147,7 @@ pub fn serve(
     // Check the port before waiting for anyone: a down port or bad GID fails at once.
     let probe = crate::rdma::engine::side::open_side(
         &verbs,
-        sr,
+        facts,
         &req.device,
         req.port,
         req.gid_index,
@@ -191,7 +191,7 @@ pub fn serve(
     };
     let mut side = crate::rdma::engine::side::open_side(
         &verbs,
-        sr,
+        facts,
         &req.device,
         req.port,
         req.gid_index,

@@ -1009,8 +1009,7 @@ mod tests {
     }
 
     fn fixture(name: &str) -> Topology {
-        let sr =
-            crate::sysroot::SysRoot::at(std::path::Path::new(&format!("fixtures/{name}"))).unwrap();
+        let sr = crate::sysroot::SysRoot::at(&crate::fixture_trees::tree(name)).unwrap();
         let inv = crate::inventory::Inventory::collect(
             &sr,
             crate::nvml::NvmlSnapshot::unavailable("test", "test"),

@@ -108,16 +108,4 @@ impl GpuWriteBwReport {
     }
 }
 
-/// "aa:bb:cc:dd:ee:ff" (sysfs's address attribute), None for anything else.
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = text.trim().split(':');
-    for b in &mut mac {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
-}
+pub use crate::inventory::parse_mac;

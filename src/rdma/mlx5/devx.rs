@@ -283,6 +283,8 @@ impl GpuQueues {
         devx_entry_points(&lib)?;
         let page = page_size();
         // The PD's number.
+        // SAFETY: plain C structs (integers and pointers; all-zero is valid), filled in by
+        // mlx5dv_init_obj below.
         let mut dpd: dv::mlx5dv_pd = unsafe { std::mem::zeroed() };
         let mut o: dv::mlx5dv_obj = unsafe { std::mem::zeroed() };
         o.pd.in_ = t.pd;

@@ -349,6 +349,8 @@ pub fn gpu_queues_check(
         "QP doorbell record: send counter {} (big-endian), receive 0",
         total & 0xffff
     ));
+    // SAFETY: `bell` is a live 64-byte pinned host buffer (allocated above, freed when it
+    // drops at the end of this function) and the kernel that wrote it has finished.
     let bell_word = unsafe { std::slice::from_raw_parts(bell.ptr as *const u8, 8) }.to_vec();
     let last_wqe = last.write(writes - 1).wqe();
     if bell_word != last_wqe[..8] {

@@ -3,7 +3,6 @@
 
 use crate::findings::Finding;
 use crate::inventory::Inventory;
-use crate::sysroot::SysRoot;
 use crate::topo::Topology;
 use serde::Serialize;
 
@@ -13,7 +12,7 @@ pub enum GpuSelect {
     /// `--gdr` without `--gpu`: host memory through the level-3 path (the NIC half of the
     /// registration decision is made and reported).
     Host,
-    /// `--gpu N`: GPU<N> in PCI order, as `topo` labels it.
+    /// `--gpu N`: `GPU<N>` in PCI order, as `topo` labels it.
     One(u32),
     /// `--gpu auto`: every GPU, one after another, each against its closest ACTIVE port.
     Auto,
@@ -33,7 +32,8 @@ pub struct GdrRequest {
 
 /// What level 3 reads about the machine, gathered once by the caller.
 pub struct Machine<'a> {
-    pub sr: &'a SysRoot,
+    /// Discovery's facts, read before any probe runs: the engine opens each RDMA device with
+    /// what `inv.rdma` says of it (GIDs, ports); nothing under `rdma` reads sysfs while probing.
     pub inv: &'a Inventory,
     pub topo: &'a Topology,
     /// Level-0 findings of the same inventory: the evidence `crate::rdma::judge::gdr::cause` cites.

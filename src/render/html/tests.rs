@@ -16,7 +16,7 @@ pub(super) const HOSTILE: [&str; 6] = [
 ];
 
 fn fixture() -> (crate::inventory::Inventory, Topology) {
-    let sr = crate::sysroot::SysRoot::at(std::path::Path::new("fixtures/pcie-2socket-roce"))
+    let sr = crate::sysroot::SysRoot::at(&crate::fixture_trees::tree("pcie-2socket-roce"))
         .expect("fixture");
     let inv = crate::inventory::Inventory::collect(
         &sr,
