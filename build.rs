@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
+    revision();
     let src = Path::new("src/pci/pci.ids");
     println!("cargo:rerun-if-changed={}", src.display());
     println!("cargo:rerun-if-changed=build.rs");
@@ -98,4 +99,43 @@ fn main() {
     }
     writeln!(code, "];").unwrap();
     std::fs::write(out.join("pci_ids.rs"), code).expect("write pci_ids.rs");
+}
+
+/// The source revision `gpudoctor --version` names (`GPUDOCTOR_REVISION` at run time of the
+/// compiler): the value of that variable when a packager sets it, else the commit of the git
+/// checkout being built, else "unknown" (a source tarball). The build reruns when HEAD moves.
+fn revision() {
+    println!("cargo:rerun-if-env-changed=GPUDOCTOR_REVISION");
+    let rev = std::env::var("GPUDOCTOR_REVISION")
+        .ok()
+        .filter(|r| !r.trim().is_empty())
+        .or_else(git_head)
+        .unwrap_or_else(|| "unknown".to_string());
+    println!("cargo:rustc-env=GPUDOCTOR_REVISION={rev}");
+}
+
+fn git_head() -> Option<String> {
+    let git = Path::new(".git");
+    if !git.exists() {
+        return None;
+    }
+    // HEAD, the branch it names and the packed refs: what moves when a commit is made. Only
+    // files that exist (cargo reruns a build script on every build for a missing one); a
+    // worktree's `.git` file gives no hints, and its revision is the one of the first build.
+    let mut watch = vec![".git/HEAD".to_string(), ".git/packed-refs".to_string()];
+    if let Ok(head) = std::fs::read_to_string(git.join("HEAD"))
+        && let Some(r) = head.trim().strip_prefix("ref: ")
+    {
+        watch.push(format!(".git/{r}"));
+    }
+    for w in watch.iter().filter(|w| Path::new(w).is_file()) {
+        println!("cargo:rerun-if-changed={w}");
+    }
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()?;
+    let rev = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !rev.is_empty() && rev.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then_some(rev)
 }

@@ -3,9 +3,10 @@
 
 use super::Args;
 
-/// The clap command, for man page generation.
+/// The clap command, for man page generation: the release alone (no revision, so the
+/// committed pages stay current from one commit to the next).
 pub fn command() -> clap::Command {
-    <Args as clap::CommandFactory>::command()
+    <Args as clap::CommandFactory>::command().long_version(None)
 }
 
 /// The shell completion script for `shell` (`gpudoctor completions SHELL`), generated from the

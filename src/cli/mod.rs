@@ -20,9 +20,19 @@ pub use values::{
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use std::path::PathBuf;
 
+/// What `--version` prints: the release and the source revision it was built from (a git
+/// commit, or what the packager set in `GPUDOCTOR_REVISION`; see build.rs). `-V` and the man
+/// pages keep the release alone.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("GPUDOCTOR_REVISION"),
+    ")"
+);
+
 /// A doctor for GPU + RDMA servers: topology, GPUDirect readiness, bandwidth probes.
 #[derive(Debug, Parser)]
-#[command(name = "gpudoctor", version, about, long_about = None, disable_help_subcommand = true)]
+#[command(name = "gpudoctor", version, long_version = LONG_VERSION, about, long_about = None, disable_help_subcommand = true)]
 pub struct Args {
     /// Accepted before the subcommand too, for the commands that read facts (topo, check,
     /// bundle): `gpudoctor --root DIR check` is `gpudoctor check --root DIR`.

@@ -563,3 +563,34 @@ fn report_and_textfile_replace_only_regular_files() {
         );
     }
 }
+
+/// `--version` names the source revision it was built from (the checkout's HEAD; "unknown"
+/// outside a git checkout), `-V` the release alone (as the man pages do).
+#[test]
+fn version_names_the_release_and_the_revision() {
+    let long = crate::gpudoctor().arg("--version").output().unwrap();
+    assert!(long.status.success());
+    let long = String::from_utf8(long.stdout).unwrap();
+    let short = crate::gpudoctor().arg("-V").output().unwrap();
+    let short = String::from_utf8(short.stdout).unwrap();
+    assert_eq!(
+        short.trim(),
+        format!("gpudoctor {}", env!("CARGO_PKG_VERSION"))
+    );
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(crate::repo())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let want = match (std::env::var("GPUDOCTOR_REVISION"), head) {
+        (Ok(r), _) if !r.trim().is_empty() => r,
+        (_, Some(h)) => h,
+        _ => "unknown".to_string(),
+    };
+    assert_eq!(
+        long.trim(),
+        format!("gpudoctor {} (revision {want})", env!("CARGO_PKG_VERSION"))
+    );
+}
