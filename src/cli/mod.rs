@@ -143,7 +143,8 @@ pub enum Command {
     },
     /// What differs between two nodes, or one node before and after a change: check verdicts,
     /// probe bandwidth, and (two bundles) B's shape against A's by PCI position. Exit 1 when
-    /// they differ.
+    /// B is worse (a verdict worse, a finding newly failing or warning, bandwidth down 5% or
+    /// more, another shape), 0 when every change is for the better.
     Diff {
         /// Report or bundle A.
         a: PathBuf,
