@@ -207,7 +207,7 @@ struct Walk<'a> {
     notes: Vec<String>,
     bad_busids: Vec<String>,
     skipped_functions: usize,
-    /// PCI objects past `lspci::MAX_FUNCTIONS` (a PCI segment's worth), with what hangs under
+    /// PCI objects past `record::MAX_FUNCTIONS` (a PCI segment's worth), with what hangs under
     /// them: a hostile file of more is not laid out.
     over_limit: usize,
     /// The NUMA node a function's locality names, by function index: resolved once every NUMA
@@ -262,7 +262,7 @@ impl<'a> Walk<'a> {
                             .count();
                         return;
                     };
-                    if self.functions.len() >= super::lspci::MAX_FUNCTIONS {
+                    if self.functions.len() >= super::record::MAX_FUNCTIONS {
                         self.over_limit += e
                             .descendants()
                             .filter(|d| matches!(object_type(*d), "Bridge" | "PCIDev"))
@@ -524,7 +524,7 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
         walk.notes.push(format!(
             "{} PCI object(s) past the limit of {} skipped",
             walk.over_limit,
-            super::lspci::MAX_FUNCTIONS
+            super::record::MAX_FUNCTIONS
         ));
     }
     if walk.prog_if_absent {

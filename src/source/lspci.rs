@@ -18,8 +18,7 @@ use crate::pci::config::{CAP_ID_PCIE, ConfigSpace, EXT_CAP_ID_ACS, EXT_CAP_ID_AE
 use crate::pci::{Bdf, ClassCode};
 use std::collections::{BTreeMap, HashMap};
 
-/// Most functions one listing may hold (a PCI segment has at most 65,536).
-pub const MAX_FUNCTIONS: usize = 1 << 16;
+pub use super::record::MAX_FUNCTIONS;
 /// Longer lines are skipped (with a note): no lspci line comes near this.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Size of a synthetic config space (PCI Express extended configuration space).

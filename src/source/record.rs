@@ -111,6 +111,10 @@ impl Format {
     }
 }
 
+/// Most PCI functions one record places (a PCI segment has at most 65,536): lspci listings and
+/// hwloc XML stop there and note the rest (an NCCL file has its own, lower cap).
+pub const MAX_FUNCTIONS: usize = 1 << 16;
+
 /// A PCI function as the record shows it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FunctionRecord {
