@@ -50,6 +50,8 @@ mod hostile_input;
 mod html;
 // hwloc's recorded ConnectX-4 host against hwloc's own lstopo output
 mod hwloc_tree;
+// the DaemonSet's loop on its layout: kernel log, label, taint, condition, event, liveness
+mod kubernetes;
 // no import cycle among the modules of src/
 mod imports;
 // every CUDA kernel compiles with NVRTC
