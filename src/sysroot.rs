@@ -16,7 +16,9 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+mod directory;
 mod memory;
+use directory::{EntryKind, Listing};
 pub use memory::{DirHandle, MemTree};
 
 /// Largest file we read. sysfs attributes are at most a page; PCI config space is 4096 bytes;
@@ -163,6 +165,8 @@ pub struct SysRoot {
     /// Resolved directories and open handles on the recent ones, under one lock (a read takes
     /// it once: discovery's threads share this reader).
     dirs: Mutex<DirCache>,
+    /// A handle on the root of a tree on disk, opened with the first directory (`directory`).
+    disk: std::sync::OnceLock<directory::Root>,
     /// The subset of `touched` that was listed as a directory (a replay needs the full listing).
     listed: Mutex<BTreeSet<String>>,
     /// Reads and listings in progress (a deadline's message tells a read that never returns
@@ -221,11 +225,25 @@ struct DirCache {
     /// Kernel directory path (as written by callers) -> its resolved path, shared so that a
     /// read does not copy it.
     parents: HashMap<String, Dir, Fnv>,
-    /// Recently used directory handles (see `dir_fd`).
+    /// Recently used directory handles (see `dir_fd`), keyed by resolved path (no leading
+    /// slash), or, for a directory the kernel resolved (`kernel_dir_fd`), by its kernel path
+    /// (leading slash): the two never collide.
     fds: Vec<(Dir, DirFd)>,
+    /// What listings of recorded trees' directories showed (`list_entries`), keyed as `fds`
+    /// is (a directory is found both ways), so that a read of a file in a directory already
+    /// listed needs no stat before its open.
+    listings: HashMap<Dir, Arc<Listing>, Fnv>,
+    /// Entries held in `listings` (bounded by MAX_LISTED_ENTRIES).
+    listed_entries: usize,
 }
 
 impl DirCache {
+    /// What the listing of `dir` says of `name`: None when `dir` was not listed, Some(None)
+    /// when it holds no such entry.
+    fn listed(&self, dir: &str, name: &str) -> Option<Option<EntryKind>> {
+        Some(self.listings.get(dir)?.kind(name))
+    }
+
     fn fd(&self, dir: &Dir) -> Option<DirFd> {
         // Most reads name a directory just resolved through `parents`: the same Arc.
         self.fds
@@ -333,8 +351,14 @@ pub const KEEP_FILE: &str = ".gitkeep";
 /// config space is 4 KiB: a full first read goes on to EOF).
 const FIRST_READ: usize = 8192;
 
-/// Directory handles kept open: discovery reads one directory at a time, so a few suffice.
-const DIR_CACHE: usize = 8;
+/// Directory handles kept open: discovery reads one directory at a time per thread, so a few
+/// dozen suffice.
+const DIR_CACHE: usize = 32;
+
+/// Most directory entries kept from listings over a run (`DirCache::listings`, a few tens of
+/// bytes each); past it, a file's type is asked of the kernel before its open, as for a
+/// directory never listed.
+const MAX_LISTED_ENTRIES: usize = 1 << 18;
 
 /// One directory entry, as the kernel would show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -366,6 +390,7 @@ impl SysRoot {
             resolved: Mutex::new(HashMap::with_capacity_and_hasher(capacity, Fnv)),
             links: Mutex::new(HashMap::with_capacity_and_hasher(capacity, Fnv)),
             dirs: Mutex::new(DirCache::default()),
+            disk: std::sync::OnceLock::new(),
             listed: Mutex::new(BTreeSet::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             handed_out: std::sync::atomic::AtomicU64::new(0),
@@ -891,35 +916,52 @@ impl SysRoot {
     /// cache: discovery reads a dozen attributes per directory, and opening each relative to
     /// its directory spares the kernel a full path walk.
     fn dir_fd(&self, dir: &Dir) -> io::Result<DirFd> {
-        use std::ffi::CString;
-        use std::os::fd::{FromRawFd, OwnedFd};
         if let Some(fd) = self.lock_dirs().fd(dir) {
             return Ok(fd);
         }
-        let host = CString::new(self.host_path(dir).into_os_string().into_encoded_bytes())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: `host` is a valid NUL-terminated path; the returned descriptor is owned by the
-        // OwnedFd below and closed when the last holder drops it.
-        let fd = unsafe {
-            libc::open(
-                host.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
+        let owned = Arc::new(self.disk().open_resolved(dir, &self.host_path(dir))?);
+        Ok(self.keep_dir_fd(dir, owned))
+    }
+
+    /// The handle on the root of this tree on disk.
+    fn disk(&self) -> &directory::Root {
+        self.disk.get_or_init(|| directory::Root::open(&self.root))
+    }
+
+    /// A handle on the directory named by the kernel path `kdir` (a recorded tree on disk, a
+    /// path of plain names), resolved by the kernel inside the root (`directory`): one
+    /// openat2 instead of a readlink per component. None where the kernel cannot (no
+    /// openat2) or the walk fails: the caller then resolves `kdir` itself, which gives the
+    /// error this reader has always given.
+    fn kernel_dir_fd(&self, kdir: &str) -> Option<DirFd> {
+        if self.live || self.mem.is_some() || self.replays_errors() {
+            return None;
         }
-        // SAFETY: fd was just returned by open(2) and is owned by nobody else.
-        let owned = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let rel = kdir.strip_prefix('/')?;
+        if rel.split('/').any(|c| matches!(c, "" | "." | "..")) {
+            // This reader applies `..` to the path as written (`components`), the kernel to
+            // where a link led: such a path, rare, is walked here.
+            return None;
+        }
+        let key: Dir = Arc::from(kdir);
+        if let Some(fd) = self.lock_dirs().fd(&key) {
+            return Some(fd);
+        }
+        let owned = Arc::new(self.disk().open_kernel(rel).ok()?);
+        Some(self.keep_dir_fd(&key, owned))
+    }
+
+    /// Keep `fd` among the recent directory handles under `key`, closing the oldest.
+    fn keep_dir_fd(&self, key: &Dir, owned: DirFd) -> DirFd {
         let evicted = {
             let mut cache = self.lock_dirs();
             let evicted = (cache.fds.len() >= DIR_CACHE).then(|| cache.fds.remove(0));
-            cache.fds.push((dir.clone(), owned.clone()));
+            cache.fds.push((key.clone(), owned.clone()));
             evicted
         };
         // Closed (when no reader still holds it) after the lock is released.
         drop(evicted);
-        Ok(owned)
+        owned
     }
 
     /// `name` as a C string, on the stack when it is short (every sysfs attribute name is).
@@ -955,11 +997,24 @@ impl SysRoot {
             None => self.dir_fd(dir)?,
         };
         let live = self.live;
+        // A recorded tree is files, directories and links: never open anything else (a device
+        // node planted in it could be /dev/zero's, or a tape's that rewinds on open). Its type
+        // is known before any open: from the listing of its directory when it was listed,
+        // else looked at without following.
+        let listed = if live {
+            None
+        } else {
+            self.lock_dirs().listed(dir, name)
+        };
+        match listed {
+            Some(Some(EntryKind::File)) | None => {}
+            Some(None) => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            Some(Some(EntryKind::Link)) => return Err(io::Error::from_raw_os_error(libc::ELOOP)),
+            Some(Some(EntryKind::Dir)) => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
+            Some(Some(EntryKind::Special)) => return Err(io::Error::other(NOT_REGULAR)),
+        }
         Self::with_cname(name, |c| {
-            if !live {
-                // A recorded tree is files, directories and links: never open anything else
-                // (a device node planted in it could be /dev/zero's, or a tape's that rewinds
-                // on open). Looked at without following, before any open.
+            if !live && listed.is_none() {
                 // SAFETY: an all-zero stat is a valid value for the kernel to fill in.
                 let mut st: libc::stat = unsafe { std::mem::zeroed() };
                 // SAFETY: dirfd is live; c is NUL-terminated; st is writable.
@@ -1089,6 +1144,18 @@ impl SysRoot {
             // A bundle says the recorded machine gave an error here: give the same one.
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
             self.recorded_error(kpath, &self.resolve(kpath, true)?)?;
+        }
+        if let Some((kdir, last)) = kpath.rsplit_once('/')
+            && let Some(fd) = self.kernel_dir_fd(kdir)
+            && !matches!(last, "" | "." | "..")
+        {
+            // The directory as the kernel resolved it: its entry `last` is what the walk below
+            // would find. Only a last component that is itself a link (ELOOP) is left to it.
+            match self.open_in(&Arc::from(kdir), Some(fd), last) {
+                Ok(f) => return Ok(f),
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
+                Err(e) => return Err(ReadError::from_io(kpath, &e)),
+            }
         }
         let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
             return Err(ReadError::BadPath(kpath.to_string()));
@@ -1290,6 +1357,15 @@ impl SysRoot {
         if self.replays_errors() {
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
         }
+        if let Some((kdir, last)) = kpath.rsplit_once('/')
+            && let Some(fd) = self.kernel_dir_fd(kdir)
+            && !matches!(last, "" | "." | "..")
+        {
+            // The directory as the kernel resolved it: the same entry the walk below finds.
+            return self
+                .readlink_in(&Arc::from(kdir), Some(fd), last)
+                .map_err(|e| ReadError::from_io(kpath, &e));
+        }
         let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
             // "/" is never a link.
             return Err(ReadError::Io {
@@ -1410,16 +1486,26 @@ impl SysRoot {
         let host = self.host_path(&comps);
         let rd = fs::read_dir(&host).map_err(|e| ReadError::from_io(kpath, &e))?;
         let mut out = Vec::new();
+        // Every entry and its type, for reads in this directory (recorded trees; None once a
+        // name is not UTF-8: such a listing cannot answer for every name).
+        let mut typed: Option<Vec<(String, EntryKind)>> = (!self.live).then(Vec::new);
         for ent in rd {
             let ent = ent.map_err(|e| ReadError::from_io(kpath, &e))?;
-            let name = ent.file_name().to_string_lossy().into_owned();
+            let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
+            let raw = ent.file_name();
+            if let Some(t) = &mut typed {
+                match raw.to_str() {
+                    Some(n) => t.push((n.to_string(), Self::entry_kind(ft))),
+                    None => typed = None,
+                }
+            }
+            let name = raw.to_string_lossy().into_owned();
             if !self.live && name == KEEP_FILE {
                 continue;
             }
             if out.len() >= max {
                 return Err(Self::too_many(kpath, max));
             }
-            let ft = ent.file_type().map_err(|e| ReadError::from_io(kpath, &e))?;
             let is_dir = if ft.is_symlink() && !kinds {
                 false
             } else if ft.is_symlink() {
@@ -1438,7 +1524,45 @@ impl SysRoot {
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(t) = typed {
+            self.keep_listing(kpath, &comps, t);
+        }
         Ok(out)
+    }
+
+    /// What a directory entry's type (from d_type, or an lstat where the filesystem gives
+    /// none) says it is.
+    fn entry_kind(ft: fs::FileType) -> EntryKind {
+        if ft.is_symlink() {
+            EntryKind::Link
+        } else if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Special
+        }
+    }
+
+    /// Keep the complete listing of the directory at `kpath` (resolved: `comps`) for reads in
+    /// it, under both names a read may find it by (see `DirCache::fds`), within
+    /// MAX_LISTED_ENTRIES.
+    fn keep_listing(&self, kpath: &str, comps: &str, kinds: Vec<(String, EntryKind)>) {
+        let Some(l) = Listing::new(kinds) else {
+            return;
+        };
+        let kdir = kpath.trim_end_matches('/');
+        let mut c = self.lock_dirs();
+        let n = l.len();
+        if c.listed_entries.saturating_add(2 * n) > MAX_LISTED_ENTRIES {
+            return;
+        }
+        c.listed_entries += 2 * n;
+        let l = Arc::new(l);
+        c.listings.insert(Arc::from(comps), l.clone());
+        if !kdir.is_empty() {
+            c.listings.insert(Arc::from(kdir), l);
+        }
     }
 
     /// The refusal of a listing of more than `max` entries.
@@ -1644,6 +1768,55 @@ mod tests {
         assert!(s.read_document("/doc.json", 1).is_err());
         assert!(s.read_document("/absent.json", 16).unwrap().is_none());
         assert!(s.read_document("/sys", 16).is_err());
+    }
+
+    /// Reads whose directory the kernel resolves (openat2) and reads in a directory listed
+    /// before (no stat before the open) keep every rule: links rerooted and clamped at the
+    /// root, a final link followed inside it, nothing but a regular file opened.
+    #[test]
+    fn fast_reads_keep_every_rule() {
+        let (_d, s) = tree();
+        let r = s.root_dir().to_path_buf();
+        let dev = r.join("sys/devices/pci0000:00/0000:00:01.0");
+        symlink("/etc/passwd", dev.join("abs_file")).unwrap();
+        symlink("../../../../../../etc/passwd", dev.join("climb_file")).unwrap();
+        let fifo =
+            std::ffi::CString::new(dev.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: fifo is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        for listed in [false, true] {
+            if listed {
+                let names = s.list_names("/sys/bus/pci/devices/0000:00:01.0").unwrap();
+                assert!(names.contains(&"fifo".to_string()), "{names:?}");
+            }
+            for via in ["/sys/bus/pci/devices/0000:00:01.0", "/sys/abs/0000:00:01.0"] {
+                assert_eq!(s.read_text(&format!("{via}/numa_node")).unwrap(), "-1");
+                for f in ["abs_file", "climb_file", "absent"] {
+                    assert!(
+                        matches!(
+                            s.read_text(&format!("{via}/{f}")),
+                            Err(ReadError::NotFound(_))
+                        ),
+                        "{via}/{f} (listed: {listed})"
+                    );
+                }
+                let e = s.read_text(&format!("{via}/fifo")).unwrap_err().to_string();
+                assert!(e.contains(NOT_REGULAR), "{e}");
+            }
+            assert!(matches!(
+                s.read_text("/sys/escape/passwd"),
+                Err(ReadError::NotFound(_))
+            ));
+        }
+        fs::create_dir_all(r.join("etc")).unwrap();
+        fs::write(r.join("etc/passwd"), "inside the tree\n").unwrap();
+        for f in ["abs_file", "climb_file"] {
+            assert_eq!(
+                s.read_text(&format!("/sys/bus/pci/devices/0000:00:01.0/{f}"))
+                    .unwrap(),
+                "inside the tree"
+            );
+        }
     }
 
     #[test]
