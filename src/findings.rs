@@ -66,6 +66,54 @@ pub struct Finding {
     /// On a skip: why nothing was judged. Only `not-root` and `unknown` mean something that
     /// should have been judged was not (what `--fail-on-skip` fails on).
     pub skip: Option<SkipKind>,
+    /// Set when a silence (`--skip ID:SUBJECT`, a baseline's `silences`) matched this finding:
+    /// its status and evidence stay as judged, but it counts toward neither the verdict, the
+    /// exit code nor `--fail-on-skip`.
+    pub silenced: Option<Silenced>,
+}
+
+/// Where a silence was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SilenceOrigin {
+    /// `--skip ID:SUBJECT`.
+    CommandLine,
+    /// An entry of the `--expect` baseline's `silences`.
+    Baseline,
+}
+
+impl SilenceOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SilenceOrigin::CommandLine => "command-line",
+            SilenceOrigin::Baseline => "baseline",
+        }
+    }
+}
+
+/// How a finding was silenced: by what, why and until when (a baseline's silence always has
+/// both; `--skip ID:SUBJECT` has neither).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Silenced {
+    pub by: SilenceOrigin,
+    pub reason: Option<String>,
+    /// The last day (UTC, YYYY-MM-DD) the silence holds.
+    pub expires: Option<String>,
+}
+
+impl Silenced {
+    /// "silenced by --skip" / "silenced until 2026-12-31: RMA ticket open".
+    pub fn describe(&self) -> String {
+        match (&self.expires, &self.reason) {
+            (Some(e), Some(r)) => format!("silenced until {e}: {r}"),
+            (Some(e), None) => format!("silenced until {e}"),
+            (None, Some(r)) => format!("silenced: {r}"),
+            (None, None) => match self.by {
+                SilenceOrigin::CommandLine => "silenced by --skip".to_string(),
+                SilenceOrigin::Baseline => "silenced by the baseline".to_string(),
+            },
+        }
+    }
 }
 
 /// A finding as JSON: its fields, then its fault class, derived from the check and the status
@@ -82,6 +130,8 @@ struct FindingJson<'a> {
     original_status: Option<Status>,
     #[serde(skip_serializing_if = "Option::is_none")]
     skip: Option<SkipKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    silenced: Option<&'a Silenced>,
     category: Category,
     action: Action,
 }
@@ -97,6 +147,7 @@ impl Serialize for Finding {
             remediation: &self.remediation,
             original_status: self.original_status,
             skip: self.skip,
+            silenced: self.silenced.as_ref(),
             category: self.id.category(),
             action: self.action(),
         }
@@ -215,6 +266,8 @@ impl CheckId {
             // not running or did not finish: settings and services.
             CheckId::GpuThrottle | CheckId::GpuFabric => (Gpu, Config),
             CheckId::BaselineVersions => (Driver, Config),
+            // A silence that expired or matched nothing: the operator's own list to update.
+            CheckId::SilenceStale => (Host, Config),
             // NCCL's transport choice and collective bandwidth: the NCCL_* settings first
             // (the links themselves have probe.p2p and the NVLink checks).
             CheckId::ProbeNccl => (Gpu, Config),
@@ -286,6 +339,7 @@ impl Finding {
             // Unknown unless the check says otherwise: forgetting to mark a skip as not
             // applicable fails a gate, never passes one.
             skip: (status == Status::Skip).then_some(SkipKind::Unknown),
+            silenced: None,
         }
     }
     /// A skip because there is nothing to judge here.
@@ -388,6 +442,7 @@ check_ids! {
     BaselineBar1 = "baseline.bar1";
     BaselineVersions = "baseline.versions";
     BaselineBandwidth = "baseline.bandwidth";
+    SilenceStale = "silence.stale";
 }
 
 impl std::fmt::Display for CheckId {
@@ -435,11 +490,12 @@ pub const fn const_str_eq(a: &str, b: &str) -> bool {
     true
 }
 
-/// Overall status: the worst of pass/warn/fail (skips do not count); `skip` when nothing at
-/// all could be judged, because unknown is never pass.
+/// Overall status: the worst of pass/warn/fail (skips and silenced findings do not count);
+/// `skip` when nothing at all could be judged, because unknown is never pass.
 pub fn overall(findings: &[Finding]) -> Status {
     findings
         .iter()
+        .filter(|f| f.silenced.is_none())
         .map(|f| f.status)
         .filter(|s| *s != Status::Skip)
         .max()

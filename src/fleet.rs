@@ -40,6 +40,9 @@ pub struct CheckReportIn {
     /// When the report's facts were read (UTC RFC 3339).
     #[serde(default)]
     pub time: Option<String>,
+    /// A level-1 report's measured medians (none below level 1 or before they were kept).
+    #[serde(default)]
+    pub bandwidth: Vec<crate::report::Bandwidth>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +52,19 @@ pub struct FindingIn {
     pub status: String,
     #[serde(default)]
     pub message: String,
+    /// A silence matched it (the report's `silenced` object is present): its status is the
+    /// check's, but it does not count toward the node's verdict or drain.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub silenced: bool,
+}
+
+/// True where the field holds anything but null (`silenced` is an object in a check report).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(Option::<serde::de::IgnoredAny>::deserialize(d)?.is_some())
 }
 
 /// Ordering of finding statuses, worst last; a status gpudoctor does not write counts as skip.
@@ -68,12 +84,24 @@ pub fn status_rank(s: &str) -> u8 {
 #[derive(Debug, Default)]
 pub struct WorstPerCheck {
     index: std::collections::HashMap<String, usize>,
+    /// The same for silenced findings, kept apart (they never make a check fail).
+    silenced: std::collections::HashMap<String, usize>,
     findings: Vec<FindingIn>,
 }
 
 impl WorstPerCheck {
     pub fn add(&mut self, id: &str, status: &str) {
-        match self.index.get(id) {
+        self.add_finding(id, status, false);
+    }
+
+    /// A finding, silenced or not.
+    pub fn add_finding(&mut self, id: &str, status: &str, silenced: bool) {
+        let index = if silenced {
+            &mut self.silenced
+        } else {
+            &mut self.index
+        };
+        match index.get(id) {
             Some(&i) => {
                 let kept = &mut self.findings[i].status;
                 if status_rank(status) > status_rank(kept) {
@@ -81,12 +109,13 @@ impl WorstPerCheck {
                 }
             }
             None => {
-                self.index.insert(id.to_string(), self.findings.len());
+                index.insert(id.to_string(), self.findings.len());
                 self.findings.push(FindingIn {
                     id: id.to_string(),
                     subject: String::new(),
                     status: status.to_string(),
                     message: String::new(),
+                    silenced,
                 });
             }
         }
@@ -273,6 +302,10 @@ pub struct CheckRow {
     pub warn: Vec<String>,
     pub skip: Vec<String>,
     pub pass: usize,
+    /// Nodes with a finding of this check that a silence matched (their report's
+    /// `--skip ID:SUBJECT` or baseline silences), whatever its status: not drained for it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub silenced: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -362,8 +395,12 @@ pub struct Difference {
     pub expected: String,
     /// The node's value; "(missing)" where it has none.
     pub got: String,
-    /// Drained for it (GPUs, NICs and paths; version differences are listed only).
+    /// Drained for it (GPUs, NICs and paths; a version pinned `policy` by the group's
+    /// baseline; other version differences are listed only).
     pub drain: bool,
+    /// A version the group's `--expect` baseline pins: how (`policy` drains, `fact` warns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enforce: Option<crate::checks::baseline::Enforce>,
 }
 
 /// A field where no value is held by more than half of a group's nodes (majority reference):
@@ -386,6 +423,8 @@ pub struct Drain {
 pub struct FleetReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
+    /// The source revision the binary was built from (`--version`'s; see build.rs).
+    pub gpudoctor_revision: &'static str,
     pub nodes: usize,
     /// The outlier rule's tolerance floor (fraction below the group median).
     pub min_deviation: f64,
@@ -404,40 +443,14 @@ pub struct FleetReport {
     /// Documents of one node that another of the same kind replaced.
     pub duplicates: Vec<Duplicate>,
     pub drain: Vec<Drain>,
+    /// Nodes kept in service with a warning: a version their group's baseline records as a
+    /// `fact` differs, or one it pins as `policy` is unknown on the node. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warn: Vec<Drain>,
 }
 
-fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
-/// Modified z-scores of `values` (same order), the median, the spread and its kind.
-pub fn robust_z(values: &[f64]) -> (Vec<f64>, f64, f64, &'static str) {
-    let mut s: Vec<f64> = values.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let med = median(&s);
-    let mut dev: Vec<f64> = values.iter().map(|v| (v - med).abs()).collect();
-    dev.sort_by(|a, b| a.total_cmp(b));
-    let mad = median(&dev);
-    if mad > 0.0 {
-        let z = values.iter().map(|v| 0.6745 * (v - med) / mad).collect();
-        return (z, med, mad, "mad");
-    }
-    let mean_ad = dev.iter().sum::<f64>() / dev.len().max(1) as f64;
-    if mean_ad > 0.0 {
-        let d = 1.253314 * mean_ad;
-        let z = values.iter().map(|v| (v - med) / d).collect();
-        return (z, med, d, "mean-absolute-deviation");
-    }
-    (vec![0.0; values.len()], med, 0.0, "none (all equal)")
-}
+/// Modified z-scores, median and spread (`crate::stats::robust_z`).
+pub use crate::stats::robust_z;
 
 /// The shape as flat `field -> value` pairs, keyed by PCI position (never by index).
 pub fn flatten(b: &Baseline) -> BTreeMap<String, String> {
@@ -500,7 +513,8 @@ pub fn flatten(b: &Baseline) -> BTreeMap<String, String> {
     }
     walk("", &v, &mut m);
     // Floors are measurements of one node, not its shape: the probe table compares those.
-    m.retain(|k, _| !k.starts_with("bandwidth") && k != "schema");
+    // Silences are the operator's, not the node's shape.
+    m.retain(|k, _| !k.starts_with("bandwidth") && !k.starts_with("silences") && k != "schema");
     m
 }
 
@@ -657,6 +671,7 @@ fn differences(
             // so) is unknown, not drift; everything else is the hardware's shape.
             drain: !(pattern.starts_with("versions")
                 || (pattern.starts_with("paths") && got == MISSING)),
+            enforce: None,
             field: pattern,
             subjects,
             expected: want,
@@ -697,7 +712,61 @@ impl Difference {
     }
 }
 
+/// The fleet view of `nodes`: their groups, per-check and per-measurement tables, shape
+/// differences, and the nodes to drain or warn about with every reason, in the order the
+/// steps below find them (unreadable files, failed checks, bandwidth, shape).
 pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
+    let status = status_counts(nodes);
+    let (groups, group_of) = group_nodes(nodes, opts);
+    let checks = check_rows(nodes);
+    let mut drain = NodeReasons::new();
+    let mut warn = NodeReasons::new();
+    let unreadable = unreadable_files(nodes, &mut drain);
+    for c in &checks {
+        for n in &c.fail {
+            drain
+                .entry(n.clone())
+                .or_default()
+                .push(format!("{} failed", c.id));
+        }
+    }
+    let probes = probe_rows(nodes, opts, &group_of, &mut drain);
+    let shapes = judge_shapes(nodes, opts, &groups, &group_of, &mut drain, &mut warn);
+    FleetReport {
+        schema: FLEET_SCHEMA,
+        gpudoctor_version: env!("CARGO_PKG_VERSION"),
+        gpudoctor_revision: crate::REVISION,
+        nodes: nodes.len(),
+        min_deviation: opts.min_deviation,
+        status,
+        groups: groups.into_values().collect(),
+        checks,
+        probes,
+        shape_nodes: shapes.shape_nodes,
+        shape: shapes.shape,
+        undecided: shapes.undecided,
+        unreadable,
+        duplicates: nodes.iter().flat_map(|n| n.duplicates.clone()).collect(),
+        drain: drain
+            .into_iter()
+            .map(|(node, reasons)| Drain { node, reasons })
+            .collect(),
+        warn: warn
+            .into_iter()
+            .map(|(node, reasons)| Drain { node, reasons })
+            .collect(),
+    }
+}
+
+/// Node -> the reasons it is drained (or warned about), in the order they were found.
+type NodeReasons = BTreeMap<String, Vec<String>>;
+
+/// One group's readings of one measurement: (node, GB/s, its absolute floor and whose).
+type Readings<'a> = Vec<(&'a str, f64, Option<(f64, String)>)>;
+
+/// Nodes per overall status of their check report; a node without one whose files could not
+/// be read counts as "unreadable", any other node without one is not counted.
+fn status_counts(nodes: &[NodeData]) -> BTreeMap<String, usize> {
     let mut status: BTreeMap<String, usize> = BTreeMap::new();
     for n in nodes {
         if let Some(s) = &n.status {
@@ -706,10 +775,19 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             *status.entry("unreadable".into()).or_default() += 1;
         }
     }
-    // Groups: by --expect baseline where a node's model is the baseline's, else by model;
-    // nodes without a shape (reports only) by the model their reports tell (GPU model and
-    // count, link basis), and a node whose reports do not tell it is a group of its own: an
-    // A100 node is never an outlier of H100 nodes.
+    status
+}
+
+/// Which nodes are compared with one another: the groups by name, and each node's group.
+///
+/// By `--expect` baseline where a node's model is the baseline's, else by model; nodes
+/// without a shape (reports only) by the model their reports tell (GPU model and count, link
+/// basis), and a node whose reports do not tell it is a group of its own: an A100 node is
+/// never an outlier of H100 nodes.
+fn group_nodes<'a>(
+    nodes: &'a [NodeData],
+    opts: &FleetOptions,
+) -> (BTreeMap<String, Group>, BTreeMap<&'a str, String>) {
     let expect_keys: Vec<_> = opts.expect.iter().map(|(_, b)| model_key(b)).collect();
     let mut group_of: BTreeMap<&str, String> = BTreeMap::new();
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
@@ -763,11 +841,24 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             .push(n.name.clone());
         group_of.insert(n.name.as_str(), gname);
     }
-    // Per check: worst status per node.
+    (groups, group_of)
+}
+
+/// Per check: the nodes whose worst unsilenced finding fails, warns or skips it, how many pass
+/// it, and the nodes with a silenced finding of it (a check only silenced still has a row).
+fn check_rows(nodes: &[NodeData]) -> Vec<CheckRow> {
     let mut per_check: BTreeMap<&str, BTreeMap<&str, u8>> = BTreeMap::new();
+    let mut silenced: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     let rank = status_rank;
     for n in nodes {
         for f in &n.findings {
+            if f.silenced {
+                silenced
+                    .entry(f.id.as_str())
+                    .or_default()
+                    .insert(n.name.as_str());
+                continue;
+            }
             let e = per_check
                 .entry(f.id.as_str())
                 .or_default()
@@ -776,7 +867,10 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             *e = (*e).max(rank(&f.status));
         }
     }
-    let checks: Vec<CheckRow> = per_check
+    for id in silenced.keys() {
+        per_check.entry(id).or_default();
+    }
+    per_check
         .into_iter()
         .map(|(id, by_node)| {
             let mut row = CheckRow {
@@ -785,6 +879,10 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
                 warn: Vec::new(),
                 skip: Vec::new(),
                 pass: 0,
+                silenced: silenced
+                    .get(id)
+                    .map(|s| s.iter().map(|n| n.to_string()).collect())
+                    .unwrap_or_default(),
             };
             for (node, r) in by_node {
                 match r {
@@ -796,8 +894,11 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             }
             row
         })
-        .collect();
-    let mut drain: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        .collect()
+}
+
+/// The files that could not be read, one entry each; each drains its node.
+fn unreadable_files(nodes: &[NodeData], drain: &mut NodeReasons) -> Vec<Unreadable> {
     let mut unreadable = Vec::new();
     for n in nodes {
         for (source, reason) in &n.unreadable {
@@ -812,15 +913,16 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             });
         }
     }
-    for c in &checks {
-        for n in &c.fail {
-            drain
-                .entry(n.clone())
-                .or_default()
-                .push(format!("{} failed", c.id));
-        }
-    }
-    // Absolute floors from the --expect baselines, per node of their groups and measurement.
+    unreadable
+}
+
+/// Absolute floors from the `--expect` baselines, per node of their groups and measurement:
+/// (node, measurement) -> (GB/s, "baseline NAME").
+fn baseline_floors<'a>(
+    nodes: &'a [NodeData],
+    opts: &FleetOptions,
+    group_of: &BTreeMap<&str, String>,
+) -> BTreeMap<(&'a str, String), (f64, String)> {
     let mut baseline_floor: BTreeMap<(&str, String), (f64, String)> = BTreeMap::new();
     for n in nodes {
         let g = &group_of[n.name.as_str()];
@@ -843,9 +945,18 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             }
         }
     }
-    // Probes, per group and measurement.
-    // (group, measurement) -> [(node, GB/s, its absolute floor and whose)].
-    type Readings<'a> = Vec<(&'a str, f64, Option<(f64, String)>)>;
+    baseline_floor
+}
+
+/// The probe table, one row per group and measurement; drains the low outliers beyond the
+/// tolerance floor and the nodes below an absolute floor.
+fn probe_rows(
+    nodes: &[NodeData],
+    opts: &FleetOptions,
+    group_of: &BTreeMap<&str, String>,
+    drain: &mut NodeReasons,
+) -> Vec<ProbeRow> {
+    let baseline_floor = baseline_floors(nodes, opts, group_of);
     let mut per_m: BTreeMap<(&str, &str), Readings> = BTreeMap::new();
     for n in nodes {
         let g = group_of[n.name.as_str()].as_str();
@@ -867,77 +978,107 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             }
         }
     }
-    let probes: Vec<ProbeRow> = per_m
+    per_m
         .into_iter()
-        .map(|((g, m), vals)| {
-            let xs: Vec<f64> = vals.iter().map(|(_, v, _)| *v).collect();
-            let (z, med, spread, kind) = robust_z(&xs);
-            let mut outliers: Vec<Outlier> = vals
-                .iter()
-                .zip(&z)
-                .filter(|(_, z)| z.abs() > OUTLIER_Z)
-                .map(|((node, v, _), z)| {
-                    let deviation = if med > 0.0 { (v - med) / med } else { 0.0 };
-                    Outlier {
-                        node: node.to_string(),
-                        gbps: *v,
-                        z: *z,
-                        deviation,
-                        drain: *z < -OUTLIER_Z && deviation < -opts.min_deviation,
-                    }
-                })
-                .collect();
-            outliers.sort_by(|a, b| a.z.total_cmp(&b.z));
-            for o in outliers.iter().filter(|o| o.drain) {
-                drain.entry(o.node.clone()).or_default().push(format!(
-                    "{m}: {:.1} GB/s, {:+.1}% from the median {med:.1} (z {:.1})",
-                    o.gbps,
-                    o.deviation * 100.0,
-                    o.z
-                ));
-            }
-            let below_floor: Vec<BelowFloor> = vals
-                .iter()
-                .filter_map(|(node, v, floor)| {
-                    let (f, from) = floor.as_ref()?;
-                    (v < f).then(|| BelowFloor {
-                        node: node.to_string(),
-                        gbps: *v,
-                        floor_gbps: *f,
-                        floor_from: from.clone(),
-                    })
-                })
-                .collect();
-            for b in &below_floor {
-                let whose = match b.floor_from.as_str() {
-                    "gpudoctor's bar" => format!("gpudoctor's bar {:.1}", b.floor_gbps),
-                    from => format!("the floor {:.1} of {from}", b.floor_gbps),
-                };
-                drain
-                    .entry(b.node.clone())
-                    .or_default()
-                    .push(format!("{m}: {:.1} GB/s, below {whose}", b.gbps));
-            }
-            ProbeRow {
-                group: g.to_string(),
-                measurement: m.to_string(),
-                n: vals.len(),
-                median_gbps: med,
-                spread_gbps: spread,
-                spread: kind,
-                outliers,
-                below_floor,
-                node_gbps: vals
-                    .iter()
-                    .map(|(node, v, _)| (node.to_string(), *v))
-                    .collect(),
+        .map(|((g, m), vals)| probe_row(g, m, &vals, opts, drain))
+        .collect()
+}
+
+/// One group's statistics for one measurement: its median and spread, its outliers by robust
+/// z (drained where low beyond the tolerance floor), and its nodes below their absolute floor
+/// (drained however slow the whole group is).
+fn probe_row(
+    g: &str,
+    m: &str,
+    vals: &Readings,
+    opts: &FleetOptions,
+    drain: &mut NodeReasons,
+) -> ProbeRow {
+    let xs: Vec<f64> = vals.iter().map(|(_, v, _)| *v).collect();
+    let (z, med, spread, kind) = robust_z(&xs);
+    let mut outliers: Vec<Outlier> = vals
+        .iter()
+        .zip(&z)
+        .filter(|(_, z)| z.abs() > OUTLIER_Z)
+        .map(|((node, v, _), z)| {
+            let deviation = if med > 0.0 { (v - med) / med } else { 0.0 };
+            Outlier {
+                node: node.to_string(),
+                gbps: *v,
+                z: *z,
+                deviation,
+                drain: *z < -OUTLIER_Z && deviation < -opts.min_deviation,
             }
         })
         .collect();
-    // Shape: each node against its group's reference (a baseline, or each field's majority).
-    let mut shape = Vec::new();
-    let mut undecided = Vec::new();
-    let mut shape_nodes = 0;
+    outliers.sort_by(|a, b| a.z.total_cmp(&b.z));
+    for o in outliers.iter().filter(|o| o.drain) {
+        drain.entry(o.node.clone()).or_default().push(format!(
+            "{m}: {:.1} GB/s, {:+.1}% from the median {med:.1} (z {:.1})",
+            o.gbps,
+            o.deviation * 100.0,
+            o.z
+        ));
+    }
+    let below_floor: Vec<BelowFloor> = vals
+        .iter()
+        .filter_map(|(node, v, floor)| {
+            let (f, from) = floor.as_ref()?;
+            (v < f).then(|| BelowFloor {
+                node: node.to_string(),
+                gbps: *v,
+                floor_gbps: *f,
+                floor_from: from.clone(),
+            })
+        })
+        .collect();
+    for b in &below_floor {
+        let whose = match b.floor_from.as_str() {
+            "gpudoctor's bar" => format!("gpudoctor's bar {:.1}", b.floor_gbps),
+            from => format!("the floor {:.1} of {from}", b.floor_gbps),
+        };
+        drain
+            .entry(b.node.clone())
+            .or_default()
+            .push(format!("{m}: {:.1} GB/s, below {whose}", b.gbps));
+    }
+    ProbeRow {
+        group: g.to_string(),
+        measurement: m.to_string(),
+        n: vals.len(),
+        median_gbps: med,
+        spread_gbps: spread,
+        spread: kind,
+        outliers,
+        below_floor,
+        node_gbps: vals
+            .iter()
+            .map(|(node, v, _)| (node.to_string(), *v))
+            .collect(),
+    }
+}
+
+/// The shape part of the fleet view.
+#[derive(Default)]
+struct ShapeJudgement {
+    /// Nodes with a known shape.
+    shape_nodes: usize,
+    shape: Vec<Difference>,
+    undecided: Vec<Undecided>,
+}
+
+/// Each node's shape against its group's reference (a baseline, or each field's majority):
+/// drains the nodes whose GPUs, NICs or paths differ, or whose version the baseline pins as
+/// policy; warns where a version it records as a fact differs or a pinned one is unknown.
+fn judge_shapes(
+    nodes: &[NodeData],
+    opts: &FleetOptions,
+    groups: &BTreeMap<String, Group>,
+    group_of: &BTreeMap<&str, String>,
+    drain: &mut NodeReasons,
+    warn: &mut NodeReasons,
+) -> ShapeJudgement {
+    let mut out = ShapeJudgement::default();
     for g in groups.values() {
         // By the group each node was put in (a lookup: `g.nodes.contains` made 20,000
         // reports-only nodes cost 200 million name comparisons).
@@ -946,7 +1087,7 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             .filter(|n| group_of.get(n.name.as_str()) == Some(&g.name))
             .filter_map(|n| n.shape.as_ref().map(|s| (n.name.as_str(), flatten(s))))
             .collect();
-        shape_nodes += members.len();
+        out.shape_nodes += members.len();
         if members.is_empty() {
             continue;
         }
@@ -954,89 +1095,187 @@ pub fn summarize(nodes: &[NodeData], opts: &FleetOptions) -> FleetReport {
             .expect
             .iter()
             .find(|(name, _)| g.reference == format!("baseline {name}"));
-        let mut unjudged: BTreeSet<String> = BTreeSet::new();
-        let (reference, only) = match baseline {
+        let (reference, only, unjudged) = match baseline {
             Some((_, b)) => {
                 let flat = flatten(b);
                 let sections: BTreeSet<String> = flat
                     .keys()
                     .map(|f| f.split(['.', '[']).next().unwrap_or(f).to_string())
                     .collect();
-                (flat, Some(sections))
+                (flat, Some(sections), BTreeSet::new())
             }
             None => {
-                let fields: BTreeSet<&String> =
-                    members.iter().flat_map(|(_, f)| f.keys()).collect();
-                let mut reference = BTreeMap::new();
-                for field in fields {
-                    let mut by_value: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-                    for (n, f) in &members {
-                        by_value
-                            .entry(f.get(field).map_or("(missing)", String::as_str))
-                            .or_default()
-                            .push(n.to_string());
-                    }
-                    if by_value.len() < 2 {
-                        if let Some(v) = members[0].1.get(field) {
-                            reference.insert(field.clone(), v.clone());
-                        }
-                        continue;
-                    }
-                    match by_value.iter().find(|(_, ns)| ns.len() * 2 > members.len()) {
-                        Some((v, _)) if *v != "(missing)" => {
-                            reference.insert(field.clone(), v.to_string());
-                        }
-                        Some(_) => {}
-                        None => {
-                            undecided.push(Undecided {
-                                group: g.name.clone(),
-                                field: field.clone(),
-                                values: by_value
-                                    .into_iter()
-                                    .map(|(k, v)| (k.to_string(), v))
-                                    .collect(),
-                            });
-                            // Not judged: no node is compared on it.
-                            unjudged.insert(field.clone());
-                        }
-                    }
-                }
-                (reference, None)
+                let (reference, unjudged) = majority_reference(g, &members, &mut out.undecided);
+                (reference, None, unjudged)
             }
         };
         for (n, f) in &members {
             let mut ours = f.clone();
             ours.retain(|k, _| !unjudged.contains(k));
-            for d in differences(n, &g.name, &reference, &ours, only.as_ref()) {
-                if d.drain {
+            for mut d in differences(n, &g.name, &reference, &ours, only.as_ref()) {
+                if let Some((name, b)) = baseline {
+                    enforce_pin(&mut d, name, b, warn);
+                }
+                if d.drain && d.enforce.is_some() {
+                    drain.entry(d.node.clone()).or_default().push(pin_reason(
+                        &d,
+                        baseline.map_or("", |(name, _)| name.as_str()),
+                    ));
+                } else if d.drain {
                     drain
                         .entry(d.node.clone())
                         .or_default()
                         .push(format!("shape: {}", d.brief()));
                 }
-                shape.push(d);
+                out.shape.push(d);
             }
         }
     }
-    FleetReport {
-        schema: FLEET_SCHEMA,
-        gpudoctor_version: env!("CARGO_PKG_VERSION"),
-        nodes: nodes.len(),
-        min_deviation: opts.min_deviation,
-        status,
-        groups: groups.into_values().collect(),
-        checks,
-        probes,
-        shape_nodes,
-        shape,
-        undecided,
-        unreadable,
-        duplicates: nodes.iter().flat_map(|n| n.duplicates.clone()).collect(),
-        drain: drain
-            .into_iter()
-            .map(|(node, reasons)| Drain { node, reasons })
-            .collect(),
+    out
+}
+
+/// A group's majority reference: per field, the value more than half its members hold, and
+/// the fields no value is held by more than half of (each listed as undecided; no node is
+/// judged on them). A field most members lack has no reference value.
+fn majority_reference(
+    g: &Group,
+    members: &[(&str, BTreeMap<String, String>)],
+    undecided: &mut Vec<Undecided>,
+) -> (BTreeMap<String, String>, BTreeSet<String>) {
+    let mut unjudged: BTreeSet<String> = BTreeSet::new();
+    let fields: BTreeSet<&String> = members.iter().flat_map(|(_, f)| f.keys()).collect();
+    let mut reference = BTreeMap::new();
+    for field in fields {
+        let mut by_value: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (n, f) in members {
+            by_value
+                .entry(f.get(field).map_or("(missing)", String::as_str))
+                .or_default()
+                .push(n.to_string());
+        }
+        if by_value.len() < 2 {
+            if let Some(v) = members[0].1.get(field) {
+                reference.insert(field.clone(), v.clone());
+            }
+            continue;
+        }
+        match by_value.iter().find(|(_, ns)| ns.len() * 2 > members.len()) {
+            Some((v, _)) if *v != "(missing)" => {
+                reference.insert(field.clone(), v.to_string());
+            }
+            Some(_) => {}
+            None => {
+                undecided.push(Undecided {
+                    group: g.name.clone(),
+                    field: field.clone(),
+                    values: by_value
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect(),
+                });
+                // Not judged: no node is compared on it.
+                unjudged.insert(field.clone());
+            }
+        }
     }
+    (reference, unjudged)
+}
+
+/// How the baseline pins the version a difference is about: `versions.nvidia_driver.value`,
+/// `versions.cuda_driver.value`, `versions.kernel.value`, `versions.nic_firmware.MODEL.value`,
+/// `nics[*].firmware.value` (policy where any of its positions is pinned as policy). None for
+/// anything else.
+fn pin_of(d: &Difference, b: &Baseline) -> Option<crate::checks::baseline::Enforce> {
+    use crate::checks::baseline::Enforce;
+    let v = b.versions.as_ref();
+    let one = match d.field.as_str() {
+        "versions.nvidia_driver.value" => v.and_then(|v| v.nvidia_driver.as_ref()),
+        "versions.cuda_driver.value" => v.and_then(|v| v.cuda_driver.as_ref()),
+        "versions.kernel.value" => v.and_then(|v| v.kernel.as_ref()),
+        "nics[*].firmware.value" => {
+            let pins: Vec<Enforce> = b
+                .nics
+                .iter()
+                .flatten()
+                .filter(|n| d.subjects.contains(&n.position))
+                .filter_map(|n| n.firmware.as_ref().map(|p| p.enforce))
+                .collect();
+            return pins
+                .iter()
+                .copied()
+                .find(|e| *e == Enforce::Policy)
+                .or(pins.first().copied());
+        }
+        f => {
+            let model = f
+                .strip_prefix("versions.nic_firmware.")?
+                .strip_suffix(".value")?;
+            v.and_then(|v| v.nic_firmware.get(model))
+        }
+    };
+    one.map(|p| p.enforce)
+}
+
+/// The subject of a pinned version's finding, as `check --expect` names it: `host` for the
+/// driver, CUDA, kernel and per-model NIC firmware, the NIC positions for a NIC's own pin.
+fn pin_subject(d: &Difference) -> String {
+    if d.field.starts_with("nics[") {
+        d.subjects.join(", ")
+    } else {
+        "host".to_string()
+    }
+}
+
+/// A version difference judged as its baseline pins it (as `check --expect` judges
+/// `baseline.versions`): `policy` drains, `fact` warns; a policy pin the node does not report
+/// is unknown, never a pass, and warns.
+fn enforce_pin(
+    d: &mut Difference,
+    baseline: &str,
+    b: &Baseline,
+    warn: &mut BTreeMap<String, Vec<String>>,
+) {
+    use crate::checks::baseline::Enforce;
+    let Some(e) = pin_of(d, b) else {
+        return;
+    };
+    d.enforce = Some(e);
+    let unknown = d.got == "(missing)";
+    d.drain = e == Enforce::Policy && !unknown;
+    if !d.drain {
+        let why = if unknown {
+            format!(
+                "{} {}: {} unknown on this node (pinned as policy by baseline {baseline}: {})",
+                crate::checks::baseline::ID_VERSIONS,
+                pin_subject(d),
+                d.field,
+                d.expected
+            )
+        } else {
+            format!(
+                "{} {}: {}: {} -> {} (a fact of baseline {baseline}: warns)",
+                crate::checks::baseline::ID_VERSIONS,
+                pin_subject(d),
+                d.field,
+                d.expected,
+                d.got
+            )
+        };
+        warn.entry(d.node.clone()).or_default().push(why);
+    }
+}
+
+/// The drain reason of a version pinned as policy: `baseline.versions host:
+/// versions.nvidia_driver.value: 550.54.15 -> 535.104.05 (policy of baseline sku-a)`.
+fn pin_reason(d: &Difference, baseline: &str) -> String {
+    format!(
+        "{} {}: {}: {} -> {} (policy of baseline {baseline})",
+        crate::checks::baseline::ID_VERSIONS,
+        pin_subject(d),
+        d.field,
+        d.expected,
+        d.got
+    )
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1064,6 +1303,8 @@ pub struct BandwidthChange {
 pub struct DiffReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
+    /// The source revision the binary was built from (`--version`'s; see build.rs).
+    pub gpudoctor_revision: &'static str,
     pub a: String,
     pub b: String,
     pub status: [Option<String>; 2],
@@ -1130,13 +1371,18 @@ pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>, all: bool
         "skip" => 1,
         _ => 0,
     };
+    // A silenced finding shows its status as silenced (`fail (silenced)`), which ranks as
+    // nothing to act on: silencing a failure is never "worse", and never reads as a pass.
+    let shown = |f: &FindingIn| {
+        if f.silenced {
+            format!("{} (silenced)", f.status)
+        } else {
+            f.status.clone()
+        }
+    };
     for k in keys {
-        let sa = ka
-            .get(k)
-            .map_or("(absent)".to_string(), |f| f.status.clone());
-        let sb = kb
-            .get(k)
-            .map_or("(absent)".to_string(), |f| f.status.clone());
+        let sa = ka.get(k).map_or("(absent)".to_string(), shown);
+        let sb = kb.get(k).map_or("(absent)".to_string(), shown);
         if sa == sb {
             continue;
         }
@@ -1205,6 +1451,7 @@ pub fn diff(a: &NodeData, b: &NodeData, shape: Option<Vec<FindingIn>>, all: bool
     DiffReport {
         schema: DIFF_SCHEMA,
         gpudoctor_version: env!("CARGO_PKG_VERSION"),
+        gpudoctor_revision: crate::REVISION,
         a: a.name.clone(),
         b: b.name.clone(),
         status: [a.status.clone(), b.status.clone()],
@@ -1296,6 +1543,7 @@ mod tests {
             expected: "400".into(),
             got: "200".into(),
             drain: true,
+            enforce: None,
         };
         assert_eq!(d.describe(), "nics[a].ports[port 1].rate: 400 -> 200");
         let (p, s, e) = split_field("versions.kernel.value");
@@ -1350,6 +1598,7 @@ mod tests {
             subject: "host".into(),
             status: st.into(),
             message: msg.into(),
+            silenced: false,
         };
         let a = NodeData {
             findings: vec![f("pass", "driver"), f("pass", "cuda"), f("pass", "kernel")],
@@ -1373,6 +1622,7 @@ mod tests {
             subject: "host".into(),
             status: st.into(),
             message: String::new(),
+            silenced: false,
         };
         let a = NodeData {
             findings: vec![

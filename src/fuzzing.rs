@@ -1,6 +1,10 @@
 //! The fuzz targets' bodies, one function per target: `fuzz/fuzz_targets/<target>.rs` calls
 //! it under libFuzzer (`scripts/fuzz`), and `tests/it/fuzz.rs` replays the committed corpus and
 //! regressions through the same function in the normal suite. A panic is a finding.
+//!
+//! Built only with the `fuzzing` feature (the fuzz crate and the tests turn it on), so the
+//! release library and binary carry none of it. It must not be reached from anything the
+//! binary runs.
 
 use std::time::{Duration, Instant};
 

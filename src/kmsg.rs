@@ -243,6 +243,62 @@ fn syslog_tag(t: &str) -> Option<(&str, &str)> {
     Some((tag, rest.strip_prefix(' ').unwrap_or(rest)))
 }
 
+/// A reader of the kernel log buffer through syslog(2), as `dmesg --syslog --raw` prints it.
+type SyslogReader = fn() -> Result<String, String>;
+
+/// The whole kernel log buffer through syslog(2) (`klogctl(SYSLOG_ACTION_READ_ALL)`: reads
+/// without consuming, as `dmesg` does): one `<PRI>[SEC.USEC] text` line per record. Not a file,
+/// so not through the re-rootable reader: only ever called for the live root.
+fn read_syslog() -> Result<String, String> {
+    const SYSLOG_ACTION_READ_ALL: libc::c_int = 3;
+    const SYSLOG_ACTION_SIZE_BUFFER: libc::c_int = 10;
+    // SAFETY: SIZE_BUFFER takes no buffer (a null pointer and length 0 are what the kernel
+    // expects) and returns the ring buffer's size or -1.
+    let size = unsafe { libc::klogctl(SYSLOG_ACTION_SIZE_BUFFER, std::ptr::null_mut(), 0) };
+    if size < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    // The buffer is at most 2^25 bytes (CONFIG_LOG_BUF_SHIFT <= 25); never more than 64 MiB.
+    let mut buf = vec![0u8; (size as usize).clamp(4096, 64 << 20)];
+    // SAFETY: `buf` is a live, writable allocation of `buf.len()` bytes for the whole call;
+    // READ_ALL writes at most that many bytes and returns how many it wrote, or -1.
+    let n = unsafe {
+        libc::klogctl(
+            SYSLOG_ACTION_READ_ALL,
+            buf.as_mut_ptr().cast(),
+            buf.len() as libc::c_int,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    buf.truncate(n as usize);
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// A syslog(2) line (`<PRI>[SEC.USEC] text`, or `<PRI>text` without printk times) as a
+/// `/dev/kmsg` record with an empty sequence number (syslog(2) gives none). The PRI keeps the
+/// facility, so a record a process wrote is still not the kernel's. None for anything else.
+pub fn from_syslog_line(line: &str) -> Option<String> {
+    let rest = line.strip_prefix('<')?;
+    let (pri, rest) = rest.split_once('>')?;
+    let pri: u32 = pri.parse().ok()?;
+    let (usec, text) = match rest.strip_prefix('[').and_then(|r| r.split_once(']')) {
+        Some((ts, text)) => {
+            let (sec, frac) = ts.trim().split_once('.')?;
+            let sec: u64 = sec.parse().ok()?;
+            let frac = format!("{frac:0<6}");
+            let micros: u64 = frac.get(..6)?.parse().ok()?;
+            (
+                sec.checked_mul(1_000_000)?.checked_add(micros)?.to_string(),
+                text.strip_prefix(' ').unwrap_or(text),
+            )
+        }
+        None => (String::new(), rest),
+    };
+    Some(format!("{pri},,{usec},-;{text}"))
+}
+
 /// Whether a record is one the checks look at (what `kmsg.json` keeps).
 fn kept(line: &str) -> bool {
     xid(line).is_some() || link_down(line).is_some()
@@ -278,8 +334,18 @@ impl KernelLog {
         Ok(k)
     }
 
-    /// Read the live kernel log (through `sr`, which is the live root).
+    /// Read the live kernel log (through `sr`, which is the live root). Where /dev/kmsg cannot
+    /// be opened (a container the runtime passes no such device, or a device cgroup that
+    /// refuses it) and `sr` is the live root, the same buffer is read with syslog(2) instead,
+    /// which needs CAP_SYSLOG only (`syslog_fallback`); both failing leaves the log unknown with
+    /// both reasons.
     pub fn collect(sr: &SysRoot) -> Self {
+        Self::collect_with(sr, sr.is_live().then_some(read_syslog as SyslogReader))
+    }
+
+    /// `collect`, with the syslog(2) reader to fall back on (None: no fallback; tests pass
+    /// their own).
+    fn collect_with(sr: &SysRoot, syslog: Option<SyslogReader>) -> Self {
         let mut k = KernelLog {
             schema: SCHEMA.into(),
             source: format!("live {KMSG}"),
@@ -288,31 +354,64 @@ impl KernelLog {
         match sr.read_records(KMSG, MAX_RECORDS) {
             Ok((records, truncated)) => {
                 k.truncated = truncated;
-                let mut read = 0u64;
-                for line in &records {
-                    let Some(r) = record(line) else { continue };
-                    read += 1;
-                    if k.first_seq.is_none() {
-                        k.first_seq = r.seq;
-                    }
-                    if kept(line) {
-                        k.lines.push(line.clone());
-                    }
-                }
-                k.records_read = read;
+                k.take(&records);
             }
             Err(e) => {
-                k.needs_root = matches!(e, ReadError::PermissionDenied(_));
-                k.unavailable = Some(if k.needs_root {
-                    format!(
-                        "{e}: reading the kernel log needs root (or CAP_SYSLOG) where kernel.dmesg_restrict=1"
-                    )
-                } else {
-                    e.to_string()
-                });
+                let denied = matches!(e, ReadError::PermissionDenied(_));
+                match syslog.map(|read| read()) {
+                    Some(Ok(text)) => {
+                        k.source = format!("live syslog(2) ({KMSG}: {e})");
+                        let records: Vec<String> = text
+                            .lines()
+                            .take(MAX_RECORDS)
+                            .filter_map(from_syslog_line)
+                            .collect();
+                        k.truncated = text.lines().nth(MAX_RECORDS).is_some();
+                        k.take(&records);
+                        // syslog(2) gives no sequence numbers: the buffer reaches back to boot
+                        // when its first record is at time 0.
+                        k.first_seq = records
+                            .first()
+                            .and_then(|l| record(l))
+                            .and_then(|r| (r.usec == Some(0)).then_some(0));
+                    }
+                    Some(Err(why)) => {
+                        k.needs_root = denied || why.contains("not permitted");
+                        k.unavailable = Some(format!(
+                            "{e}; syslog(2): {why}: reading the kernel log needs root (or CAP_SYSLOG) where kernel.dmesg_restrict=1"
+                        ));
+                    }
+                    None => {
+                        k.needs_root = denied;
+                        k.unavailable = Some(if denied {
+                            format!(
+                                "{e}: reading the kernel log needs root (or CAP_SYSLOG) where kernel.dmesg_restrict=1"
+                            )
+                        } else {
+                            e.to_string()
+                        });
+                    }
+                }
             }
         }
         k
+    }
+
+    /// Count the records, note the first one's sequence number and keep the ones the checks
+    /// look at.
+    fn take(&mut self, records: &[String]) {
+        let mut read = 0u64;
+        for line in records {
+            let Some(r) = record(line) else { continue };
+            read += 1;
+            if self.first_seq.is_none() {
+                self.first_seq = r.seq;
+            }
+            if kept(line) {
+                self.lines.push(line.clone());
+            }
+        }
+        self.records_read = read;
     }
 
     /// The Xid events, in log order.
@@ -469,5 +568,47 @@ mod tests {
         std::fs::remove_file(d.path().join("dev/kmsg")).unwrap();
         let k = KernelLog::collect(&sr);
         assert!(k.unavailable.is_some() && !k.needs_root);
+        // No /dev/kmsg (a container's): the same buffer through syslog(2), the facility kept.
+        let syslog = || -> Result<String, String> {
+            Ok("<6>[    0.000000] Linux version 6.8\n\
+                <4>[  912.345678] NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus.\n\
+                <14>[  913.000001] NVRM: Xid (PCI:0000:01:00): 79, written by a process\n"
+                .replace("                ", ""))
+        };
+        let k = KernelLog::collect_with(&sr, Some(syslog));
+        assert!(k.unavailable.is_none(), "{k:?}");
+        assert!(k.source.starts_with("live syslog(2)"), "{}", k.source);
+        assert_eq!((k.records_read, k.first_seq), (3, Some(0)));
+        let xids = k.xids();
+        assert_eq!(
+            xids.len(),
+            1,
+            "the process's record is not the kernel's: {xids:?}"
+        );
+        assert_eq!((xids[0].code, xids[0].usec), (79, Some(912_345_678)));
+        // syslog(2) refused too: unknown with both reasons, needing root.
+        let refused = || -> Result<String, String> { Err("Operation not permitted".into()) };
+        let k = KernelLog::collect_with(&sr, Some(refused));
+        assert!(k.needs_root && k.lines.is_empty(), "{k:?}");
+        assert!(
+            k.unavailable
+                .unwrap()
+                .contains("syslog(2): Operation not permitted")
+        );
+    }
+
+    #[test]
+    fn syslog_lines_as_kmsg_records() {
+        assert_eq!(
+            from_syslog_line("<3>[   12.5] NVRM: Xid 79").as_deref(),
+            Some("3,,12500000,-;NVRM: Xid 79")
+        );
+        assert_eq!(
+            from_syslog_line("<6>no time").as_deref(),
+            Some("6,,,-;no time")
+        );
+        for bad in ["", "no pri", "<x>[1.0] t", "<6>[abc] t", "<6>[1.0x] t"] {
+            assert_eq!(from_syslog_line(bad), None, "{bad:?}");
+        }
     }
 }

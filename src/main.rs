@@ -151,7 +151,7 @@ fn main() {
         _ => None,
     };
     let paths = given_paths(&argv, &args.command);
-    let outcome = Config::from_args(args).and_then(|cfg| run::run(&cfg));
+    let outcome = Config::from_args(args).and_then(|cfg| run::dispatch(&cfg));
     let code = match outcome {
         Ok(out) if out.hung => {
             // CUDA work is stuck on a thread that cannot be joined: leave without exit handlers.

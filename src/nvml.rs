@@ -393,43 +393,7 @@ mod live {
                 dev.are_pages_pending_retired(),
             );
             g.remapped_rows_pending = remapped_pending(&nvml, &dev, &mut u);
-            // NVML_NVLINK_MAX_LINKS is 18 on Hopper; ask each link and stop at the first
-            // InvalidArg (no such link).
-            for link in 0..18u32 {
-                let l = dev.link_wrapper_for(link);
-                match l.is_active() {
-                    Ok(active) => {
-                        let remote_bus_id = if active {
-                            put(
-                                &mut u,
-                                &mut k,
-                                &format!("nvlink.{link}.remote_bus_id"),
-                                l.remote_pci_info(),
-                            )
-                            .map(|p| p.bus_id)
-                        } else {
-                            None
-                        };
-                        let remote_device_type = if active {
-                            remote_type(&nvml, &dev, link, &mut u)
-                        } else {
-                            None
-                        };
-                        g.nvlinks.push(NvmlLink {
-                            link,
-                            active,
-                            remote_bus_id,
-                            remote_device_type,
-                        });
-                    }
-                    Err(NvmlError::InvalidArg) | Err(NvmlError::NotSupported) => break,
-                    Err(e) => {
-                        u.insert(format!("nvlink.{link}"), explain(&e));
-                        k.insert(format!("nvlink.{link}"), kind(&e));
-                        break;
-                    }
-                }
-            }
+            nvlinks(&nvml, &dev, &mut g, &mut u, &mut k);
             health(&nvml, &dev, &mut g, &mut u, &mut k);
             g.unread = u;
             g.unread_kind = k;
@@ -439,6 +403,54 @@ mod live {
         snap.unread = unread;
         snap.unread_kind = unread_kind;
         snap
+    }
+
+    /// Each NVLink of `dev`: whether it is active, and the bus id and kind of its remote end;
+    /// what could not be read goes to `u` and `k`.
+    fn nvlinks(
+        nvml: &Nvml,
+        dev: &nvml_wrapper::Device,
+        g: &mut NvmlGpu,
+        u: &mut BTreeMap<String, String>,
+        k: &mut BTreeMap<String, NvmlErrorKind>,
+    ) {
+        // NVML_NVLINK_MAX_LINKS is 18 on Hopper; ask each link and stop at the first
+        // InvalidArg (no such link).
+        for link in 0..18u32 {
+            let l = dev.link_wrapper_for(link);
+            match l.is_active() {
+                Ok(active) => {
+                    let remote_bus_id = if active {
+                        put(
+                            u,
+                            k,
+                            &format!("nvlink.{link}.remote_bus_id"),
+                            l.remote_pci_info(),
+                        )
+                        .map(|p| p.bus_id)
+                    } else {
+                        None
+                    };
+                    let remote_device_type = if active {
+                        remote_type(nvml, dev, link, u)
+                    } else {
+                        None
+                    };
+                    g.nvlinks.push(NvmlLink {
+                        link,
+                        active,
+                        remote_bus_id,
+                        remote_device_type,
+                    });
+                }
+                Err(NvmlError::InvalidArg) | Err(NvmlError::NotSupported) => break,
+                Err(e) => {
+                    u.insert(format!("nvlink.{link}"), explain(&e));
+                    k.insert(format!("nvlink.{link}"), kind(&e));
+                    break;
+                }
+            }
+        }
     }
 
     /// The health facts of `gpu.throttle`, `gpu.nvlink-errors` and `gpu.fabric`: clock event

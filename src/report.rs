@@ -9,7 +9,7 @@ pub const TOPO_SCHEMA: &str = "gpudoctor.topo/1";
 pub const CHECK_SCHEMA: &str = "gpudoctor.check/1";
 pub const CATALOG_SCHEMA: &str = "gpudoctor.catalog/1";
 /// The one JSON document every `probe ... --json` prints, whatever its flags: `runs` holds one
-/// report per run (one GPU, one device), each with its own schema (`gpudoctor.probe/1`,
+/// report per run (one GPU, one device), each with its own schema (`gpudoctor.probe/2`,
 /// `gpudoctor.write-bw/3`, `gpudoctor.gpu-write-bw/1`).
 pub use crate::probes::PROBE_RUNS_SCHEMA;
 
@@ -42,6 +42,8 @@ pub use crate::probes::probe_runs_in;
 pub struct CatalogReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
+    /// The source revision the binary was built from (`--version`'s; see build.rs).
+    pub gpudoctor_revision: &'static str,
     pub checks: &'static [crate::checks::CheckInfo],
 }
 
@@ -50,6 +52,7 @@ impl CatalogReport {
         CatalogReport {
             schema: CATALOG_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            gpudoctor_revision: crate::REVISION,
             checks: crate::checks::CATALOG,
         }
     }
@@ -90,6 +93,8 @@ impl NvmlSummary {
 pub struct TopoReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
+    /// The source revision the binary was built from (`--version`'s; see build.rs).
+    pub gpudoctor_revision: &'static str,
     pub source: SourceInfo,
     pub nvml: NvmlSummary,
     /// Paths that could not be read at all, and why (per-attribute reasons live on devices).
@@ -102,6 +107,7 @@ impl TopoReport {
         TopoReport {
             schema: TOPO_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            gpudoctor_revision: crate::REVISION,
             source,
             nvml: NvmlSummary::of(&inv.nvml),
             unread: inv.notes.clone(),
@@ -121,12 +127,22 @@ pub struct Summary {
     pub unjudged: usize,
     /// Of those, the ones that need root.
     pub not_root: usize,
+    /// Findings a silence matched (`--skip ID:SUBJECT`, a baseline's silences), whatever
+    /// their status; they are not in the counts above. Absent when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub silenced: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
+    /// The source revision the binary was built from (`--version`'s; see build.rs).
+    pub gpudoctor_revision: &'static str,
     pub source: SourceInfo,
     /// The node's name (a redaction token in a redacted bundle); null where not recorded.
     pub hostname: Option<String>,
@@ -141,10 +157,23 @@ pub struct CheckReport {
     /// Prometheus say. The worst of pass/warn/fail over all checks (skips do not count; `skip`
     /// when nothing could be judged), then the gate (`--strict`, `--fail-on-skip`) applied.
     pub status: crate::findings::Status,
+    /// `--report-only`: the exit code the verdict would have given (the process exited 0);
+    /// absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_exit: Option<i32>,
     /// How the gate decided `status`.
     pub gate: Gate,
     pub summary: Summary,
     pub checks: Vec<crate::findings::Finding>,
+    /// What the level-1 probes measured (or replayed), one entry per measurement with a
+    /// median: fleet and diff compare nodes on these without running the probes again.
+    /// Absent below level 1.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bandwidth: Vec<Bandwidth>,
+    /// The node's GPUs by model (NVML's name, else the PCI database's) and how many of each:
+    /// what fleet groups nodes by. Absent where no GPU was found.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gpu_models: std::collections::BTreeMap<String, usize>,
     pub nvml: NvmlSummary,
     /// Paths that could not be read at all, and why.
     pub unread: Vec<Note>,
@@ -164,6 +193,76 @@ pub struct CheckReport {
     /// must leave without joining it once the report is printed.
     #[serde(skip)]
     pub abandoned_work: bool,
+}
+
+/// One bandwidth a level-1 check measured or replayed, as fleet compares it across nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Bandwidth {
+    /// What was measured, as fleet names it: `h2d host->GPU0 copy-engine`,
+    /// `p2p GPU0->GPU1 copy-engine`, `nccl intra-node (all-reduce) all-reduce`.
+    pub id: String,
+    /// Median of the samples (decimal GB/s; bus bandwidth for NCCL, as nccl-tests prints it).
+    pub median_gbps: f64,
+    /// How many samples the median is of.
+    pub n: usize,
+    /// gpudoctor's bar for it, where the probe had one.
+    #[serde(default)]
+    pub threshold_gbps: Option<f64>,
+    /// The PCIe link a copy's bar is a fraction of (`PCIe Gen5 x16`): fleet groups nodes by it.
+    #[serde(default)]
+    pub link: Option<String>,
+}
+
+impl Bandwidth {
+    /// Every measurement of a copy probe's report that has a median.
+    pub fn of_probe(r: &crate::probes::ProbeReport) -> Vec<Bandwidth> {
+        r.measurements
+            .iter()
+            .filter_map(|m| {
+                let s = m.evaluation.stats.as_ref()?;
+                // "PCIe Gen5 x16 = 63.0 GB/s per direction ...": the link, not its rate.
+                let link = m
+                    .expected
+                    .value()
+                    .filter(|e| e.link == crate::probes::LinkKind::Pcie)
+                    .map(|e| e.basis.split(" = ").next().unwrap_or(&e.basis).to_string());
+                Some(Bandwidth {
+                    id: format!(
+                        "{} {}->{} {}",
+                        m.probe.as_str(),
+                        m.src,
+                        m.dst,
+                        m.method.as_str()
+                    ),
+                    median_gbps: s.median_gbps,
+                    n: s.n,
+                    threshold_gbps: m.evaluation.threshold_gbps.filter(|t| t.is_finite()),
+                    link,
+                })
+            })
+            .collect()
+    }
+
+    /// The bus bandwidth of each collective of an NCCL report at the size it was judged at.
+    pub fn of_nccl(r: &crate::nccl::report::NcclReport) -> Vec<Bandwidth> {
+        let mut out = Vec::new();
+        for run in &r.runs {
+            for c in &run.collectives {
+                let Some(j) = c.judged() else { continue };
+                let Some(median) = crate::probes::median(&j.busbw_gbps) else {
+                    continue;
+                };
+                out.push(Bandwidth {
+                    id: format!("nccl {} {}", run.name, c.collective.as_str()),
+                    median_gbps: median,
+                    n: j.busbw_gbps.len(),
+                    threshold_gbps: c.evaluation.threshold_gbps.filter(|t| t.is_finite()),
+                    link: None,
+                });
+            }
+        }
+        out
+    }
 }
 
 /// A run's time budget as the report gives it.
@@ -288,6 +387,9 @@ impl CheckReport {
     /// Who the GPUs are (for exporters' labels).
     pub fn with_gpus(mut self, topo: &crate::topo::Topology) -> Self {
         self.gpus = topo.gpus.iter().map(GpuIdentity::of).collect();
+        for g in &self.gpus {
+            *self.gpu_models.entry(g.name.clone()).or_default() += 1;
+        }
         self
     }
 
@@ -313,6 +415,10 @@ impl CheckReport {
         use crate::findings::Status;
         let mut summary = Summary::default();
         for f in &checks {
+            if f.silenced.is_some() {
+                summary.silenced += 1;
+                continue;
+            }
             match f.status {
                 Status::Pass => summary.pass += 1,
                 Status::Warn => summary.warn += 1,
@@ -340,6 +446,7 @@ impl CheckReport {
         CheckReport {
             schema: CHECK_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            gpudoctor_revision: crate::REVISION,
             source,
             hostname: None,
             time: None,
@@ -349,11 +456,14 @@ impl CheckReport {
             gate,
             summary,
             checks,
+            bandwidth: Vec::new(),
+            gpu_models: Default::default(),
             nvml,
             unread: inv.notes.clone(),
             gpus: Vec::new(),
             topology: None,
             time_budget: None,
+            would_exit: None,
             abandoned_work: false,
         }
     }

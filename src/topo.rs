@@ -994,9 +994,83 @@ pub fn build(inv: &Inventory) -> Topology {
                 .map(|n| (n.bdf, None, Some(n.rdma_device.as_str()))),
         )
         .collect();
+    let computed = path_rows(&graph, &ends);
+    let uncertain = computed.iter().any(|(_, u)| *u);
+    let paths: Vec<Vec<Path>> = computed.into_iter().map(|(row, _)| row).collect();
+    if uncertain {
+        notes.push(
+            "NUMA node unknown (numa_node -1) for devices on different host bridges: NODE/SYS inferred from CPU affinity, not proven"
+                .to_string(),
+        );
+    }
+    let cells = paths
+        .iter()
+        .map(|r| r.iter().map(Path::cell).collect())
+        .collect();
+    let affinity_of = |bdf: &Bdf| -> (String, String) {
+        // An RDMA device may point at a function that was left out of the PCI devices
+        // (unreadable, see `nics`' note): its affinity is unknown, shown as N/A.
+        let Some(n) = numa.get(bdf) else {
+            return ("N/A".into(), "N/A".into());
+        };
+        (
+            n.cpu_affinity.clone().unwrap_or_else(|| "N/A".into()),
+            if n.affinity.is_empty() {
+                "N/A".into()
+            } else {
+                numa::format_cpulist(&n.affinity.iter().copied().collect())
+            },
+        )
+    };
+    let (cpu_affinity, numa_affinity): (Vec<String>, Vec<String>) =
+        ends.iter().map(|(b, _, _)| affinity_of(b)).unzip();
+
+    let mut closest_nics = closest_nics(&gpus, &nics, &paths);
+    name_closer_rdmaless(&mut closest_nics, &gpus, &nics_without_rdma, &graph);
+
+    notes.sort();
+    notes.dedup();
+    Topology {
+        root_complexes,
+        devices,
+        gpus,
+        nics,
+        software_rdma,
+        nics_without_rdma,
+        unresolved_rdma,
+        rdma_unknown: inv.rdma_class.unreadable().map(str::to_string),
+        numa_nodes: inv.numa_nodes.clone(),
+        matrix: Matrix {
+            uncertain: paths
+                .iter()
+                .enumerate()
+                .flat_map(|(i, row)| {
+                    let labels = &labels;
+                    row.iter()
+                        .enumerate()
+                        .filter(|(_, p)| !p.certain)
+                        .map(move |(j, _)| [labels[i].clone(), labels[j].clone()])
+                })
+                .collect(),
+            labels,
+            cells,
+            paths,
+            cpu_affinity,
+            numa_affinity,
+        },
+        closest_nics,
+        notes,
+    }
+}
+/// Each row of the path matrix between `ends` (GPUs, then NICs: PCI function, NVML GPU, RDMA
+/// device), and whether any of its PCIe paths is inferred rather than proven.
+fn path_rows(
+    graph: &PciGraph,
+    ends: &[(Bdf, Option<&NvmlGpu>, Option<&str>)],
+) -> Vec<(Vec<Path>, bool)> {
     // Rows are independent (the graph is read-only): computed side by side, kept in order.
     let rows: Vec<usize> = (0..ends.len()).collect();
-    let computed = crate::workers::map(&rows, |&i| {
+    crate::workers::map(&rows, |&i| {
         let (a, ga, ra) = &ends[i];
         let mut uncertain = false;
         let mut row = Vec::new();
@@ -1031,41 +1105,20 @@ pub fn build(inv: &Inventory) -> Topology {
             });
         }
         (row, uncertain)
-    });
-    let uncertain = computed.iter().any(|(_, u)| *u);
-    let paths: Vec<Vec<Path>> = computed.into_iter().map(|(row, _)| row).collect();
-    if uncertain {
-        notes.push(
-            "NUMA node unknown (numa_node -1) for devices on different host bridges: NODE/SYS inferred from CPU affinity, not proven"
-                .to_string(),
-        );
-    }
-    let cells = paths
-        .iter()
-        .map(|r| r.iter().map(Path::cell).collect())
-        .collect();
-    let affinity_of = |bdf: &Bdf| -> (String, String) {
-        // An RDMA device may point at a function that was left out of the PCI devices
-        // (unreadable, see `nics`' note): its affinity is unknown, shown as N/A.
-        let Some(n) = numa.get(bdf) else {
-            return ("N/A".into(), "N/A".into());
-        };
-        (
-            n.cpu_affinity.clone().unwrap_or_else(|| "N/A".into()),
-            if n.affinity.is_empty() {
-                "N/A".into()
-            } else {
-                numa::format_cpulist(&n.affinity.iter().copied().collect())
-            },
-        )
-    };
-    let (cpu_affinity, numa_affinity): (Vec<String>, Vec<String>) =
-        ends.iter().map(|(b, _, _)| affinity_of(b)).unzip();
+    })
+}
 
-    let mut closest_nics = closest_nics(&gpus, &nics, &paths);
+/// Names, for each GPU, the NICs without an RDMA device closer to it than its closest NIC
+/// with one, nearest first.
+fn name_closer_rdmaless(
+    closest_nics: &mut [Closest],
+    gpus: &[Gpu],
+    nics_without_rdma: &[RdmalessNic],
+    graph: &PciGraph,
+) {
     // A NIC without an RDMA device closer than every NIC with one is named: the
     // GPU's GPUDirect partner would be it, once its RDMA module is loaded.
-    for c in &mut closest_nics {
+    for c in closest_nics.iter_mut() {
         let Some(g) = gpus.iter().find(|g| g.label == c.gpu) else {
             continue;
         };
@@ -1082,40 +1135,6 @@ pub fn build(inv: &Inventory) -> Topology {
             .collect();
         closer.sort_by_key(|x| (x.path, x.bdf));
         c.closer_without_rdma = closer;
-    }
-
-    notes.sort();
-    notes.dedup();
-    Topology {
-        root_complexes,
-        devices,
-        gpus,
-        nics,
-        software_rdma,
-        nics_without_rdma,
-        unresolved_rdma,
-        rdma_unknown: inv.rdma_class.unreadable().map(str::to_string),
-        numa_nodes: inv.numa_nodes.clone(),
-        matrix: Matrix {
-            uncertain: paths
-                .iter()
-                .enumerate()
-                .flat_map(|(i, row)| {
-                    let labels = &labels;
-                    row.iter()
-                        .enumerate()
-                        .filter(|(_, p)| !p.certain)
-                        .map(move |(j, _)| [labels[i].clone(), labels[j].clone()])
-                })
-                .collect(),
-            labels,
-            cells,
-            paths,
-            cpu_affinity,
-            numa_affinity,
-        },
-        closest_nics,
-        notes,
     }
 }
 

@@ -183,13 +183,12 @@ fn stats(ns: &[u64]) -> String {
     )
 }
 
+/// Sorts `v` (callers print its ends as min and max) and gives its median
+/// (`gpudoctor::stats::median`, the one the reports use); NaN when empty.
 fn median(v: &mut [u64]) -> f64 {
     v.sort_unstable();
-    if v.len() % 2 == 1 {
-        v[v.len() / 2] as f64
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) as f64 / 2.0
-    }
+    let f: Vec<f64> = v.iter().map(|x| *x as f64).collect();
+    gpudoctor::stats::median(&f).unwrap_or(f64::NAN)
 }
 
 fn cycle_stats(c: &[u64]) -> String {
@@ -432,14 +431,9 @@ fn bench(l: &k::Loaded, o: &Opts) -> bool {
     ok
 }
 
+/// The median of `v` (`gpudoctor::stats::median`); NaN when empty.
 fn median_f(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    gpudoctor::stats::median(v).unwrap_or(f64::NAN)
 }
 
 /// The GPU half of the DevX path: the queue memory as level 4 lays it out, the kernel over it.

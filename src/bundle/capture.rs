@@ -214,7 +214,7 @@ pub struct Capture {
 impl Capture {
     /// Run every pattern of `CAPTURE` against `sr`. `progress` is called with the number of
     /// items so far, now and then.
-    pub fn run(sr: &SysRoot, progress: &mut dyn FnMut(usize)) -> Capture {
+    pub fn collect_all(sr: &SysRoot, progress: &mut dyn FnMut(usize)) -> Capture {
         Self::run_patterns(sr, CAPTURE, progress)
     }
 

@@ -80,6 +80,8 @@ pub struct Manifest {
     pub format: String,
     pub format_version: u32,
     pub gpudoctor_version: String,
+    /// The source revision of the gpudoctor that wrote the bundle (empty in older bundles).
+    pub gpudoctor_revision: String,
     /// UTC, RFC 3339.
     pub created: Option<String>,
     /// "gpudoctor bundle", or how a hand-made fixture was recorded.

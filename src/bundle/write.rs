@@ -101,6 +101,30 @@ pub fn write_bundle(
     out: &Path,
     opts: &Options,
 ) -> Result<Written, BundleError> {
+    let mut cap = capture(sr, opts);
+    let clamped = clamp_escaping_links(sr, &mut cap);
+    let uncovered = cap.uncovered(sr, discovery.touched, discovery.listed);
+    let Redacted {
+        mut red,
+        host,
+        nvml,
+    } = redact(sr, nvml, &mut cap, &mut extra, &mut reports, opts);
+    let manifest = manifest_of(&cap, &mut red, opts, host, &clamped, &uncovered, &reports);
+    let top = top_documents(&manifest, &nvml, &reports, &extra)?;
+    let file = write_in_place(out, &top, &cap.items)?;
+    let archive_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok(Written {
+        manifest,
+        archive_bytes,
+        reports,
+        file,
+        clamped_links: clamped,
+    })
+}
+
+/// Everything the capture list names under `sr`, with a progress line on stderr where asked
+/// for (cleared when done).
+fn capture(sr: &SysRoot, opts: &Options) -> Capture {
     let mut last_drawn = 0usize;
     let mut progress = |n: usize| {
         if opts.progress && (n == 0 || n >= last_drawn + 512) {
@@ -108,19 +132,39 @@ pub fn write_bundle(
             let _ = write!(std::io::stderr(), "\rgpudoctor bundle: {n} paths captured");
         }
     };
-    let mut cap = Capture::run(sr, &mut progress);
+    let cap = Capture::collect_all(sr, &mut progress);
     if opts.progress {
         let _ = write!(std::io::stderr(), "\r\x1b[2K");
     }
-    let clamped = clamp_escaping_links(sr, &mut cap);
-    let uncovered = cap.uncovered(sr, discovery.touched, discovery.listed);
+    cap
+}
 
+/// The redactor after redaction (its record goes into the manifest, and it still redacts the
+/// manifest's own texts), the hostname as the manifest gives it, and the redacted NVML
+/// snapshot.
+struct Redacted {
+    red: Redactor,
+    host: Option<String>,
+    nvml: NvmlSnapshot,
+}
+
+/// Redacts the capture, NVML snapshot, extra documents and reports in place where
+/// `opts.redact` asks for it (always the recording's own root path).
+///
+/// Redaction by value: every identifier is first collected from everything the bundle will
+/// hold (contents, member names, link targets, documents), then replaced everywhere.
+fn redact(
+    sr: &SysRoot,
+    nvml: &NvmlSnapshot,
+    cap: &mut Capture,
+    extra: &mut BTreeMap<String, serde_json::Value>,
+    reports: &mut BTreeMap<String, serde_json::Value>,
+    opts: &Options,
+) -> Redacted {
     let mut red = match (opts.redact, opts.redact_key) {
         (true, Some(key)) => Redactor::with_site_key(key),
         (redact, _) => Redactor::new(redact),
     };
-    // Redaction by value: every identifier is first collected from everything the bundle
-    // will hold (contents, member names, link targets, documents), then replaced everywhere.
     red.set_structure(cap.items.keys().map(String::as_str));
     // Read for redaction only; the hostname file itself is not captured.
     let host_name = sr.read_text("/proc/sys/kernel/hostname").ok();
@@ -191,7 +235,20 @@ pub fn write_bundle(
             }
         }
     }
+    Redacted { red, host, nvml }
+}
 
+/// The manifest of the (redacted) capture: kernel, counts, unreadable paths, notes on what
+/// was recorded specially, and the redaction record.
+fn manifest_of(
+    cap: &Capture,
+    red: &mut Redactor,
+    opts: &Options,
+    host: Option<String>,
+    clamped: &[(String, String)],
+    uncovered: &[String],
+    reports: &BTreeMap<String, serde_json::Value>,
+) -> Manifest {
     let text_of = |p: &str| match cap.items.get(p) {
         Some(Item::File(b)) => Some(String::from_utf8_lossy(b).trim().to_string()),
         _ => None,
@@ -247,10 +304,11 @@ pub fn write_bundle(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let manifest = Manifest {
+    Manifest {
         format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
         gpudoctor_version: env!("CARGO_PKG_VERSION").to_string(),
+        gpudoctor_revision: crate::REVISION.to_string(),
         created: Some(rfc3339(now)),
         recorded_by: "gpudoctor bundle".to_string(),
         source: opts.source.clone(),
@@ -262,8 +320,17 @@ pub fn write_bundle(
         uncovered,
         contents,
         notes,
-    };
+    }
+}
 
+/// The top-level documents, serialized: manifest.json, nvml.json, report.json, then each extra
+/// document (refused where its name is taken, has a directory or is not `.json`).
+fn top_documents<'a>(
+    manifest: &Manifest,
+    nvml: &NvmlSnapshot,
+    reports: &BTreeMap<String, serde_json::Value>,
+    extra: &'a BTreeMap<String, serde_json::Value>,
+) -> Result<Vec<(&'a str, Vec<u8>)>, BundleError> {
     let json = |v: &dyn erased::Json| -> Result<Vec<u8>, BundleError> {
         let mut b = v
             .to_pretty()
@@ -271,19 +338,28 @@ pub fn write_bundle(
         b.push(b'\n');
         Ok(b)
     };
-    let report_doc = serde_json::json!({ "schema": REPORTS_SCHEMA, "reports": &reports });
+    let report_doc = serde_json::json!({ "schema": REPORTS_SCHEMA, "reports": reports });
     let mut top: Vec<(&str, Vec<u8>)> = vec![
-        ("manifest.json", json(&manifest)?),
-        ("nvml.json", json(&nvml)?),
+        ("manifest.json", json(manifest)?),
+        ("nvml.json", json(nvml)?),
         ("report.json", json(&report_doc)?),
     ];
-    for (name, v) in &extra {
+    for (name, v) in extra {
         if top.iter().any(|(n, _)| n == name) || name.contains('/') || !name.ends_with(".json") {
             return Err(BundleError::Io(format!("bad extra document name '{name}'")));
         }
         top.push((name, json(v)?));
     }
+    Ok(top)
+}
 
+/// Writes the archive beside `out` and renames it into place (a failed run leaves nothing
+/// behind); the archive written, open for reading.
+fn write_in_place(
+    out: &Path,
+    top: &[(&str, Vec<u8>)],
+    items: &BTreeMap<String, Item>,
+) -> Result<std::fs::File, BundleError> {
     check_output(out)?;
     let tmp = temp_path(out);
     if let Some(dir) = tmp.parent() {
@@ -298,21 +374,14 @@ pub fn write_bundle(
         let _ = std::fs::remove_file(&tmp);
         e
     };
-    write_archive(&tmp, &top, &cap.items).map_err(fail)?;
+    write_archive(&tmp, top, items).map_err(fail)?;
     // Our own bytes, whatever lands at `out` later (another run writing the same path).
     let file = read::open_regular(&tmp).map_err(|e| fail(io_err("reopening", &tmp, e)))?;
     // Checked again just before: the rename must never replace a device, FIFO or directory.
     check_output(out).map_err(fail)?;
     std::fs::rename(&tmp, out).map_err(|e| fail(io_err("renaming into", out, e)))?;
     drop(registered);
-    let archive_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    Ok(Written {
-        manifest,
-        archive_bytes,
-        reports,
-        file,
-        clamped_links: clamped,
-    })
+    Ok(file)
 }
 
 /// A recorded tree may hold links that climb above its root (`..` past it, or through `s -> .`

@@ -248,7 +248,6 @@ fn memory_path(
 /// (peermem or dma-buf; dma-buf only for EFA), and a path within NCCL's default
 /// NCCL_NET_GDR_LEVEL (`rdma::judge::gdr::nccl_default_gdr`).
 pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
-    use crate::rdma::judge::gdr::{NCCL_RULES, nccl_default_gdr};
     use crate::topo::gpu_model::GdrCapability;
     let t = ctx.topo;
     let no_gdr = not_applicable(ctx);
@@ -308,137 +307,196 @@ pub(super) fn path(ctx: &Ctx, out: &mut Vec<Finding>) {
                 "NVLink-C2C to a Grace CPU (NCCL path C2C)",
             ));
         }
-        let mut worst = Readiness::Ready;
-        let mut paths_used: Vec<&str> = Vec::new();
-        let mut flattened = false;
-        let mut nccl_path = None;
-        let mut dmabuf_only = false;
-        for label in &c.nics {
-            let Some(n) = t.nic(label) else {
-                continue;
-            };
-            let nd = t.device(n.bdf);
-            let ids = nd.and_then(|d| {
-                let p = |s: &Option<String>| {
-                    s.as_deref()
-                        .and_then(|x| u16::from_str_radix(x.trim_start_matches("0x"), 16).ok())
-                };
-                Some((p(&d.vendor_id)?, p(&d.device_id)?))
-            });
-            let nic_model = ids.and_then(|(v, d)| crate::nic::model(v, d));
-            let gdr_memory =
-                nic_model.map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
-            dmabuf_only |= gdr_memory == crate::nic::GdrMemory::DmabufOnly;
-            let mem = memory_path(pm, db, gdr_memory);
-            let pcie = c.path.unwrap_or(crate::topo::PathType::SYS);
-            let nccl = nccl_default_gdr(pcie, model.c2c);
-            let flat = t.flattened(g.bdf, n.bdf);
-            flattened |= flat;
-            nccl_path = Some(nccl.path);
-            let r = match (model.gdr, &mem) {
-                (GdrCapability::NotCapable, _) => Readiness::GpuNotCapable,
-                (_, Ok(None)) => Readiness::NoMemoryPath,
-                (GdrCapability::Unknown, _) | (_, Err(_)) => Readiness::Unknown,
-                _ if !nccl.enabled => Readiness::BeyondNcclLevel,
-                _ => Readiness::Ready,
-            };
-            worst = worst.min(r);
-            if let Ok(Some(p)) = mem
-                && !paths_used.contains(&p)
-            {
-                paths_used.push(p);
-            }
-            evs.push(ev(
-                format!("{}<->{}", c.gpu, n.rdma_device),
-                format!(
-                    "{}{}; memory path {}{}; {}{}",
-                    nic_model.map_or_else(|| n.name.clone(), |m| m.name.to_string()),
-                    if c.certain {
-                        ""
-                    } else {
-                        " (path inferred: NUMA unknown)"
-                    },
-                    match mem {
-                        Ok(Some(p)) => p,
-                        Ok(None) => "none",
-                        Err(why) => why,
-                    },
-                    if gdr_memory == crate::nic::GdrMemory::DmabufOnly {
-                        " (EFA: dma-buf only, no nvidia-peermem)"
-                    } else {
-                        ""
-                    },
-                    nccl.rule,
-                    if flat {
-                        "; flattened virtual PCI: both on the root bus, numa_node -1"
-                    } else {
-                        ""
-                    },
-                ),
-            ));
-        }
-        let nics = c.rdma_devices.join(", ");
-        let at = c.path.map_or("unknown", |p| p.as_str());
-        let inferred = if c.certain {
-            ""
-        } else {
-            " (inferred: NUMA unknown)"
-        };
-        let via = if paths_used.is_empty() {
-            "no memory path".to_string()
-        } else {
-            paths_used.join("/")
-        };
-        let vm_note = if flattened {
-            format!(
-                "; this is a VM{} with flattened PCI (GPU and NIC on the root bus, numa_node -1): NCCL cannot see the PCIe switches between them and reads PHB whatever the physical layout; an NCCL topology file (NCCL_TOPO_FILE) describing the host's real switches lets NCCL see PIX/PXB and use GPUDirect RDMA",
-                hypervisor.map_or(String::new(), |(b, what)| format!(" ({what} at {b})"))
-            )
-        } else {
-            String::new()
-        };
-        let f = match worst {
-            Readiness::GpuNotCapable => Finding::new(id, subject, Status::Fail, format!(
-                "{} ({}) cannot do GPUDirect RDMA: CUDA reports cudaDevAttrGPUDirectRDMASupported = 0 on GeForce-class GPUs and {NCCL_RULES} then gives the GPU gdr=0 (src/plugin/net.cc ncclGpuGdrSupport; src/graph/paths.cc ncclTopoCheckGdr): traffic to {nics} stages through host memory",
-                c.gpu, model.name
-            ))
-            .fix("Use a data-center or professional GPU (A100, H100/H200, B200/GB200, L40S, RTX PRO) where GPUDirect RDMA is needed; a GeForce part cannot be configured into it"),
-            Readiness::NoMemoryPath if dmabuf_only => Finding::new(id, subject, Status::Fail, format!(
-                "no GPUDirect RDMA path to {nics}: EFA registers GPU memory only through dma-buf, and dma-buf is not possible here (see gdr.dmabuf)"
-            ))
-            .fix("Use the open NVIDIA kernel module, Linux >= 5.12, rdma-core >= 34 and an efa driver with dma-buf memory regions (AWS's EFA installer); nvidia-peermem does not help EFA"),
-            Readiness::NoMemoryPath => Finding::new(id, subject, Status::Fail, format!("no GPUDirect RDMA path to {nics}: neither nvidia-peermem nor dma-buf"))
-                .fix("Load nvidia-peermem, or move to the open kernel module + Linux >= 5.12 + rdma-core >= 34 for dma-buf"),
-            Readiness::Unknown if model.gdr == GdrCapability::Unknown => Finding::new(id, subject, Status::Skip, format!(
-                "GPUDirect RDMA to {nics} unknown: {} ({}) is not in gpudoctor's GPU model table, so whether it can do GPUDirect RDMA (CUDA's cudaDevAttrGPUDirectRDMASupported, which {NCCL_RULES} follows) is unknown",
-                model.name, model.basis
-            )),
-            Readiness::Unknown => Finding::new(id, subject, Status::Skip, format!("GPUDirect path to {nics} unknown (peermem or dma-buf facts unreadable)")),
-            Readiness::BeyondNcclLevel => Finding::new(id, subject, Status::Warn, format!(
-                "{} reaches {nics} via {via} at {at}{inferred}, but {NCCL_RULES} does not use GPUDirect RDMA there by default (NCCL path {} is beyond NCCL_NET_GDR_LEVEL's default P2C, which is PXB without a C2C link): traffic stages through host memory{vm_note}",
-                c.gpu,
-                nccl_path.map_or("unknown", |p| p.as_str()),
-            ))
-            .fix(if flattened {
-                "Ask the provider for the instance type's NCCL topology file and point NCCL_TOPO_FILE at it (cloud GPU images ship one, naming the PCIe switches the VM does not show); or, after measuring, NCCL_NET_GDR_LEVEL=PHB"
-            } else {
-                "Place a NIC under the same PCIe switch as the GPU (PIX/PXB); or accept the CPU path explicitly with NCCL_NET_GDR_LEVEL=PHB (measure first)"
-            }),
-            Readiness::Ready => Finding::new(id, subject, Status::Pass, format!(
-                "GPUDirect RDMA to {nics} via {via} at {at}{}: {NCCL_RULES} uses it by default",
-                if nccl_path == Some(crate::rdma::judge::gdr::NcclPath::P2c) {
-                    " over the Grace CPU's NVLink-C2C (NCCL path P2C)"
-                } else {
-                    ""
-                }
-            )),
-        };
-        let mut f = f;
+        let ready = pairs_readiness(ctx, c, g, &model, pm, db, &mut evs);
+        let mut f = readiness_finding(c, &model, &ready, hypervisor);
         f.message.push_str(&super::topo::closer_note(c));
         out.push(f.with(ev("memory path", host_path)).evidence(evs).with(ev(
             "NCCL default GPUDirect RDMA level",
             crate::rdma::judge::gdr::NCCL_GDR_LEVEL_SOURCE,
         )));
+    }
+}
+
+/// What a GPU's closest NICs come to for GPUDirect RDMA, the worst pair deciding.
+struct PairsReadiness {
+    worst: Readiness,
+    /// The memory paths the pairs can use, in NIC order, each once.
+    paths_used: Vec<&'static str>,
+    /// Some pair is on a flattened virtual PCI bus.
+    flattened: bool,
+    /// NCCL's path class of the last pair judged.
+    nccl_path: Option<crate::rdma::judge::gdr::NcclPath>,
+    /// Some NIC registers GPU memory through dma-buf only (EFA).
+    dmabuf_only: bool,
+}
+
+/// Judges each pair of the GPU `g` and one of its closest NICs: the GPU model, the memory path
+/// the NIC can use (`pm`, `db`: nvidia-peermem and dma-buf possible, where known) and NCCL's
+/// default GDR level for their path; each pair's evidence goes to `evs`.
+fn pairs_readiness(
+    ctx: &Ctx,
+    c: &crate::topo::Closest,
+    g: &crate::topo::Gpu,
+    model: &crate::topo::gpu_model::GpuModel,
+    pm: Option<bool>,
+    db: Option<bool>,
+    evs: &mut Vec<Evidence>,
+) -> PairsReadiness {
+    use crate::rdma::judge::gdr::nccl_default_gdr;
+    use crate::topo::gpu_model::GdrCapability;
+    let t = ctx.topo;
+    let mut worst = Readiness::Ready;
+    let mut paths_used: Vec<&str> = Vec::new();
+    let mut flattened = false;
+    let mut nccl_path = None;
+    let mut dmabuf_only = false;
+    for label in &c.nics {
+        let Some(n) = t.nic(label) else {
+            continue;
+        };
+        let nd = t.device(n.bdf);
+        let ids = nd.and_then(|d| {
+            let p = |s: &Option<String>| {
+                s.as_deref()
+                    .and_then(|x| u16::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+            };
+            Some((p(&d.vendor_id)?, p(&d.device_id)?))
+        });
+        let nic_model = ids.and_then(|(v, d)| crate::nic::model(v, d));
+        let gdr_memory = nic_model.map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
+        dmabuf_only |= gdr_memory == crate::nic::GdrMemory::DmabufOnly;
+        let mem = memory_path(pm, db, gdr_memory);
+        let pcie = c.path.unwrap_or(crate::topo::PathType::SYS);
+        let nccl = nccl_default_gdr(pcie, model.c2c);
+        let flat = t.flattened(g.bdf, n.bdf);
+        flattened |= flat;
+        nccl_path = Some(nccl.path);
+        let r = match (model.gdr, &mem) {
+            (GdrCapability::NotCapable, _) => Readiness::GpuNotCapable,
+            (_, Ok(None)) => Readiness::NoMemoryPath,
+            (GdrCapability::Unknown, _) | (_, Err(_)) => Readiness::Unknown,
+            _ if !nccl.enabled => Readiness::BeyondNcclLevel,
+            _ => Readiness::Ready,
+        };
+        worst = worst.min(r);
+        if let Ok(Some(p)) = mem
+            && !paths_used.contains(&p)
+        {
+            paths_used.push(p);
+        }
+        evs.push(ev(
+            format!("{}<->{}", c.gpu, n.rdma_device),
+            format!(
+                "{}{}; memory path {}{}; {}{}",
+                nic_model.map_or_else(|| n.name.clone(), |m| m.name.to_string()),
+                if c.certain {
+                    ""
+                } else {
+                    " (path inferred: NUMA unknown)"
+                },
+                match mem {
+                    Ok(Some(p)) => p,
+                    Ok(None) => "none",
+                    Err(why) => why,
+                },
+                if gdr_memory == crate::nic::GdrMemory::DmabufOnly {
+                    " (EFA: dma-buf only, no nvidia-peermem)"
+                } else {
+                    ""
+                },
+                nccl.rule,
+                if flat {
+                    "; flattened virtual PCI: both on the root bus, numa_node -1"
+                } else {
+                    ""
+                },
+            ),
+        ));
+    }
+    PairsReadiness {
+        worst,
+        paths_used,
+        flattened,
+        nccl_path,
+        dmabuf_only,
+    }
+}
+
+/// The `gdr.path` finding of one GPU from its pairs' readiness: fails without a GPU that can
+/// do it or a memory path, warns beyond NCCL's default level (naming the VM where its PCI is
+/// flattened), skips where unknown.
+fn readiness_finding(
+    c: &crate::topo::Closest,
+    model: &crate::topo::gpu_model::GpuModel,
+    ready: &PairsReadiness,
+    hypervisor: Option<(crate::pci::Bdf, &'static str)>,
+) -> Finding {
+    use crate::rdma::judge::gdr::NCCL_RULES;
+    use crate::topo::gpu_model::GdrCapability;
+    let id = CheckId::GdrPath;
+    let subject = c.gpu.clone();
+    let PairsReadiness {
+        worst,
+        ref paths_used,
+        flattened,
+        nccl_path,
+        dmabuf_only,
+    } = *ready;
+    let nics = c.rdma_devices.join(", ");
+    let at = c.path.map_or("unknown", |p| p.as_str());
+    let inferred = if c.certain {
+        ""
+    } else {
+        " (inferred: NUMA unknown)"
+    };
+    let via = if paths_used.is_empty() {
+        "no memory path".to_string()
+    } else {
+        paths_used.join("/")
+    };
+    let vm_note = if flattened {
+        format!(
+            "; this is a VM{} with flattened PCI (GPU and NIC on the root bus, numa_node -1): NCCL cannot see the PCIe switches between them and reads PHB whatever the physical layout; an NCCL topology file (NCCL_TOPO_FILE) describing the host's real switches lets NCCL see PIX/PXB and use GPUDirect RDMA",
+            hypervisor.map_or(String::new(), |(b, what)| format!(" ({what} at {b})"))
+        )
+    } else {
+        String::new()
+    };
+    match worst {
+        Readiness::GpuNotCapable => Finding::new(id, subject, Status::Fail, format!(
+            "{} ({}) cannot do GPUDirect RDMA: CUDA reports cudaDevAttrGPUDirectRDMASupported = 0 on GeForce-class GPUs and {NCCL_RULES} then gives the GPU gdr=0 (src/plugin/net.cc ncclGpuGdrSupport; src/graph/paths.cc ncclTopoCheckGdr): traffic to {nics} stages through host memory",
+            c.gpu, model.name
+        ))
+        .fix("Use a data-center or professional GPU (A100, H100/H200, B200/GB200, L40S, RTX PRO) where GPUDirect RDMA is needed; a GeForce part cannot be configured into it"),
+        Readiness::NoMemoryPath if dmabuf_only => Finding::new(id, subject, Status::Fail, format!(
+            "no GPUDirect RDMA path to {nics}: EFA registers GPU memory only through dma-buf, and dma-buf is not possible here (see gdr.dmabuf)"
+        ))
+        .fix("Use the open NVIDIA kernel module, Linux >= 5.12, rdma-core >= 34 and an efa driver with dma-buf memory regions (AWS's EFA installer); nvidia-peermem does not help EFA"),
+        Readiness::NoMemoryPath => Finding::new(id, subject, Status::Fail, format!("no GPUDirect RDMA path to {nics}: neither nvidia-peermem nor dma-buf"))
+            .fix("Load nvidia-peermem, or move to the open kernel module + Linux >= 5.12 + rdma-core >= 34 for dma-buf"),
+        Readiness::Unknown if model.gdr == GdrCapability::Unknown => Finding::new(id, subject, Status::Skip, format!(
+            "GPUDirect RDMA to {nics} unknown: {} ({}) is not in gpudoctor's GPU model table, so whether it can do GPUDirect RDMA (CUDA's cudaDevAttrGPUDirectRDMASupported, which {NCCL_RULES} follows) is unknown",
+            model.name, model.basis
+        )),
+        Readiness::Unknown => Finding::new(id, subject, Status::Skip, format!("GPUDirect path to {nics} unknown (peermem or dma-buf facts unreadable)")),
+        Readiness::BeyondNcclLevel => Finding::new(id, subject, Status::Warn, format!(
+            "{} reaches {nics} via {via} at {at}{inferred}, but {NCCL_RULES} does not use GPUDirect RDMA there by default (NCCL path {} is beyond NCCL_NET_GDR_LEVEL's default P2C, which is PXB without a C2C link): traffic stages through host memory{vm_note}",
+            c.gpu,
+            nccl_path.map_or("unknown", |p| p.as_str()),
+        ))
+        .fix(if flattened {
+            "Ask the provider for the instance type's NCCL topology file and point NCCL_TOPO_FILE at it (cloud GPU images ship one, naming the PCIe switches the VM does not show); or, after measuring, NCCL_NET_GDR_LEVEL=PHB"
+        } else {
+            "Place a NIC under the same PCIe switch as the GPU (PIX/PXB); or accept the CPU path explicitly with NCCL_NET_GDR_LEVEL=PHB (measure first)"
+        }),
+        Readiness::Ready => Finding::new(id, subject, Status::Pass, format!(
+            "GPUDirect RDMA to {nics} via {via} at {at}{}: {NCCL_RULES} uses it by default",
+            if nccl_path == Some(crate::rdma::judge::gdr::NcclPath::P2c) {
+                " over the Grace CPU's NVLink-C2C (NCCL path P2C)"
+            } else {
+                ""
+            }
+        )),
     }
 }
 
@@ -466,8 +524,6 @@ const NCCL_NET_GDR: &str = "the net plugin offers NCCL_PTR_CUDA (NET/IB: an nvid
 /// for a person to tell; `gdr.path` stays the check that fails a machine without GPUDirect RDMA.
 pub(super) fn nccl_agrees(ctx: &Ctx, out: &mut Vec<Finding>) {
     use crate::foreign::{ForeignGdr, ForeignVerdicts};
-    use crate::rdma::judge::gdr::{NCCL_RULES, nccl_default_gdr};
-    use crate::topo::gpu_model::GdrCapability;
     let id = CheckId::GdrNcclAgrees;
     let t = ctx.topo;
     let (noun, verdicts) = match ctx.inv.foreign_gdr.as_ref() {
@@ -495,15 +551,8 @@ pub(super) fn nccl_agrees(ctx: &Ctx, out: &mut Vec<Finding>) {
         );
         return;
     }
-    let net_gdr = |name: &str| {
-        verdicts.iter().find_map(|v| match v {
-            ForeignGdr::Net { name: n, gdr, .. } if n == name => Some(*gdr),
-            _ => None,
-        })
-    };
     let (pm, _) = peermem_facts(ctx);
     let (db, _, _) = dmabuf_facts(ctx);
-    let zero_one = |b: bool| if b { "1" } else { "0" };
     for (bdf, nccl_gpu) in gpus {
         let Some(g) = t.gpu_at(bdf) else {
             out.push(Finding::new(id, bdf.to_string(), Status::Skip, format!(
@@ -512,173 +561,242 @@ pub(super) fn nccl_agrees(ctx: &Ctx, out: &mut Vec<Finding>) {
             )));
             continue;
         };
-        let subject = g.label.clone();
-        let model = t.gpu_model(g);
-        let mut evs = vec![ev(
-            format!("{} NCCL <gpu gdr>", g.label),
-            format!("{} ({NCCL_GPU_GDR})", zero_one(nccl_gpu)),
-        )];
-        let ours = match model.gdr {
-            GdrCapability::Capable => "GPUDirect RDMA capable",
-            GdrCapability::NotCapable => {
-                "no GPUDirect RDMA (CUDA reports cudaDevAttrGPUDirectRDMASupported = 0 on GeForce/TITAN/CMP)"
-            }
-            GdrCapability::Unknown => "unknown (model not in gpudoctor's table)",
-        };
-        evs.push(ev(
-            format!("{} gpudoctor model", g.label),
-            format!("{} ({}): {ours}", model.name, model.basis),
-        ));
-        let gpu_cmp = match (model.gdr, nccl_gpu) {
-            (GdrCapability::Capable, true) | (GdrCapability::NotCapable, false) => {
-                Comparison::Agree
-            }
-            (GdrCapability::Unknown, _) => Comparison::NotCompared,
-            _ => Comparison::Disagree,
-        };
-        let mut reasons: Vec<String> = Vec::new();
-        match gpu_cmp {
-            Comparison::Disagree if nccl_gpu => reasons.push(format!(
-                "NCCL gives {} gdr=1 (CUDA said GPUDirect RDMA is supported) where gpudoctor's model table says {} cannot do it: the table is wrong for this part, or the file was edited",
-                g.label, model.name
-            )),
-            Comparison::Disagree => reasons.push(format!(
-                "NCCL gives {} gdr=0 where gpudoctor's model table says {} can do GPUDirect RDMA: CUDA reported it unsupported (a VM or vGPU that hides it, a driver that does not offer it), or the file comes from NCCL < 2.12 or a CUDA < 11.3 driver, where gdr=0 also meant no NIC took the GPU's memory (nvidia-peermem not loaded, no RDMA NIC), or the file was edited",
-                g.label, model.name
-            )),
-            _ => {}
+        out.push(gpu_agreement(ctx, g, nccl_gpu, verdicts, pm, db));
+    }
+}
+
+/// NCCL's attribute value as it writes it.
+fn zero_one(b: bool) -> &'static str {
+    if b { "1" } else { "0" }
+}
+
+/// One GPU's `gdr.nccl-agrees` finding: NCCL's `<gpu gdr>` against gpudoctor's GPU model
+/// verdict, and NCCL's `<net gdr>` of each of its closest NICs against gpudoctor's memory path
+/// (`pm`, `db`: nvidia-peermem and dma-buf possible, where known).
+fn gpu_agreement(
+    ctx: &Ctx,
+    g: &crate::topo::Gpu,
+    nccl_gpu: bool,
+    verdicts: &[crate::foreign::ForeignGdr],
+    pm: Option<bool>,
+    db: Option<bool>,
+) -> Finding {
+    use crate::foreign::ForeignGdr;
+    use crate::topo::gpu_model::GdrCapability;
+    let t = ctx.topo;
+    let net_gdr = |name: &str| {
+        verdicts.iter().find_map(|v| match v {
+            ForeignGdr::Net { name: n, gdr, .. } if n == name => Some(*gdr),
+            _ => None,
+        })
+    };
+    let model = t.gpu_model(g);
+    let mut evs = vec![ev(
+        format!("{} NCCL <gpu gdr>", g.label),
+        format!("{} ({NCCL_GPU_GDR})", zero_one(nccl_gpu)),
+    )];
+    let ours = match model.gdr {
+        GdrCapability::Capable => "GPUDirect RDMA capable",
+        GdrCapability::NotCapable => {
+            "no GPUDirect RDMA (CUDA reports cudaDevAttrGPUDirectRDMASupported = 0 on GeForce/TITAN/CMP)"
         }
-        let closest = t.closest_nics.iter().find(|c| c.gpu == g.label);
-        let mut nic_cmps: Vec<Comparison> = Vec::new();
-        let mut nic_unknown: Vec<String> = Vec::new();
-        for label in closest.map(|c| c.nics.as_slice()).unwrap_or(&[]) {
-            let Some(n) = t.nic(label) else {
-                continue;
-            };
-            let Some(nccl_net) = net_gdr(&n.rdma_device) else {
-                continue;
-            };
-            let gdr_memory = t
-                .device(n.bdf)
-                .and_then(|d| {
-                    let p = |s: &Option<String>| {
-                        s.as_deref()
-                            .and_then(|x| u16::from_str_radix(x.trim_start_matches("0x"), 16).ok())
-                    };
-                    crate::nic::model(p(&d.vendor_id)?, p(&d.device_id)?)
-                })
-                .map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
-            let mem = memory_path(pm, db, gdr_memory);
-            let net_cmp = match (&mem, nccl_net) {
-                (Ok(Some(_)), true) | (Ok(None), false) => Comparison::Agree,
-                (Err(_), _) => Comparison::NotCompared,
-                _ => Comparison::Disagree,
-            };
-            if net_cmp == Comparison::Disagree {
-                reasons.push(format!(
-                    "NCCL gives {} gdr={} where gpudoctor finds {}",
-                    n.rdma_device,
-                    zero_one(nccl_net),
-                    match mem {
-                        Ok(Some(p)) => format!("the memory path {p}"),
-                        _ => "no memory path (neither nvidia-peermem nor dma-buf)".to_string(),
-                    }
-                ));
-            }
-            if net_cmp == Comparison::NotCompared {
-                nic_unknown.push(n.rdma_device.clone());
-            }
-            nic_cmps.push(net_cmp);
-            let c = closest.expect("a NIC label comes from this GPU's closest NICs");
-            let pcie = c.path.unwrap_or(crate::topo::PathType::SYS);
-            let level = nccl_default_gdr(pcie, model.c2c);
-            let nccl_pair = nccl_gpu && nccl_net && level.enabled;
-            let ours_pair = match (model.gdr, &mem) {
-                (GdrCapability::NotCapable, _) | (_, Ok(None)) => "no",
-                (GdrCapability::Unknown, _) | (_, Err(_)) => "unknown",
-                _ if !level.enabled => "no (beyond the default level)",
-                _ => "yes",
-            };
-            evs.push(ev(
-                format!("{}<->{}", g.label, n.rdma_device),
-                format!(
-                    "NCCL <net gdr>={} ({NCCL_NET_GDR}); gpudoctor memory path {}; {}; GPUDirect RDMA by default: NCCL's attributes {}, gpudoctor {ours_pair}",
-                    zero_one(nccl_net),
-                    match &mem {
-                        Ok(Some(p)) => (*p).to_string(),
-                        Ok(None) => "none".to_string(),
-                        Err(why) => format!("unknown ({why})"),
-                    },
-                    level.rule,
-                    if nccl_pair { "yes" } else { "no" },
-                ),
-            ));
+        GdrCapability::Unknown => "unknown (model not in gpudoctor's table)",
+    };
+    evs.push(ev(
+        format!("{} gpudoctor model", g.label),
+        format!("{} ({}): {ours}", model.name, model.basis),
+    ));
+    let gpu_cmp = match (model.gdr, nccl_gpu) {
+        (GdrCapability::Capable, true) | (GdrCapability::NotCapable, false) => Comparison::Agree,
+        (GdrCapability::Unknown, _) => Comparison::NotCompared,
+        _ => Comparison::Disagree,
+    };
+    let mut reasons: Vec<String> = Vec::new();
+    match gpu_cmp {
+        Comparison::Disagree if nccl_gpu => reasons.push(format!(
+            "NCCL gives {} gdr=1 (CUDA said GPUDirect RDMA is supported) where gpudoctor's model table says {} cannot do it: the table is wrong for this part, or the file was edited",
+            g.label, model.name
+        )),
+        Comparison::Disagree => reasons.push(format!(
+            "NCCL gives {} gdr=0 where gpudoctor's model table says {} can do GPUDirect RDMA: CUDA reported it unsupported (a VM or vGPU that hides it, a driver that does not offer it), or the file comes from NCCL < 2.12 or a CUDA < 11.3 driver, where gdr=0 also meant no NIC took the GPU's memory (nvidia-peermem not loaded, no RDMA NIC), or the file was edited",
+            g.label, model.name
+        )),
+        _ => {}
+    }
+    let closest = t.closest_nics.iter().find(|c| c.gpu == g.label);
+    let mut nic_cmps: Vec<Comparison> = Vec::new();
+    let mut nic_unknown: Vec<String> = Vec::new();
+    for label in closest.map(|c| c.nics.as_slice()).unwrap_or(&[]) {
+        let Some(n) = t.nic(label) else {
+            continue;
+        };
+        let Some(nccl_net) = net_gdr(&n.rdma_device) else {
+            continue;
+        };
+        let gdr_memory = t
+            .device(n.bdf)
+            .and_then(|d| {
+                let p = |s: &Option<String>| {
+                    s.as_deref()
+                        .and_then(|x| u16::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+                };
+                crate::nic::model(p(&d.vendor_id)?, p(&d.device_id)?)
+            })
+            .map_or(crate::nic::GdrMemory::PeermemOrDmabuf, |m| m.gdr_memory);
+        let mem = memory_path(pm, db, gdr_memory);
+        let c = closest.expect("a NIC label comes from this GPU's closest NICs");
+        let (net_cmp, reason, pair_ev) = nic_agreement(g, n, c, &model, nccl_gpu, nccl_net, mem);
+        reasons.extend(reason);
+        if net_cmp == Comparison::NotCompared {
+            nic_unknown.push(n.rdma_device.clone());
         }
-        let any_disagree =
-            gpu_cmp == Comparison::Disagree || nic_cmps.contains(&Comparison::Disagree);
-        let any_agree = gpu_cmp == Comparison::Agree || nic_cmps.contains(&Comparison::Agree);
-        let not_compared = if nic_unknown.is_empty() {
-            String::new()
-        } else {
+        nic_cmps.push(net_cmp);
+        evs.push(pair_ev);
+    }
+    agreement_finding(
+        g,
+        &model,
+        nccl_gpu,
+        gpu_cmp,
+        &nic_cmps,
+        &nic_unknown,
+        &reasons,
+    )
+    .evidence(evs)
+}
+
+/// One GPU-NIC pair: NCCL's `<net gdr>` against gpudoctor's memory path `mem`; the reason
+/// where they disagree; and the evidence, with what each side's pair verdict comes to under
+/// NCCL's default GDR level.
+fn nic_agreement(
+    g: &crate::topo::Gpu,
+    n: &crate::topo::Nic,
+    c: &crate::topo::Closest,
+    model: &crate::topo::gpu_model::GpuModel,
+    nccl_gpu: bool,
+    nccl_net: bool,
+    mem: Result<Option<&'static str>, &'static str>,
+) -> (Comparison, Option<String>, Evidence) {
+    use crate::rdma::judge::gdr::nccl_default_gdr;
+    use crate::topo::gpu_model::GdrCapability;
+    let net_cmp = match (&mem, nccl_net) {
+        (Ok(Some(_)), true) | (Ok(None), false) => Comparison::Agree,
+        (Err(_), _) => Comparison::NotCompared,
+        _ => Comparison::Disagree,
+    };
+    let reason = (net_cmp == Comparison::Disagree).then(|| {
+        format!(
+            "NCCL gives {} gdr={} where gpudoctor finds {}",
+            n.rdma_device,
+            zero_one(nccl_net),
+            match mem {
+                Ok(Some(p)) => format!("the memory path {p}"),
+                _ => "no memory path (neither nvidia-peermem nor dma-buf)".to_string(),
+            }
+        )
+    });
+    let pcie = c.path.unwrap_or(crate::topo::PathType::SYS);
+    let level = nccl_default_gdr(pcie, model.c2c);
+    let nccl_pair = nccl_gpu && nccl_net && level.enabled;
+    let ours_pair = match (model.gdr, &mem) {
+        (GdrCapability::NotCapable, _) | (_, Ok(None)) => "no",
+        (GdrCapability::Unknown, _) | (_, Err(_)) => "unknown",
+        _ if !level.enabled => "no (beyond the default level)",
+        _ => "yes",
+    };
+    let pair_ev = ev(
+        format!("{}<->{}", g.label, n.rdma_device),
+        format!(
+            "NCCL <net gdr>={} ({NCCL_NET_GDR}); gpudoctor memory path {}; {}; GPUDirect RDMA by default: NCCL's attributes {}, gpudoctor {ours_pair}",
+            zero_one(nccl_net),
+            match &mem {
+                Ok(Some(p)) => (*p).to_string(),
+                Ok(None) => "none".to_string(),
+                Err(why) => format!("unknown ({why})"),
+            },
+            level.rule,
+            if nccl_pair { "yes" } else { "no" },
+        ),
+    );
+    (net_cmp, reason, pair_ev)
+}
+
+/// The verdict from the comparisons of one GPU: any disagreement warns; otherwise it passes
+/// where anything was compared, and is skipped where nothing could be.
+fn agreement_finding(
+    g: &crate::topo::Gpu,
+    model: &crate::topo::gpu_model::GpuModel,
+    nccl_gpu: bool,
+    gpu_cmp: Comparison,
+    nic_cmps: &[Comparison],
+    nic_unknown: &[String],
+    reasons: &[String],
+) -> Finding {
+    use crate::rdma::judge::gdr::NCCL_RULES;
+    let id = CheckId::GdrNcclAgrees;
+    let subject = g.label.clone();
+    let any_disagree = gpu_cmp == Comparison::Disagree || nic_cmps.contains(&Comparison::Disagree);
+    let any_agree = gpu_cmp == Comparison::Agree || nic_cmps.contains(&Comparison::Agree);
+    let not_compared = if nic_unknown.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; NCCL's <net gdr> for {} not compared: gpudoctor's memory-path facts (nvidia-peermem, dma-buf) are unknown here",
+            nic_unknown.join(", ")
+        )
+    };
+    if any_disagree {
+        Finding::new(id, subject, Status::Warn, format!(
+            "NCCL's GPUDirect verdict for {} disagrees with gpudoctor's: {}{not_compared}",
+            g.label,
+            reasons.join("; ")
+        ))
+        .fix(format!(
+            "Find which judge is wrong before trusting either: on the machine, check CUDA's cudaDevAttrGPUDirectRDMASupported for the GPU (`nvidia-smi -q` product name and brand), whether nvidia-peermem is loaded (`gpudoctor check` live: gdr.peermem, gdr.dmabuf) and which NCCL wrote the file (NCCL_DEBUG=INFO prints its version and \"GPU Direct RDMA Enabled/Disabled\" per NIC); gdr.path judges the machine as {NCCL_RULES} would"
+        ))
+    } else if gpu_cmp == Comparison::Agree {
+        Finding::new(
+            id,
+            subject,
+            Status::Pass,
             format!(
-                "; NCCL's <net gdr> for {} not compared: gpudoctor's memory-path facts (nvidia-peermem, dma-buf) are unknown here",
-                nic_unknown.join(", ")
-            )
-        };
-        let f = if any_disagree {
-            Finding::new(id, subject, Status::Warn, format!(
-                "NCCL's GPUDirect verdict for {} disagrees with gpudoctor's: {}{not_compared}",
+                "NCCL's <gpu gdr>={} agrees with gpudoctor's model verdict for {} ({}){}{not_compared}",
+                zero_one(nccl_gpu),
                 g.label,
-                reasons.join("; ")
-            ))
-            .fix(format!(
-                "Find which judge is wrong before trusting either: on the machine, check CUDA's cudaDevAttrGPUDirectRDMASupported for the GPU (`nvidia-smi -q` product name and brand), whether nvidia-peermem is loaded (`gpudoctor check` live: gdr.peermem, gdr.dmabuf) and which NCCL wrote the file (NCCL_DEBUG=INFO prints its version and \"GPU Direct RDMA Enabled/Disabled\" per NIC); gdr.path judges the machine as {NCCL_RULES} would"
-            ))
-        } else if gpu_cmp == Comparison::Agree {
-            Finding::new(
-                id,
-                subject,
-                Status::Pass,
-                format!(
-                    "NCCL's <gpu gdr>={} agrees with gpudoctor's model verdict for {} ({}){}{not_compared}",
-                    zero_one(nccl_gpu),
-                    g.label,
-                    model.name,
-                    if nic_cmps.contains(&Comparison::Agree) {
-                        ", and NCCL's <net gdr> with gpudoctor's memory path"
-                    } else {
-                        ""
-                    }
-                ),
-            )
-        } else if any_agree {
-            Finding::new(
-                id,
-                subject,
-                Status::Pass,
-                format!(
-                    "NCCL's <net gdr> agrees with gpudoctor's memory path for {}'s closest NIC; NCCL's <gpu gdr>={} not compared: {} ({}) is not in gpudoctor's GPU model table{not_compared}",
-                    g.label,
-                    zero_one(nccl_gpu),
-                    model.name,
-                    model.basis
-                ),
-            )
-        } else {
-            Finding::new(
-                id,
-                subject,
-                Status::Skip,
-                format!(
-                    "NCCL recorded gdr={} for {}, but gpudoctor's verdict is unknown: {} ({}) is not in its GPU model table{not_compared}",
-                    zero_one(nccl_gpu),
-                    g.label,
-                    model.name,
-                    model.basis
-                ),
-            )
-        };
-        out.push(f.evidence(evs));
+                model.name,
+                if nic_cmps.contains(&Comparison::Agree) {
+                    ", and NCCL's <net gdr> with gpudoctor's memory path"
+                } else {
+                    ""
+                }
+            ),
+        )
+    } else if any_agree {
+        Finding::new(
+            id,
+            subject,
+            Status::Pass,
+            format!(
+                "NCCL's <net gdr> agrees with gpudoctor's memory path for {}'s closest NIC; NCCL's <gpu gdr>={} not compared: {} ({}) is not in gpudoctor's GPU model table{not_compared}",
+                g.label,
+                zero_one(nccl_gpu),
+                model.name,
+                model.basis
+            ),
+        )
+    } else {
+        Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!(
+                "NCCL recorded gdr={} for {}, but gpudoctor's verdict is unknown: {} ({}) is not in its GPU model table{not_compared}",
+                zero_one(nccl_gpu),
+                g.label,
+                model.name,
+                model.basis
+            ),
+        )
     }
 }
 

@@ -32,6 +32,9 @@ pub enum Run {
     Probe,
     /// A comparison with a node's expected shape (`check --expect`, `crate::checks::baseline`).
     Baseline,
+    /// Judged from the silences given (`--skip ID:SUBJECT`, a baseline's `silences`):
+    /// `crate::checks::baseline::silence`.
+    Silence,
 }
 
 impl std::fmt::Debug for Run {
@@ -40,6 +43,7 @@ impl std::fmt::Debug for Run {
             Run::Facts(_) => "Facts",
             Run::Probe => "Probe",
             Run::Baseline => "Baseline",
+            Run::Silence => "Silence",
         })
     }
 }
@@ -205,6 +209,8 @@ catalog! {
         "Driver, kernel and NIC firmware versions as in the baseline (--expect)";
     BaselineBandwidth = "baseline.bandwidth", level 1, Fail, Run::Baseline,
         "Probe bandwidth at or above the baseline's floors (--expect, --level 1)";
+    SilenceStale = "silence.stale", level 0, Warn, Run::Silence,
+        "Every silence (--skip ID:SUBJECT, the baseline's silences) is in date and matched a finding";
 }
 
 /// The check list for `gpudoctor check --help` and the man page.
@@ -356,7 +362,12 @@ fn subject_kind(subject: &str) -> &'static str {
 pub fn fold_excess(findings: &mut Vec<Finding>) {
     use std::collections::BTreeMap;
     let mut groups: BTreeMap<(CheckId, &'static str), Vec<usize>> = BTreeMap::new();
-    for (i, f) in findings.iter().enumerate() {
+    // A silenced finding is never folded: it stays listed as silenced, by its subject.
+    for (i, f) in findings
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.silenced.is_none())
+    {
         groups
             .entry((f.id, subject_kind(&f.subject)))
             .or_default()
@@ -446,29 +457,50 @@ pub fn debug_assert_sound(findings: &[Finding]) {
     );
 }
 
-/// Per-check severity overrides (`--warn ID`, `--deny ID`, `--skip ID`), resolved to check ids
-/// once (`Overrides::parse`), so a misspelled id is a usage error, never a silent no-op.
+/// Per-check severity overrides (`--warn ID`, `--deny ID`, `--skip ID`) and silences of one
+/// subject (`--skip ID:SUBJECT`, a baseline's `silences`), resolved to check ids once
+/// (`Overrides::parse`), so a misspelled id is a usage error, never a silent no-op.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     pub warn: Vec<CheckId>,
     pub deny: Vec<CheckId>,
     pub skip: Vec<CheckId>,
+    /// `--skip ID:SUBJECT` first, then the baseline's silences (`Overrides::with_silences`).
+    pub silences: Vec<baseline::silence::Silence>,
+    /// Today (UTC, YYYY-MM-DD), against which a silence's expiry is read; None: unknown, and a
+    /// silence with an expiry then silences nothing (unknown is never a pass).
+    pub today: Option<String>,
 }
 
 impl Overrides {
-    /// Parse the ids given to --warn, --deny and --skip. Errors: unknown ids (all of them
-    /// named), or an id given to more than one of the three ("--deny X --skip X": which one
-    /// wins would be a guess).
+    /// Parse the ids given to --warn, --deny and --skip (`--skip` also takes `ID:SUBJECT`).
+    /// Errors: unknown ids (all of them named), an id given to more than one of the three
+    /// ("--deny X --skip X": which one wins would be a guess), an empty subject, or a subject
+    /// of a check that `--skip ID` already skips whole.
     pub fn parse(warn: &[String], deny: &[String], skip: &[String]) -> Result<Overrides, String> {
+        // `--skip ID:SUBJECT`: ids have no colon, subjects may (a BDF), so the first one splits.
+        let (whole, subject): (Vec<&String>, Vec<(&str, &str)>) = {
+            let mut whole = Vec::new();
+            let mut subject = Vec::new();
+            for s in skip {
+                match s.split_once(':') {
+                    Some((id, subj)) => subject.push((id, subj)),
+                    None => whole.push(s),
+                }
+            }
+            (whole, subject)
+        };
         // Each unknown id with the nearest known one, where there is one.
         let unknown: Vec<String> = warn
             .iter()
-            .chain(deny)
-            .chain(skip)
+            .map(String::as_str)
+            .chain(deny.iter().map(String::as_str))
+            .chain(whole.iter().map(|s| s.as_str()))
+            .chain(subject.iter().map(|(id, _)| *id))
             .filter(|id| id.parse::<CheckId>().is_err())
             .map(|id| match suggest(id) {
                 Some(near) => format!("{id} (did you mean {near}?)"),
-                None => id.clone(),
+                None => id.to_string(),
             })
             .collect();
         if !unknown.is_empty() {
@@ -479,11 +511,13 @@ impl Overrides {
             ));
         }
         let ids =
-            |v: &[String]| -> Vec<CheckId> { v.iter().filter_map(|i| i.parse().ok()).collect() };
+            |v: &[&String]| -> Vec<CheckId> { v.iter().filter_map(|i| i.parse().ok()).collect() };
         let o = Overrides {
-            warn: ids(warn),
-            deny: ids(deny),
-            skip: ids(skip),
+            warn: ids(&warn.iter().collect::<Vec<_>>()),
+            deny: ids(&deny.iter().collect::<Vec<_>>()),
+            skip: ids(&whole),
+            silences: Vec::new(),
+            today: None,
         };
         let lists = [
             ("--warn", &o.warn),
@@ -499,11 +533,40 @@ impl Overrides {
                 }
             }
         }
-        Ok(o)
+        let mut silences = Vec::new();
+        for (id, subj) in subject {
+            let id: CheckId = id.parse()?;
+            if subj.is_empty() {
+                return Err(format!(
+                    "--skip {id}: names no subject: give --skip {id} (the whole check) or --skip {id}:SUBJECT (a subject as the report prints it, e.g. 0000:17:00.0, mlx5_3/1, host)"
+                ));
+            }
+            if o.skip.contains(&id) {
+                return Err(format!(
+                    "--skip {id} and --skip {id}:{subj}: --skip {id} already leaves every subject of {id} unjudged"
+                ));
+            }
+            silences.push(baseline::silence::Silence::command_line(id, subj));
+        }
+        Ok(Overrides { silences, ..o })
     }
 
-    pub fn apply(&self, findings: &mut [Finding]) {
-        for f in findings {
+    /// Add a baseline's silences, judged against `today` (UTC, YYYY-MM-DD).
+    pub fn with_silences(
+        mut self,
+        more: Vec<baseline::silence::Silence>,
+        today: Option<String>,
+    ) -> Overrides {
+        self.silences.extend(more);
+        self.today = today;
+        self
+    }
+
+    /// Change statuses as --warn/--deny/--skip ask, then mark the findings a silence matches
+    /// (their status kept) and add a `silence.stale` warning per silence that expired or
+    /// matched nothing.
+    pub fn apply(&self, findings: &mut Vec<Finding>) {
+        for f in findings.iter_mut() {
             let before = f.status;
             if self.skip.contains(&f.id) {
                 f.status = Status::Skip;
@@ -518,6 +581,7 @@ impl Overrides {
                 f.original_status = Some(before);
             }
         }
+        baseline::silence::apply(&self.silences, self.today.as_deref(), findings);
     }
 }
 

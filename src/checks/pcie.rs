@@ -308,16 +308,44 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
     }
     let platform = acs_platform(ctx);
     let hypervisor = t.hypervisor();
-    // bridge -> the device pairs whose traffic crosses it (borrowed names: joined once per
-    // bridge below, not formatted once per bridge and pair, tens of thousands of strings on a
-    // large host).
-    enum Pair<'a> {
-        Nic(&'a str, &'a str),
-        Gpus(&'a str, &'a str),
-        /// A GPU and the ConnectX-8 Data Direct function its NIC traffic goes through.
-        DataDirect(&'a str, Bdf),
+    let users = bridge_users(ctx, platform);
+    if users.is_empty() {
+        // Flat only in a source that shows every port: an NCCL topology XML leaves root ports
+        // and switch downstream ports out, so no bridge there is not the absence of one.
+        match &ctx.inv.bridges_hidden {
+            Some(why) => out.push(Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!("no PCIe bridge shown between GPUs and their NICs or between GPUs, but {why}"),
+            )),
+            None => out.push(Finding::new(id, "host", Status::Pass, "no PCIe bridges between GPUs and their NICs or between GPUs (flat PCI): nothing can redirect peer traffic")),
+        }
+        return;
     }
-    let mut users: BTreeMap<Bdf, Vec<Pair>> = BTreeMap::new();
+    let boot = AcsBootParam::new(ctx, platform, hypervisor, &users);
+    for (b, pairs) in users {
+        if let Some(finding) = bridge_finding(ctx, platform, hypervisor, b, &pairs, &boot) {
+            out.push(finding);
+        }
+    }
+}
+
+/// A pair of devices whose peer traffic crosses a bridge (borrowed names: joined once per
+/// bridge, not formatted once per bridge and pair, tens of thousands of strings on a large
+/// host).
+enum PeerPair<'a> {
+    Nic(&'a str, &'a str),
+    Gpus(&'a str, &'a str),
+    /// A GPU and the ConnectX-8 Data Direct function its NIC traffic goes through.
+    DataDirect(&'a str, Bdf),
+}
+
+/// Bridge -> the device pairs whose traffic crosses it: each GPU and its closest NICs, each
+/// GPU and the Data Direct function on its root port (Direct-NIC platforms), each two GPUs.
+fn bridge_users<'a>(ctx: &Ctx<'a>, platform: AcsPlatform) -> BTreeMap<Bdf, Vec<PeerPair<'a>>> {
+    let t = ctx.topo;
+    let mut users: BTreeMap<Bdf, Vec<PeerPair>> = BTreeMap::new();
     for c in &t.closest_nics {
         let Some(g) = t.gpu(&c.gpu) else {
             continue;
@@ -330,7 +358,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
                 users
                     .entry(b)
                     .or_default()
-                    .push(Pair::Nic(&g.label, &n.rdma_device));
+                    .push(PeerPair::Nic(&g.label, &n.rdma_device));
             }
         }
     }
@@ -351,7 +379,7 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
                     users
                         .entry(b)
                         .or_default()
-                        .push(Pair::DataDirect(&g.label, dma.bdf));
+                        .push(PeerPair::DataDirect(&g.label, dma.bdf));
                 }
             }
         }
@@ -362,199 +390,226 @@ pub(super) fn acs_redirect(ctx: &Ctx, out: &mut Vec<Finding>) {
                 users
                     .entry(br)
                     .or_default()
-                    .push(Pair::Gpus(&a.label, &b.label));
+                    .push(PeerPair::Gpus(&a.label, &b.label));
             }
         }
     }
-    if users.is_empty() {
-        // Flat only in a source that shows every port: an NCCL topology XML leaves root ports
-        // and switch downstream ports out, so no bridge there is not the absence of one.
-        match &ctx.inv.bridges_hidden {
-            Some(why) => out.push(Finding::new(
-                id,
-                "host",
-                Status::Skip,
-                format!("no PCIe bridge shown between GPUs and their NICs or between GPUs, but {why}"),
-            )),
-            None => out.push(Finding::new(id, "host", Status::Pass, "no PCIe bridges between GPUs and their NICs or between GPUs (flat PCI): nothing can redirect peer traffic")),
+    users
+}
+
+/// The pairs through one bridge as evidence reads them: "GPU0<->mlx5_0, GPU0<->GPU1".
+fn peer_names(pairs: &[PeerPair]) -> String {
+    let mut named = String::new();
+    let mut last: Option<(&str, String)> = None;
+    for p in pairs {
+        let (a, b) = match *p {
+            PeerPair::Nic(a, b) | PeerPair::Gpus(a, b) => (a, b.to_string()),
+            PeerPair::DataDirect(a, d) => (a, format!("Data Direct {d}")),
+        };
+        // The same pair twice in a row (two routes through one bridge) is named once.
+        if last.as_ref().is_some_and(|(x, y)| *x == a && *y == b) {
+            continue;
         }
-        return;
+        if !named.is_empty() {
+            named.push_str(", ");
+        }
+        named.push_str(a);
+        named.push_str("<->");
+        named.push_str(&b);
+        last = Some((a, b));
     }
-    // What each bridge should hold: rdma_topo's prescription on the platforms it knows, else
-    // today's rule (no redirect bit on a GPU-NIC or GPU-GPU path).
+    named
+}
+
+/// The one boot parameter that must name every redirecting bridge the plain rule fails: the
+/// kernel keeps only the last `disable_acs_redir=` it is given (drivers/pci/pci.c, pci_setup)
+/// and takes a semicolon-separated device list
+/// (Documentation/admin-guide/kernel-parameters.txt).
+struct AcsBootParam {
+    /// `pci=disable_acs_redir=BDF;BDF`.
+    param: String,
+    /// Where it names more than one bridge, why they are in one parameter; else empty.
+    all_of_them: String,
+}
+
+impl AcsBootParam {
+    fn new(
+        ctx: &Ctx,
+        platform: AcsPlatform,
+        hypervisor: Option<(Bdf, &'static str)>,
+        users: &BTreeMap<Bdf, Vec<PeerPair>>,
+    ) -> AcsBootParam {
+        let redirecting: Vec<String> = users
+            .keys()
+            .filter(|b| hypervisor.is_none() && acs_expected(ctx, platform, **b).is_none())
+            .filter(|b| {
+                ctx.inv.pci.get(b).is_some_and(|f| {
+                    config_gap(f).is_none()
+                        && f.config
+                            .as_ref()
+                            .and_then(|c| c.acs)
+                            .is_some_and(|a| a.redirect_bits() != 0)
+                })
+            })
+            .map(Bdf::to_string)
+            .collect();
+        let param = format!("pci=disable_acs_redir={}", redirecting.join(";"));
+        let all_of_them = if redirecting.len() > 1 {
+            format!(
+                " (one parameter for {} flagged here: the kernel keeps only the last disable_acs_redir= it is given)",
+                match redirecting.len() {
+                    2 => "both bridges".to_string(),
+                    n => format!("all {n} bridges"),
+                }
+            )
+        } else {
+            String::new()
+        };
+        AcsBootParam { param, all_of_them }
+    }
+}
+
+/// One bridge's finding: skipped where its config space is unknown, else its ACS Control
+/// judged against what the bridge should hold (rdma_topo's prescription on the platforms it
+/// knows, else today's rule: no redirect bit on a GPU-NIC or GPU-GPU path). None where the
+/// bridge is not in the inventory.
+fn bridge_finding(
+    ctx: &Ctx,
+    platform: AcsPlatform,
+    hypervisor: Option<(Bdf, &'static str)>,
+    b: Bdf,
+    pairs: &[PeerPair],
+    boot: &AcsBootParam,
+) -> Option<Finding> {
+    let id = CheckId::PcieAcsRedirect;
+    let f = ctx.inv.pci.get(&b)?;
+    let pairs_ev = ev("peer paths through this bridge", peer_names(pairs));
+    let subject = b.to_string();
+    if let Some(gap) = config_gap(f) {
+        let skip = if gap.needs_root {
+            Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!("needs root: {}", gap.why),
+            )
+            .not_root()
+        } else {
+            Finding::new(
+                id,
+                subject,
+                Status::Skip,
+                format!("config space unknown: {}", gap.why),
+            )
+        };
+        return Some(skip.with(pairs_ev));
+    }
+    let cfg = f.config.as_ref().expect("checked by config_gap");
     let plain = AcsExpect {
         on: 0,
         off: RR | CR | UF,
         role: "bridge on a GPU-NIC or GPU-GPU path: no redirect, peer traffic routed in the switch",
     };
-    let expected = |b: Bdf| acs_expected(ctx, platform, b);
-    // Every redirecting bridge the plain rule fails, for the one boot parameter that must name
-    // them all: the kernel keeps only the last `disable_acs_redir=` it is given
-    // (drivers/pci/pci.c, pci_setup) and takes a semicolon-separated device list
-    // (Documentation/admin-guide/kernel-parameters.txt).
-    let redirecting: Vec<String> = users
-        .keys()
-        .filter(|b| hypervisor.is_none() && expected(**b).is_none())
-        .filter(|b| {
-            ctx.inv.pci.get(b).is_some_and(|f| {
-                config_gap(f).is_none()
-                    && f.config
-                        .as_ref()
-                        .and_then(|c| c.acs)
-                        .is_some_and(|a| a.redirect_bits() != 0)
-            })
-        })
-        .map(Bdf::to_string)
-        .collect();
-    let boot_param = format!("pci=disable_acs_redir={}", redirecting.join(";"));
-    let all_of_them = if redirecting.len() > 1 {
+    let platform_rule = acs_expected(ctx, platform, b);
+    let want = platform_rule.unwrap_or(plain);
+    let want_ev = ev(
+        "expected ACS Control (bits 6..0, rdma_topo notation)",
         format!(
-            " (one parameter for {} flagged here: the kernel keeps only the last disable_acs_redir= it is given)",
-            match redirecting.len() {
-                2 => "both bridges".to_string(),
-                n => format!("all {n} bridges"),
-            }
-        )
-    } else {
-        String::new()
-    };
-    for (b, pairs) in users {
-        let Some(f) = ctx.inv.pci.get(&b) else {
-            continue;
-        };
-        let mut named = String::new();
-        let mut last: Option<(&str, String)> = None;
-        for p in &pairs {
-            let (a, b) = match *p {
-                Pair::Nic(a, b) | Pair::Gpus(a, b) => (a, b.to_string()),
-                Pair::DataDirect(a, d) => (a, format!("Data Direct {d}")),
-            };
-            // The same pair twice in a row (two routes through one bridge) is named once.
-            if last.as_ref().is_some_and(|(x, y)| *x == a && *y == b) {
-                continue;
-            }
-            if !named.is_empty() {
-                named.push_str(", ");
-            }
-            named.push_str(a);
-            named.push_str("<->");
-            named.push_str(&b);
-            last = Some((a, b));
-        }
-        let pairs_ev = ev("peer paths through this bridge", named);
-        let subject = b.to_string();
-        if let Some(gap) = config_gap(f) {
-            let skip = if gap.needs_root {
-                Finding::new(
-                    id,
-                    subject,
-                    Status::Skip,
-                    format!("needs root: {}", gap.why),
-                )
-                .not_root()
+            "{} ({}; {})",
+            want.mask(),
+            want.role,
+            if platform_rule.is_some() {
+                format!("rdma-core kernel-boot/rdma_topo, {}", platform.as_str())
             } else {
-                Finding::new(
-                    id,
-                    subject,
-                    Status::Skip,
-                    format!("config space unknown: {}", gap.why),
-                )
-            };
-            out.push(skip.with(pairs_ev));
-            continue;
-        }
-        let cfg = f.config.as_ref().expect("checked by config_gap");
-        let platform_rule = expected(b);
-        let want = platform_rule.unwrap_or(plain);
-        let want_ev = ev(
-            "expected ACS Control (bits 6..0, rdma_topo notation)",
-            format!(
-                "{} ({}; {})",
-                want.mask(),
-                want.role,
-                if platform_rule.is_some() {
-                    format!("rdma-core kernel-boot/rdma_topo, {}", platform.as_str())
-                } else {
-                    "NCCL troubleshooting: PCI Access Control Services".to_string()
-                }
-            ),
-        );
-        match cfg.acs {
-            None if cfg.ext_caps_readable => out.push(
-                Finding::new(
-                    id,
-                    subject,
-                    Status::Pass,
-                    "bridge has no ACS capability: peer traffic is routed directly",
-                )
-                .with(pairs_ev),
-            ),
-            None => out.push(
-                Finding::new(
-                    id,
-                    subject,
-                    Status::Skip,
-                    format!(
-                        "extended capability list unreadable: {}",
-                        cfg.problems.join("; ")
-                    ),
-                )
-                .with(pairs_ev),
-            ),
-            Some(a) => {
-                let reg_ev = ev(
-                    format!(
-                        "{}/config ACS Control @0x{:03x}",
-                        f.sysfs_path,
-                        a.offset + 6
-                    ),
-                    format!("0x{:04x}", a.control),
-                );
-                let actual_ev = ev(
-                    "actual ACS Control (bits 6..0)",
-                    format!("{:07b}", a.control & 0x7f),
-                );
-                let evs = vec![reg_ev, want_ev, actual_ev, pairs_ev];
-                let finding = match (&hypervisor, platform_rule) {
-                    // A guest's bridges are the hypervisor's virtual ports: their ACS keeps the
-                    // guest kernel's isolation, and whether peer traffic is redirected is the
-                    // host's ACS (and IOMMU), which the guest can neither see nor change.
-                    (Some((hb, what)), _) if a.redirect_bits() != 0 => Finding::new(id, subject, Status::Pass, format!(
-                        "ACS {} enabled on a virtual bridge in a VM ({what} at {hb}): the guest kernel's isolation is kept, as it should be; the guest cannot change how the host routes peer traffic (the host's ACS and IOMMU decide), so this is not failed",
-                        acs_bits(a.control)
-                    )),
-                    (_, Some(e)) if e.holds(a.control) => Finding::new(id, subject, Status::Pass, format!(
-                        "ACS Control as rdma_topo prescribes for a {} on a {}{}",
-                        e.role,
-                        platform.as_str(),
-                        if a.redirect_bits() != 0 {
-                            format!(" ({} on is correct here)", acs_bits(a.control))
-                        } else {
-                            String::new()
-                        }
-                    )),
-                    (_, Some(e)) => Finding::new(id, subject.clone(), Status::Fail, format!(
-                        "ACS Control {:07b} differs from what rdma_topo prescribes for a {} on a {}: expected {}; GPUDirect RDMA through this port is misrouted or its IOMMU grouping is wrong",
-                        a.control & 0x7f,
-                        e.role,
-                        platform.as_str(),
-                        e.mask()
-                    ))
-                    .fix(format!(
-                        "Set the platform's ACS bits with rdma-core's `rdma_topo` (`rdma_topo check` shows each port, `rdma_topo write-grub-acs` makes the kernel set them at boot with pci=config_acs=, `rdma_topo setpci-acs` sets them now); by hand: `setpci -s {subject} ECAP_ACS+0x6.w` to the expected bits. Do not clear ACS wholesale here: some redirect bits are required on this platform"
-                    )),
-                    (_, None) if a.redirect_bits() != 0 => Finding::new(id, subject.clone(), Status::Fail, format!(
-                        "ACS {} enabled: peer-to-peer traffic is bounced through the root complex (GPUDirect RDMA and GPU P2P slow or broken)",
-                        acs_bits(a.control)
-                    ))
-                    .fix(format!(
-                        "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `{boot_param}`{all_of_them} (kernel >= 4.19), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
-                    )),
-                    (_, None) => Finding::new(id, subject, Status::Pass, "ACS present, no P2P redirect bits set"),
-                };
-                out.push(finding.evidence(evs));
+                "NCCL troubleshooting: PCI Access Control Services".to_string()
             }
+        ),
+    );
+    Some(match cfg.acs {
+        None if cfg.ext_caps_readable => Finding::new(
+            id,
+            subject,
+            Status::Pass,
+            "bridge has no ACS capability: peer traffic is routed directly",
+        )
+        .with(pairs_ev),
+        None => Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!(
+                "extended capability list unreadable: {}",
+                cfg.problems.join("; ")
+            ),
+        )
+        .with(pairs_ev),
+        Some(a) => {
+            let reg_ev = ev(
+                format!(
+                    "{}/config ACS Control @0x{:03x}",
+                    f.sysfs_path,
+                    a.offset + 6
+                ),
+                format!("0x{:04x}", a.control),
+            );
+            let actual_ev = ev(
+                "actual ACS Control (bits 6..0)",
+                format!("{:07b}", a.control & 0x7f),
+            );
+            let evs = vec![reg_ev, want_ev, actual_ev, pairs_ev];
+            acs_control_finding(subject, a, hypervisor, platform_rule, platform, boot).evidence(evs)
         }
+    })
+}
+
+/// A bridge's ACS Control against the platform's rule where there is one, else against "no
+/// redirect bit"; a guest's virtual bridges pass whatever they hold.
+fn acs_control_finding(
+    subject: String,
+    a: Acs,
+    hypervisor: Option<(Bdf, &'static str)>,
+    platform_rule: Option<AcsExpect>,
+    platform: AcsPlatform,
+    boot: &AcsBootParam,
+) -> Finding {
+    let id = CheckId::PcieAcsRedirect;
+    let (boot_param, all_of_them) = (&boot.param, &boot.all_of_them);
+    match (&hypervisor, platform_rule) {
+        // A guest's bridges are the hypervisor's virtual ports: their ACS keeps the
+        // guest kernel's isolation, and whether peer traffic is redirected is the
+        // host's ACS (and IOMMU), which the guest can neither see nor change.
+        (Some((hb, what)), _) if a.redirect_bits() != 0 => Finding::new(id, subject, Status::Pass, format!(
+            "ACS {} enabled on a virtual bridge in a VM ({what} at {hb}): the guest kernel's isolation is kept, as it should be; the guest cannot change how the host routes peer traffic (the host's ACS and IOMMU decide), so this is not failed",
+            acs_bits(a.control)
+        )),
+        (_, Some(e)) if e.holds(a.control) => Finding::new(id, subject, Status::Pass, format!(
+            "ACS Control as rdma_topo prescribes for a {} on a {}{}",
+            e.role,
+            platform.as_str(),
+            if a.redirect_bits() != 0 {
+                format!(" ({} on is correct here)", acs_bits(a.control))
+            } else {
+                String::new()
+            }
+        )),
+        (_, Some(e)) => Finding::new(id, subject.clone(), Status::Fail, format!(
+            "ACS Control {:07b} differs from what rdma_topo prescribes for a {} on a {}: expected {}; GPUDirect RDMA through this port is misrouted or its IOMMU grouping is wrong",
+            a.control & 0x7f,
+            e.role,
+            platform.as_str(),
+            e.mask()
+        ))
+        .fix(format!(
+            "Set the platform's ACS bits with rdma-core's `rdma_topo` (`rdma_topo check` shows each port, `rdma_topo write-grub-acs` makes the kernel set them at boot with pci=config_acs=, `rdma_topo setpci-acs` sets them now); by hand: `setpci -s {subject} ECAP_ACS+0x6.w` to the expected bits. Do not clear ACS wholesale here: some redirect bits are required on this platform"
+        )),
+        (_, None) if a.redirect_bits() != 0 => Finding::new(id, subject.clone(), Status::Fail, format!(
+            "ACS {} enabled: peer-to-peer traffic is bounced through the root complex (GPUDirect RDMA and GPU P2P slow or broken)",
+            acs_bits(a.control)
+        ))
+        .fix(format!(
+            "Disable ACS in the BIOS (often \"ACS Control\"/\"PCIe ACS\" or \"BIOS P2P\" settings), or at boot with `{boot_param}`{all_of_them} (kernel >= 4.19), or at run time `setpci -s {subject} ECAP_ACS+0x6.w=0000` (not persistent). Only do this where VM isolation via IOMMU groups is not needed"
+        )),
+        (_, None) => Finding::new(id, subject, Status::Pass, "ACS present, no P2P redirect bits set"),
     }
 }
 
@@ -995,6 +1050,14 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                 let pf = f.physfn.unwrap_or(b);
                 out.push(vf_not_applicable(id, b, &who, pf, "no AER capability of its own; errors on its link are counted on its physical function"));
             }
+            // The kernel keeps no counters for this function (no native AER control: a guest,
+            // firmware-first platforms): the capability's own status registers are the record.
+            _ if crate::inventory::AER_FILES
+                .iter()
+                .all(|n| f.unread.get(*n).is_some_and(|r| r.ends_with("not present"))) =>
+            {
+                out.push(aer_from_config(id, subject, f, &who));
+            }
             _ => out.push(Finding::new(
                 id,
                 subject,
@@ -1009,6 +1072,108 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
             )),
         }
     });
+}
+
+/// pcie.aer where the kernel keeps no `aer_dev_*` counters: judged from the AER capability's
+/// status registers in config space (root reads all 4096 bytes). Unmasked bits latched there
+/// warn as counted errors do; all clear passes, saying what it covers (since the registers
+/// were last cleared). No AER capability in a space read in full: nothing on this function
+/// can record PCIe errors, a fact of the platform (not applicable), never a pass. Config space
+/// that stops short of the capability: unknown (not-root where the kernel gave 64 bytes).
+fn aer_from_config(id: CheckId, subject: String, f: &PciFunction, who: &str) -> Finding {
+    let counters = ev(
+        format!("{}/aer_dev_{{correctable,fatal,nonfatal}}", f.sysfs_path),
+        "not present: the kernel keeps no AER counters for this function",
+    );
+    let config = format!("{}/config", f.sysfs_path);
+    let Some(cs) = &f.config else {
+        let why = f.unread.get("config").cloned().unwrap_or_default();
+        return Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!(
+                "{who}: the kernel keeps no AER counters and config space is unreadable ({why})"
+            ),
+        )
+        .with(counters);
+    };
+    if let Some(aer) = &cs.aer {
+        let regs = ev(
+            format!("{config} AER capability at 0x{:03x}", aer.offset),
+            format!(
+                "UESta 0x{:08x} UEMsk 0x{:08x} UESvrty 0x{:08x} CESta 0x{:08x} CEMsk 0x{:08x}",
+                aer.uncorrectable_status,
+                aer.uncorrectable_mask,
+                aer.uncorrectable_severity,
+                aer.correctable_status,
+                aer.correctable_mask
+            ),
+        );
+        let errors = aer.unmasked_errors();
+        let masked = aer.masked_errors();
+        let masked = if masked.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; latched but masked, so not reported: {}",
+                masked.join(", ")
+            )
+        };
+        return if errors.is_empty() {
+            Finding::new(
+                id,
+                subject,
+                Status::Pass,
+                format!("{who}: no unmasked errors latched in the AER status registers (the kernel keeps no counters here; the registers hold errors since they were last cleared){masked}"),
+            )
+            .evidence(vec![counters, regs])
+        } else {
+            Finding::new(
+                id,
+                subject,
+                Status::Warn,
+                format!(
+                    "{who}: PCIe errors latched in the AER status registers: {}",
+                    errors.join(", ")
+                ),
+            )
+            .evidence(vec![counters, regs])
+            .fix("Check `dmesg` and the BMC's event log for PCIe errors; correctable errors that come back after `setpci` clears the status registers mean a marginal link (reseat, replace riser/cable, update firmware); any fatal/non-fatal error needs hardware service")
+        };
+    }
+    if cs.coverage == Coverage::Extended && cs.ext_caps_readable {
+        return Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!("{who}: no AER capability (the extended capability list, read in full, names none) and the kernel keeps no counters: nothing on this function records PCIe errors"),
+        )
+        .evidence(vec![counters, ev(config, "4096 bytes; no AER capability (0x0001)")])
+        .not_applicable();
+    }
+    let why = match cs.coverage {
+        Coverage::Extended => format!(
+            "extended capability list unreadable ({})",
+            cs.problems.join("; ")
+        ),
+        _ => format!(
+            "the AER capability lies beyond the {} bytes of config space readable (root reads 4096)",
+            cs.length
+        ),
+    };
+    let skip = Finding::new(
+        id,
+        subject,
+        Status::Skip,
+        format!("{who}: the kernel keeps no AER counters, and {why}"),
+    )
+    .with(counters);
+    if cs.coverage == Coverage::Header {
+        skip.not_root()
+    } else {
+        skip
+    }
 }
 
 /// Checks that judge GPUs, NICs or the bridges between them one device at a time: a PCI
@@ -1161,6 +1326,7 @@ mod tests {
                     control,
                 }),
                 aer_offset: None,
+                aer: None,
                 ext_caps_readable: true,
                 problems: Vec::new(),
             }),

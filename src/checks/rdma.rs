@@ -436,7 +436,6 @@ fn module_loaded(h: &crate::inventory::Host, name: &str) -> Option<bool> {
 pub(super) fn driver(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaDriver;
     let t = ctx.topo;
-    let h = &ctx.inv.host;
     let gaps = nic_gaps(ctx, id, out);
     if t.nics.is_empty() && t.nics_without_rdma.is_empty() {
         if !gaps {
@@ -471,137 +470,142 @@ pub(super) fn driver(ctx: &Ctx, out: &mut Vec<Finding>) {
             )),
         );
     }
-    let modules_ev = |m: &str| {
-        ev(
-            format!("/proc/modules, /sys/module/{m}"),
-            match module_loaded(h, m) {
-                Some(true) => "loaded".to_string(),
-                Some(false) => "not loaded".to_string(),
-                None => format!(
-                    "unknown ({}; {})",
-                    h.unread
-                        .get("modules")
-                        .map(String::as_str)
-                        .unwrap_or("not read"),
-                    h.unread
-                        .get("sys_modules")
-                        .map(String::as_str)
-                        .unwrap_or("not read")
-                ),
-            },
-        )
-    };
     for n in &t.nics_without_rdma {
-        let subject = n.bdf.to_string();
-        let m = n.rdma_module.as_str();
-        let who = format!("{} ({})", n.bdf, n.name);
-        let driver_path = format!("/sys/bus/pci/devices/{}/driver", n.bdf);
-        let driver_ev = ev(
-            driver_path,
-            n.driver.clone().unwrap_or_else(|| "no driver bound".into()),
-        );
-        if let Some(why) = &n.unknown {
-            out.push(
-                Finding::new(
-                    id,
-                    subject,
-                    Status::Skip,
-                    format!("{who}: whether it has an RDMA device is unknown ({why})"),
-                )
-                .with(driver_ev),
-            );
-            continue;
-        }
-        let pci_driver = crate::nic::FAMILIES
-            .iter()
-            .find(|f| f.rdma_module == m && f.name == n.family)
-            .map(|f| f.pci_driver)
-            .unwrap_or("its driver");
-        let fix = format!(
-            "`modprobe {m}` (and make it persistent: `echo {m} > /etc/modules-load.d/{m}.conf`); if it does not load, the RDMA stack is incomplete or built for another kernel: install the RDMA kernel modules for the running kernel (inbox: the distribution's rdma-core and kernel modules package, e.g. linux-modules-extra on Ubuntu; MLNX_OFED/DOCA-OFED: reinstall for `uname -r`, `ofed_info -s`) and read `dmesg | grep -i {m}` for unknown-symbol or probe errors"
-        );
-        let Some(drv) = &n.driver else {
-            out.push(
-                Finding::new(
-                    id,
-                    subject,
-                    Status::Fail,
-                    format!(
-                        "{who} ({}): no driver bound, so no RDMA device: {pci_driver} does not run it and {m} cannot provide one",
-                        n.family
-                    ),
-                )
-                .with(driver_ev)
-                .with(modules_ev(pci_driver))
-                .fix(format!(
-                    "`modprobe {pci_driver} {m}`; if {pci_driver} does not bind, read `dmesg | grep -i {pci_driver}` (firmware or probe errors). {fix}"
-                )),
-            );
-            continue;
-        };
-        let loaded = module_loaded(h, m);
-        let core = module_loaded(h, "ib_core");
-        let class_absent = ctx.inv.rdma_class == crate::inventory::ClassListing::Absent;
-        let f = match (class_absent, loaded, core) {
-            // A recording without the class directory or the module lists (hwloc's
-            // hwloc-gather-topology saves neither): a missing module and an uncaptured one look
-            // the same.
-            (true, None, _) => Finding::new(
-                id,
-                subject,
-                Status::Skip,
-                format!(
-                    "{who} on {drv}: no RDMA device seen, but this tree has neither /sys/class/infiniband nor the module lists (/proc/modules, /sys/module): whether {m} is loaded is unknown (a recording that did not capture them)"
-                ),
-            ),
-            (true, _, Some(true)) => Finding::new(
-                id,
-                subject,
-                Status::Skip,
-                format!(
-                    "{who} on {drv}: ib_core is loaded, yet /sys/class/infiniband is absent: the recording did not capture it, so whether it has an RDMA device is unknown"
-                ),
-            ),
-            (_, Some(false), _) => Finding::new(
-                id,
-                subject,
-                Status::Fail,
-                format!(
-                    "{who} on {drv} has no RDMA device: {m} is not loaded{}; no RDMA and no GPUDirect RDMA through it",
-                    if core == Some(false) { " (nor ib_core)" } else { "" }
-                ),
-            )
-            .fix(fix),
-            (_, Some(true), _) => Finding::new(
-                id,
-                subject,
-                Status::Fail,
-                format!(
-                    "{who} on {drv} has no RDMA device although {m} is loaded: RDMA is disabled for this function or {m} failed to probe it"
-                ),
-            )
-            .fix(format!(
-                "Read `dmesg | grep -i {m}` for probe errors; on ConnectX check `devlink dev param show pci/{} name enable_rdma` (set it true and `devlink dev reload`) and that the port is not in a mode without RDMA; reload with `modprobe -r {m}; modprobe {m}`",
-                n.bdf
-            )),
-            (_, None, _) => Finding::new(
-                id,
-                subject,
-                Status::Fail,
-                format!(
-                    "{who} on {drv} has no RDMA device (other RDMA devices are listed); whether {m} is loaded is unknown (module lists unreadable)"
-                ),
-            )
-            .fix(fix),
-        };
-        out.push(f.with(driver_ev).with(modules_ev(m)).with(ev(
-            "/sys/class/infiniband",
-            match &ctx.inv.rdma_class {
-                crate::inventory::ClassListing::Absent => "not present".to_string(),
-                _ => format!("no device links to {}", n.bdf),
-            },
-        )));
+        out.push(rdmaless_finding(ctx, n));
     }
+}
+
+/// Whether module `m` is loaded, as evidence (unknown with why where the lists were not read).
+fn modules_evidence(h: &crate::inventory::Host, m: &str) -> super::Evidence {
+    ev(
+        format!("/proc/modules, /sys/module/{m}"),
+        match module_loaded(h, m) {
+            Some(true) => "loaded".to_string(),
+            Some(false) => "not loaded".to_string(),
+            None => format!(
+                "unknown ({}; {})",
+                h.unread
+                    .get("modules")
+                    .map(String::as_str)
+                    .unwrap_or("not read"),
+                h.unread
+                    .get("sys_modules")
+                    .map(String::as_str)
+                    .unwrap_or("not read")
+            ),
+        },
+    )
+}
+
+/// A NIC of an RDMA-capable family without its RDMA device: unknown where the source cannot
+/// tell, else failed with what is missing (its PCI driver, the RDMA module, or RDMA on the
+/// function) and the fix.
+fn rdmaless_finding(ctx: &Ctx, n: &crate::topo::RdmalessNic) -> Finding {
+    let id = CheckId::RdmaDriver;
+    let h = &ctx.inv.host;
+    let subject = n.bdf.to_string();
+    let m = n.rdma_module.as_str();
+    let who = format!("{} ({})", n.bdf, n.name);
+    let driver_path = format!("/sys/bus/pci/devices/{}/driver", n.bdf);
+    let driver_ev = ev(
+        driver_path,
+        n.driver.clone().unwrap_or_else(|| "no driver bound".into()),
+    );
+    if let Some(why) = &n.unknown {
+        return Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!("{who}: whether it has an RDMA device is unknown ({why})"),
+        )
+        .with(driver_ev);
+    }
+    let pci_driver = crate::nic::FAMILIES
+        .iter()
+        .find(|f| f.rdma_module == m && f.name == n.family)
+        .map(|f| f.pci_driver)
+        .unwrap_or("its driver");
+    let fix = format!(
+        "`modprobe {m}` (and make it persistent: `echo {m} > /etc/modules-load.d/{m}.conf`); if it does not load, the RDMA stack is incomplete or built for another kernel: install the RDMA kernel modules for the running kernel (inbox: the distribution's rdma-core and kernel modules package, e.g. linux-modules-extra on Ubuntu; MLNX_OFED/DOCA-OFED: reinstall for `uname -r`, `ofed_info -s`) and read `dmesg | grep -i {m}` for unknown-symbol or probe errors"
+    );
+    let Some(drv) = &n.driver else {
+        return Finding::new(
+            id,
+            subject,
+            Status::Fail,
+            format!(
+                "{who} ({}): no driver bound, so no RDMA device: {pci_driver} does not run it and {m} cannot provide one",
+                n.family
+            ),
+        )
+        .with(driver_ev)
+        .with(modules_evidence(h, pci_driver))
+        .fix(format!(
+            "`modprobe {pci_driver} {m}`; if {pci_driver} does not bind, read `dmesg | grep -i {pci_driver}` (firmware or probe errors). {fix}"
+        ));
+    };
+    let loaded = module_loaded(h, m);
+    let core = module_loaded(h, "ib_core");
+    let class_absent = ctx.inv.rdma_class == crate::inventory::ClassListing::Absent;
+    let f = match (class_absent, loaded, core) {
+        // A recording without the class directory or the module lists (hwloc's
+        // hwloc-gather-topology saves neither): a missing module and an uncaptured one look
+        // the same.
+        (true, None, _) => Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!(
+                "{who} on {drv}: no RDMA device seen, but this tree has neither /sys/class/infiniband nor the module lists (/proc/modules, /sys/module): whether {m} is loaded is unknown (a recording that did not capture them)"
+            ),
+        ),
+        (true, _, Some(true)) => Finding::new(
+            id,
+            subject,
+            Status::Skip,
+            format!(
+                "{who} on {drv}: ib_core is loaded, yet /sys/class/infiniband is absent: the recording did not capture it, so whether it has an RDMA device is unknown"
+            ),
+        ),
+        (_, Some(false), _) => Finding::new(
+            id,
+            subject,
+            Status::Fail,
+            format!(
+                "{who} on {drv} has no RDMA device: {m} is not loaded{}; no RDMA and no GPUDirect RDMA through it",
+                if core == Some(false) { " (nor ib_core)" } else { "" }
+            ),
+        )
+        .fix(fix),
+        (_, Some(true), _) => Finding::new(
+            id,
+            subject,
+            Status::Fail,
+            format!(
+                "{who} on {drv} has no RDMA device although {m} is loaded: RDMA is disabled for this function or {m} failed to probe it"
+            ),
+        )
+        .fix(format!(
+            "Read `dmesg | grep -i {m}` for probe errors; on ConnectX check `devlink dev param show pci/{} name enable_rdma` (set it true and `devlink dev reload`) and that the port is not in a mode without RDMA; reload with `modprobe -r {m}; modprobe {m}`",
+            n.bdf
+        )),
+        (_, None, _) => Finding::new(
+            id,
+            subject,
+            Status::Fail,
+            format!(
+                "{who} on {drv} has no RDMA device (other RDMA devices are listed); whether {m} is loaded is unknown (module lists unreadable)"
+            ),
+        )
+        .fix(fix),
+    };
+    f.with(driver_ev).with(modules_evidence(h, m)).with(ev(
+        "/sys/class/infiniband",
+        match &ctx.inv.rdma_class {
+            crate::inventory::ClassListing::Absent => "not present".to_string(),
+            _ => format!("no device links to {}", n.bdf),
+        },
+    ))
 }
 
 const NVSENTINEL: &str = "NVIDIA NVSentinel NIC health monitor defaults (docs/nic-health-monitor/link-counter-detection.md, Appendix A)";
@@ -679,76 +683,13 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             ));
             return;
         };
-        let mut evs = Vec::new();
-        // A judged counter that could not be read (garbled), or a standard IB port counter
-        // missing from a listed `counters/` (the IB core exposes them all for every port):
-        // the port cannot pass. Driver `hw_counters` may legitimately be absent.
-        let unreadable: Vec<String> = FATAL_COUNTERS
-            .iter()
-            .map(|(d, n)| (*d, *n))
-            .chain(RATE_COUNTERS.iter().map(|(d, n, _, _)| (*d, *n)))
-            .filter(|(d, n)| counter(p, d, n).is_none())
-            .filter_map(|(d, n)| match p.unread.get(&format!("{d}.{n}")) {
-                Some(why) => Some(format!("{d}/{n}: {why}")),
-                None if d == "counters" => Some(format!("{d}/{n}: missing")),
-                None => None,
-            })
-            .collect();
-        let mut fatal = Vec::new();
-        for (dir, name) in FATAL_COUNTERS {
-            if let Some(v) = counter(p, dir, name)
-                && v > 0
-            {
-                fatal.push(format!("{name} {v}"));
-                evs.push(ev(
-                    format!("{pdir}/{dir}/{name}"),
-                    format!("{v} (any increment is fatal: {NVSENTINEL})"),
-                ));
-            }
-        }
-        let mut fast = Vec::new();
-        let mut unjudged = Vec::new();
-        for (dir, name, limit, source) in RATE_COUNTERS {
-            let Some(v) = counter(p, dir, name) else {
-                continue;
-            };
-            if v == 0 {
-                continue;
-            }
-            match uptime {
-                Some(up) => {
-                    let rate = super::per_second(v, up);
-                    let shown = format!(
-                        "{v} in {:.0} s since boot = at least {rate:.3}/s (limit {limit:.3}/s: {source})",
-                        up
-                    );
-                    if rate > limit {
-                        fast.push(format!("{name} {rate:.3}/s > {limit:.3}/s"));
-                    }
-                    evs.push(ev(format!("{pdir}/{dir}/{name}"), shown));
-                }
-                None => {
-                    unjudged.push(format!("{name} {v}"));
-                    evs.push(ev(
-                        format!("{pdir}/{dir}/{name}"),
-                        format!("{v} (time since boot unknown: rate not judged)"),
-                    ));
-                }
-            }
-        }
-        for (dir, name) in SHOWN_COUNTERS {
-            if let Some(v) = counter(p, dir, name)
-                && v > 0
-                && !FATAL_COUNTERS.contains(&(dir, name))
-            {
-                evs.push(ev(
-                    format!("{pdir}/{dir}/{name}"),
-                    format!(
-                        "{v} (no published threshold for a cumulative value: shown, not judged)"
-                    ),
-                ));
-            }
-        }
+        let PortCounters {
+            evs,
+            unreadable,
+            fatal,
+            fast,
+            unjudged,
+        } = port_counters(p, &pdir, uptime);
         if !fatal.is_empty() {
             out.push(
                 Finding::new(id, subject, Status::Fail, format!("fatal error counters nonzero: {}{}", fatal.join(", "), if fast.is_empty() { String::new() } else { format!("; also {}", fast.join(", ")) }))
@@ -813,6 +754,97 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             );
         }
     });
+}
+
+/// A port's error counters read for judging: the evidence of each nonzero one, and which are
+/// unreadable, fatal (any increment), above their published rate, or not judged for want of
+/// the time since boot.
+struct PortCounters {
+    evs: Vec<super::Evidence>,
+    unreadable: Vec<String>,
+    fatal: Vec<String>,
+    fast: Vec<String>,
+    unjudged: Vec<String>,
+}
+
+/// Reads the judged and shown error counters of port `p` (`pdir` its sysfs directory, for
+/// evidence); rates are per second since boot (`uptime`).
+fn port_counters(p: &RdmaPort, pdir: &str, uptime: Option<f64>) -> PortCounters {
+    let mut evs = Vec::new();
+    // A judged counter that could not be read (garbled), or a standard IB port counter
+    // missing from a listed `counters/` (the IB core exposes them all for every port):
+    // the port cannot pass. Driver `hw_counters` may legitimately be absent.
+    let unreadable: Vec<String> = FATAL_COUNTERS
+        .iter()
+        .map(|(d, n)| (*d, *n))
+        .chain(RATE_COUNTERS.iter().map(|(d, n, _, _)| (*d, *n)))
+        .filter(|(d, n)| counter(p, d, n).is_none())
+        .filter_map(|(d, n)| match p.unread.get(&format!("{d}.{n}")) {
+            Some(why) => Some(format!("{d}/{n}: {why}")),
+            None if d == "counters" => Some(format!("{d}/{n}: missing")),
+            None => None,
+        })
+        .collect();
+    let mut fatal = Vec::new();
+    for (dir, name) in FATAL_COUNTERS {
+        if let Some(v) = counter(p, dir, name)
+            && v > 0
+        {
+            fatal.push(format!("{name} {v}"));
+            evs.push(ev(
+                format!("{pdir}/{dir}/{name}"),
+                format!("{v} (any increment is fatal: {NVSENTINEL})"),
+            ));
+        }
+    }
+    let mut fast = Vec::new();
+    let mut unjudged = Vec::new();
+    for (dir, name, limit, source) in RATE_COUNTERS {
+        let Some(v) = counter(p, dir, name) else {
+            continue;
+        };
+        if v == 0 {
+            continue;
+        }
+        match uptime {
+            Some(up) => {
+                let rate = super::per_second(v, up);
+                let shown = format!(
+                    "{v} in {:.0} s since boot = at least {rate:.3}/s (limit {limit:.3}/s: {source})",
+                    up
+                );
+                if rate > limit {
+                    fast.push(format!("{name} {rate:.3}/s > {limit:.3}/s"));
+                }
+                evs.push(ev(format!("{pdir}/{dir}/{name}"), shown));
+            }
+            None => {
+                unjudged.push(format!("{name} {v}"));
+                evs.push(ev(
+                    format!("{pdir}/{dir}/{name}"),
+                    format!("{v} (time since boot unknown: rate not judged)"),
+                ));
+            }
+        }
+    }
+    for (dir, name) in SHOWN_COUNTERS {
+        if let Some(v) = counter(p, dir, name)
+            && v > 0
+            && !FATAL_COUNTERS.contains(&(dir, name))
+        {
+            evs.push(ev(
+                format!("{pdir}/{dir}/{name}"),
+                format!("{v} (no published threshold for a cumulative value: shown, not judged)"),
+            ));
+        }
+    }
+    PortCounters {
+        evs,
+        unreadable,
+        fatal,
+        fast,
+        unjudged,
+    }
 }
 
 /// The kernel log's link-down records naming this port's netdev or its PCI function.

@@ -92,11 +92,12 @@ pub enum Command {
               value_parser = ["text", "md"])]
         format: String,
     },
-    /// Print the live NVML and library snapshots (nvml.json / libs.json of a recorded tree).
+    /// Print the live NVML, library and kernel-log snapshots (nvml.json / libs.json /
+    /// kmsg.json of a recorded tree).
     #[command(hide = true)]
     Snapshot {
-        /// Which snapshot: nvml or libs.
-        #[arg(value_parser = ["nvml", "libs"])]
+        /// Which snapshot: nvml, libs or kmsg.
+        #[arg(value_parser = ["nvml", "libs", "kmsg"])]
         what: String,
         #[command(flatten)]
         source: SourceArgs,
@@ -244,8 +245,12 @@ pub struct CheckArgs {
     #[arg(long = "deny", value_name = "ID", value_parser = check_id_parser(),
           hide_possible_values = true)]
     pub deny: Vec<String>,
-    /// Do not judge this check (repeatable); it is reported as skip.
-    #[arg(long = "skip", value_name = "ID", value_parser = check_id_parser(),
+    /// Do not judge this check (repeatable); it is reported as skip. ID:SUBJECT silences one
+    /// subject instead (the subject exactly as the report prints it: 0000:17:00.0, mlx5_3/1,
+    /// GPU3, host): the finding keeps its status and evidence, is shown as silenced, and
+    /// counts toward neither the exit code nor --fail-on-skip; a silence that matches nothing
+    /// is reported (silence.stale).
+    #[arg(long = "skip", value_name = "ID[:SUBJECT]", value_parser = check_id_parser(),
           hide_possible_values = true)]
     pub skip: Vec<String>,
     /// Compare with a baseline written by `gpudoctor baseline` (findings baseline.*).
@@ -272,6 +277,12 @@ pub struct CheckArgs {
     /// 60 s (exit 2) and probes after their --deadline.
     #[arg(long, value_name = "SECONDS", value_parser = parse_time_budget)]
     pub time_budget: Option<f64>,
+    /// Report everything as always (output, --textfile, --report) but exit 0 whatever the
+    /// verdict: for canary nodes. The report says what the exit code would have been (JSON
+    /// `would_exit`); gpudoctor's own failures still exit 2. GPUDOCTOR_REPORT_ONLY=1 does the
+    /// same.
+    #[arg(long)]
+    pub report_only: bool,
 }
 
 /// `--time-budget`: a positive number of seconds, at most a day.

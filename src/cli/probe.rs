@@ -105,7 +105,7 @@ pub struct NcclArgs {
     pub rendezvous_timeout: u64,
     #[command(flatten)]
     pub gate: GateArgs,
-    /// Print one JSON document (schema gpudoctor.nccl/1) with every raw sample.
+    /// Print one JSON document (schema gpudoctor.nccl/2) with every raw sample.
     #[arg(long)]
     pub json: bool,
 }
@@ -174,7 +174,7 @@ pub struct ProbeArgs {
     pub deadline: u64,
     #[command(flatten)]
     pub gate: GateArgs,
-    /// Print one JSON document (schema gpudoctor.probe-runs/1: one gpudoctor.probe/1 run) with
+    /// Print one JSON document (schema gpudoctor.probe-runs/1: one gpudoctor.probe/2 run) with
     /// every raw sample.
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
@@ -194,7 +194,7 @@ pub struct DmabufExportArgs {
     pub deadline: u64,
     #[command(flatten)]
     pub gate: GateArgs,
-    /// Print one JSON document (schema gpudoctor.probe-runs/1: one gpudoctor.probe/1 run).
+    /// Print one JSON document (schema gpudoctor.probe-runs/1: one gpudoctor.probe/2 run).
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Output format: table, json or prometheus (node_exporter textfile collector).

@@ -40,6 +40,10 @@ pub struct CheckOptions {
     pub time_budget: Option<Duration>,
     /// GPUDOCTOR_TEST_SLOW_READ (tests only): a read of this path takes this long.
     pub test_slow_read: Option<(String, Duration)>,
+    /// `--report-only` (or GPUDOCTOR_REPORT_ONLY=1): everything reported and written as
+    /// always, the verdict's exit code kept in the report (`would_exit`), exit 0. gpudoctor's
+    /// own failures still exit 2.
+    pub report_only: bool,
 }
 
 impl CheckOptions {
@@ -63,16 +67,34 @@ impl CheckOptions {
             report: None,
             time_budget: None,
             test_slow_read: None,
+            report_only: false,
         }
     }
 }
 
 pub(super) fn resolve(c: CheckArgs, env: &Env) -> Result<(Option<SourceArgs>, Action)> {
-    let overrides = Overrides::parse(&c.warn, &c.deny, &c.skip).map_err(anyhow::Error::msg)?;
+    let mut overrides = Overrides::parse(&c.warn, &c.deny, &c.skip).map_err(anyhow::Error::msg)?;
     let expect = match &c.expect {
         Some(p) => Some(read_baseline(p)?),
         None => None,
     };
+    // The baseline's silences join `--skip ID:SUBJECT`'s, judged against today's date.
+    let from_baseline = expect
+        .as_ref()
+        .map(|b| b.resolved_silences())
+        .unwrap_or_default();
+    for s in &from_baseline {
+        if overrides.skip.contains(&s.id) {
+            anyhow::bail!(
+                "--skip {} and the baseline's silence of {} on {}: --skip {} already leaves every subject unjudged",
+                s.id,
+                s.id,
+                s.subject,
+                s.id
+            );
+        }
+    }
+    overrides = overrides.with_silences(from_baseline, env.today.clone());
     let format = OutputFormat::resolve(c.json, c.format);
     Ok((
         Some(c.source),
@@ -101,6 +123,7 @@ pub(super) fn resolve(c: CheckArgs, env: &Env) -> Result<(Option<SourceArgs>, Ac
             report: c.report,
             time_budget: c.time_budget.map(Duration::from_secs_f64),
             test_slow_read: env.test_slow_read.clone(),
+            report_only: c.report_only || env.report_only,
         })),
     ))
 }

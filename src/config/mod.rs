@@ -107,6 +107,12 @@ pub struct Env {
     /// /probes/h2d.json) takes SECONDS longer, as a device that stops answering would. How the
     /// tests make a step of `check --time-budget` outlast its budget; not for production use.
     pub test_slow_read: Option<(String, std::time::Duration)>,
+    /// Today's date, UTC, YYYY-MM-DD: what a baseline silence's `expires` is read against
+    /// (None where the clock cannot be read: such a silence then silences nothing).
+    pub today: Option<String>,
+    /// GPUDOCTOR_REPORT_ONLY set to 1, true or yes: `check --report-only` (the Slurm wrapper's
+    /// defaults file sets it on canaries).
+    pub report_only: bool,
 }
 
 impl Env {
@@ -143,8 +149,23 @@ impl Env {
                         std::time::Duration::from_secs_f64(secs.min(3600.0)),
                     ))
                 }),
+            today: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| crate::checks::baseline::silence::utc_date(d.as_secs())),
+            report_only: nonempty("GPUDOCTOR_REPORT_ONLY")
+                .and_then(|v| v.into_string().ok())
+                .is_some_and(|v| report_only_word(&v)),
         }
     }
+}
+
+/// GPUDOCTOR_REPORT_ONLY's words for "on" (anything else, `0` included, is off).
+pub fn report_only_word(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    )
 }
 
 #[derive(Debug)]

@@ -161,15 +161,15 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
             .clone()
             .unwrap_or_else(|| write_bw::DEFAULT_SIZES.to_vec())
     };
-    let plan = write_bw::Plan::new(
+    let plan = write_bw::Plan::new(write_bw::PlanSpec {
         sizes,
-        w.iters,
-        w.tx_depth,
-        w.cq_mod,
-        w.post_list,
-        w.qps,
-        w.validate,
-    )
+        iterations: w.iters,
+        tx_depth: w.tx_depth,
+        cq_moderation: w.cq_mod,
+        post_list: w.post_list,
+        qps: w.qps,
+        validate: w.validate,
+    })
     .and_then(|p| p.with_repetitions(w.reps))
     .context("probe write-bw")?;
     let token = || {

@@ -25,6 +25,8 @@ fn the_environment_is_read_only_through_env() {
         cuda_homes: vec![PathBuf::from("/opt/cuda")],
         token: Some("s3cret".into()),
         test_slow_read: Some(("/probes/h2d.json".into(), Duration::from_secs(3))),
+        today: Some("2026-07-01".into()),
+        report_only: true,
     };
     let c = resolve(&["check", "--level", "1"], &env).unwrap();
     assert_eq!(c.width, Some(99));
@@ -39,6 +41,12 @@ fn the_environment_is_read_only_through_env() {
         Some(("/probes/h2d.json".into(), Duration::from_secs(3)))
     );
     assert_eq!(o.time_budget, None);
+    assert!(o.report_only, "GPUDOCTOR_REPORT_ONLY");
+    assert_eq!(
+        o.overrides.today.as_deref(),
+        Some("2026-07-01"),
+        "today from Env"
+    );
     let c = resolve(&["check", "--time-budget", "2.5"], &env).unwrap();
     let Action::Check(o) = c.action else {
         panic!("check")
@@ -265,4 +273,86 @@ fn sources() {
             .source,
         SourceSpec::Root("/t".into())
     );
+}
+
+fn check_options(argv: &[&str], env: &Env) -> Box<CheckOptions> {
+    match resolve(argv, env).unwrap().action {
+        Action::Check(o) => o,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn report_only_from_the_flag_or_the_environment() {
+    assert!(!check_options(&["check"], &Env::default()).report_only);
+    assert!(check_options(&["check", "--report-only"], &Env::default()).report_only);
+    for (word, on) in [
+        ("1", true),
+        ("true", true),
+        ("YES", true),
+        ("on", true),
+        ("0", false),
+        ("no", false),
+        ("2", false),
+        ("", false),
+    ] {
+        assert_eq!(report_only_word(word), on, "{word:?}");
+    }
+}
+
+#[test]
+fn skip_takes_a_check_or_one_subject_of_it() {
+    let o = check_options(
+        &[
+            "check",
+            "--skip",
+            "pcie.aer:0000:17:00.0",
+            "--skip",
+            "rdma.port-state:mlx5_3/1",
+            "--skip",
+            "gpu.ecc",
+        ],
+        &Env::default(),
+    );
+    assert_eq!(o.overrides.skip, vec![crate::checks::CheckId::GpuEcc]);
+    let s: Vec<(String, String)> = o
+        .overrides
+        .silences
+        .iter()
+        .map(|s| (s.id.to_string(), s.subject.clone()))
+        .collect();
+    assert_eq!(
+        s,
+        [
+            ("pcie.aer".to_string(), "0000:17:00.0".to_string()),
+            ("rdma.port-state".to_string(), "mlx5_3/1".to_string())
+        ]
+    );
+    assert!(
+        err(&["check", "--skip", "pcie.aerr:0000:17:00.0"])
+            .contains("unknown check id pcie.aerr (did you mean pcie.aer?)")
+    );
+    assert!(err(&["check", "--skip", "pcie.aer:"]).contains("names no subject"));
+    assert!(
+        err(&[
+            "check",
+            "--skip",
+            "pcie.aer",
+            "--skip",
+            "pcie.aer:0000:17:00.0"
+        ])
+        .contains("already leaves every subject of pcie.aer unjudged")
+    );
+    // --deny of a check and a silence of one of its subjects do not contradict each other.
+    let o = check_options(
+        &[
+            "check",
+            "--deny",
+            "pcie.aer",
+            "--skip",
+            "pcie.aer:0000:17:00.0",
+        ],
+        &Env::default(),
+    );
+    assert_eq!(o.overrides.silences.len(), 1);
 }

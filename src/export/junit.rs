@@ -19,10 +19,16 @@ use std::fmt::Write;
 /// fails with its reasons, so a CI reading the XML sees the exit code's verdict.
 pub fn check(r: &CheckReport) -> String {
     let strict = r.gate.strict;
-    let failing = |s: Status| s == Status::Fail || (strict && s == Status::Warn);
-    let gate_fails = r.gate.decided() && !r.checks.iter().any(|f| failing(f.status));
-    let failures = r.checks.iter().filter(|f| failing(f.status)).count() + usize::from(gate_fails);
-    let skipped = r.checks.iter().filter(|f| f.status == Status::Skip).count();
+    // A silenced finding is a skipped test case whatever its status, its message saying so
+    // and its status kept (the exit code leaves it out; CI must not read it as passed).
+    let failing = |f: &crate::findings::Finding| {
+        f.silenced.is_none() && (f.status == Status::Fail || (strict && f.status == Status::Warn))
+    };
+    let skipped_case =
+        |f: &crate::findings::Finding| f.silenced.is_some() || f.status == Status::Skip;
+    let gate_fails = r.gate.decided() && !r.checks.iter().any(failing);
+    let failures = r.checks.iter().filter(|f| failing(f)).count() + usize::from(gate_fails);
+    let skipped = r.checks.iter().filter(|f| skipped_case(f)).count();
     let tests = r.checks.len() + usize::from(gate_fails);
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
@@ -58,7 +64,16 @@ pub fn check(r: &CheckReport) -> String {
             .as_deref()
             .map(|x| format!("fix: {x}\n"))
             .unwrap_or_default();
-        if failing(f.status) {
+        if let Some(s) = &f.silenced {
+            let _ = writeln!(
+                out,
+                ">\n      <skipped message=\"{}\"/>\n      <system-out>{}: {}\n{}</system-out>\n    </testcase>",
+                xml_escape(&format!("{} (status {})", s.describe(), f.status.as_str())),
+                f.status.as_str(),
+                xml_escape(&f.message),
+                xml_escape(&format!("{evidence}{fix}"))
+            );
+        } else if failing(f) {
             let _ = writeln!(
                 out,
                 ">\n      <failure type=\"{}\" message=\"{}\">{}</failure>\n    </testcase>",

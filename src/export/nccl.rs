@@ -173,87 +173,8 @@ fn nccl_parent(inv: &Inventory, bdf: Bdf) -> Option<Bdf> {
 pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
     // Leaves: GPUs and RDMA NICs with a PCI function.
     let mut leaves: BTreeMap<Bdf, Element> = BTreeMap::new();
-    let nvml_by_bdf: BTreeMap<String, &crate::nvml::NvmlGpu> = inv
-        .nvml
-        .gpus
-        .iter()
-        .map(|g| (g.bus_id.to_ascii_lowercase(), g))
-        .collect();
-    for g in &topo.gpus {
-        let mut gpu = Element::new("gpu");
-        if let Some(n) = nvml_by_bdf.get(&g.bdf.nvml().to_ascii_lowercase()) {
-            // Count active links per peer, as NCCL does (target = the NVML bus id, lower case).
-            let mut per_peer: BTreeMap<String, (u32, Option<String>)> = BTreeMap::new();
-            for l in n.nvlinks.iter().filter(|l| l.active) {
-                let Some(remote) = &l.remote_bus_id else {
-                    continue;
-                };
-                let target = remote.to_ascii_lowercase();
-                let tclass = match l.remote_device_type {
-                    Some(NvLinkRemote::Switch) => Some(NVSWITCH_CLASS.to_string()),
-                    Some(NvLinkRemote::Gpu) => remote
-                        .parse::<Bdf>()
-                        .ok()
-                        .and_then(|b| inv.pci.get(&b))
-                        .and_then(|f| f.class)
-                        .map(|c| format!("0x{c:06x}"))
-                        .or(Some("0x030200".to_string())),
-                    _ => None,
-                };
-                let e = per_peer.entry(target).or_insert((0, tclass));
-                e.0 += 1;
-            }
-            for (target, (count, tclass)) in per_peer {
-                let mut nv = Element::new("nvlink")
-                    .attr("target", target)
-                    .attr("count", count.to_string());
-                if let Some(t) = tclass {
-                    nv = nv.attr("tclass", t);
-                }
-                gpu.children.push(nv);
-            }
-        }
-        let mut pci = pci_element(inv, g.bdf);
-        pci.children.push(gpu);
-        leaves.insert(g.bdf, pci);
-    }
-    // NICs as NCCL's IB transport names their PCI device (src/transport/net_ib/init.cc,
-    // ncclIbGetPciPath): the function digit of the sysfs path zeroed, so the ports of a
-    // multi-port NIC (0000:29:00.0 and .1) are one `<pci>` with two `<net>`s; and an SR-IOV
-    // virtual function under its physical function (NCCL_IB_MERGE_VFS=1, the default, zeroes
-    // the device digits too; gpudoctor reads the VF's physfn link instead).
-    let mut nics: BTreeMap<Bdf, Element> = BTreeMap::new();
-    for n in &topo.nics {
-        let r = inv.rdma.iter().find(|r| r.name == n.rdma_device);
-        let host = nccl_nic_bdf(inv, n.bdf);
-        let nic = nics.entry(host).or_insert_with(|| Element::new("nic"));
-        for p in &n.ports {
-            let mut net = Element::new("net")
-                .attr("name", n.rdma_device.clone())
-                .attr("port", p.port.to_string());
-            // NCCL's speed is Mb/s; the port's rate reads "100 Gb/sec (2X HDR)".
-            if let Some(gbps) = p
-                .rate
-                .as_deref()
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|v| v.parse::<f64>().ok())
-            {
-                net = net.attr("speed", format!("{:.0}", gbps * 1000.0));
-            }
-            if let Some(guid) = r.and_then(|r| r.node_guid.as_deref()) {
-                let hex: String = guid.chars().filter(|c| c.is_ascii_hexdigit()).collect();
-                if !hex.is_empty() {
-                    net = net.attr("guid", format!("0x{hex}"));
-                }
-            }
-            nic.children.push(net);
-        }
-    }
-    for (bdf, nic) in nics {
-        let mut pci = pci_element(inv, bdf);
-        pci.children.push(nic);
-        leaves.insert(bdf, pci);
-    }
+    gpu_leaves(inv, topo, &mut leaves);
+    nic_leaves(inv, topo, &mut leaves);
 
     // The tree NCCL builds from sysfs (src/graph/xml.cc, ncclTopoGetXmlFromSys): a device's
     // parent is the bridge two levels up its sysfs path (past the switch's downstream port,
@@ -327,6 +248,94 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
     ));
     system.write(0, &mut out);
     out
+}
+/// Each GPU as NCCL writes it: its `<pci>` holding a `<gpu>` with one `<nvlink>` per peer.
+fn gpu_leaves(inv: &Inventory, topo: &Topology, leaves: &mut BTreeMap<Bdf, Element>) {
+    let nvml_by_bdf: BTreeMap<String, &crate::nvml::NvmlGpu> = inv
+        .nvml
+        .gpus
+        .iter()
+        .map(|g| (g.bus_id.to_ascii_lowercase(), g))
+        .collect();
+    for g in &topo.gpus {
+        let mut gpu = Element::new("gpu");
+        if let Some(n) = nvml_by_bdf.get(&g.bdf.nvml().to_ascii_lowercase()) {
+            // Count active links per peer, as NCCL does (target = the NVML bus id, lower case).
+            let mut per_peer: BTreeMap<String, (u32, Option<String>)> = BTreeMap::new();
+            for l in n.nvlinks.iter().filter(|l| l.active) {
+                let Some(remote) = &l.remote_bus_id else {
+                    continue;
+                };
+                let target = remote.to_ascii_lowercase();
+                let tclass = match l.remote_device_type {
+                    Some(NvLinkRemote::Switch) => Some(NVSWITCH_CLASS.to_string()),
+                    Some(NvLinkRemote::Gpu) => remote
+                        .parse::<Bdf>()
+                        .ok()
+                        .and_then(|b| inv.pci.get(&b))
+                        .and_then(|f| f.class)
+                        .map(|c| format!("0x{c:06x}"))
+                        .or(Some("0x030200".to_string())),
+                    _ => None,
+                };
+                let e = per_peer.entry(target).or_insert((0, tclass));
+                e.0 += 1;
+            }
+            for (target, (count, tclass)) in per_peer {
+                let mut nv = Element::new("nvlink")
+                    .attr("target", target)
+                    .attr("count", count.to_string());
+                if let Some(t) = tclass {
+                    nv = nv.attr("tclass", t);
+                }
+                gpu.children.push(nv);
+            }
+        }
+        let mut pci = pci_element(inv, g.bdf);
+        pci.children.push(gpu);
+        leaves.insert(g.bdf, pci);
+    }
+}
+
+/// Each RDMA NIC as NCCL writes it: a `<pci>` holding a `<nic>` with a `<net>` per port.
+fn nic_leaves(inv: &Inventory, topo: &Topology, leaves: &mut BTreeMap<Bdf, Element>) {
+    // NICs as NCCL's IB transport names their PCI device (src/transport/net_ib/init.cc,
+    // ncclIbGetPciPath): the function digit of the sysfs path zeroed, so the ports of a
+    // multi-port NIC (0000:29:00.0 and .1) are one `<pci>` with two `<net>`s; and an SR-IOV
+    // virtual function under its physical function (NCCL_IB_MERGE_VFS=1, the default, zeroes
+    // the device digits too; gpudoctor reads the VF's physfn link instead).
+    let mut nics: BTreeMap<Bdf, Element> = BTreeMap::new();
+    for n in &topo.nics {
+        let r = inv.rdma.iter().find(|r| r.name == n.rdma_device);
+        let host = nccl_nic_bdf(inv, n.bdf);
+        let nic = nics.entry(host).or_insert_with(|| Element::new("nic"));
+        for p in &n.ports {
+            let mut net = Element::new("net")
+                .attr("name", n.rdma_device.clone())
+                .attr("port", p.port.to_string());
+            // NCCL's speed is Mb/s; the port's rate reads "100 Gb/sec (2X HDR)".
+            if let Some(gbps) = p
+                .rate
+                .as_deref()
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                net = net.attr("speed", format!("{:.0}", gbps * 1000.0));
+            }
+            if let Some(guid) = r.and_then(|r| r.node_guid.as_deref()) {
+                let hex: String = guid.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+                if !hex.is_empty() {
+                    net = net.attr("guid", format!("0x{hex}"));
+                }
+            }
+            nic.children.push(net);
+        }
+    }
+    for (bdf, nic) in nics {
+        let mut pci = pci_element(inv, bdf);
+        pci.children.push(nic);
+        leaves.insert(bdf, pci);
+    }
 }
 
 #[cfg(test)]

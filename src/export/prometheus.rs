@@ -85,6 +85,7 @@ fn info(out: &mut String, command: &str, schema: &str, source: &str, extra: &[(&
     );
     let mut l: Vec<(&str, &str)> = vec![
         ("version", env!("CARGO_PKG_VERSION")),
+        ("revision", crate::REVISION),
         ("command", command),
         ("schema", schema),
         ("source", source),
@@ -111,32 +112,46 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
         source,
         &[("level", level.as_str())],
     );
+    verdict_series(r, &mut out);
+    per_check_series(r, &mut out);
+    finding_series(r, &mut out);
+    silenced_series(r, &mut out);
+    measured_series(r, &mut out);
+    if all_series {
+        check_state_sets(r, &mut out);
+    }
+    out
+}
+
+/// The node's verdict and its counts: status, whether the gate decided it, findings per
+/// status, unjudged and silenced findings, and what `--report-only` and `--time-budget` did.
+fn verdict_series(r: &CheckReport, out: &mut String) {
     family(
-        &mut out,
+        out,
         "gpudoctor_status",
         "Overall verdict of the node (state set: 1 for the current status), the gate (--strict, --fail-on-skip) applied.",
     );
     for s in CHECK_STATUSES {
         sample(
-            &mut out,
+            out,
             "gpudoctor_status",
             &[("status", s.as_str())],
             f64::from(u8::from(r.status == s)),
         );
     }
     family(
-        &mut out,
+        out,
         "gpudoctor_gate_decided",
         "1 when --strict or --fail-on-skip, not a failing check, made the verdict a failure.",
     );
     sample(
-        &mut out,
+        out,
         "gpudoctor_gate_decided",
         &[],
         f64::from(u8::from(r.gate.decided())),
     );
     family(
-        &mut out,
+        out,
         "gpudoctor_checks",
         "Number of check findings with each status.",
     );
@@ -146,50 +161,73 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
         (Status::Warn, r.summary.warn),
         (Status::Fail, r.summary.fail),
     ] {
-        sample(
-            &mut out,
-            "gpudoctor_checks",
-            &[("status", s.as_str())],
-            n as f64,
-        );
+        sample(out, "gpudoctor_checks", &[("status", s.as_str())], n as f64);
     }
     family(
-        &mut out,
+        out,
         "gpudoctor_checks_unjudged",
         "Number of skips of something that should have been judged (not root, or a fact unknown): what --fail-on-skip fails on.",
     );
     sample(
-        &mut out,
+        out,
         "gpudoctor_checks_unjudged",
         &[],
         r.summary.unjudged as f64,
     );
+    family(
+        out,
+        "gpudoctor_checks_silenced",
+        "Number of findings a silence matched (--skip ID:SUBJECT, the baseline's silences): left out of the verdict and of the counts above, listed in gpudoctor_finding_silenced.",
+    );
+    sample(
+        out,
+        "gpudoctor_checks_silenced",
+        &[],
+        r.summary.silenced as f64,
+    );
+    if let Some(code) = r.would_exit {
+        family(
+            out,
+            "gpudoctor_report_only_would_exit_code",
+            "--report-only: the exit code the verdict would have given (the run exited 0).",
+        );
+        sample(
+            out,
+            "gpudoctor_report_only_would_exit_code",
+            &[],
+            f64::from(code),
+        );
+    }
     if let Some(t) = &r.time_budget {
         family(
-            &mut out,
+            out,
             "gpudoctor_time_budget_seconds",
             "The run's --time-budget (present only when one was given).",
         );
-        sample(&mut out, "gpudoctor_time_budget_seconds", &[], t.seconds);
+        sample(out, "gpudoctor_time_budget_seconds", &[], t.seconds);
         family(
-            &mut out,
+            out,
             "gpudoctor_time_budget_spent",
             "1 when the --time-budget ran out and the steps it cut were left unjudged (unknown skips).",
         );
         sample(
-            &mut out,
+            out,
             "gpudoctor_time_budget_spent",
             &[],
             f64::from(u8::from(t.spent_during.is_some())),
         );
     }
+}
+
+/// Findings of each check that reported anything, per status.
+fn per_check_series(r: &CheckReport, out: &mut String) {
     family(
-        &mut out,
+        out,
         "gpudoctor_check_findings",
         "Number of findings of one check with each status (checks that reported anything).",
     );
     let mut per_check: Vec<(&str, [usize; 4])> = Vec::new();
-    for f in &r.checks {
+    for f in r.checks.iter().filter(|f| f.silenced.is_none()) {
         let id = f.id.as_str();
         let i = match per_check.iter().position(|(c, _)| *c == id) {
             Some(i) => i,
@@ -206,15 +244,20 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
     for (id, counts) in &per_check {
         for (s, n) in CHECK_STATUSES.iter().zip(counts) {
             sample(
-                &mut out,
+                out,
                 "gpudoctor_check_findings",
                 &[("check", id), ("status", s.as_str())],
                 *n as f64,
             );
         }
     }
+}
+
+/// One series per label set of the findings that are not a pass, at most MAX_FINDING_SERIES
+/// of them; the rest counted in gpudoctor_findings_not_listed.
+fn finding_series(r: &CheckReport, out: &mut String) {
     family(
-        &mut out,
+        out,
         "gpudoctor_finding",
         "Findings that are not a pass (1, or how many findings share these labels): a warning, a failure, or a skip of something that should have been judged (skip=\"unknown\"|\"not-root\"), with its fault class (category, action). GPU subjects carry DCGM exporter's labels (gpu, UUID, pci_bus_id) so that alerts join both. `gpudoctor explain CHECK` documents each check.",
     );
@@ -224,7 +267,7 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
     let mut series: Vec<(Vec<(&str, String)>, usize)> = Vec::new();
     let mut at: std::collections::HashMap<Vec<(&str, String)>, usize> = Default::default();
     let mut not_listed = 0usize;
-    for f in &r.checks {
+    for f in r.checks.iter().filter(|f| f.silenced.is_none()) {
         let unjudged = f.skip.filter(|k| k.unjudged());
         if f.status == Status::Pass || (f.status == Status::Skip && unjudged.is_none()) {
             continue;
@@ -258,26 +301,16 @@ pub fn check(r: &CheckReport, all_series: bool) -> String {
         }
     }
     for (l, n) in &series {
-        sample(&mut out, "gpudoctor_finding", &borrow(l), *n as f64);
+        sample(out, "gpudoctor_finding", &borrow(l), *n as f64);
     }
     if not_listed > 0 {
         family(
-            &mut out,
+            out,
             "gpudoctor_findings_not_listed",
             "Findings that are not a pass left out of gpudoctor_finding: a node reports at most that many series (the JSON report lists every finding).",
         );
-        sample(
-            &mut out,
-            "gpudoctor_findings_not_listed",
-            &[],
-            not_listed as f64,
-        );
+        sample(out, "gpudoctor_findings_not_listed", &[], not_listed as f64);
     }
-    measured_series(r, &mut out);
-    if all_series {
-        check_state_sets(r, &mut out);
-    }
-    out
 }
 
 /// The bandwidth a probe finding measured (level 1: `probe.h2d`, `.d2h`, `.p2p`, `.nccl`) and
@@ -345,6 +378,36 @@ fn measured(f: &crate::findings::Finding) -> Option<(f64, Option<f64>)> {
         .find(|e| e.source == "threshold")
         .and_then(|e| gbps(&e.value));
     Some((median, threshold))
+}
+
+/// Every silenced finding with its real status (`gpudoctor_finding_silenced`): out of
+/// `gpudoctor_finding`, so an alert on it stops, but never shown as healthy.
+fn silenced_series(r: &CheckReport, out: &mut String) {
+    let silenced: Vec<&crate::findings::Finding> =
+        r.checks.iter().filter(|f| f.silenced.is_some()).collect();
+    if silenced.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "gpudoctor_finding_silenced",
+        "Findings a silence matched (1, or how many share these labels), with their real status and where the silence came from (by=\"command-line\"|\"baseline\", expires: its last day, empty on the command line). Not in the verdict or gpudoctor_finding.",
+    );
+    let mut counted: std::collections::BTreeMap<Vec<(&str, String)>, usize> = Default::default();
+    for f in silenced.into_iter().take(MAX_FINDING_SERIES) {
+        let s = f.silenced.as_ref().expect("filtered");
+        let l = vec![
+            ("check", f.id.as_str().to_string()),
+            ("subject", f.subject.clone()),
+            ("status", f.status.as_str().to_string()),
+            ("by", s.by.as_str().to_string()),
+            ("expires", s.expires.clone().unwrap_or_default()),
+        ];
+        *counted.entry(l).or_default() += 1;
+    }
+    for (l, n) in &counted {
+        sample(out, "gpudoctor_finding_silenced", &borrow(l), *n as f64);
+    }
 }
 
 /// Series of `gpudoctor_finding` per node, and (check, subject)s of `--all-series`: a

@@ -23,6 +23,7 @@ use super::report::{LibraryInfo, NcclGpu, NcclReport, NicUse, ProcessInfo, RankP
 use super::worker::{RESULT_PREFIX, WorkerCluster, WorkerRequest, WorkerResult};
 use super::{bandwidth, debuglog};
 use crate::probes::Status;
+use crate::reading::Reading;
 use crate::topo::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -75,6 +76,10 @@ pub struct JoinInfo {
     pub skipped: Option<String>,
     pub nccl_env: BTreeMap<String, String>,
     pub gpudoctor_version: String,
+    /// The source revision the binary was built from (`--version`'s; see build.rs); empty in
+    /// reports written before it was recorded.
+    #[serde(default)]
+    pub gpudoctor_revision: String,
 }
 
 /// What rank 0 sends each process.
@@ -172,7 +177,7 @@ fn discover(o: &NcclOptions) -> Result<Vec<NcclGpu>, String> {
         mode: o.mode,
         policy: o.policy.clone(),
         bar_input: super::report::BarInput::Net {
-            expected: Err("discovery".into()),
+            expected: Reading::unknown("discovery"),
         },
         cluster: None,
         discover: true,
@@ -290,7 +295,7 @@ fn nic_uses(log: &debuglog::DebugLog, mine: &[u32], topo: &Topology) -> BTreeMap
             other => vec![format!("NET/{}", other.unwrap_or("?"))],
         };
         for n in names {
-            let rate = nic_rate(&n, topo);
+            let rate = Reading::from_result(nic_rate(&n, topo));
             out.entry(n)
                 .or_insert(NicUse { channels: 0, rate })
                 .channels += 1;
@@ -345,7 +350,7 @@ fn run_part(
         name: name.clone(),
         env,
         bar_input: super::report::BarInput::Net {
-            expected: Err("every node's network rate, known after the run".into()),
+            expected: Reading::unknown("every node's network rate, known after the run"),
         },
     };
     let req = WorkerRequest {
@@ -418,12 +423,12 @@ fn run_part(
                 mode: super::report::Mode::Cluster,
                 nccl_env: run_plan.env.clone(),
                 bar_input: run_plan.bar_input.clone(),
-                expected: Err("not run".into()),
+                expected: Reading::unknown("not run"),
                 collectives: Vec::new(),
                 transports: Vec::new(),
                 networks: Vec::new(),
                 socket_interfaces: Vec::new(),
-                debug_log: Err("the worker was killed".into()),
+                debug_log: Reading::unknown("the worker was killed"),
                 nccl_warnings: Vec::new(),
                 findings: Vec::new(),
                 skipped: None,
@@ -438,7 +443,7 @@ fn run_part(
 }
 
 /// Run `probe nccl --ranks` as this process.
-pub fn run(
+pub fn run_across_nodes(
     o: &NcclOptions,
     topo: &Topology,
     c: &ClusterOptions,
@@ -478,6 +483,7 @@ pub fn run(
         skipped,
         nccl_env: o.environment.clone(),
         gpudoctor_version: env!("CARGO_PKG_VERSION").to_string(),
+        gpudoctor_revision: crate::REVISION.to_string(),
     };
     let keep_user_debug = o.environment.contains_key("NCCL_DEBUG_FILE");
     let lib_path = lib.flatten();
@@ -854,6 +860,7 @@ mod tests {
             skipped: None,
             nccl_env: BTreeMap::new(),
             gpudoctor_version: "0".into(),
+            gpudoctor_revision: "r".into(),
         }
     }
 

@@ -462,10 +462,11 @@ impl Nccl {
     /// # Safety
     /// `comm` came from `comm_init_all` and is finished once; nothing uses it afterwards.
     pub unsafe fn comm_finish(&self, comm: Comm, abort: bool) -> Result<(), NcclError> {
-        // SAFETY: a live communicator, finished once.
         if abort {
+            // SAFETY: a live communicator (the caller's contract), aborted once.
             self.check("ncclCommAbort", unsafe { (self.comm_abort)(comm) })
         } else {
+            // SAFETY: a live communicator (the caller's contract), destroyed once.
             self.check("ncclCommDestroy", unsafe { (self.comm_destroy)(comm) })
         }
     }

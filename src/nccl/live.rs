@@ -14,6 +14,7 @@ use super::report::{
 };
 use super::worker::{RESULT_PREFIX, STEP_PREFIX, UNIQUE_ID_PREFIX, WorkerRequest, WorkerResult};
 use crate::probes::Status;
+use crate::reading::Reading;
 use crate::topo::Topology;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -102,7 +103,7 @@ pub fn pair_facts(topo: &Topology) -> Vec<PairFacts> {
                 continue;
             }
             let p = m.paths.get(i).and_then(|r| r.get(j));
-            let pcie = match (link(a), link(b)) {
+            let pcie = Reading::from_result(match (link(a), link(b)) {
                 (Ok(x), Ok(y)) => Ok(
                     if crate::pci::link_gbps_per_direction(x.0, x.1)
                         <= crate::pci::link_gbps_per_direction(y.0, y.1)
@@ -113,7 +114,7 @@ pub fn pair_facts(topo: &Topology) -> Vec<PairFacts> {
                     },
                 ),
                 (Err(e), _) | (_, Err(e)) => Err(e),
-            };
+            });
             out.push(PairFacts {
                 from: a.clone(),
                 to: b.clone(),
@@ -139,7 +140,7 @@ pub(super) fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -
             name: "across nodes".into(),
             env: BTreeMap::new(),
             bar_input: BarInput::Net {
-                expected: Err("every node's network rate, known after the run".into()),
+                expected: Reading::unknown("every node's network rate, known after the run"),
             },
         }],
         Mode::Intra => vec![Plan {
@@ -172,7 +173,7 @@ pub(super) fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -
                     let mut env = base.clone();
                     env.insert("NCCL_IB_HCA".into(), format!("={dev}"));
                     let expected = match p.rate_gbps {
-                        Some(g) if g > 0.0 => Ok(Rate {
+                        Some(g) if g > 0.0 => Reading::Value(Rate {
                             bandwidth_gbps: g / 8.0,
                             basis: format!(
                                 "{dev} line rate {} = {:.1} GB/s per direction (sysfs rate)",
@@ -180,7 +181,7 @@ pub(super) fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -
                                 g / 8.0
                             ),
                         }),
-                        _ => Err(format!("{dev}: port rate unreadable")),
+                        _ => Reading::unknown(format!("{dev}: port rate unreadable")),
                     };
                     out.push(Plan {
                         name: format!("net IB {dev}"),
@@ -201,7 +202,9 @@ pub(super) fn plans(o: &NcclOptions, topo: &Topology, report: &mut NcclReport) -
                     name: "net Socket".into(),
                     env,
                     bar_input: BarInput::Net {
-                        expected: Err("the interface NCCL's socket transport uses is known only after the run".into()),
+                        expected: Reading::unknown(
+                            "the interface NCCL's socket transport uses is known only after the run",
+                        ),
                     },
                 });
             }
@@ -238,7 +241,7 @@ pub(super) fn find_library(o: &NcclOptions, r: &mut NcclReport) -> Option<Option
 }
 
 /// Run `probe nccl`: each configuration in a worker, this binary re-executed.
-pub fn run(
+pub fn run_in_node(
     o: &NcclOptions,
     topo: &Topology,
     gdr_ready: Option<(bool, String)>,
@@ -487,7 +490,7 @@ pub(super) fn run_one(
     let (log, debug_log) = if keep_user_debug {
         (
             None,
-            Err("NCCL_DEBUG_FILE is set by the environment: not read".to_string()),
+            Reading::unknown("NCCL_DEBUG_FILE is set by the environment: not read"),
         )
     } else {
         let mut text = String::new();
@@ -507,11 +510,11 @@ pub(super) fn run_one(
             }
         }
         if names.is_empty() {
-            (None, Err("NCCL wrote no debug file".to_string()))
+            (None, Reading::absent("NCCL wrote no debug file"))
         } else {
             (
                 Some(debuglog::parse(&text)),
-                Ok(format!(
+                Reading::Value(format!(
                     "NCCL_DEBUG=INFO into a private temporary directory ({}), removed after reading",
                     names.join(", ")
                 )),
@@ -556,7 +559,7 @@ pub(super) fn run_one(
         .unwrap_or_else(|| report_expected(&plan.bar_input));
     // The socket transport: its interface's speed, now that NCCL has named it.
     if o.mode == Mode::Net && plan.env.get("NCCL_NET").map(String::as_str) == Some("Socket") {
-        expected = socket_rate(&socket_interfaces);
+        expected = Reading::from_result(socket_rate(&socket_interfaces));
     }
     Ok((
         ConfigRun {
@@ -581,7 +584,7 @@ pub(super) fn run_one(
     ))
 }
 
-fn report_expected(b: &BarInput) -> Result<Rate, String> {
+fn report_expected(b: &BarInput) -> Reading<Rate> {
     super::report::expected(b, None)
 }
 

@@ -4,7 +4,7 @@
 //! - `library`: libnccl found and loaded at run time (never linked), the symbols used;
 //! - `bandwidth`: nccl-tests' byte and bus-bandwidth conventions (pure);
 //! - `debuglog`: NCCL's `NCCL_DEBUG=INFO` output parsed into per-pair transports (pure);
-//! - `report`: the `gpudoctor.nccl/1` model and its evaluation (pure);
+//! - `report`: the `gpudoctor.nccl/2` model and its evaluation (pure);
 //! - `worker`: the child process that drives the GPUs through NCCL for one configuration;
 //! - `live`: the parent: plans, workers under a deadline, debug files in a private directory;
 //! - `launcher`: ranks across nodes from srun's, torchrun's or an indexed Job's variables (pure);

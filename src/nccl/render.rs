@@ -2,6 +2,7 @@
 
 use super::report::{ClusterView, ConfigRun, NcclReport};
 use crate::probes::Status;
+use crate::reading::Reading;
 use std::fmt::Write;
 
 fn word(s: Status) -> String {
@@ -95,8 +96,9 @@ fn cluster(s: &mut String, c: &ClusterView) {
     }
     for n in &c.nodes {
         let net = match &n.network {
-            Ok(r) => r.basis.clone(),
-            Err(e) => format!("unknown ({e})"),
+            Reading::Value(r) => r.basis.clone(),
+            Reading::Absent(e) => format!("none ({e})"),
+            Reading::Unknown(e) => format!("unknown ({e})"),
         };
         let bw: Vec<String> = n
             .busbw_gbps
@@ -122,8 +124,9 @@ fn cluster(s: &mut String, c: &ClusterView) {
             r.channels,
             r.nodes.join(", "),
             match &r.rate {
-                Ok(x) => x.basis.clone(),
-                Err(e) => format!("rate unknown ({e})"),
+                Reading::Value(x) => x.basis.clone(),
+                Reading::Absent(e) => format!("no rate ({e})"),
+                Reading::Unknown(e) => format!("rate unknown ({e})"),
             }
         );
     }
@@ -156,10 +159,10 @@ fn config(s: &mut String, run: &ConfigRun) {
         let _ = writeln!(s, "  skipped: {why}");
     }
     match &run.expected {
-        Ok(e) => {
+        Reading::Value(e) => {
             let _ = writeln!(s, "  link: {}", e.basis);
         }
-        Err(why) => {
+        Reading::Absent(why) | Reading::Unknown(why) => {
             let _ = writeln!(s, "  link rate unknown: {why}");
         }
     }
@@ -244,7 +247,7 @@ fn config(s: &mut String, run: &ConfigRun) {
             }
         );
     }
-    if let Err(why) = &run.debug_log {
+    if let Some(why) = run.debug_log.why() {
         let _ = writeln!(s, "  NCCL debug output: {why}");
     }
     for w in &run.nccl_warnings {

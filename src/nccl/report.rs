@@ -1,5 +1,7 @@
-//! The `probe nccl` report (schema `gpudoctor.nccl/1`) and its evaluation: pure functions of
-//! recorded data, so a recorded run re-evaluates without a GPU.
+//! The `probe nccl` report (schema `gpudoctor.nccl/2`) and its evaluation: pure functions of
+//! recorded data, so a recorded run re-evaluates without a GPU. What could not be read is a
+//! `Reading` (`crate::reading`); `gpudoctor.nccl/1` reports, whose readings were serde's
+//! `{"Ok": ..}` / `{"Err": ..}`, still read back.
 //!
 //! A collective is judged at the largest size of its sweep (smaller sizes are latency-bound
 //! and reported only) against a fraction of the slowest GPU pair's link rate, with level 1's
@@ -11,6 +13,7 @@
 
 use super::bandwidth::Collective;
 use crate::probes::{Evaluation, Expected, Method, Status};
+use crate::reading::Reading;
 
 /// A rate a bus bandwidth is held to (before the policy's fraction), with its source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,7 +33,10 @@ impl From<Expected> for Rate {
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const NCCL_SCHEMA: &str = "gpudoctor.nccl/1";
+pub const NCCL_SCHEMA: &str = "gpudoctor.nccl/2";
+
+/// The schema before readings had their own shape (`{"Ok": ..}` / `{"Err": ..}`); still read.
+pub const NCCL_SCHEMA_V1: &str = "gpudoctor.nccl/1";
 
 /// Bars: fractions of the link rate the largest size's bus bandwidth must reach.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,7 +97,7 @@ pub struct PairFacts {
     pub path: Option<String>,
     pub nvlinks: Option<u32>,
     /// The slower of the two GPUs' PCIe links: (generation, width, source).
-    pub pcie: Result<(u8, u8, String), String>,
+    pub pcie: Reading<(u8, u8, String)>,
 }
 
 /// What bounds a run's bus bandwidth, before the GPUs' architecture is known.
@@ -101,19 +107,22 @@ pub enum BarInput {
     /// Inside a node: the slowest GPU pair's NVLink or PCIe rate.
     Intra { pairs: Vec<PairFacts> },
     /// Through a NIC: its line rate (or why it is unknown).
-    Net { expected: Result<Rate, String> },
+    Net { expected: Reading<Rate> },
 }
 
 /// The rate a run's bus bandwidth is held to (before the policy's fraction). Intra: per pair
 /// as level 1's p2p probe (NVLink count x per-link rate of the architecture, else the slower
 /// PCIe link), the slowest pair bounding a ring through all of them.
-pub fn expected(input: &BarInput, cc: Option<(i32, i32)>) -> Result<Rate, String> {
-    expected_of(input, cc)
+pub fn expected(input: &BarInput, cc: Option<(i32, i32)>) -> Reading<Rate> {
+    match input {
+        BarInput::Net { expected } => expected.clone(),
+        BarInput::Intra { .. } => Reading::from_result(expected_of(input, cc)),
+    }
 }
 
 fn expected_of(input: &BarInput, cc: Option<(i32, i32)>) -> Result<Rate, String> {
     match input {
-        BarInput::Net { expected } => expected.clone(),
+        BarInput::Net { expected } => expected.clone().into_result(),
         BarInput::Intra { pairs } => {
             let mut worst: Option<(Expected, String)> = None;
             for p in pairs {
@@ -123,7 +132,7 @@ fn expected_of(input: &BarInput, cc: Option<(i32, i32)>) -> Result<Rate, String>
                         crate::probes::nvlink_expected(n, ma, mi)?
                     }
                     _ => {
-                        let (g, w, src) = p.pcie.clone()?;
+                        let (g, w, src) = p.pcie.clone().into_result()?;
                         crate::probes::pcie_expected(
                             g,
                             w,
@@ -222,15 +231,15 @@ pub struct ConfigRun {
     /// The NCCL variables gpudoctor set for this run's worker (beyond NCCL_DEBUG*).
     pub nccl_env: BTreeMap<String, String>,
     pub bar_input: BarInput,
-    /// The rate the bars are fractions of (unknown: why).
-    pub expected: Result<Rate, String>,
+    /// The rate the bars are fractions of, or why it is unknown.
+    pub expected: Reading<Rate>,
     pub collectives: Vec<CollectiveRun>,
     pub transports: Vec<PairTransport>,
     /// `Using network ...` (IB, Socket).
     pub networks: Vec<String>,
     pub socket_interfaces: Vec<String>,
     /// Where NCCL's debug output was read from, or why it was not.
-    pub debug_log: Result<String, String>,
+    pub debug_log: Reading<String>,
     pub nccl_warnings: Vec<String>,
     pub findings: Vec<TransportFinding>,
     pub skipped: Option<String>,
@@ -249,6 +258,10 @@ pub struct LibraryInfo {
 pub struct NcclReport {
     pub schema: String,
     pub gpudoctor_version: String,
+    /// The source revision the binary was built from (`--version`'s; see build.rs); empty in
+    /// reports written before it was recorded.
+    #[serde(default)]
+    pub gpudoctor_revision: String,
     pub units: String,
     pub mode: Mode,
     pub library: Option<LibraryInfo>,
@@ -291,7 +304,7 @@ pub struct NicUse {
     /// Channels of this process's connections through it.
     pub channels: u32,
     /// Its line rate (one direction), or why unknown.
-    pub rate: Result<Rate, String>,
+    pub rate: Reading<Rate>,
 }
 
 /// What one process brings back from one configuration.
@@ -316,7 +329,7 @@ pub struct NodeView {
     pub processes: Vec<u32>,
     pub nccl_ranks: Vec<u32>,
     /// The sum of the line rates of the NICs its NET channels used, or why unknown.
-    pub network: Result<Rate, String>,
+    pub network: Reading<Rate>,
     /// `CONFIG COLLECTIVE` -> the bus bandwidth its own GPUs timed at the judged size (median;
     /// the slowest of its processes).
     pub busbw_gbps: BTreeMap<String, f64>,
@@ -331,7 +344,7 @@ pub struct RailView {
     pub nodes: Vec<String>,
     pub channels: u32,
     /// The slowest line rate of this NIC over its nodes.
-    pub rate: Result<Rate, String>,
+    pub rate: Reading<Rate>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -438,7 +451,10 @@ pub fn cluster_expected(nodes: &[NodeView]) -> Result<Rate, String> {
     }
     let mut worst: Option<(&NodeView, &Rate)> = None;
     for n in nodes {
-        let r = n.network.as_ref().map_err(|e| format!("{}: {e}", n.node))?;
+        let r = n
+            .network
+            .value()
+            .ok_or_else(|| format!("{}: {}", n.node, n.network.why().unwrap_or_default()))?;
         if worst.is_none_or(|(_, w)| r.bandwidth_gbps < w.bandwidth_gbps) {
             worst = Some((n, r));
         }
@@ -451,7 +467,7 @@ pub fn cluster_expected(nodes: &[NodeView]) -> Result<Rate, String> {
 }
 
 /// One node's NICs: name -> (channels, line rate).
-type NodeNics = BTreeMap<String, (u32, Result<Rate, String>)>;
+type NodeNics = BTreeMap<String, (u32, Reading<Rate>)>;
 
 /// Each node's network: the NICs its processes' NET channels used, rates summed.
 fn node_network(nics: &NodeNics) -> Result<Rate, String> {
@@ -461,7 +477,9 @@ fn node_network(nics: &NodeNics) -> Result<Rate, String> {
     let mut total = 0.0;
     let mut parts = Vec::new();
     for (name, (_, r)) in nics {
-        let r = r.as_ref().map_err(|e| format!("{name}: {e}"))?;
+        let r = r
+            .value()
+            .ok_or_else(|| format!("{name}: {}", r.why().unwrap_or_default()))?;
         total += r.bandwidth_gbps;
         parts.push(r.basis.clone());
     }
@@ -500,7 +518,7 @@ pub fn merge_cluster(
                     hosts: Vec::new(),
                     processes: Vec::new(),
                     nccl_ranks: Vec::new(),
-                    network: Err("not measured".into()),
+                    network: Reading::unknown("not measured"),
                     busbw_gbps: BTreeMap::new(),
                     nics: BTreeMap::new(),
                 });
@@ -540,8 +558,17 @@ pub fn merge_cluster(
                 }
                 rail.channels += u.channels;
                 rail.rate = match (&rail.rate, &u.rate) {
-                    (Ok(a), Ok(b)) if b.bandwidth_gbps < a.bandwidth_gbps => Ok(b.clone()),
-                    (Ok(_), Err(e)) => Err(format!("{}: {e}", p.node)),
+                    (Reading::Value(a), Reading::Value(b))
+                        if b.bandwidth_gbps < a.bandwidth_gbps =>
+                    {
+                        Reading::Value(b.clone())
+                    }
+                    (Reading::Value(_), Reading::Absent(e)) => {
+                        Reading::absent(format!("{}: {e}", p.node))
+                    }
+                    (Reading::Value(_), Reading::Unknown(e)) => {
+                        Reading::unknown(format!("{}: {e}", p.node))
+                    }
                     (x, _) => x.clone(),
                 };
             }
@@ -602,7 +629,7 @@ pub fn merge_cluster(
             {
                 errors.push(format!("rank {} ({}): {e}", p.rank, p.node));
             }
-            if let Err(e) = &p.run.debug_log {
+            if let Some(e) = p.run.debug_log.why() {
                 debug_missing.push(format!("rank {}: {e}", p.rank));
             }
         }
@@ -620,20 +647,20 @@ pub fn merge_cluster(
             mode: Mode::Cluster,
             nccl_env: env.clone(),
             bar_input: BarInput::Net {
-                expected: Err("set below, from every node's network".into()),
+                expected: Reading::unknown("set below, from every node's network"),
             },
-            expected: Err(String::new()),
+            expected: Reading::unknown("set below, from every node's network"),
             collectives,
             transports: transports.into_values().collect(),
             networks: networks.into_iter().collect(),
             socket_interfaces: socket_interfaces.into_iter().collect(),
             debug_log: if debug_missing.is_empty() {
-                Ok(format!(
+                Reading::Value(format!(
                     "NCCL_DEBUG=INFO into a private temporary directory on each of {} processes, removed after reading",
                     ps.len()
                 ))
             } else {
-                Err(debug_missing.join("; "))
+                Reading::unknown(debug_missing.join("; "))
             },
             nccl_warnings: warnings,
             findings: Vec::new(),
@@ -643,7 +670,8 @@ pub fn merge_cluster(
         });
     }
     for n in &mut nodes {
-        n.network = node_network(&node_nics.remove(&n.node).unwrap_or_default());
+        n.network =
+            Reading::from_result(node_network(&node_nics.remove(&n.node).unwrap_or_default()));
         n.nics = BTreeMap::new();
     }
     for rail in rails.values() {
@@ -663,7 +691,7 @@ pub fn merge_cluster(
             }
         }
     }
-    let expected = cluster_expected(&nodes);
+    let expected = Reading::from_result(cluster_expected(&nodes));
     for run in &mut r.runs {
         run.bar_input = BarInput::Net {
             expected: expected.clone(),
@@ -717,7 +745,7 @@ pub fn slowest_node(nodes: &[NodeView]) -> Option<String> {
 pub fn slowest_rail(rails: &[RailView]) -> Option<String> {
     let known: Vec<(&RailView, &Rate)> = rails
         .iter()
-        .filter_map(|r| r.rate.as_ref().ok().map(|x| (r, x)))
+        .filter_map(|r| r.rate.value().map(|x| (r, x)))
         .collect();
     let (low, lr) = known
         .iter()
@@ -740,6 +768,7 @@ impl NcclReport {
         NcclReport {
             schema: NCCL_SCHEMA.to_string(),
             gpudoctor_version: env!("CARGO_PKG_VERSION").to_string(),
+            gpudoctor_revision: crate::REVISION.to_string(),
             units: "GB/s = 10^9 bytes/s; bus bandwidth as nccl-tests computes it".to_string(),
             mode,
             library: None,
@@ -778,9 +807,9 @@ pub fn bar(
     policy: &NcclPolicy,
     mode: Mode,
     c: Collective,
-    expected: &Result<Rate, String>,
+    expected: &Reading<Rate>,
 ) -> Result<crate::probes::Bar, String> {
-    let e = expected.as_ref().map_err(Clone::clone)?;
+    let e = expected.as_ref().into_result()?;
     let f = policy.fraction(mode, c);
     Ok(crate::probes::Bar {
         threshold_gbps: e.bandwidth_gbps * f,
@@ -793,7 +822,7 @@ pub fn needs_remeasure(
     policy: &NcclPolicy,
     mode: Mode,
     c: Collective,
-    expected: &Result<Rate, String>,
+    expected: &Reading<Rate>,
     judged: &SizeResult,
 ) -> bool {
     judged.size_bytes >= policy.judged_min_bytes
@@ -973,14 +1002,14 @@ mod tests {
                     to: "GPU1".into(),
                     path: Some("NV18".into()),
                     nvlinks: Some(18),
-                    pcie: Ok((5, 16, "sysfs".into())),
+                    pcie: Reading::Value((5, 16, "sysfs".into())),
                 },
                 PairFacts {
                     from: "GPU1".into(),
                     to: "GPU0".into(),
                     path: Some("NV18".into()),
                     nvlinks: Some(18),
-                    pcie: Ok((5, 16, "sysfs".into())),
+                    pcie: Reading::Value((5, 16, "sysfs".into())),
                 },
             ],
         }
@@ -1026,7 +1055,7 @@ mod tests {
             }],
             networks: vec![],
             socket_interfaces: vec![],
-            debug_log: Err("test".into()),
+            debug_log: Reading::unknown("test"),
             nccl_warnings: vec![],
             findings: vec![],
             skipped: None,
@@ -1096,14 +1125,14 @@ mod tests {
             Status::Unknown
         );
         assert_eq!(rep.status, Status::Unknown);
-        assert!(expected(&nv18_pairs(), None).is_err());
+        assert!(matches!(expected(&nv18_pairs(), None), Reading::Unknown(_)));
     }
 
     #[test]
     fn gdr_ready_but_no_gdrdma() {
         let mut r = run(&[40.0], &[], "NET/IB/0");
         r.mode = Mode::Net;
-        r.expected = Ok(Rate {
+        r.expected = Reading::Value(Rate {
             bandwidth_gbps: 50.0,
             basis: "mlx5_0 port 1: 400 Gb/s".into(),
         });
@@ -1144,15 +1173,15 @@ mod across_nodes {
         }
     }
 
-    fn rate(gbps: f64, what: &str) -> Result<Rate, String> {
-        Ok(Rate {
+    fn rate(gbps: f64, what: &str) -> Reading<Rate> {
+        Reading::Value(Rate {
             bandwidth_gbps: gbps,
             basis: what.into(),
         })
     }
 
     /// One process's part: its own times (us) of a 1 GiB all-reduce, one NIC.
-    fn part(rank: u32, node: &str, times: &[f64], nic: (&str, Result<Rate, String>)) -> RankPart {
+    fn part(rank: u32, node: &str, times: &[f64], nic: (&str, Reading<Rate>)) -> RankPart {
         let n = 3;
         let shape = crate::nccl::bandwidth::shape(Collective::AllReduce, 1 << 30, n);
         let busbw: Vec<f64> = times
@@ -1167,9 +1196,9 @@ mod across_nodes {
                 mode: Mode::Cluster,
                 nccl_env: BTreeMap::new(),
                 bar_input: BarInput::Net {
-                    expected: Err("later".into()),
+                    expected: Reading::unknown("later"),
                 },
-                expected: Err("later".into()),
+                expected: Reading::unknown("later"),
                 collectives: vec![CollectiveRun {
                     collective: Collective::AllReduce,
                     ranks: 1,
@@ -1200,7 +1229,7 @@ mod across_nodes {
                 }],
                 networks: vec!["IB".into()],
                 socket_interfaces: Vec::new(),
-                debug_log: Ok("x".into()),
+                debug_log: Reading::Value("x".into()),
                 nccl_warnings: Vec::new(),
                 findings: Vec::new(),
                 skipped: None,
@@ -1279,7 +1308,7 @@ mod across_nodes {
             "{:?}",
             c.slowest_rail
         );
-        let e = run.expected.as_ref().unwrap();
+        let e = run.expected.value().unwrap();
         assert_eq!(e.bandwidth_gbps, 25.0);
         assert!(e.basis.starts_with("c's network"), "{}", e.basis);
         assert_eq!(run.transports.len(), 3);
@@ -1302,7 +1331,7 @@ mod across_nodes {
                 0,
                 "a",
                 &[50_000.0],
-                ("socket eth0", Err("eth0: no link speed".into())),
+                ("socket eth0", Reading::unknown("eth0: no link speed")),
             ),
             part(
                 1,
@@ -1313,10 +1342,8 @@ mod across_nodes {
         ]);
         let run = &r.runs[0];
         assert!(
-            run.expected
-                .as_ref()
-                .unwrap_err()
-                .starts_with("a: socket eth0: eth0: no link speed"),
+            matches!(&run.expected, Reading::Unknown(why)
+                if why.starts_with("a: socket eth0: eth0: no link speed")),
             "{:?}",
             run.expected
         );
@@ -1345,7 +1372,7 @@ mod recorded {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures/nccl-probe/h200x2-degraded.json");
         serde_json::from_str(&std::fs::read_to_string(p).expect("the recorded report"))
-            .expect("a gpudoctor.nccl/1 report")
+            .expect("a gpudoctor.nccl/1 report (recorded before the Reading shape)")
     }
 
     /// A live run under a competing load re-evaluates to the failure it was; with healthy
@@ -1353,7 +1380,9 @@ mod recorded {
     #[test]
     fn live_degraded_run_replays_as_a_failure() {
         let mut r = recorded();
-        assert_eq!(r.schema, NCCL_SCHEMA);
+        // Recorded as gpudoctor.nccl/1: its readings are serde's Ok/Err, read as readings.
+        assert_eq!(r.schema, NCCL_SCHEMA_V1);
+        assert!(r.runs[0].expected.is_value());
         r.evaluate();
         assert_eq!(r.status, Status::Fail);
         let run = &r.runs[0];

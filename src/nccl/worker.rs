@@ -13,6 +13,7 @@ use super::library::{self, Candidate, Nccl};
 use super::report::{self, BarInput, CollectiveRun, Mode, NcclGpu, NcclPolicy, SizeResult};
 use crate::cuda::{self, Context, DeviceBuffer, Event, Stream};
 use crate::probes::{REMEASURE_FACTOR, Status};
+use crate::reading::Reading;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::rc::Rc;
@@ -59,7 +60,7 @@ pub struct WorkerRequest {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerResult {
     pub gpus: Vec<NcclGpu>,
-    pub expected: Option<Result<report::Rate, String>>,
+    pub expected: Option<Reading<report::Rate>>,
     pub collectives: Vec<CollectiveRun>,
     pub skipped: Option<String>,
     pub error: Option<String>,
@@ -207,7 +208,7 @@ fn run_collectives(
     req: &WorkerRequest,
     nccl: &Nccl,
     devs: &[cuda::Device],
-    expected: &Result<report::Rate, String>,
+    expected: &Reading<report::Rate>,
 ) -> Result<Vec<CollectiveRun>, Partial> {
     let n = req.cluster.as_ref().map_or(devs.len() as u32, |c| c.nranks);
     let max_bytes = req

@@ -117,6 +117,122 @@ impl Acs {
     }
 }
 
+/// The AER capability's status and mask registers (PCIe Base 6.0, 7.8.4.2-7.8.4.6). A status
+/// bit is set when the function detects that error, masked or not (the mask only stops the
+/// report), and stays set until software writes 1 to it: where the kernel handles AER natively
+/// it clears them after logging, so clear bits there say nothing; where it does not (a guest
+/// without native AER control keeps no `aer_dev_*` counters), they are the only record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AerRegs {
+    pub offset: u16,
+    pub uncorrectable_status: u32,
+    pub uncorrectable_mask: u32,
+    pub uncorrectable_severity: u32,
+    pub correctable_status: u32,
+    pub correctable_mask: u32,
+}
+
+/// Uncorrectable error status bits by name, as lspci prints them (PCIe Base 6.0, 7.8.4.2).
+const UNCORRECTABLE_BITS: [(u32, &str); 17] = [
+    (4, "DLP"),
+    (5, "SDES"),
+    (12, "TLP"),
+    (13, "FCP"),
+    (14, "CmpltTO"),
+    (15, "CmpltAbrt"),
+    (16, "UnxCmplt"),
+    (17, "RxOF"),
+    (18, "MalfTLP"),
+    (19, "ECRC"),
+    (20, "UnsupReq"),
+    (21, "ACSViol"),
+    (22, "UncorrIntErr"),
+    (23, "BlockedTLP"),
+    (24, "AtomicOpBlocked"),
+    (25, "TLPBlockedErr"),
+    (26, "PoisonTLPBlocked"),
+];
+
+/// Correctable error status bits by name, as lspci prints them (PCIe Base 6.0, 7.8.4.5).
+const CORRECTABLE_BITS: [(u32, &str); 8] = [
+    (0, "RxErr"),
+    (6, "BadTLP"),
+    (7, "BadDLLP"),
+    (8, "Rollover"),
+    (12, "Timeout"),
+    (13, "AdvNonFatalErr"),
+    (14, "CorrIntErr"),
+    (15, "HeaderOF"),
+];
+
+impl AerRegs {
+    /// Parsed from the capability at `off`; None when the registers lie beyond what was read.
+    fn read(b: &[u8], off: usize) -> Option<Self> {
+        Some(AerRegs {
+            offset: off as u16,
+            uncorrectable_status: rd32(b, off + 0x04)?,
+            uncorrectable_mask: rd32(b, off + 0x08)?,
+            uncorrectable_severity: rd32(b, off + 0x0c)?,
+            correctable_status: rd32(b, off + 0x10)?,
+            correctable_mask: rd32(b, off + 0x14)?,
+        })
+    }
+
+    /// Errors latched and not masked (the ones the function reports, as the kernel's counters
+    /// count them): uncorrectable names with `(fatal)` where the severity register says so,
+    /// then correctable names. Bits the specification leaves reserved are shown by number.
+    pub fn unmasked_errors(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let ue = self.uncorrectable_status & !self.uncorrectable_mask;
+        let ce = self.correctable_status & !self.correctable_mask;
+        let name = |table: &[(u32, &str)], bit: u32| {
+            table
+                .iter()
+                .find(|(b, _)| *b == bit)
+                .map(|(_, n)| n.to_string())
+                .unwrap_or_else(|| format!("bit {bit}"))
+        };
+        for bit in (0..32).filter(|b| ue & (1 << b) != 0) {
+            let fatal = self.uncorrectable_severity & (1 << bit) != 0;
+            let kind = if fatal { "fatal" } else { "non-fatal" };
+            out.push(format!("{} ({kind})", name(&UNCORRECTABLE_BITS, bit)));
+        }
+        for bit in (0..32).filter(|b| ce & (1 << b) != 0) {
+            out.push(format!("{} (correctable)", name(&CORRECTABLE_BITS, bit)));
+        }
+        out
+    }
+
+    /// Errors latched but masked (not reported; platforms mask ones a device raises in normal
+    /// operation, such as Unsupported Request during enumeration), by name.
+    pub fn masked_errors(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (status, mask, table) in [
+            (
+                self.uncorrectable_status,
+                self.uncorrectable_mask,
+                &UNCORRECTABLE_BITS[..],
+            ),
+            (
+                self.correctable_status,
+                self.correctable_mask,
+                &CORRECTABLE_BITS[..],
+            ),
+        ] {
+            for bit in (0..32).filter(|b| status & mask & (1 << b) != 0) {
+                out.push(
+                    table
+                        .iter()
+                        .find(|(b, _)| *b == bit)
+                        .map(|(_, n)| n.to_string())
+                        .unwrap_or_else(|| format!("bit {bit}")),
+                );
+            }
+        }
+        out
+    }
+}
+
 /// A parsed view of one function's config space.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConfigSpace {
@@ -132,6 +248,8 @@ pub struct ConfigSpace {
     /// None when extended space was not read (or device has no extended space).
     pub acs: Option<Acs>,
     pub aer_offset: Option<u16>,
+    /// The AER capability's status and mask registers (where `aer_offset` is).
+    pub aer: Option<AerRegs>,
     /// Whether the extended capability list could be walked (4096 bytes read and well-formed).
     pub ext_caps_readable: bool,
     /// Problems met while walking (loops, pointers out of range).
@@ -182,6 +300,7 @@ impl ConfigSpace {
             caps_readable: false,
             acs: None,
             aer_offset: None,
+            aer: None,
             ext_caps_readable: false,
             problems: Vec::new(),
         };
@@ -338,6 +457,7 @@ impl ConfigSpace {
             if next == 0 {
                 self.acs = acs;
                 self.aer_offset = aer;
+                self.aer = aer.and_then(|o| AerRegs::read(b, o as usize));
                 self.ext_caps_readable = true;
                 return;
             }
@@ -417,6 +537,40 @@ pub(crate) mod tests {
         assert_eq!(max_of(1, 0), Some(1));
         assert_eq!(max_of(5, 0), None);
         assert_eq!(max_of(0, 0b11_1110), None);
+    }
+
+    /// The AER status registers: only unmasked bits are errors the function reported; the
+    /// severity register names an uncorrectable one fatal or not.
+    #[test]
+    fn aer_status_registers() {
+        let mut b = build(0, (5, 16), (5, 16), None);
+        let clean = ConfigSpace::parse(&b).aer.unwrap();
+        assert_eq!(clean.offset, 0x100);
+        assert!(clean.unmasked_errors().is_empty());
+        let put = |b: &mut Vec<u8>, off: usize, v: u32| {
+            b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        };
+        // UESta: poisoned TLP (12), unsupported request (20, masked), completion timeout (14,
+        // fatal); CESta: receiver error (0), bad TLP (6, masked), a reserved bit (30).
+        put(&mut b, 0x104, (1 << 12) | (1 << 20) | (1 << 14));
+        put(&mut b, 0x108, 1 << 20);
+        put(&mut b, 0x10c, 1 << 14);
+        put(&mut b, 0x110, (1 << 0) | (1 << 6) | (1 << 30));
+        put(&mut b, 0x114, 1 << 6);
+        let aer = ConfigSpace::parse(&b).aer.unwrap();
+        assert_eq!(
+            aer.unmasked_errors(),
+            [
+                "TLP (non-fatal)",
+                "CmpltTO (fatal)",
+                "RxErr (correctable)",
+                "bit 30 (correctable)"
+            ]
+        );
+        assert_eq!(aer.masked_errors(), ["UnsupReq", "BadTLP"]);
+        // Fewer than 4096 bytes (what a reader without CAP_SYS_ADMIN gets): no AER reading.
+        let cut = ConfigSpace::parse(&b[..0x10c]);
+        assert!(cut.aer.is_none());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::{
     ProbeKind, ProbeReport, Status,
 };
 use crate::cuda::{self, Context, CudaError, DeviceBuffer, Event, Module, PinnedBuffer, Stream};
+use crate::reading::Reading;
 use crate::topo::Topology;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -47,7 +48,7 @@ pub fn run_level1(base: &ProbeOptions, topo: &Topology) -> Vec<ProbeRun> {
             kind,
             ..base.clone()
         };
-        let r = run(&o, topo);
+        let r = measure_probe(&o, topo);
         let stop = r.interrupted || r.hung;
         out.push(r);
         if stop {
@@ -68,7 +69,7 @@ struct PlanGpu {
     cpulist: Option<String>,
     numa_node: Option<u32>,
     /// Max generation/width of the GPU's own link, with the source of the numbers.
-    link_max: Result<(u8, u8, String), String>,
+    link_max: Reading<(u8, u8, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -84,14 +85,14 @@ fn plan(topo: &Topology) -> Plan {
         let dev = topo.device(g.bdf);
         let link_max = match dev {
             Some(d) => match (d.link.max_gen, d.link.max_width) {
-                (Some(gn), Some(w)) => Ok((
+                (Some(gn), Some(w)) => Reading::Value((
                     gn,
                     w,
                     format!("sysfs max_link_speed/max_link_width of {}", g.bdf),
                 )),
-                _ => Err(format!("{}: max link speed/width unreadable", g.bdf)),
+                _ => Reading::unknown(format!("{}: max link speed/width unreadable", g.bdf)),
             },
-            None => Err(format!("{}: not in the PCI inventory", g.bdf)),
+            None => Reading::unknown(format!("{}: not in the PCI inventory", g.bdf)),
         };
         gpus.push(PlanGpu {
             label: g.label.clone(),
@@ -162,7 +163,7 @@ fn with_report(sh: &SharedRef, f: impl FnOnce(&mut ProbeReport)) {
 
 /// Run one probe against the live machine. Never panics: a panic inside CUDA code is caught
 /// and reported as this run's error.
-pub fn run(opts: &ProbeOptions, topo: &Topology) -> ProbeRun {
+pub fn measure_probe(opts: &ProbeOptions, topo: &Topology) -> ProbeRun {
     let plan = plan(topo);
     crate::signals::install();
     let shared: SharedRef = Arc::new(Mutex::new(Shared {
@@ -320,7 +321,7 @@ fn worker(o: &ProbeOptions, plan: &Plan, sh: &SharedRef) -> Result<(), String> {
         }
     };
     let dirs = cuda::nvrtc_search_dirs(&o.cuda_homes);
-    let nvrtc = match cuda::find_nvrtc(&dirs) {
+    let nvrtc = Reading::from_result(match cuda::find_nvrtc(&dirs) {
         Ok(src) => {
             let v = cuda::nvrtc_version()
                 .map(|(a, b)| format!("{a}.{b}"))
@@ -331,7 +332,7 @@ fn worker(o: &ProbeOptions, plan: &Plan, sh: &SharedRef) -> Result<(), String> {
             })
         }
         Err(e) => Err(e.to_string()),
-    };
+    });
     with_report(sh, |r| {
         r.cuda = Some(CudaInfo {
             driver_version: Some(driver_version),
@@ -356,7 +357,7 @@ fn worker(o: &ProbeOptions, plan: &Plan, sh: &SharedRef) -> Result<(), String> {
                 bdf_nvml: d.bdf.to_uppercase(),
                 cpulist: None,
                 numa_node: None,
-                link_max: Err(format!("{}: not in the PCI inventory", d.bdf)),
+                link_max: Reading::unknown(format!("{}: not in the PCI inventory", d.bdf)),
             });
         gpus.push(Gpu { plan: p, dev: d });
     }
@@ -393,14 +394,14 @@ fn worker(o: &ProbeOptions, plan: &Plan, sh: &SharedRef) -> Result<(), String> {
         ProbeKind::H2d | ProbeKind::D2h => {
             let mut r = Ok(());
             for g in gpus.iter().filter(|g| selected(g)) {
-                r = host_copies(o, g, nvml.as_ref().ok(), nvrtc.is_ok(), sh);
+                r = host_copies(o, g, nvml.as_ref().ok(), nvrtc.is_value(), sh);
                 if r.is_err() {
                     break;
                 }
             }
             r
         }
-        ProbeKind::P2p => peer_copies(o, plan, &gpus, nvrtc.is_ok(), sh),
+        ProbeKind::P2p => peer_copies(o, plan, &gpus, nvrtc.is_value(), sh),
         ProbeKind::DmabufExport => {
             for g in gpus.iter().filter(|g| selected(g)) {
                 dmabuf(g, sh);
@@ -563,7 +564,7 @@ fn record(
     src: &str,
     dst: &str,
     (samples, remeasured): (Vec<f64>, Vec<f64>),
-    expected: Result<Expected, String>,
+    expected: Reading<Expected>,
     error: Option<String>,
 ) {
     let m = Measurement {
@@ -632,10 +633,13 @@ fn host_copies(
     } else {
         (devbuf.ptr, host.addr(), label.as_str(), "host")
     };
-    let expected = match &g.plan.link_max {
-        Ok((gn, w, source)) => super::pcie_expected(*gn, *w, source),
-        Err(e) => Err(e.clone()),
-    };
+    let expected = Reading::from_result(
+        g.plan
+            .link_max
+            .as_ref()
+            .into_result()
+            .and_then(|(gn, w, source)| super::pcie_expected(*gn, *w, source)),
+    );
 
     // Copy engine, with the link read while a batch of copies is in flight.
     set_step(sh, format!("{dir} {label} copy-engine"), o.iters);
@@ -739,19 +743,20 @@ fn link_under_load(
     std::thread::sleep(Duration::from_millis(5));
     let sr = crate::sysroot::SysRoot::live();
     let sys = |attr: &str| {
-        sr.read_text(&format!("/sys/bus/pci/devices/{}/{attr}", g.plan.bdf))
-            .map(|s| s.trim().to_string())
-            .map_err(|e| e.to_string())
+        Reading::from_result(
+            sr.read_text(&format!("/sys/bus/pci/devices/{}/{attr}", g.plan.bdf))
+                .map(|s| s.trim().to_string()),
+        )
     };
     let (cur_speed, cur_width) = (sys("current_link_speed"), sys("current_link_width"));
     let (max_speed, max_width) = (sys("max_link_speed"), sys("max_link_width"));
-    let no = |what: &str| Err::<u32, String>(format!("NVML unavailable ({what})"));
+    let no = |what: &str| Reading::<u32>::unknown(format!("NVML unavailable ({what})"));
     let (ng, nw, nmg, nmw) = match nvml.map(|n| n.device_by_pci_bus_id(g.plan.bdf_nvml.as_str())) {
         Some(Ok(d)) => (
-            d.current_pcie_link_gen().map_err(|e| e.to_string()),
-            d.current_pcie_link_width().map_err(|e| e.to_string()),
-            d.max_pcie_link_gen().map_err(|e| e.to_string()),
-            d.max_pcie_link_width().map_err(|e| e.to_string()),
+            nvml_reading(d.current_pcie_link_gen()),
+            nvml_reading(d.current_pcie_link_width()),
+            nvml_reading(d.max_pcie_link_gen()),
+            nvml_reading(d.max_pcie_link_width()),
         ),
         Some(Err(e)) => {
             let m = e.to_string();
@@ -775,6 +780,18 @@ fn link_under_load(
         status: Status::Unknown,
         reason: String::new(),
     })
+}
+
+/// An NVML answer as a reading: NotSupported is absent (the driver answered: not on this
+/// GPU), any other error unknown.
+fn nvml_reading<T>(r: Result<T, nvml_wrapper::error::NvmlError>) -> Reading<T> {
+    match r {
+        Ok(v) => Reading::Value(v),
+        Err(nvml_wrapper::error::NvmlError::NotSupported) => {
+            Reading::absent("NVML: not supported on this GPU")
+        }
+        Err(e) => Reading::unknown(e.to_string()),
+    }
 }
 
 fn peer_copies(
@@ -827,13 +844,13 @@ fn peer_copies(
             }
             let (la, lb) = (a.plan.label.as_str(), b.plan.label.as_str());
             let path = plan.paths.get(&(la.to_string(), lb.to_string())).cloned();
-            let can = cuda::can_access_peer(&a.dev, &b.dev).map_err(|e| e.to_string());
+            let can = Reading::from_result(cuda::can_access_peer(&a.dev, &b.dev));
             let attributes = cuda::p2p_attributes(&a.dev, &b.dev)
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect();
             let mut peer_enabled = false;
-            if can == Ok(true) {
+            if can == Reading::Value(true) {
                 match ctxs[i].enable_peer_access(&ctxs[j]) {
                     Ok(()) => peer_enabled = true,
                     Err(e) => with_report(sh, |r| {
@@ -853,12 +870,12 @@ fn peer_copies(
                     reason: String::new(),
                 })
             });
-            let expected = match &path {
+            let expected = Reading::from_result(match &path {
                 Some((cell, Some(n))) if cell.starts_with("NV") && *n > 0 => {
                     super::nvlink_expected(*n, a.dev.cc_major, a.dev.cc_minor)
                 }
                 Some((cell, _)) => match (&a.plan.link_max, &b.plan.link_max) {
-                    (Ok((ga, wa, _)), Ok((gb, wb, _))) => {
+                    (Reading::Value((ga, wa, _)), Reading::Value((gb, wb, _))) => {
                         let (gn, w) = if crate::pci::link_gbps_per_direction(*ga, *wa)
                             <= crate::pci::link_gbps_per_direction(*gb, *wb)
                         {
@@ -872,10 +889,11 @@ fn peer_copies(
                             &format!("PCIe path {cell}: the slower of the two GPUs' links"),
                         )
                     }
-                    (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+                    (Reading::Absent(e) | Reading::Unknown(e), _)
+                    | (_, Reading::Absent(e) | Reading::Unknown(e)) => Err(e.clone()),
                 },
                 None => Err(format!("no topology path for {la}->{lb}")),
-            };
+            });
             let s = &streams[i];
             let (src, dst) = (bufs[i].0.ptr, bufs[j].1.ptr);
             let ce_bar = super::bar(Method::CopyEngine, &expected, None, &o.policy);
@@ -959,12 +977,11 @@ fn peer_copies(
 fn dmabuf(g: &Gpu, sh: &SharedRef) {
     const BYTES: usize = 2 << 20;
     set_step(sh, format!("dmabuf-export {}", g.plan.label), 1);
-    let export = (|| -> Result<(), CudaError> {
+    let export = Reading::from_result((|| -> Result<(), CudaError> {
         let ctx = Context::retain(g.dev.handle)?;
         let buf = DeviceBuffer::new(&ctx, BYTES)?;
         cuda::export_dmabuf(&buf)
-    })()
-    .map_err(|e| e.to_string());
+    })());
     tick(sh);
     with_report(sh, |r| {
         r.dmabuf.push(DmabufResult {

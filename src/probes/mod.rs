@@ -1,17 +1,28 @@
 //! Level-1 probes: plan, measure (live, in `live`), evaluate (here, pure).
 //!
-//! The model is one serde document (schema `gpudoctor.probe/1`) that keeps every raw sample,
-//! so a recorded run replays through `evaluate` in CI without a GPU. Everything in this file
+//! The model is one serde document (schema `gpudoctor.probe/2`) that keeps every raw sample,
+//! so a recorded run replays through `evaluate` in CI without a GPU. What could not be read is
+//! a `Reading` carried with the fact (`crate::reading`); `gpudoctor.probe/1` recordings, whose
+//! readings were serde's `{"Ok": ..}` / `{"Err": ..}`, still read back. Everything in this file
 //! is a pure function of data: no CUDA, no sysfs, no clock. Bandwidth is decimal GB/s
 //! (10^9 bytes/s), as perftest and nvbandwidth print it.
 
 pub mod live;
 pub mod options;
 
+use crate::reading::Reading;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const PROBE_SCHEMA: &str = "gpudoctor.probe/1";
+pub const PROBE_SCHEMA: &str = "gpudoctor.probe/2";
+
+/// The schema before readings had their own shape (`{"Ok": ..}` / `{"Err": ..}`); still read.
+pub const PROBE_SCHEMA_V1: &str = "gpudoctor.probe/1";
+
+/// Whether `schema` names a copy-probe report this build reads: the current one or /1.
+pub fn is_probe_schema(schema: &str) -> bool {
+    schema == PROBE_SCHEMA || schema == PROBE_SCHEMA_V1
+}
 
 /// A probe by its CLI name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,16 +207,17 @@ pub struct Bar {
 
 /// The bar for one measurement: a copy engine against its link's rate; an SM kernel against
 /// the copy engine's reading on the same path in the same run (`copy_engine_gbps`, the
-/// median the copy-engine measurement settled on). Unknown (Err) when either is missing.
+/// median the copy-engine measurement settled on). Err, with why, when either is missing (the
+/// judge then says unknown).
 pub fn bar(
     method: Method,
-    expected: &Result<Expected, String>,
+    expected: &Reading<Expected>,
     copy_engine_gbps: Option<f64>,
     policy: &Policy,
 ) -> Result<Bar, String> {
     match method {
         Method::CopyEngine => {
-            let e = expected.as_ref().map_err(Clone::clone)?;
+            let e = expected.as_ref().into_result()?;
             let f = policy.fraction(e.link);
             Ok(Bar {
                 threshold_gbps: e.bandwidth_gbps * f,
@@ -277,36 +289,23 @@ pub struct Measurement {
     /// samples (live only): those samples, in the order taken; empty when not remeasured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remeasured_samples_gbps: Vec<f64>,
-    /// Why the expected rate is unknown, when it is.
-    pub expected: Result<Expected, String>,
+    /// The rate the link should carry, or why it is unknown.
+    pub expected: Reading<Expected>,
     /// Set when the measurement broke off (driver error, deadline): a failure.
     pub error: Option<String>,
     pub evaluation: Evaluation,
 }
 
-/// The median of a sample (mean of the middle two for even n). None when empty.
-pub fn median(samples: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
+/// The median of a sample's finite values (`crate::stats::median`).
+pub use crate::stats::median;
 
 pub fn stats(samples: &[f64]) -> Option<Stats> {
-    let med = median(samples)?;
-    let finite: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+    let (n, median_gbps, min_gbps, max_gbps) = crate::stats::summary(samples)?;
     Some(Stats {
-        n: finite.len(),
-        median_gbps: med,
-        min_gbps: finite.iter().copied().fold(f64::INFINITY, f64::min),
-        max_gbps: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        n,
+        median_gbps,
+        min_gbps,
+        max_gbps,
     })
 }
 
@@ -490,28 +489,28 @@ pub struct PeerInfo {
     pub dst: String,
     /// `NV18`, `PIX`, `SYS`... from the topology.
     pub path: Option<String>,
-    pub can_access_peer: Result<bool, String>,
+    pub can_access_peer: Reading<bool>,
     /// cuDeviceGetP2PAttribute values by attribute name.
-    pub attributes: BTreeMap<String, Result<i32, String>>,
+    pub attributes: BTreeMap<String, Reading<i32>>,
     pub status: Status,
     pub reason: String,
 }
 
 /// Peer access is expected wherever NVLink joins the pair; over PCIe it is the platform's
 /// choice (ACS, IOMMU, root complex), so its absence there is reported, not failed.
-pub fn evaluate_peer(path: Option<&str>, can: &Result<bool, String>) -> (Status, String) {
+pub fn evaluate_peer(path: Option<&str>, can: &Reading<bool>) -> (Status, String) {
     let nv = path.is_some_and(|p| p.starts_with("NV"));
     match can {
-        Ok(true) => (Status::Pass, "peer access supported".to_string()),
-        Ok(false) if nv => (
+        Reading::Value(true) => (Status::Pass, "peer access supported".to_string()),
+        Reading::Value(false) if nv => (
             Status::Fail,
             "no peer access although NVLink joins the pair".to_string(),
         ),
-        Ok(false) => (
+        Reading::Value(false) => (
             Status::Warn,
             "no peer access: copies are staged through host memory".to_string(),
         ),
-        Err(e) => (
+        Reading::Absent(e) | Reading::Unknown(e) => (
             Status::Unknown,
             format!("cuDeviceCanAccessPeer failed: {e}"),
         ),
@@ -523,30 +522,31 @@ pub fn evaluate_peer(path: Option<&str>, can: &Result<bool, String>) -> (Status,
 pub struct DmabufResult {
     pub gpu: String,
     /// CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED.
-    pub attribute_supported: Result<bool, String>,
+    pub attribute_supported: Reading<bool>,
     pub size_bytes: u64,
-    /// Ok when cuMemGetHandleForAddressRange returned a dma-buf fd.
-    pub export: Result<(), String>,
+    /// The export's outcome: a value (null) when cuMemGetHandleForAddressRange returned a
+    /// dma-buf fd, else unknown with the driver's error (which the judge fails: a GPU that
+    /// cannot export cannot serve GPUDirect RDMA over dma-buf, whatever the cause).
+    pub export: Reading<()>,
     pub status: Status,
     pub reason: String,
 }
 
-pub fn evaluate_dmabuf(
-    attr: &Result<bool, String>,
-    export: &Result<(), String>,
-) -> (Status, String) {
+pub fn evaluate_dmabuf(attr: &Reading<bool>, export: &Reading<()>) -> (Status, String) {
     match (attr, export) {
-        (_, Ok(())) => (
+        (_, Reading::Value(())) => (
             Status::Pass,
             "cuMemGetHandleForAddressRange exported a dma-buf fd".to_string(),
         ),
-        (Ok(false), Err(e)) => (
+        (Reading::Value(false), Reading::Absent(e) | Reading::Unknown(e)) => (
             Status::Fail,
             format!(
                 "driver reports no dma-buf support (needs the open kernel module or a 5.12+ kernel with CONFIG_DMABUF_MOVE_NOTIFY): {e}"
             ),
         ),
-        (_, Err(e)) => (Status::Fail, format!("export failed: {e}")),
+        (_, Reading::Absent(e) | Reading::Unknown(e)) => {
+            (Status::Fail, format!("export failed: {e}"))
+        }
     }
 }
 
@@ -557,15 +557,15 @@ pub struct LinkUnderLoad {
     pub bdf: String,
     /// What was running: `h2d copy-engine`.
     pub during: String,
-    pub nvml_gen_current: Result<u32, String>,
-    pub nvml_width_current: Result<u32, String>,
-    pub nvml_gen_max: Result<u32, String>,
-    pub nvml_width_max: Result<u32, String>,
+    pub nvml_gen_current: Reading<u32>,
+    pub nvml_width_current: Reading<u32>,
+    pub nvml_gen_max: Reading<u32>,
+    pub nvml_width_max: Reading<u32>,
     /// sysfs current_link_speed, verbatim (`32.0 GT/s PCIe`).
-    pub sysfs_current_speed: Result<String, String>,
-    pub sysfs_current_width: Result<String, String>,
-    pub sysfs_max_speed: Result<String, String>,
-    pub sysfs_max_width: Result<String, String>,
+    pub sysfs_current_speed: Reading<String>,
+    pub sysfs_current_width: Reading<String>,
+    pub sysfs_max_speed: Reading<String>,
+    pub sysfs_max_width: Reading<String>,
     pub status: Status,
     pub reason: String,
 }
@@ -573,9 +573,9 @@ pub struct LinkUnderLoad {
 /// Under load a link must run at its maximum generation and width: an idle downshift is
 /// power management, a loaded one is a bad link. Judged from NVML first, sysfs second.
 pub fn evaluate_link_under_load(l: &LinkUnderLoad) -> (Status, String) {
-    let pick = |nvml: &Result<u32, String>, sys: &Result<String, String>, width: bool| {
-        nvml.as_ref().ok().copied().or_else(|| {
-            sys.as_ref().ok().and_then(|s| {
+    let pick = |nvml: &Reading<u32>, sys: &Reading<String>, width: bool| {
+        nvml.value().copied().or_else(|| {
+            sys.value().and_then(|s| {
                 if width {
                     crate::pci::parse_width(s).map(u32::from)
                 } else {
@@ -627,13 +627,18 @@ pub struct ProbeGpu {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CudaInfo {
     pub driver_version: Option<i32>,
-    pub nvrtc: Result<String, String>,
+    /// The NVRTC found (its version and where), or why none could be used.
+    pub nvrtc: Reading<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeReport {
     pub schema: String,
     pub gpudoctor_version: String,
+    /// The source revision the binary was built from (`--version`'s; see build.rs); empty in
+    /// reports written before it was recorded.
+    #[serde(default)]
+    pub gpudoctor_revision: String,
     pub probe: ProbeKind,
     pub units: String,
     /// Set when the probe did not run at all, with the reason (no CUDA, no GPU).
@@ -657,6 +662,7 @@ impl ProbeReport {
         ProbeReport {
             schema: PROBE_SCHEMA.to_string(),
             gpudoctor_version: env!("CARGO_PKG_VERSION").to_string(),
+            gpudoctor_revision: crate::REVISION.to_string(),
             probe,
             units: "GB/s = 10^9 bytes/s".to_string(),
             skipped: None,
@@ -689,7 +695,9 @@ impl ProbeReport {
             .iter()
             // Only a copy engine that was itself judged (its link rate known) is a bar: an SM
             // kernel measured beside an unjudged copy engine stays unjudged too.
-            .filter(|m| m.method == Method::CopyEngine && m.error.is_none() && m.expected.is_ok())
+            .filter(|m| {
+                m.method == Method::CopyEngine && m.error.is_none() && m.expected.is_value()
+            })
             .filter_map(|m| Some(((m.src.clone(), m.dst.clone()), m.settled_median_gbps()?)))
             .collect();
         for m in &mut self.measurements {
@@ -737,8 +745,8 @@ pub fn overall(r: &ProbeReport) -> Status {
 mod tests {
     use super::*;
 
-    fn pcie5() -> Result<Expected, String> {
-        pcie_expected(5, 16, "sysfs max_link_speed/max_link_width")
+    fn pcie5() -> Reading<Expected> {
+        Reading::from_result(pcie_expected(5, 16, "sysfs max_link_speed/max_link_width"))
     }
 
     #[test]
@@ -751,7 +759,7 @@ mod tests {
 
     #[test]
     fn gen5_x16_is_63_gbps() {
-        let e = pcie5().unwrap();
+        let e = pcie5().into_value().unwrap();
         assert!(
             (e.bandwidth_gbps - 63.015).abs() < 0.01,
             "{}",
@@ -808,7 +816,12 @@ mod tests {
             let b = if *known {
                 bar(*method, &pcie5(), Some(54.0), &p)
             } else {
-                bar(*method, &Err("link width unreadable".into()), None, &p)
+                bar(
+                    *method,
+                    &Reading::unknown("link width unreadable"),
+                    None,
+                    &p,
+                )
             };
             let e = evaluate(*method, first, again, &b, *error);
             assert_eq!(
@@ -837,7 +850,7 @@ mod tests {
         let p = Policy::default();
         let b = bar(
             Method::CopyEngine,
-            &Err("link width unreadable".into()),
+            &Reading::unknown("link width unreadable"),
             None,
             &p,
         );
@@ -853,7 +866,7 @@ mod tests {
         let e = nvlink_expected(18, 9, 0).unwrap();
         assert!((e.bandwidth_gbps - 478.125).abs() < 1e-9);
         let p = Policy::default();
-        let b = bar(Method::CopyEngine, &Ok(e), None, &p);
+        let b = bar(Method::CopyEngine, &Reading::Value(e), None, &p);
         // The PyTorch reference over NV18 passes; half of it fails.
         assert_eq!(
             evaluate(Method::CopyEngine, &[383.5], &[], &b, None).status,
@@ -868,12 +881,17 @@ mod tests {
 
     #[test]
     fn peer_and_dmabuf_verdicts() {
-        assert_eq!(evaluate_peer(Some("NV18"), &Ok(false)).0, Status::Fail);
-        assert_eq!(evaluate_peer(Some("SYS"), &Ok(false)).0, Status::Warn);
-        assert_eq!(evaluate_peer(Some("NV18"), &Ok(true)).0, Status::Pass);
-        assert_eq!(evaluate_dmabuf(&Ok(true), &Ok(())).0, Status::Pass);
+        use Reading::Value;
+        assert_eq!(evaluate_peer(Some("NV18"), &Value(false)).0, Status::Fail);
+        assert_eq!(evaluate_peer(Some("SYS"), &Value(false)).0, Status::Warn);
+        assert_eq!(evaluate_peer(Some("NV18"), &Value(true)).0, Status::Pass);
         assert_eq!(
-            evaluate_dmabuf(&Ok(false), &Err("CUDA_ERROR_NOT_SUPPORTED".into())).0,
+            evaluate_peer(Some("NV18"), &Reading::unknown("CUDA_ERROR_X")).0,
+            Status::Unknown
+        );
+        assert_eq!(evaluate_dmabuf(&Value(true), &Value(())).0, Status::Pass);
+        assert_eq!(
+            evaluate_dmabuf(&Value(false), &Reading::unknown("CUDA_ERROR_NOT_SUPPORTED")).0,
             Status::Fail
         );
     }
@@ -883,14 +901,14 @@ mod tests {
             gpu: "GPU0".into(),
             bdf: "0000:00:06.0".into(),
             during: "h2d copy-engine".into(),
-            nvml_gen_current: Ok(cur_gen),
-            nvml_width_current: Ok(cur_width),
-            nvml_gen_max: Ok(5),
-            nvml_width_max: Ok(16),
-            sysfs_current_speed: Ok("32.0 GT/s PCIe".into()),
-            sysfs_current_width: Ok("16".into()),
-            sysfs_max_speed: Ok("32.0 GT/s PCIe".into()),
-            sysfs_max_width: Ok("16".into()),
+            nvml_gen_current: Reading::Value(cur_gen),
+            nvml_width_current: Reading::Value(cur_width),
+            nvml_gen_max: Reading::Value(5),
+            nvml_width_max: Reading::Value(16),
+            sysfs_current_speed: Reading::Value("32.0 GT/s PCIe".into()),
+            sysfs_current_width: Reading::Value("16".into()),
+            sysfs_max_speed: Reading::Value("32.0 GT/s PCIe".into()),
+            sysfs_max_width: Reading::Value("16".into()),
             status: Status::Unknown,
             reason: String::new(),
         }
@@ -903,10 +921,10 @@ mod tests {
         assert_eq!(evaluate_link_under_load(&lul(5, 8)).0, Status::Fail);
         // NVML missing: sysfs decides.
         let mut l = lul(5, 16);
-        l.nvml_gen_current = Err("no NVML".into());
-        l.sysfs_current_speed = Ok("2.5 GT/s PCIe".into());
+        l.nvml_gen_current = Reading::unknown("no NVML");
+        l.sysfs_current_speed = Reading::Value("2.5 GT/s PCIe".into());
         assert_eq!(evaluate_link_under_load(&l).0, Status::Fail);
-        l.sysfs_current_speed = Err("denied".into());
+        l.sysfs_current_speed = Reading::unknown("denied");
         assert_eq!(evaluate_link_under_load(&l).0, Status::Unknown);
     }
 

@@ -1,8 +1,9 @@
 //! Level 3: write-bw with a side's buffer in GPU memory (GPUDirect RDMA). The same engine as
 //! level 2 (`super::engine::run`) with a different memory provider (`super::engine::memory`);
-//! this module gathers the facts the decisions in `super::judge::gdr` need (CUDA, the NIC's
-//! answer to NCCL's dma-buf probe, the topology), runs each GPU against its closest ACTIVE
-//! port, and checks that the GPU gets all its memory back (cuMemGetInfo before and after).
+//! this module gathers, through `super::pairing` (shared with level 4), the facts the decisions
+//! in `super::judge::gdr` need (CUDA, the NIC's answer to NCCL's dma-buf probe, the topology),
+//! runs each GPU against its closest ACTIVE port, and checks that the GPU gets all its memory
+//! back (cuMemGetInfo before and after).
 //!
 //! It must not print, and must not decide anything `gdr` decides.
 
@@ -10,16 +11,17 @@ use super::engine::error::{ErrorClass, ProbeError};
 use super::engine::memory::Sides;
 use super::engine::memory::{GpuTarget, Memory, MemoryError};
 use super::engine::run as engine;
-use super::judge::gdr::{self, CauseContext, Failure, GpuRegFacts, RegistrationFacts};
+use super::judge::gdr::{self, CauseContext, Failure, RegistrationFacts};
+use super::pairing::{
+    cuda_device, decide_registration, gpu_labels, kernel_version, path_between, probe_provider,
+    provider_name,
+};
 use super::report::gdr::{Decision, GdrFacts, GpuBufferFacts, GpuFacts, GpuMemoryCheck, NicChoice};
 use super::report::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
-use super::request::gdr::{GdrMode, GdrRequest, GpuSelect, GpuSide, Machine};
+use super::request::gdr::{GdrRequest, GpuSelect, GpuSide, Machine};
 use super::request::write_bw::{Role, WriteBwRequest};
 use crate::cuda;
-use crate::inventory::Inventory;
-use crate::inventory::RdmaBacking;
-use crate::topo::{PathType, Topology};
-use crate::verbs::DmabufProbe;
+use crate::reading::Reading;
 use std::rc::Rc;
 
 /// One GPU's (or the host's) run.
@@ -29,18 +31,8 @@ pub struct Run {
     pub class: Option<ErrorClass>,
 }
 
-/// The GPUs `sel` names, by label, in PCI order. An unknown `--gpu N` is the caller's usage
-/// error (checked against the topology before this runs).
-pub fn gpu_labels(topo: &Topology, sel: GpuSelect) -> Vec<String> {
-    match sel {
-        GpuSelect::Host => Vec::new(),
-        GpuSelect::One(n) => vec![format!("GPU{n}")],
-        GpuSelect::Auto => topo.gpus.iter().map(|g| g.label.clone()).collect(),
-    }
-}
-
 /// Run level 3 for every GPU `g` selects (or once on host memory). Ctrl-C stops the loop.
-pub fn run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Vec<Run> {
+pub fn measure_gdr(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Vec<Run> {
     crate::signals::install();
     if g.gpu == GpuSelect::Host {
         return vec![host_run(m, base, g)];
@@ -98,70 +90,6 @@ fn mode_of(role: &Role) -> Mode {
     }
 }
 
-/// nvidia-peermem as NCCL finds it (src/transport/net_ib.cc `ncclIbGdrSupport`: the
-/// memory_peers version files, or /sys/module/nvidia_peermem).
-pub fn peermem_loaded(inv: &Inventory) -> Option<bool> {
-    let h = &inv.host;
-    if !h.memory_peers.is_empty() {
-        return Some(true);
-    }
-    h.sys_modules.as_ref().map(|m| {
-        m.iter()
-            .any(|n| n == "nvidia_peermem" || n == "nv_peer_mem")
-    })
-}
-
-/// "mlx5_0 (mlx5_core)", "rxe0 (soft-RoCE on rxenet0)": the provider behind an RDMA device.
-fn provider_name(m: &Machine, device: &str) -> String {
-    match m.inv.rdma.iter().find(|d| d.name == device) {
-        Some(d) => match &d.backing {
-            RdmaBacking::Pci { bdf } => match m.topo.device(*bdf).and_then(|x| x.driver.clone()) {
-                Some(drv) => format!("{device} ({drv})"),
-                None => device.to_string(),
-            },
-            RdmaBacking::Software { parent_netdev } => {
-                format!("{device} (soft-RoCE on {parent_netdev})")
-            }
-            RdmaBacking::Unresolved { .. } => format!("{device} (hardware unknown)"),
-        },
-        None => device.to_string(),
-    }
-}
-
-/// The PCIe path between a GPU and an RDMA device, from the topology matrix.
-fn path_between(topo: &Topology, gpu: &str, device: &str) -> Option<(PathType, bool)> {
-    let nic = topo.nics.iter().find(|n| n.rdma_device == device)?;
-    let m = &topo.matrix;
-    let gi = m.labels.iter().position(|l| l == gpu)?;
-    let ni = m.labels.iter().position(|l| *l == nic.label)?;
-    let p = m.paths.get(gi)?.get(ni)?;
-    Some((p.pcie, p.certain))
-}
-
-/// NCCL's dma-buf probe on `device` (its own context and PD, closed again).
-pub fn probe_provider(device: &str) -> Result<DmabufProbe, ProbeError> {
-    let verbs = crate::rdma::engine::side::load()?;
-    let ctx = verbs.open(device).map_err(|e| match e {
-        crate::verbs::VerbsError::NoDevice { .. } => ProbeError::BadDevice(e),
-        other => ProbeError::Verbs {
-            device: device.into(),
-            source: other,
-        },
-    })?;
-    let pd = ctx.alloc_pd().map_err(|source| ProbeError::Verbs {
-        device: device.into(),
-        source,
-    })?;
-    Ok(pd.probe_dmabuf())
-}
-
-fn kernel(inv: &Inventory) -> Option<(u32, u32)> {
-    inv.host
-        .kernel_version
-        .as_deref()
-        .and_then(crate::facts::kernel_major_minor)
-}
-
 /// `--gdr` on host memory: the NIC half of the decision, then level 2's measurement.
 fn host_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Run {
     let device = base.device.clone();
@@ -192,7 +120,7 @@ fn host_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest) -> Run {
         &RegistrationFacts {
             provider: provider_name(m, &device),
             provider_probe: probe,
-            kernel: kernel(m.inv),
+            kernel: kernel_version(m.inv),
             gpu: None,
         },
     );
@@ -311,7 +239,11 @@ fn failure_of(res: &Result<(), ProbeError>, report: &WriteBwReport) -> Option<Fa
 }
 
 /// BAR1 use of a GPU from NVML, at the moment a registration ran out of room.
-fn bar1_in_use(bdf: &crate::pci::Bdf) -> Result<(u64, u64), String> {
+fn bar1_in_use(bdf: &crate::pci::Bdf) -> Reading<(u64, u64)> {
+    Reading::from_result(bar1_read(bdf))
+}
+
+fn bar1_read(bdf: &crate::pci::Bdf) -> Result<(u64, u64), String> {
     let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}"))?;
     let d = nvml
         .device_by_pci_bus_id(bdf.nvml())
@@ -382,18 +314,18 @@ fn gpu_half(gpu: &GpuTarget, bytes: u64, dev: &cuda::Device) -> Result<GpuBuffer
     let buf = cuda::RdmaBuffer::new(&gpu.ctx, n).map_err(|e| e.to_string())?;
     let sync = buf.sync_memops().map_err(|e| e.to_string())?;
     let (dmabuf_exported, dmabuf_export) = match &dev.dma_buf_supported {
-        Ok(true) => match buf.export_dmabuf() {
+        Reading::Value(true) => match buf.export_dmabuf() {
             Ok(fd) => {
                 drop(fd);
                 (true, "exported".to_string())
             }
             Err(e) => (false, format!("failed although CUDA reports support: {e}")),
         },
-        Ok(false) => (
+        Reading::Value(false) => (
             false,
             "not attempted: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0".to_string(),
         ),
-        Err(e) => (
+        Reading::Absent(e) | Reading::Unknown(e) => (
             false,
             format!("not attempted: DMA_BUF_SUPPORTED unreadable ({e})"),
         ),
@@ -423,7 +355,7 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
     };
     let bdf = tg.bdf;
     // The NIC: -d, or the GPU's closest ACTIVE port.
-    let nic = if g.device_given {
+    let nic = Reading::from_result(if g.device_given {
         let (path, certain) = match path_between(m.topo, label, &base.device) {
             Some((p, c)) => (Some(p), c),
             None => (None, false),
@@ -442,7 +374,7 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
         })
     } else {
         gdr::closest_active_port(m.topo, label)
-    };
+    });
     let side = match (&base.role, g.gpu_side) {
         (Role::Loopback, s) => s,
         (Role::Client { .. }, _) => GpuSide::Source,
@@ -455,14 +387,14 @@ fn gpu_run(m: &Machine, base: &WriteBwRequest, g: &GdrRequest, label: &str) -> R
             name: tg.name.clone(),
         }),
         gpu_side: format!("{side:?}").to_lowercase(),
-        nic: nic.clone().unwrap_or_else(|why| NicChoice {
+        nic: nic.clone().into_result().unwrap_or_else(|why| NicChoice {
             device: String::new(),
             port: 0,
             path: None,
             path_certain: false,
             why,
         }),
-        expectation: gdr::expectation(nic.as_ref().ok().and_then(|n| n.path)),
+        expectation: gdr::expectation(nic.value().and_then(|n| n.path)),
         registration: None,
         gpu_memory: None,
         gpu_buffer: None,
@@ -542,7 +474,7 @@ fn one_gpu_run(
     target: &GpuTarget,
     dev: &cuda::Device,
     side: GpuSide,
-    nic: &Result<NicChoice, String>,
+    nic: &Reading<NicChoice>,
     mut facts: GdrFacts,
 ) -> Run {
     let label = target.label.as_str();
@@ -558,7 +490,7 @@ fn one_gpu_run(
         Err(e) => return failed(facts, format!("{label}: GPU buffer: {e}")),
     }
     if let Some(b) = &facts.gpu_buffer {
-        if dev.dma_buf_supported == Ok(true) && !b.dmabuf_exported {
+        if dev.dma_buf_supported == Reading::Value(true) && !b.dmabuf_exported {
             let why = format!("{label}: dma-buf export {}", b.dmabuf_export);
             return failed(facts, why);
         }
@@ -571,8 +503,8 @@ fn one_gpu_run(
         }
     }
     let nic = match nic {
-        Ok(n) => n.clone(),
-        Err(why) => {
+        Reading::Value(n) => n.clone(),
+        Reading::Absent(why) | Reading::Unknown(why) => {
             facts.not_applicable = true;
             return skipped(
                 base,
@@ -635,70 +567,25 @@ fn one_gpu_run(
     finish(m, report, res, facts, gpu, label.into())
 }
 
-/// The CUDA device of `label` found by its PCI address (never by index); Err: why it cannot
-/// be used here (no driver, CUDA does not list it), a skip's reason (levels 3 and 4 alike).
-pub fn cuda_device(label: &str, bdf: crate::pci::Bdf) -> Result<cuda::Device, String> {
-    cuda::driver_presence().map_err(|e| e.to_string())?;
-    let devices = cuda::init()
-        .and_then(|_| cuda::devices())
-        .map_err(|e| e.to_string())?;
-    let seen: Vec<String> = devices.iter().map(|d| d.bdf.clone()).collect();
-    devices
-        .into_iter()
-        .find(|d| d.bdf.parse::<crate::pci::Bdf>().ok() == Some(bdf))
-        .ok_or_else(|| {
-            format!(
-                "CUDA does not list {label} ({bdf}); it lists {}",
-                if seen.is_empty() {
-                    "no device".to_string()
-                } else {
-                    seen.join(", ")
-                }
-            )
-        })
-}
-
-/// How GPU memory of `dev` is registered with `device`, as NCCL decides (level 3 and 4 alike).
-pub fn decide_registration(
-    m: &Machine,
-    mode: GdrMode,
-    label: &str,
-    dev: &cuda::Device,
-    device: &str,
-    probe: DmabufProbe,
-) -> Decision {
-    gdr::choose_registration(
-        mode,
-        &RegistrationFacts {
-            provider: provider_name(m, device),
-            provider_probe: probe,
-            kernel: kernel(m.inv),
-            gpu: Some(GpuRegFacts {
-                label: label.into(),
-                cuda_dmabuf: dev.dma_buf_supported.clone(),
-                open_module: m
-                    .inv
-                    .host
-                    .nvidia_version_line
-                    .as_deref()
-                    .and_then(|l| crate::facts::parse_nvrm(l).1),
-                peermem_loaded: peermem_loaded(m.inv),
-            }),
-        },
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sysroot::SysRoot;
 
     #[test]
     fn failures_map_to_the_cause_table() {
         use crate::rdma::report::memory::Registration;
+        use crate::rdma::request::write_bw::{Plan, PlanSpec};
         use crate::verbs::VerbsError;
-        let plan =
-            crate::rdma::request::write_bw::Plan::new(vec![64], 1, 1, 1, None, 1, true).unwrap();
+        let plan = Plan::new(PlanSpec {
+            sizes: vec![64],
+            iterations: 1,
+            tx_depth: 1,
+            cq_moderation: 1,
+            post_list: None,
+            qps: 1,
+            validate: true,
+        })
+        .unwrap();
         let empty = WriteBwReport::new(Mode::Loopback, plan);
         let reg = |r, e| {
             Err(ProbeError::Memory {
@@ -758,40 +645,5 @@ mod tests {
         s.validated = Some(false);
         r.results.push(s);
         assert_eq!(failure_of(&Ok(()), &r), Some(Failure::DataMismatch));
-    }
-
-    #[test]
-    fn peermem_as_nccl_finds_it() {
-        let sr = SysRoot::at(&crate::fixture_trees::tree("hgx-h100-8gpu")).unwrap();
-        let mut inv =
-            Inventory::collect(&sr, crate::nvml::NvmlSnapshot::unavailable("t", "t")).unwrap();
-        inv.host.memory_peers.clear();
-        inv.host.sys_modules = Some(vec!["nvidia".into()]);
-        assert_eq!(peermem_loaded(&inv), Some(false));
-        inv.host.sys_modules = Some(vec!["nvidia_peermem".into()]);
-        assert_eq!(peermem_loaded(&inv), Some(true));
-        inv.host.sys_modules = None;
-        assert_eq!(peermem_loaded(&inv), None);
-        inv.host.memory_peers.insert(
-            "/sys/kernel/mm/memory_peers/nv_mem/version".into(),
-            "1.3".into(),
-        );
-        assert_eq!(peermem_loaded(&inv), Some(true));
-    }
-
-    #[test]
-    fn gpu_selection() {
-        let sr = SysRoot::at(&crate::fixture_trees::tree("hgx-h100-8gpu")).unwrap();
-        let inv =
-            Inventory::collect(&sr, crate::nvml::NvmlSnapshot::unavailable("t", "t")).unwrap();
-        let topo = crate::topo::build(&inv);
-        assert!(gpu_labels(&topo, GpuSelect::Host).is_empty());
-        assert_eq!(gpu_labels(&topo, GpuSelect::One(3)), ["GPU3"]);
-        assert_eq!(gpu_labels(&topo, GpuSelect::Auto).len(), topo.gpus.len());
-        assert_eq!(
-            path_between(&topo, "GPU0", "mlx5_0").map(|p| p.0),
-            Some(PathType::PIX)
-        );
-        assert_eq!(path_between(&topo, "GPU0", "rxe0"), None);
     }
 }

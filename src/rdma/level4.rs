@@ -120,7 +120,7 @@ fn stop(mut report: GpuWriteBwReport, subject: &str, class: ErrorClass, reason: 
 
 /// Run level 4 for every GPU the request selects, in PCI order. `cuda_homes`: where NVRTC
 /// may live (CUDA_HOME, CUDA_PATH).
-pub fn run(
+pub fn measure_gpu_write(
     m: &Machine,
     libs: &LibFacts,
     req: &GpuWriteRequest,
@@ -138,7 +138,7 @@ pub fn run(
             }
         }
     }
-    let labels = super::level3::gpu_labels(m.topo, req.gpu);
+    let labels = super::pairing::gpu_labels(m.topo, req.gpu);
     if m.topo.gpus.is_empty() {
         let mut report = GpuWriteBwReport::new(req);
         report.not_applicable = true;
@@ -176,7 +176,7 @@ fn nic_refusal(
             true,
         ));
     };
-    let lib = lib_result(libs, LIBMLX5, "mlx5dv_init_obj");
+    let lib = crate::reading::Reading::from_result(lib_result(libs, LIBMLX5, "mlx5dv_init_obj"));
     match device_refusal(&d, port, &lib) {
         Some((why, na)) => Err((ErrorClass::Skip, why, na)),
         None => Ok(provider(m, &d)),
@@ -272,18 +272,18 @@ fn live(
             format!("{label} is not in the topology"),
         );
     };
-    let dev = match super::level3::cuda_device(label, bdf) {
+    let dev = match super::pairing::cuda_device(label, bdf) {
         Ok(d) => d,
         Err(why) => return stop(report, label, ErrorClass::Skip, why),
     };
-    let probe = match super::level3::probe_provider(&nic.device) {
+    let probe = match super::pairing::probe_provider(&nic.device) {
         Ok(p) => p,
         Err(e) => {
             let class = e.class();
             return stop(report, label, class, e.to_string());
         }
     };
-    let decision = super::level3::decide_registration(
+    let decision = super::pairing::decide_registration(
         m,
         crate::rdma::request::gdr::GdrMode::Auto,
         label,
@@ -323,16 +323,7 @@ fn live(
         source: gpu_mem.clone(),
         target: gpu_mem,
     };
-    let total = req.iters.saturating_mul(req.writes_per_iter);
-    let plan = match crate::rdma::request::write_bw::Plan::new(
-        req.sizes.clone(),
-        total,
-        req.writes_per_iter,
-        req.writes_per_iter,
-        None,
-        1,
-        req.validate,
-    ) {
+    let plan = match req.engine_plan() {
         Ok(p) => p,
         Err(e) => return stop(report, label, ErrorClass::Usage, e.to_string()),
     };
@@ -437,11 +428,7 @@ fn port_macs(m: &Machine, device: &str, port: u8) -> Vec<(u32, [u8; 6])> {
 }
 
 fn path_of(m: &Machine, gpu: &str, device: &str) -> Option<String> {
-    let nic = m.topo.nics.iter().find(|n| n.rdma_device == device)?;
-    let mx = &m.topo.matrix;
-    let gi = mx.labels.iter().position(|l| l == gpu)?;
-    let ni = mx.labels.iter().position(|l| *l == nic.label)?;
-    Some(mx.paths.get(gi)?.get(ni)?.pcie.as_str().to_string())
+    super::pairing::path_between(m.topo, gpu, device).map(|(p, _)| p.as_str().to_string())
 }
 
 #[cfg(test)]
@@ -537,7 +524,7 @@ mod tests {
 
     #[test]
     fn device_preconditions() {
-        let ok = Ok(());
+        let ok = crate::reading::Reading::Value(());
         assert_eq!(device_refusal(&mlx5(), 1, &ok), None);
         let rxe = DeviceFacts {
             name: "rxe0".into(),
@@ -561,7 +548,8 @@ mod tests {
                 .0
                 .contains("driver bnxt_en")
         );
-        let nolib = Err("libmlx5.so.1: cannot open shared object file".to_string());
+        let nolib =
+            crate::reading::Reading::unknown("libmlx5.so.1: cannot open shared object file");
         let (why, na) = device_refusal(&mlx5(), 1, &nolib).unwrap();
         assert!(
             why.contains("does not load") && !na,

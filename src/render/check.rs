@@ -84,16 +84,31 @@ fn finding_block(
     st: &TextStyle,
     width: usize,
 ) {
+    // A silenced finding keeps its status word, after one that says it does not count.
+    if f.silenced.is_some() {
+        out.push_str("SILENCED ");
+    }
     let _ = write!(out, "{}", paint(word(f.status), f.status, st.color));
     let lead = format!(" {}  ", f.id);
     out.push_str(&lead);
+    let marked = if f.silenced.is_some() { 9 } else { 0 };
     wrap(
         out,
         &format!("{}{}", f.subject, was(f)),
-        4 + lead.len(),
+        marked + 4 + lead.len(),
         6,
         width,
     );
+    if let Some(s) = &f.silenced {
+        out.push_str("  ");
+        wrap(
+            out,
+            &format!("{} (not in the verdict)", s.describe()),
+            2,
+            4,
+            width,
+        );
+    }
     out.push_str("  ");
     wrap(out, &f.message, 2, 2, width);
     for e in &f.evidence {
@@ -150,129 +165,170 @@ fn check_text_laid_out(r: &CheckReport, st: &TextStyle) -> String {
     let width = super::layout::width(st.width);
     let mut out = String::new();
     if !st.quiet {
-        let head = format!(
-            "gpudoctor check (level {}): {}",
-            r.level,
-            r.source.describe()
+        header_lines(&mut out, r, st, width);
+        problem_blocks(&mut out, r, st, width);
+        skip_blocks(&mut out, r, st, width);
+        // Silenced: each with its real status, evidence and the silence (out of the verdict).
+        for f in r.checks.iter().filter(|f| f.silenced.is_some()) {
+            finding_block(&mut out, f, None, st, width);
+            out.push('\n');
+        }
+        pass_lines(&mut out, r, st, width);
+    }
+    verdict_lines(&mut out, r, st, width);
+    out
+}
+
+/// The head: what was checked, at which level, the source's limits, and a note where not
+/// running as root left findings unjudged.
+fn header_lines(out: &mut String, r: &CheckReport, st: &TextStyle, width: usize) {
+    let head = format!(
+        "gpudoctor check (level {}): {}",
+        r.level,
+        r.source.describe()
+    );
+    wrap(out, &head, 0, 2, width);
+    for l in r.source.limits() {
+        wrap(out, &format!("  {l}"), 2, 4, width);
+    }
+    if r.summary.not_root > 0 {
+        let _ = write!(out, "{} ", paint("not root:", Status::Warn, st.color));
+        let line = format!(
+            "{} could not be judged (unprivileged readers see 64 bytes of PCI config space); run as root",
+            super::layout::count(r.summary.not_root, "finding", "findings")
         );
-        wrap(&mut out, &head, 0, 2, width);
-        for l in r.source.limits() {
-            wrap(&mut out, &format!("  {l}"), 2, 4, width);
-        }
-        if r.summary.not_root > 0 {
-            let _ = write!(out, "{} ", paint("not root:", Status::Warn, st.color));
-            let line = format!(
-                "{} could not be judged (unprivileged readers see 64 bytes of PCI config space); run as root",
-                super::layout::count(r.summary.not_root, "finding", "findings")
-            );
-            wrap(&mut out, &line, 10, 2, width);
-        }
-        out.push('\n');
-        for status in [Status::Fail, Status::Warn] {
-            // The first block of a run of same-check, same-fix findings carries the fix.
-            let mut anchor: Option<&Finding> = None;
-            for f in r.checks.iter().filter(|f| f.status == status) {
-                finding_block(&mut out, f, anchor, st, width);
-                out.push('\n');
-                let same = anchor.is_some_and(|a| a.id == f.id && a.remediation == f.remediation);
-                if !same {
-                    anchor = Some(f);
-                }
-            }
-        }
-        // Skips: one block per (check, reason), the subjects named together.
-        let mut skips: BTreeMap<(CheckId, &str), Vec<&Finding>> = BTreeMap::new();
-        let mut requested: BTreeMap<CheckId, usize> = BTreeMap::new();
-        for f in &r.checks {
-            if skipped_by_request(f) {
-                *requested.entry(f.id).or_default() += 1;
-            } else if f.status == Status::Skip {
-                skips.entry((f.id, f.message.as_str())).or_default().push(f);
-            }
-        }
-        // One wrapped entry per (check, reason); evidence only with --all.
-        for group in skips.values() {
-            let f = group[0];
-            let subjects: Vec<&str> = group.iter().map(|f| f.subject.as_str()).collect();
-            let _ = write!(out, "{}", paint("SKIP", Status::Skip, st.color));
-            let lead = format!(" {}  ", f.id);
-            out.push_str(&lead);
-            let text = format!("{}: {}", subjects_text(&subjects, 8), f.message);
-            wrap(&mut out, &text, 4 + lead.len(), 6, width);
-            if st.all {
-                for f in group {
-                    for e in &f.evidence {
-                        out.push_str("  - ");
-                        wrap(&mut out, &format!("{}: {}", e.source, e.value), 4, 6, width);
-                    }
-                }
-            }
-        }
-        if !skips.is_empty() {
+        wrap(out, &line, 10, 2, width);
+    }
+    out.push('\n');
+}
+
+/// A block per failure, then per warning, each with its evidence; the first block of a run
+/// of same-check, same-fix findings carries the fix.
+fn problem_blocks(out: &mut String, r: &CheckReport, st: &TextStyle, width: usize) {
+    for status in [Status::Fail, Status::Warn] {
+        // The first block of a run of same-check, same-fix findings carries the fix.
+        let mut anchor: Option<&Finding> = None;
+        for f in r
+            .checks
+            .iter()
+            .filter(|f| f.status == status && f.silenced.is_none())
+        {
+            finding_block(out, f, anchor, st, width);
             out.push('\n');
-        }
-        if !requested.is_empty() {
-            let list: Vec<String> = requested
-                .iter()
-                .map(|(id, n)| format!("{id} ({n})"))
-                .collect();
-            out.push_str("not judged, as asked (--skip): ");
-            wrap(&mut out, &list.join(", "), 31, 2, width);
-            out.push('\n');
-        }
-        // Passes: one line per check id, or every subject with evidence.
-        let mut passes: BTreeMap<CheckId, Vec<&Finding>> = BTreeMap::new();
-        for f in r.checks.iter().filter(|f| f.status == Status::Pass) {
-            passes.entry(f.id).or_default().push(f);
-        }
-        if !passes.is_empty() {
-            if st.all {
-                for group in passes.values() {
-                    for f in group {
-                        finding_block(&mut out, f, None, st, width);
-                    }
-                }
-                out.push('\n');
-            } else {
-                let idw = passes.keys().map(|id| id.as_str().len()).max().unwrap_or(0);
-                for group in passes.values() {
-                    let f = group[0];
-                    let subjects: Vec<&str> = group.iter().map(|f| f.subject.as_str()).collect();
-                    let what = if subjects.len() == 1 {
-                        subjects[0].to_string()
-                    } else {
-                        format!(
-                            "{} subjects: {}",
-                            subjects.len(),
-                            subjects_text(&subjects, 4)
-                        )
-                    };
-                    let _ = write!(out, "{}", paint("PASS", Status::Pass, st.color));
-                    let lead = format!(" {:<idw$}  ", f.id.as_str());
-                    out.push_str(&lead);
-                    wrap(&mut out, &what, 4 + lead.len(), 7 + idw, width);
-                }
-                out.push_str("(--all shows each passing subject with its evidence)\n\n");
+            let same = anchor.is_some_and(|a| a.id == f.id && a.remediation == f.remediation);
+            if !same {
+                anchor = Some(f);
             }
         }
     }
+}
+
+/// Skips: one block per (check, reason), the subjects named together, evidence only with
+/// --all; then the checks not judged because --skip asked so.
+fn skip_blocks(out: &mut String, r: &CheckReport, st: &TextStyle, width: usize) {
+    // Skips: one block per (check, reason), the subjects named together.
+    let mut skips: BTreeMap<(CheckId, &str), Vec<&Finding>> = BTreeMap::new();
+    let mut requested: BTreeMap<CheckId, usize> = BTreeMap::new();
+    for f in r.checks.iter().filter(|f| f.silenced.is_none()) {
+        if skipped_by_request(f) {
+            *requested.entry(f.id).or_default() += 1;
+        } else if f.status == Status::Skip {
+            skips.entry((f.id, f.message.as_str())).or_default().push(f);
+        }
+    }
+    // One wrapped entry per (check, reason); evidence only with --all.
+    for group in skips.values() {
+        let f = group[0];
+        let subjects: Vec<&str> = group.iter().map(|f| f.subject.as_str()).collect();
+        let _ = write!(out, "{}", paint("SKIP", Status::Skip, st.color));
+        let lead = format!(" {}  ", f.id);
+        out.push_str(&lead);
+        let text = format!("{}: {}", subjects_text(&subjects, 8), f.message);
+        wrap(out, &text, 4 + lead.len(), 6, width);
+        if st.all {
+            for f in group {
+                for e in &f.evidence {
+                    out.push_str("  - ");
+                    wrap(out, &format!("{}: {}", e.source, e.value), 4, 6, width);
+                }
+            }
+        }
+    }
+    if !skips.is_empty() {
+        out.push('\n');
+    }
+    if !requested.is_empty() {
+        let list: Vec<String> = requested
+            .iter()
+            .map(|(id, n)| format!("{id} ({n})"))
+            .collect();
+        out.push_str("not judged, as asked (--skip): ");
+        wrap(out, &list.join(", "), 31, 2, width);
+        out.push('\n');
+    }
+}
+
+/// Passes: one line per check id, or with --all every subject with its evidence.
+fn pass_lines(out: &mut String, r: &CheckReport, st: &TextStyle, width: usize) {
+    // Passes: one line per check id, or every subject with evidence.
+    let mut passes: BTreeMap<CheckId, Vec<&Finding>> = BTreeMap::new();
+    for f in r
+        .checks
+        .iter()
+        .filter(|f| f.status == Status::Pass && f.silenced.is_none())
+    {
+        passes.entry(f.id).or_default().push(f);
+    }
+    if !passes.is_empty() {
+        if st.all {
+            for group in passes.values() {
+                for f in group {
+                    finding_block(out, f, None, st, width);
+                }
+            }
+            out.push('\n');
+        } else {
+            let idw = passes.keys().map(|id| id.as_str().len()).max().unwrap_or(0);
+            for group in passes.values() {
+                let f = group[0];
+                let subjects: Vec<&str> = group.iter().map(|f| f.subject.as_str()).collect();
+                let what = if subjects.len() == 1 {
+                    subjects[0].to_string()
+                } else {
+                    format!(
+                        "{} subjects: {}",
+                        subjects.len(),
+                        subjects_text(&subjects, 4)
+                    )
+                };
+                let _ = write!(out, "{}", paint("PASS", Status::Pass, st.color));
+                let lead = format!(" {:<idw$}  ", f.id.as_str());
+                out.push_str(&lead);
+                wrap(out, &what, 4 + lead.len(), 7 + idw, width);
+            }
+            out.push_str("(--all shows each passing subject with its evidence)\n\n");
+        }
+    }
+}
+
+/// The verdict, last: what failed, what warned, what was silenced, the gate's reasons and
+/// the Result line with the counts.
+fn verdict_lines(out: &mut String, r: &CheckReport, st: &TextStyle, width: usize) {
     // The verdict, last: what failed, what warned, then the counts.
     for status in [Status::Fail, Status::Warn] {
         let mut by_id: BTreeMap<CheckId, Vec<&str>> = BTreeMap::new();
-        for f in r.checks.iter().filter(|f| f.status == status) {
+        for f in r
+            .checks
+            .iter()
+            .filter(|f| f.status == status && f.silenced.is_none())
+        {
             by_id.entry(f.id).or_default().push(&f.subject);
         }
         for (id, subjects) in &by_id {
             let _ = write!(out, "{}", paint(word(status), status, st.color));
             let lead = format!("  {id} on ");
             out.push_str(&lead);
-            wrap(
-                &mut out,
-                &subjects_text(subjects, 6),
-                4 + lead.len(),
-                6,
-                width,
-            );
+            wrap(out, &subjects_text(subjects, 6), 4 + lead.len(), 6, width);
         }
     }
     let s = &r.summary;
@@ -282,11 +338,37 @@ fn check_text_laid_out(r: &CheckReport, st: &TextStyle) -> String {
     } else {
         String::new()
     };
+    if s.silenced > 0 {
+        let mut by_id: BTreeMap<CheckId, Vec<String>> = BTreeMap::new();
+        for f in r.checks.iter().filter(|f| f.silenced.is_some()) {
+            by_id
+                .entry(f.id)
+                .or_default()
+                .push(format!("{} ({})", f.subject, f.status.as_str()));
+        }
+        for (id, subjects) in &by_id {
+            let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();
+            let lead = format!("SILENCED  {id} on ");
+            out.push_str(&lead);
+            wrap(out, &subjects_text(&subjects, 6), lead.len(), 6, width);
+        }
+    }
+    if let Some(code) = r.would_exit {
+        wrap(
+            out,
+            &format!(
+                "Report only (--report-only): exited 0; the verdict would have exited {code}."
+            ),
+            0,
+            6,
+            width,
+        );
+    }
     // The gate's reasons when it, not a failing check, decided the verdict: on a line of their
     // own, so that the Result line stays one line within 100 columns (scripts read the last).
     let gate = if r.gate.decided() {
         wrap(
-            &mut out,
+            out,
             &format!("Gate: {}", r.gate.reasons.join("; ")),
             0,
             6,
@@ -298,18 +380,27 @@ fn check_text_laid_out(r: &CheckReport, st: &TextStyle) -> String {
     };
     // "Result: VERDICT" stays on the first line (scripts look for it); the counts wrap.
     let line = format!(
-        "Result: {}{gate} {} pass, {} warn, {} fail, {} skip ({} findings{unjudged}).",
+        "Result: {}{gate} {} pass, {} warn, {} fail, {} skip{} ({} findings{unjudged}).",
         verdict,
         s.pass,
         s.warn,
         s.fail,
         s.skip,
+        silenced_count(s),
         r.checks.len()
     );
     let mut wrapped = String::new();
     wrap(&mut wrapped, &line, 0, 8, width);
     out.push_str(&wrapped.replacen(&verdict, &paint(&verdict, r.status, st.color), 1));
-    out
+}
+
+/// ", 2 silenced" after the counts where a silence matched anything; nothing otherwise.
+pub(crate) fn silenced_count(s: &crate::report::Summary) -> String {
+    if s.silenced > 0 {
+        format!(", {} silenced", s.silenced)
+    } else {
+        String::new()
+    }
 }
 
 /// The longest `--format reason` line. Slurm keeps any length, but `sinfo -R` and
@@ -341,8 +432,12 @@ fn observation(message: &str, max: usize) -> String {
 pub fn reason(r: &CheckReport, max: usize) -> String {
     let s = &r.summary;
     let counts = format!(
-        "{} pass, {} warn, {} fail, {} skip",
-        s.pass, s.warn, s.fail, s.skip
+        "{} pass, {} warn, {} fail, {} skip{}",
+        s.pass,
+        s.warn,
+        s.fail,
+        s.skip,
+        silenced_count(s)
     );
     // A run its --time-budget cut says so first: part of the node was not judged.
     let cut = match r
@@ -363,8 +458,34 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
         }
         None => String::new(),
     };
+    // Silenced findings are named on every line, so a silenced failure is never read as
+    // health: `silenced: rdma.port-state mlx5_3/1 fail`.
+    let silenced: Vec<String> = r
+        .checks
+        .iter()
+        .filter(|f| f.silenced.is_some())
+        .take(3)
+        .map(|f| super::terminal::escape(&format!("{} {} {}", f.id, f.subject, f.status.as_str())))
+        .collect();
+    let silenced = if silenced.is_empty() {
+        String::new()
+    } else {
+        let more = s.silenced.saturating_sub(silenced.len());
+        format!(
+            "; silenced: {}{}",
+            silenced.join(", "),
+            if more > 0 {
+                format!(" (+{more} more)")
+            } else {
+                String::new()
+            }
+        )
+    };
     if r.status != Status::Fail {
-        return format!("gpudoctor: {cut}{} ({counts})\n", r.status.as_str());
+        return format!(
+            "gpudoctor: {cut}{} ({counts}){silenced}\n",
+            r.status.as_str()
+        );
     }
     // Escaped before the length cap, so that the cap holds for what is shown.
     let item = |f: &Finding, what: String| {
@@ -374,7 +495,7 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
     let items: Vec<String> = if s.fail > 0 {
         r.checks
             .iter()
-            .filter(|f| f.status == Status::Fail)
+            .filter(|f| f.status == Status::Fail && f.silenced.is_none())
             .map(|f| {
                 item(
                     f,
@@ -391,6 +512,7 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
         )));
         r.checks
             .iter()
+            .filter(|f| f.silenced.is_none())
             .filter(|f| {
                 (r.gate.strict && f.status == Status::Warn)
                     || (r.gate.fail_on_skip && f.skip.is_some_and(|k| k.unjudged()))
@@ -430,6 +552,12 @@ pub fn reason(r: &CheckReport, max: usize) -> String {
             break;
         }
         line.push_str(it);
+    }
+    // Where it fits, what was silenced too (a failing node drains for what is not).
+    if !silenced.is_empty() && line.len() + silenced.len() <= max {
+        line.push_str(&silenced);
+    } else if s.silenced > 0 && line.len() + 14 <= max {
+        line.push_str(&format!("; {} silenced", s.silenced));
     }
     line.push('\n');
     line

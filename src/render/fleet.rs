@@ -51,10 +51,36 @@ pub fn fleet_table(r: &FleetReport) -> String {
             g.reference
         );
     }
+    check_lines(&mut s, r);
+    probe_lines(&mut s, r);
+    shape_lines(&mut s, r);
+    let _ = writeln!(
+        s,
+        "\nDrain ({}):",
+        super::layout::count(r.drain.len(), "node", "nodes")
+    );
+    for d in &r.drain {
+        let _ = writeln!(s, "  {}: {}", d.node, d.reasons.join("; "));
+    }
+    if !r.warn.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nWarn, kept in service ({}):",
+            super::layout::count(r.warn.len(), "node", "nodes")
+        );
+        for d in &r.warn {
+            let _ = writeln!(s, "  {}: {}", d.node, d.reasons.join("; "));
+        }
+    }
+    super::layout::fit(&s, super::layout::PIPE_WIDTH)
+}
+
+/// The checks any node did not pass: how many nodes fail, warn or skip each, and which.
+fn check_lines(s: &mut String, r: &FleetReport) {
     let _ = writeln!(s, "\nChecks (nodes failing / warning / skipping):");
     let mut any = false;
     for c in &r.checks {
-        if c.fail.is_empty() && c.warn.is_empty() && c.skip.is_empty() {
+        if c.fail.is_empty() && c.warn.is_empty() && c.skip.is_empty() && c.silenced.is_empty() {
             continue;
         }
         any = true;
@@ -73,10 +99,21 @@ pub fn fleet_table(r: &FleetReport) -> String {
         if !c.warn.is_empty() {
             let _ = writeln!(s, "    warn: {}", list(&c.warn));
         }
+        if !c.silenced.is_empty() {
+            let _ = writeln!(
+                s,
+                "    silenced (not drained for it): {}",
+                list(&c.silenced)
+            );
+        }
     }
     if !any {
         let _ = writeln!(s, "  every check passed on every node");
     }
+}
+
+/// Per group and measurement: the median and the outliers and nodes below a floor.
+fn probe_lines(s: &mut String, r: &FleetReport) {
     if !r.probes.is_empty() {
         let _ = writeln!(
             s,
@@ -128,6 +165,10 @@ pub fn fleet_table(r: &FleetReport) -> String {
             );
         }
     }
+}
+
+/// Each node's differences from its group's reference, and the fields with no majority.
+fn shape_lines(s: &mut String, r: &FleetReport) {
     if r.shape_nodes > 0 {
         let _ = writeln!(
             s,
@@ -162,15 +203,6 @@ pub fn fleet_table(r: &FleetReport) -> String {
             );
         }
     }
-    let _ = writeln!(
-        s,
-        "\nDrain ({}):",
-        super::layout::count(r.drain.len(), "node", "nodes")
-    );
-    for d in &r.drain {
-        let _ = writeln!(s, "  {}: {}", d.node, d.reasons.join("; "));
-    }
-    super::layout::fit(&s, super::layout::PIPE_WIDTH)
 }
 
 /// Markdown for a ticket: the nodes to drain and why first, then what the fleet looked like.
@@ -202,6 +234,29 @@ pub fn fleet_markdown(r: &FleetReport) -> String {
             for reason in &d.reasons {
                 let _ = writeln!(s, "| {} | {} |", cell(&d.node), cell(reason));
             }
+        }
+        s.push('\n');
+    }
+    if !r.warn.is_empty() {
+        let _ = writeln!(
+            s,
+            "### Warn (kept in service)\n\n| Node | Reason |\n|---|---|"
+        );
+        for d in &r.warn {
+            for reason in &d.reasons {
+                let _ = writeln!(s, "| {} | {} |", cell(&d.node), cell(reason));
+            }
+        }
+        s.push('\n');
+    }
+    let silenced: Vec<_> = r.checks.iter().filter(|c| !c.silenced.is_empty()).collect();
+    if !silenced.is_empty() {
+        let _ = writeln!(
+            s,
+            "### Silenced (not drained for it)\n\n| Check | Nodes |\n|---|---|"
+        );
+        for c in silenced {
+            let _ = writeln!(s, "| {} | {} |", cell(&c.id), cell(&list(&c.silenced)));
         }
         s.push('\n');
     }

@@ -3,6 +3,7 @@
 
 use super::{Style, layout};
 use crate::probes::{ProbeKind, ProbeReport, Status};
+use crate::reading::Reading;
 use std::fmt::Write;
 
 fn opt_gbps(v: Option<f64>) -> String {
@@ -23,8 +24,8 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
             format!("{}.{}", v / 1000, (v % 1000) / 10)
         });
         let nvrtc = match &c.nvrtc {
-            Ok(s) => s.clone(),
-            Err(e) => format!("unavailable: {e}"),
+            Reading::Value(s) => s.clone(),
+            Reading::Absent(e) | Reading::Unknown(e) => format!("unavailable: {e}"),
         };
         let _ = writeln!(out, "CUDA driver {drv}; {nvrtc}");
     }
@@ -54,8 +55,8 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
         for m in &r.measurements {
             let s = m.evaluation.stats.as_ref();
             let expected = match &m.expected {
-                Ok(e) => format!("{:.1}", e.bandwidth_gbps),
-                Err(_) => "?".to_string(),
+                Reading::Value(e) => format!("{:.1}", e.bandwidth_gbps),
+                Reading::Absent(_) | Reading::Unknown(_) => "?".to_string(),
             };
             rows.push(vec![
                 format!("{} -> {}", m.src, m.dst),
@@ -105,8 +106,8 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
             .attributes
             .iter()
             .map(|(k, v)| match v {
-                Ok(v) => format!("{k}={v}"),
-                Err(_) => format!("{k}=?"),
+                Reading::Value(v) => format!("{k}={v}"),
+                Reading::Absent(_) | Reading::Unknown(_) => format!("{k}=?"),
             })
             .collect();
         let _ = writeln!(
@@ -122,8 +123,9 @@ pub fn table(r: &ProbeReport, style: Style) -> String {
     }
     for d in &r.dmabuf {
         let attr = match &d.attribute_supported {
-            Ok(b) => b.to_string(),
-            Err(e) => format!("unknown ({e})"),
+            Reading::Value(b) => b.to_string(),
+            Reading::Absent(e) => format!("absent ({e})"),
+            Reading::Unknown(e) => format!("unknown ({e})"),
         };
         let _ = writeln!(
             out,

@@ -367,7 +367,7 @@ pub fn gpu_write_bw_table(
 #[cfg(test)]
 mod tests {
     use crate::rdma::report::write_bw::{Mode, Repetition, SizeResult, WriteBwReport};
-    use crate::rdma::request::write_bw::Plan;
+    use crate::rdma::request::write_bw::{Plan, PlanSpec};
 
     /// A full perftest-style sweep (2 B .. 8 MiB at 400 Gb/s, five repetitions) renders within
     /// the width, every size on one line at 100 and 80 columns (it was 142 columns,
@@ -376,7 +376,16 @@ mod tests {
     #[test]
     fn sweep_fits_the_width() {
         let sizes: Vec<u64> = (1..=23).map(|p| 1u64 << p).collect();
-        let plan = Plan::new(sizes.clone(), 100_000, 128, 100, None, 16, true).unwrap();
+        let plan = Plan::new(PlanSpec {
+            sizes: sizes.clone(),
+            iterations: 100_000,
+            tx_depth: 128,
+            cq_moderation: 100,
+            post_list: None,
+            qps: 16,
+            validate: true,
+        })
+        .unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
         for b in sizes {
             let rep = Repetition {

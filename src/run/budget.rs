@@ -116,6 +116,8 @@ impl Budget {
         for c in checks::CATALOG {
             let of_step = match (step, c.run) {
                 (Step::Discovery, checks::Run::Baseline) => false,
+                // Judged from the silences given, after every step, whatever was cut.
+                (_, checks::Run::Silence) => false,
                 (Step::Discovery, _) => c.level <= level,
                 (Step::Level0, checks::Run::Facts(_)) => true,
                 (Step::Level(n), checks::Run::Probe) => c.level == n,

@@ -1,7 +1,7 @@
 //! `topo` and `check`: discovery, the topology, level-0 checks, and the probe levels on top.
 
 use super::budget::{Budget, Step};
-use super::{EXIT_FAILED_CHECK, EXIT_OK, Waited, inventory, wait_at_most};
+use super::{Waited, inventory, wait_at_most};
 use crate::checks::{self, CheckId, Finding, SkipKind, Status};
 use crate::config::CheckOptions;
 use crate::inventory::{Inventory, Scope};
@@ -143,6 +143,7 @@ fn report_within(
     let topo = Arc::new(crate::topo::build(&inv));
     let mut findings = budgeted_level0(&inv, &topo, &source.libs, budget)?;
     let mut probe_reports = None;
+    let mut bandwidth = Vec::new();
     if opts.level >= 1 {
         let reports = level1_reports_within(source, &topo, opts, budget)?;
         checks::probe::level1::settle_link_speed(&reports, &mut findings, &topo);
@@ -160,8 +161,11 @@ fn report_within(
                 f.skip = Some(SkipKind::NotApplicable);
             }
         }
+        bandwidth.extend(reports.iter().flat_map(crate::report::Bandwidth::of_probe));
         probe_reports = Some(reports);
-        nccl_level1(source, &topo, opts, budget, &mut findings)?;
+        if let Some(r) = nccl_level1(source, &topo, opts, budget, &mut findings)? {
+            bandwidth.extend(crate::report::Bandwidth::of_nccl(&r));
+        }
     }
     // Levels 2-4 start only with budget left; a measurement the budget's end cut short is
     // unknown, not a failure of the machine (`cut_short`).
@@ -197,7 +201,9 @@ fn report_within(
             probe_reports.as_deref(),
         ));
     }
-    Ok(finish(source, opts, &inv, Some(&topo), findings, budget))
+    let mut r = finish(source, opts, &inv, Some(&topo), findings, budget);
+    r.bandwidth = bandwidth;
+    Ok(r)
 }
 
 /// The report of what was judged, gated.
@@ -242,96 +248,54 @@ fn cut_short(b: &Budget, level: u8, findings: &mut [Finding]) {
     }
 }
 
-/// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device.
+/// Level 2: a short, validated RDMA-write loopback on every ACTIVE port of every RDMA device
+/// (`rdma::level2`), as `probe.write-bw` findings.
 fn level2(
     source: &Source,
     inv: &Inventory,
-    opts_progress: bool,
+    progress: bool,
     budget: Option<&Budget>,
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
-    use crate::rdma::engine::run as rdma;
-    use crate::rdma::request::write_bw::{Plan, Role, WriteBwRequest};
+    use crate::rdma::engine::error::ErrorClass;
+    use crate::rdma::level2::{Limits, PortOutcome};
     use checks::probe::level2;
     if replay_skip(source, level2::ID, "RDMA-write probes", findings) {
         return Ok(());
     }
+    let spent_before = |subject: &str| {
+        let b = budget?;
+        b.spent_at(|| format!("the level-2 probes, before {} {subject}", level2::ID))
+            .then(|| b.reason())
+    };
+    let step_timeout = || cap(budget, std::time::Duration::from_secs(30));
+    let limits = Limits {
+        spent_before: &spent_before,
+        step_timeout: &step_timeout,
+    };
+    let runs = crate::rdma::level2::measure_ports(&inv.rdma, progress, &limits);
     let before = findings.len();
-    for d in &inv.rdma {
-        // Hardware unknown (its `device` link unreadable): whether a line rate applies (a NIC)
-        // or not (rxe) is unknown, so it is not planned.
-        if let Some(why) = d.unresolved() {
-            findings.push(Finding::new(
-                level2::ID,
-                d.name.clone(),
-                Status::Skip,
-                format!(
-                    "RDMA device {}: PCI function unknown ({why}): not measured",
-                    d.name
-                ),
-            ));
-            continue;
-        }
-        for p in &d.ports {
-            let subject = format!("{}/{}", d.name, p.port);
-            if p.state_kind != Some(crate::facts::PortState::Active) {
-                // rdma.port-state judges the port; there is nothing to measure here.
-                findings.push(
-                    Finding::new(
-                        level2::ID,
-                        subject,
-                        Status::Skip,
-                        format!(
-                            "port not ACTIVE ({}): see rdma.port-state",
-                            p.state.as_deref().unwrap_or("state unknown")
-                        ),
-                    )
-                    .not_applicable(),
-                );
-                continue;
+    for r in runs {
+        match r.outcome {
+            PortOutcome::Skipped {
+                reason,
+                not_applicable,
+            } => {
+                let f = Finding::new(level2::ID, r.subject, Status::Skip, reason);
+                findings.push(if not_applicable {
+                    f.not_applicable()
+                } else {
+                    f
+                });
             }
-            // Short on purpose: 64 KiB and 1 MiB writes, 500 each, 5 timed repetitions judged
-            // on their median, validated (about 2.7 GB per port: tens of milliseconds at line
-            // rate). A software device (rxe, no PCI function) moves ~50 MB/s under emulation
-            // and is measured, not judged: 32 each, 3 repetitions.
-            if let Some(b) = budget
-                && b.spent_at(|| format!("the level-2 probes, before {} {subject}", level2::ID))
-            {
-                findings.push(Finding::new(level2::ID, subject, Status::Skip, b.reason()));
-                continue;
-            }
-            let (iters, reps) = if d.bdf().is_some() { (500, 5) } else { (32, 3) };
-            let plan = match Plan::new(vec![65536, 1 << 20], iters, 128, 16, None, 1, true)
-                .and_then(|p| p.with_repetitions(reps))
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    findings.push(Finding::new(
-                        level2::ID,
-                        subject,
-                        Status::Skip,
-                        e.to_string(),
-                    ));
-                    continue;
-                }
-            };
-            let req = WriteBwRequest {
-                device: d.name.clone(),
-                port: u8::try_from(p.port).unwrap_or(1),
-                gid_index: None,
-                plan,
-                role: Role::Loopback,
-                timeout: cap(budget, std::time::Duration::from_secs(30)),
-                progress: opts_progress,
-            };
-            let (report, class) = rdma::write_bw(std::slice::from_ref(d), &req);
-            if class == Some(crate::rdma::engine::error::ErrorClass::Interrupted) {
-                anyhow::bail!(
-                    "interrupted by {}; queue pairs destroyed and memory regions deregistered",
-                    crate::signals::which()
-                );
-            }
-            level2::findings(&subject, &report, findings);
+            PortOutcome::Measured {
+                class: Some(ErrorClass::Interrupted),
+                ..
+            } => anyhow::bail!(
+                "interrupted by {}; queue pairs destroyed and memory regions deregistered",
+                crate::signals::which()
+            ),
+            PortOutcome::Measured { report, .. } => level2::findings(&r.subject, &report, findings),
         }
     }
     if findings.len() == before {
@@ -360,16 +324,13 @@ fn level3(
 ) -> Result<()> {
     use crate::rdma::engine::error::ErrorClass;
     use crate::rdma::level3;
-    use crate::rdma::request::gdr::{GdrMode, GdrRequest, GpuSelect, GpuSide};
+    use crate::rdma::request::gdr::GdrRequest;
     use crate::rdma::request::write_bw::{Plan, Role, WriteBwRequest};
     use checks::probe::level3 as l3;
     if replay_skip(source, l3::ID, "GPUDirect RDMA probes", findings) {
         return Ok(());
     }
-    // As level 2's: 64 KiB and 1 MiB writes, 500 each, 5 timed repetitions, validated (copied
-    // back from GPU memory).
-    let plan = Plan::new(vec![65536, 1 << 20], 500, 128, 16, None, 1, true)
-        .map_err(|e| anyhow::anyhow!("level-3 plan: {e}"))?;
+    let plan = Plan::check_level3().map_err(|e| anyhow::anyhow!("level-3 plan: {e}"))?;
     let base = WriteBwRequest {
         device: String::new(),
         port: 1,
@@ -379,15 +340,12 @@ fn level3(
         timeout: cap(budget, std::time::Duration::from_secs(30)),
         progress,
     };
-    let req = GdrRequest {
-        gpu: GpuSelect::Auto,
-        mode: GdrMode::Auto,
-        gpu_side: GpuSide::Both,
-        repeat: 1,
-        device_given: false,
-    };
     // The level-0 findings so far are the evidence a failure's cause cites.
-    let runs = level3::run(&machine(source, inv, topo, findings), &base, &req);
+    let runs = level3::measure_gdr(
+        &machine(source, inv, topo, findings),
+        &base,
+        &GdrRequest::check_level3(),
+    );
     if runs
         .iter()
         .any(|r| r.class == Some(ErrorClass::Interrupted))
@@ -453,28 +411,15 @@ fn level4(
 ) -> Result<()> {
     use crate::rdma::engine::error::ErrorClass;
     use crate::rdma::level4;
-    use crate::rdma::request::gdr::GpuSelect;
-    use crate::rdma::request::gpu_write_bw::{GpuWriteRequest, NicHandler};
+    use crate::rdma::request::gpu_write_bw::GpuWriteRequest;
     use checks::probe::level4 as l4;
     if replay_skip(source, l4::ID, "GPU-initiated RDMA probes", findings) {
         return Ok(());
     }
-    // Short: 64 B and 4 KiB writes, 64 launches of 512 each, validated.
-    let req = GpuWriteRequest {
-        gpu: GpuSelect::Auto,
-        device: None,
-        port: 1,
-        sizes: vec![64, 4096],
-        iters: 64,
-        writes_per_iter: 512,
-        handler: NicHandler::Auto,
-        queues: crate::rdma::request::gpu_write_bw::QueuePlace::Auto,
-        validate: true,
-    };
-    let runs = level4::run(
+    let runs = level4::measure_gpu_write(
         &machine(source, inv, topo, findings),
         &source.libs,
-        &req,
+        &GpuWriteRequest::check_level4(),
         cuda_homes,
     );
     if runs
@@ -524,7 +469,7 @@ fn level1_reports_within(
                 deadline: b.cap(opts.probe.deadline),
                 ..opts.probe.clone()
             };
-            let r = probes::live::run(&o, topo);
+            let r = probes::live::measure_probe(&o, topo);
             // Cut by the budget's end (its capped deadline), not hung: not judged. The copy may
             // still be running on its thread, so the process leaves without joining it.
             if r.hung && b.spent_at(|| id.to_string()) {
@@ -582,14 +527,14 @@ fn stopped(r: &probes::live::ProbeRun) -> Option<CheckError> {
 
 /// `probe.nccl` in `check --level 1`, after the copies: measured on the live machine (inside
 /// the node, `config::nccl_for_check`'s sweep), or replayed from a tree's `probes/nccl.json`
-/// (what `probe nccl --json` printed) and re-evaluated.
+/// (what `probe nccl --json` printed) and re-evaluated. The report, where there is one.
 fn nccl_level1(
     source: &Source,
     topo: &crate::topo::Topology,
     opts: &CheckOptions,
     budget: Option<&Budget>,
     findings: &mut Vec<Finding>,
-) -> Result<(), CheckError> {
+) -> Result<Option<crate::nccl::report::NcclReport>, CheckError> {
     use crate::nccl::live::LiveError;
     let id = CheckId::ProbeNccl;
     if topo.gpus.len() < 2 {
@@ -604,18 +549,18 @@ fn nccl_level1(
         );
         f.skip = Some(SkipKind::NotApplicable);
         findings.push(f);
-        return Ok(());
+        return Ok(None);
     }
     if let Some(b) = budget
         && b.spent_at(|| format!("an earlier step, before {id}"))
     {
         findings.push(Finding::new(id, "host", Status::Skip, b.reason()));
-        return Ok(());
+        return Ok(None);
     }
     let report = if source.is_live() {
         let deadline = budget.map_or(opts.probe.deadline, |b| b.cap(opts.probe.deadline));
         let o = crate::config::nccl_for_check(deadline, opts.probe.progress);
-        match crate::nccl::live::run(&o, topo, None) {
+        match crate::nccl::live::run_in_node(&o, topo, None) {
             Ok(r) => r,
             Err(e @ LiveError::Interrupted { .. }) => return Err(anyhow::anyhow!(e).into()),
             Err(e @ LiveError::Deadline { .. }) => {
@@ -632,7 +577,7 @@ fn nccl_level1(
                         ),
                     );
                 }
-                return Ok(());
+                return Ok(None);
             }
             Err(e @ LiveError::Spawn(_)) => {
                 findings.push(Finding::new(
@@ -641,7 +586,7 @@ fn nccl_level1(
                     Status::Skip,
                     format!("not judged: {e}"),
                 ));
-                return Ok(());
+                return Ok(None);
             }
         }
     } else {
@@ -654,7 +599,7 @@ fn nccl_level1(
                     Status::Skip,
                     format!("not recorded (no {file} in the tree)"),
                 ));
-                return Ok(());
+                return Ok(None);
             }
             Some(b) => {
                 let mut r: crate::nccl::report::NcclReport =
@@ -670,7 +615,7 @@ fn nccl_level1(
         }
     };
     checks::probe::level1::nccl_findings(&report, findings);
-    Ok(())
+    Ok(Some(report))
 }
 
 /// The level-1 probes, in the order they run.
@@ -722,15 +667,4 @@ pub(super) fn level1_reports(
         ));
     }
     Ok(out)
-}
-
-/// Exit code for a check report: 1 when a check failed (or warned, with --strict; or, with
-/// --fail-on-skip, something that should have been judged was not, or nothing was judged).
-/// The exit code of a `check`: the gate has already decided (`CheckReport::gated`), so the
-/// code is the verdict's and nothing else.
-pub fn check_exit_code(r: &CheckReport) -> i32 {
-    match r.status {
-        Status::Fail => EXIT_FAILED_CHECK,
-        _ => EXIT_OK,
-    }
 }

@@ -1,7 +1,7 @@
 //! `fleet` and `diff`: read reports, probe reports, baselines and bundles into `NodeData`, then
 //! summarize (`crate::fleet`).
 
-use super::{EXIT_FAILED_CHECK, EXIT_OK, Outcome};
+use super::Outcome;
 use crate::config::CheckOptions;
 use crate::export::{ExportOptions, Format, export};
 use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
@@ -127,28 +127,30 @@ fn bandwidth_of(r: &ProbeReport, n: &mut NodeData) {
             .extend(r.gpus.iter().map(|g| g.name.clone()));
         n.model.probe_gpu_count = n.model.probe_gpu_count.max(Some(r.gpus.len()));
     }
-    for m in &r.measurements {
-        let pcie = m.expected.as_ref().ok();
-        if let Some(e) = pcie.filter(|e| e.link == crate::probes::LinkKind::Pcie) {
-            // "PCIe Gen5 x16 = 63.0 GB/s per direction ...": the link, not its rate.
-            let basis = e.basis.split(" = ").next().unwrap_or(&e.basis);
-            n.model.links.insert(basis.to_string());
-        }
+    add_bandwidth(&crate::report::Bandwidth::of_probe(r), n);
+}
+
+/// The GPU models a check report lists (`gpu_models`, with their count): they name the model
+/// even where no check's evidence does (a GPU-only node has no GPU-NIC pairing to show).
+fn models_of(models: &BTreeMap<String, usize>, n: &mut NodeData) {
+    if models.is_empty() {
+        return;
     }
-    for m in &r.measurements {
-        if let Some(s) = &m.evaluation.stats {
-            let id = format!(
-                "{} {}->{} {}",
-                m.probe.as_str(),
-                m.src,
-                m.dst,
-                m.method.as_str()
-            );
-            if let Some(t) = m.evaluation.threshold_gbps.filter(|t| t.is_finite()) {
-                n.floor_gbps.insert(id.clone(), t);
-            }
-            n.bandwidth_gbps.insert(id, s.median_gbps);
+    n.model.check_gpus = models.keys().cloned().collect();
+    n.model.check_gpu_count = Some(models.values().sum());
+}
+
+/// Medians as a level-1 check report or a probe report gives them: fleet's measurement ids,
+/// gpudoctor's bars, and the PCIe links the copies' bars were based on (the model's link).
+fn add_bandwidth(list: &[crate::report::Bandwidth], n: &mut NodeData) {
+    for b in list {
+        if let Some(link) = &b.link {
+            n.model.links.insert(link.clone());
         }
+        if let Some(t) = b.threshold_gbps.filter(|t| t.is_finite()) {
+            n.floor_gbps.insert(b.id.clone(), t);
+        }
+        n.bandwidth_gbps.insert(b.id.clone(), b.median_gbps);
     }
 }
 
@@ -201,6 +203,12 @@ struct CheckSummaryIn {
     time: Option<String>,
     #[serde(default)]
     nvml: Option<NvmlIn>,
+    /// A level-1 report's measured medians.
+    #[serde(default)]
+    bandwidth: Vec<crate::report::Bandwidth>,
+    /// GPU model -> count (reports written before it was kept: none).
+    #[serde(default)]
+    gpu_models: BTreeMap<String, usize>,
 }
 
 /// How many GPUs NVML saw (the report's `nvml.gpus`).
@@ -263,6 +271,9 @@ struct FindingLite<'a> {
     _message: std::borrow::Cow<'a, str>,
     #[serde(default)]
     evidence: GpuModelIn,
+    /// Present where a silence matched the finding.
+    #[serde(default)]
+    silenced: Option<serde::de::IgnoredAny>,
 }
 
 /// Per check the worst status, and the GPU models the evidence names.
@@ -283,7 +294,7 @@ impl<'de> serde::Deserialize<'de> for WorstPerCheckIn {
                 let mut worst = fleet::WorstPerCheck::default();
                 let mut models = BTreeSet::new();
                 while let Some(f) = seq.next_element::<FindingLite<'de>>()? {
-                    worst.add(&f.id, &f.status);
+                    worst.add_finding(&f.id, &f.status, f.silenced.is_some());
                     models.extend(f.evidence.0);
                 }
                 Ok(WorstPerCheckIn(worst.finish(), models))
@@ -300,7 +311,7 @@ fn kept(findings: Vec<FindingIn>, keep: Keep) -> Vec<FindingIn> {
         Keep::WorstPerCheck => {
             let mut worst = fleet::WorstPerCheck::default();
             for f in &findings {
-                worst.add(&f.id, &f.status);
+                worst.add_finding(&f.id, &f.status, f.silenced);
             }
             worst.finish()
         }
@@ -320,18 +331,21 @@ fn read_fast(text: &str, keep: Keep, n: &mut NodeData) -> Option<()> {
                 n.findings = r.checks.0;
                 n.model.check_gpus = r.checks.1;
                 n.model.check_gpu_count = r.nvml.and_then(|m| m.gpus);
+                models_of(&r.gpu_models, n);
+                add_bandwidth(&r.bandwidth, n);
                 n.host = r.hostname;
                 n.time = r.time;
             }
             Keep::Findings => {
                 let r: CheckReportIn = serde_json::from_str(text).ok()?;
+                add_bandwidth(&r.bandwidth, n);
                 n.status = Some(r.status);
                 n.findings = r.checks;
                 n.host = r.hostname;
                 n.time = r.time;
             }
         },
-        crate::probes::PROBE_SCHEMA => {
+        crate::probes::PROBE_SCHEMA | crate::probes::PROBE_SCHEMA_V1 => {
             let r: ProbeReport = serde_json::from_str(text).ok()?;
             bandwidth_of(&r, n);
         }
@@ -367,6 +381,7 @@ fn read_docs(p: &Path, from_dir: bool, keep: Keep) -> Result<Vec<NodeData>> {
                     subject: f.subject.clone(),
                     status: f.status.as_str().to_string(),
                     message: f.message.clone(),
+                    silenced: f.silenced.is_some(),
                 })
                 .collect(),
             keep,
@@ -399,22 +414,33 @@ fn read_docs(p: &Path, from_dir: bool, keep: Keep) -> Result<Vec<NodeData>> {
             let (models, count) = check_model_in(&v);
             n.model.check_gpus = models;
             n.model.check_gpu_count = count;
+            if let Some(m) = v.get("gpu_models") {
+                let m: BTreeMap<String, usize> = serde_json::from_value(m.clone())
+                    .with_context(|| format!("{}: malformed gpu_models", p.display()))?;
+                models_of(&m, &mut n);
+            }
             let r: CheckReportIn = serde_json::from_value(v)
                 .with_context(|| format!("{}: malformed check report", p.display()))?;
+            add_bandwidth(&r.bandwidth, &mut n);
             n.status = Some(r.status);
             n.findings = kept(r.checks, keep);
             n.host = r.hostname;
             n.time = r.time;
         }
-        crate::report::PROBE_RUNS_SCHEMA | crate::probes::PROBE_SCHEMA => {
+        crate::report::PROBE_RUNS_SCHEMA
+        | crate::probes::PROBE_SCHEMA
+        | crate::probes::PROBE_SCHEMA_V1 => {
             // `probe ... --json` prints a `gpudoctor.probe-runs/1` envelope; older files hold
-            // the bare `gpudoctor.probe/1` report. Fleet compares the copy probes' runs.
+            // the bare report. Fleet compares the copy probes' runs, `gpudoctor.probe/2` or /1
+            // (whose readings are serde's `{"Ok": ..}` / `{"Err": ..}`, read the same).
             let runs = crate::report::probe_runs_in(v)
                 .with_context(|| format!("{}: malformed probe report", p.display()))?;
             let copies: Vec<serde_json::Value> = runs
                 .into_iter()
                 .filter(|r| {
-                    r.get("schema").and_then(|s| s.as_str()) == Some(crate::probes::PROBE_SCHEMA)
+                    r.get("schema")
+                        .and_then(|s| s.as_str())
+                        .is_some_and(crate::probes::is_probe_schema)
                 })
                 .collect();
             if copies.is_empty() {
@@ -434,7 +460,7 @@ fn read_docs(p: &Path, from_dir: bool, keep: Keep) -> Result<Vec<NodeData>> {
                 bandwidth_of(&r, &mut n);
             }
         }
-        crate::nccl::report::NCCL_SCHEMA => {
+        crate::nccl::report::NCCL_SCHEMA | crate::nccl::report::NCCL_SCHEMA_V1 => {
             let r: crate::nccl::report::NcclReport = serde_json::from_value(v)
                 .with_context(|| format!("{}: malformed NCCL report", p.display()))?;
             return Ok(nccl_nodes(&r, n));
@@ -756,11 +782,7 @@ pub fn fleet(
             crate::render::terminal::escape(&u.reason)
         );
     }
-    let code = if r.drain.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_FAILED_CHECK
-    };
+    let code = super::exit::fleet(&r);
     Ok(Outcome::new(
         export(format, ExportOptions::default(), "a fleet summary", |e| {
             e.fleet(&r)
@@ -806,6 +828,7 @@ pub fn diff(a: &Path, b: &Path, format: Format, all: bool) -> Result<Outcome> {
                         subject: f.subject.clone(),
                         status: f.status.as_str().to_string(),
                         message: f.message.clone(),
+                        silenced: f.silenced.is_some(),
                     })
                     .collect(),
             )
@@ -818,10 +841,6 @@ pub fn diff(a: &Path, b: &Path, format: Format, all: bool) -> Result<Outcome> {
     // Exit 1 when B is worse than A; a change for the better alone is no failure.
     Ok(Outcome::new(
         export(format, ExportOptions::default(), "a diff", |e| e.diff(&d))?,
-        if d.worse() {
-            EXIT_FAILED_CHECK
-        } else {
-            EXIT_OK
-        },
+        super::exit::diff(&d),
     ))
 }

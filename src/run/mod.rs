@@ -8,14 +8,14 @@ mod baseline;
 mod budget;
 mod bundle;
 mod check;
+pub mod exit;
 mod export;
 pub(crate) mod fleet;
 mod nccl;
 mod probe;
 
-pub use check::{
-    CheckError, check_exit_code, check_report, check_report_from, topo_report, topo_report_from,
-};
+pub use check::{CheckError, check_report, check_report_from, topo_report, topo_report_from};
+pub use exit::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK};
 
 use crate::config::{Action, Config, TopoOutput, json_or_table};
 use crate::export::{ExportOptions, Format, export};
@@ -24,11 +24,6 @@ use crate::render;
 use crate::source::Source;
 use crate::sysroot::ReadError;
 use anyhow::{Context, Result};
-
-/// Exit codes (ripgrep's convention).
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_FAILED_CHECK: i32 = 1;
-pub const EXIT_ERROR: i32 = 2;
 
 /// What a command produced.
 #[derive(Debug)]
@@ -287,7 +282,7 @@ fn fits_terminal(action: &Action) -> bool {
     }
 }
 
-pub fn run(cfg: &Config) -> Result<Outcome> {
+pub fn dispatch(cfg: &Config) -> Result<Outcome> {
     let mut outcome = run_action(cfg)?;
     if let Some(w) = cfg.width
         && fits_terminal(&cfg.action)
@@ -325,8 +320,12 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
             Ok(outcome)
         }
         Action::Check(opts) => match check_report(&cfg.source, opts) {
-            Ok(r) => {
-                let code = check_exit_code(&r);
+            Ok(mut r) => {
+                let mut code = exit::check(&r);
+                // --report-only: every output as always, the verdict's code kept in it.
+                if opts.report_only {
+                    (code, r.would_exit) = exit::report_only(code);
+                }
                 if let Some(dir) = &opts.textfile {
                     let run = crate::export::prometheus::RunRecord {
                         timestamp_seconds: now_seconds(),
@@ -392,10 +391,10 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
         Action::Snapshot(what) => {
             let o = Source::open(&cfg.source)?;
             Ok(Outcome::new(
-                if what == "nvml" {
-                    render::json(&o.nvml)
-                } else {
-                    render::json(&o.libs)
+                match what.as_str() {
+                    "nvml" => render::json(&o.nvml),
+                    "kmsg" => render::json(&*o.kernel_log()),
+                    _ => render::json(&o.libs),
                 },
                 EXIT_OK,
             ))

@@ -8,11 +8,10 @@
 //! failed worker on any rank) is one `gpudoctor: error:` line and exit 2 (rank 0 still prints
 //! what it has).
 
-use super::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK, Outcome};
+use super::{EXIT_ERROR, Outcome};
 use crate::config::NcclConfig;
 use crate::nccl::cluster::ClusterOutcome;
 use crate::nccl::report::Mode;
-use crate::probes::Status;
 use anyhow::Result;
 use std::io::Write;
 
@@ -58,8 +57,8 @@ pub(super) fn probe(c: &NcclConfig) -> Result<Outcome> {
         }
     });
     let report = match &c.cluster {
-        None => crate::nccl::live::run(&c.options, &topo, gdr_ready)?,
-        Some(cl) => match crate::nccl::cluster::run(&c.options, &topo, cl)? {
+        None => crate::nccl::live::run_in_node(&c.options, &topo, gdr_ready)?,
+        Some(cl) => match crate::nccl::cluster::run_across_nodes(&c.options, &topo, cl)? {
             ClusterOutcome::Reported { status, line } => {
                 return Ok(reported(c, cl.ranks.rank, &status, &line));
             }
@@ -87,30 +86,21 @@ pub(super) fn probe(c: &NcclConfig) -> Result<Outcome> {
     } else {
         crate::nccl::render::table(&report)
     };
-    let code = if report.status == Status::Fail || (c.fail_on_skip && report.status == Status::Skip)
-    {
-        EXIT_FAILED_CHECK
-    } else {
-        EXIT_OK
-    };
+    let code = super::exit::probe(report.status, false, c.fail_on_skip);
     Ok(Outcome::new(stdout, code))
 }
 
 /// A rank other than 0: one line (stdout; stderr for an error, exit 2), the exit code from
 /// rank 0's verdict and this process's --fail-on-skip.
 fn reported(c: &NcclConfig, rank: u32, status: &str, line: &str) -> Outcome {
-    let code = match status {
-        "error" => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "gpudoctor: error: probe nccl --ranks: rank {rank}: {line}"
-            );
-            return Outcome::new(String::new(), EXIT_ERROR);
-        }
-        "fail" => EXIT_FAILED_CHECK,
-        "skip" if c.fail_on_skip => EXIT_FAILED_CHECK,
-        _ => EXIT_OK,
-    };
+    let code = super::exit::nccl_rank(status, c.fail_on_skip);
+    if code == EXIT_ERROR {
+        let _ = writeln!(
+            std::io::stderr(),
+            "gpudoctor: error: probe nccl --ranks: rank {rank}: {line}"
+        );
+        return Outcome::new(String::new(), EXIT_ERROR);
+    }
     Outcome::new(
         format!("gpudoctor probe nccl: rank {rank} reported to rank 0: {line}\n"),
         code,

@@ -28,17 +28,9 @@ pub(super) fn cuda(
             anyhow::bail!("--gpu {n}: no {want} here (GPUs: {})", have.join(", "));
         }
     }
-    let run = live::run(options, &topo);
+    let run = live::measure_probe(options, &topo);
     let stdout = export(format, text, "a probe report", |e| e.probe(&run.report))?;
-    let code = if run.interrupted {
-        EXIT_ERROR
-    } else if run.report.status == crate::probes::Status::Fail
-        || (fail_on_skip && run.report.status == crate::probes::Status::Skip)
-    {
-        EXIT_FAILED_CHECK
-    } else {
-        EXIT_OK
-    };
+    let code = super::exit::probe(run.report.status, run.interrupted, fail_on_skip);
     Ok(Outcome {
         stdout,
         code,
@@ -96,7 +88,7 @@ fn gdr_write_bw(
     use crate::rdma::report::write_bw::Status;
     let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
-    let runs = level3::run(&m, &w.request, g);
+    let runs = level3::measure_gdr(&m, &w.request, g);
     if let Some(r) = runs.iter().find(|r| r.class == Some(ErrorClass::Usage)) {
         let why = match &r.report.status {
             Status::Error { reason } => reason.clone(),
@@ -109,7 +101,7 @@ fn gdr_write_bw(
     let stdout = export(w.format.into(), text, "a write-bw report", |e| {
         e.write_bw(&reports)
     })?;
-    let code = runs_exit_code(runs.iter().map(|r| r.class), w.fail_on_skip);
+    let code = super::exit::write_bw_runs(runs.iter().map(|r| r.class), w.fail_on_skip);
     Ok(Outcome {
         stdout,
         code,
@@ -163,35 +155,16 @@ pub(super) fn gpu_write_bw(
     use crate::rdma::level4;
     let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
-    let runs = level4::run(&m, &source.libs, &w.request, &w.cuda_homes);
+    let runs = level4::measure_gpu_write(&m, &source.libs, &w.request, &w.cuda_homes);
     let reports: Vec<&crate::rdma::report::gpu_write_bw::GpuWriteBwReport> =
         runs.iter().map(|r| &r.report).collect();
     let stdout = export(json_or_table(w.json), text, "a gpu-write-bw report", |e| {
         e.gpu_write_bw(&reports)
     })?;
-    let code = runs_exit_code(runs.iter().map(|r| r.class), w.fail_on_skip);
+    let code = super::exit::write_bw_runs(runs.iter().map(|r| r.class), w.fail_on_skip);
     Ok(Outcome {
         stdout,
         code,
         hung: false,
     })
-}
-
-/// The exit code of several write-bw runs (one per GPU): SIGINT/SIGTERM 2; a machine failure, or
-/// a skip under --fail-on-skip, 1; else 0.
-fn runs_exit_code(
-    classes: impl Iterator<Item = Option<crate::rdma::engine::error::ErrorClass>>,
-    fail_on_skip: bool,
-) -> i32 {
-    use crate::rdma::engine::error::ErrorClass;
-    let classes: Vec<_> = classes.collect();
-    if classes.contains(&Some(ErrorClass::Interrupted)) {
-        EXIT_ERROR
-    } else if classes.contains(&Some(ErrorClass::Machine))
-        || (fail_on_skip && classes.contains(&Some(ErrorClass::Skip)))
-    {
-        EXIT_FAILED_CHECK
-    } else {
-        EXIT_OK
-    }
 }

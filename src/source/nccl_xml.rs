@@ -400,88 +400,7 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
             "{inferred} display-class <pci> without a vendor taken as NVIDIA GPUs (NCCL takes every one for a GPU it can use)"
         ));
     }
-    if hosts.len() > 1 {
-        rec.notes.push(format!(
-            "the file joins {} hosts (host_hash): their PCI functions and NUMA nodes are read as one machine's",
-            hosts.len()
-        ));
-    }
-    if !w.duplicate_numa.is_empty() {
-        rec.notes.push(format!(
-            "<cpu numaid> repeated ({}): the first one's affinity kept",
-            list(&w.duplicate_numa)
-        ));
-    }
-    if w.over_limit > 0 {
-        rec.notes.push(format!(
-            "{} <pci> past the limit of {MAX_FUNCTIONS} skipped, with what they hold",
-            w.over_limit
-        ));
-    }
-    if !w.bad_busids.is_empty() {
-        rec.notes.push(format!(
-            "{} <pci> with an unreadable busid ({}) skipped with the {} <pci> under them",
-            w.bad_busids.len(),
-            list(&w.bad_busids),
-            w.skipped
-        ));
-    }
-    if !w.bad_speeds.is_empty() {
-        rec.notes.push(format!(
-            "link_speed not a PCIe rate ({}): left unknown",
-            list(&w.bad_speeds)
-        ));
-    }
-    if !w.bad_targets.is_empty() {
-        rec.notes.push(format!(
-            "NVLink target not a PCI address ({}): NCCL's stand-in for a peer the machine hides (an NVSwitch a VM or NVLink domain does not show); the links are kept without a peer address",
-            list(&w.bad_targets)
-        ));
-    }
-    if !w.self_targets.is_empty() {
-        let names: BTreeSet<String> = w.self_targets.iter().map(Bdf::to_string).collect();
-        rec.notes.push(format!(
-            "<nvlink> naming its own GPU as the target ({}): not a link to another device (NCCL would join the GPU to itself, which no path between devices uses); not counted",
-            list(&names)
-        ));
-    }
-    if w.c2c > 0 {
-        rec.notes.push(format!(
-            "{} <c2c> (GPU-CPU chip-to-chip) link(s) not recorded",
-            w.c2c
-        ));
-    }
-    if w.pcilinks > 0 {
-        rec.notes.push(format!(
-            "{} <pcilink> (switch peer link) element(s) not recorded",
-            w.pcilinks
-        ));
-    }
-    if !w.ignored.is_empty() {
-        rec.notes
-            .push(format!("elements not read: {}", list(&w.ignored)));
-    }
-    if w.mixed_children > 0 {
-        rec.notes.push(format!(
-            "{} bridge(s) whose children are not on one bus of their domain (NCCL leaves out the ports between, or the bridge is a file's invented grouping): secondary bus unknown",
-            w.mixed_children
-        ));
-    }
-    rec.notes.push(
-        "NCCL's PCI tree leaves out root ports and switch downstream ports: a <pci>'s parent here is the bridge NCCL names, two levels up the kernel's tree".into(),
-    );
-    rec.notes.push(
-        "link_speed/link_width are NCCL's (the lower of the device's and its port's maximum), read as maximum speed and width".into(),
-    );
-    if w.saw_nic {
-        rec.notes.push(
-            "NCCL lists the nets of all functions of a NIC (and of its virtual functions) under function 0".into(),
-        );
-    } else {
-        rec.notes.push(
-            "no <nic> in the file: which RDMA devices and interfaces the NICs carry is not in it (NCCL finds them itself)".into(),
-        );
-    }
+    walk_notes(&w, hosts.len(), &mut rec.notes);
     let mut functions = w.functions;
     functions.sort_by_key(|f| f.bdf);
     let before = functions.len();
@@ -518,6 +437,93 @@ pub fn parse(text: &str) -> Result<MachineRecord, RecordError> {
         rec.cannot_tell.push(format!("{what}: {nc}"));
     }
     Ok(rec)
+}
+
+/// Notes on what the walk met and how it was read: joined hosts, repeated NUMA nodes, skipped
+/// or unreadable elements, and what NCCL's tree leaves out. `hosts`: how many host_hash
+/// values the file holds.
+fn walk_notes(w: &Walk, hosts: usize, notes: &mut Vec<String>) {
+    if hosts > 1 {
+        notes.push(format!(
+            "the file joins {} hosts (host_hash): their PCI functions and NUMA nodes are read as one machine's",
+            hosts
+        ));
+    }
+    if !w.duplicate_numa.is_empty() {
+        notes.push(format!(
+            "<cpu numaid> repeated ({}): the first one's affinity kept",
+            list(&w.duplicate_numa)
+        ));
+    }
+    if w.over_limit > 0 {
+        notes.push(format!(
+            "{} <pci> past the limit of {MAX_FUNCTIONS} skipped, with what they hold",
+            w.over_limit
+        ));
+    }
+    if !w.bad_busids.is_empty() {
+        notes.push(format!(
+            "{} <pci> with an unreadable busid ({}) skipped with the {} <pci> under them",
+            w.bad_busids.len(),
+            list(&w.bad_busids),
+            w.skipped
+        ));
+    }
+    if !w.bad_speeds.is_empty() {
+        notes.push(format!(
+            "link_speed not a PCIe rate ({}): left unknown",
+            list(&w.bad_speeds)
+        ));
+    }
+    if !w.bad_targets.is_empty() {
+        notes.push(format!(
+            "NVLink target not a PCI address ({}): NCCL's stand-in for a peer the machine hides (an NVSwitch a VM or NVLink domain does not show); the links are kept without a peer address",
+            list(&w.bad_targets)
+        ));
+    }
+    if !w.self_targets.is_empty() {
+        let names: BTreeSet<String> = w.self_targets.iter().map(Bdf::to_string).collect();
+        notes.push(format!(
+            "<nvlink> naming its own GPU as the target ({}): not a link to another device (NCCL would join the GPU to itself, which no path between devices uses); not counted",
+            list(&names)
+        ));
+    }
+    if w.c2c > 0 {
+        notes.push(format!(
+            "{} <c2c> (GPU-CPU chip-to-chip) link(s) not recorded",
+            w.c2c
+        ));
+    }
+    if w.pcilinks > 0 {
+        notes.push(format!(
+            "{} <pcilink> (switch peer link) element(s) not recorded",
+            w.pcilinks
+        ));
+    }
+    if !w.ignored.is_empty() {
+        notes.push(format!("elements not read: {}", list(&w.ignored)));
+    }
+    if w.mixed_children > 0 {
+        notes.push(format!(
+            "{} bridge(s) whose children are not on one bus of their domain (NCCL leaves out the ports between, or the bridge is a file's invented grouping): secondary bus unknown",
+            w.mixed_children
+        ));
+    }
+    notes.push(
+        "NCCL's PCI tree leaves out root ports and switch downstream ports: a <pci>'s parent here is the bridge NCCL names, two levels up the kernel's tree".into(),
+    );
+    notes.push(
+        "link_speed/link_width are NCCL's (the lower of the device's and its port's maximum), read as maximum speed and width".into(),
+    );
+    if w.saw_nic {
+        notes.push(
+            "NCCL lists the nets of all functions of a NIC (and of its virtual functions) under function 0".into(),
+        );
+    } else {
+        notes.push(
+            "no <nic> in the file: which RDMA devices and interfaces the NICs carry is not in it (NCCL finds them itself)".into(),
+        );
+    }
 }
 
 #[cfg(test)]

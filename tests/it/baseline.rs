@@ -431,3 +431,140 @@ fn bad_baselines_are_usage_errors() {
         assert!(e.contains(msg), "{file}: {e}");
     }
 }
+
+const PORT_DOWN: &str = "fixtures/variants/pcie-2socket-roce--port-down/bundle.tar.gz";
+
+/// `check --bundle PORT_DOWN --json --expect FILE` with a baseline holding only `silences`
+/// (every other field left out, so no baseline.* check judges anything): exit code and report.
+fn check_with_silences(dir: &Path, silences: Value) -> (i32, Value, String) {
+    let file = dir.join("silences.json");
+    let doc = serde_json::json!({"schema": "gpudoctor.baseline/1", "silences": silences});
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let o = gpudoctor()
+        .args(["check", "--bundle", PORT_DOWN, "--json", "--expect"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let code = o.status.code().unwrap();
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (code, v, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn findings<'a>(v: &'a Value, id: &str) -> Vec<&'a Value> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == id)
+        .collect()
+}
+
+/// A baseline's silence holds through its expiry day and silences one subject (its status and
+/// evidence kept, the exit code and verdict leaving it out); from the day after, or where it
+/// matches nothing, it silences nothing and is reported (`silence.stale`); a malformed entry is
+/// a usage error.
+#[test]
+fn baseline_silences_hold_until_they_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let silence = |subject: &str, expires: &str| {
+        serde_json::json!([{"check": "rdma.port-state", "subject": subject,
+                            "reason": "RMA-1234: cable ordered", "expires": expires}])
+    };
+    // Without a silence the port fails the node.
+    let (code, v, _) = check_with_silences(dir.path(), serde_json::json!([]));
+    assert_eq!((code, v["status"].as_str()), (1, Some("fail")));
+
+    let (code, v, err) = check_with_silences(dir.path(), silence("mlx5_2/1", "9999-12-31"));
+    assert_eq!(code, 0, "{err}");
+    assert_ne!(v["status"], "fail");
+    assert_eq!(v["summary"]["silenced"], 1);
+    assert_eq!(v["summary"]["fail"], 0);
+    let port: Vec<&Value> = findings(&v, "rdma.port-state")
+        .into_iter()
+        .filter(|f| f["subject"] == "mlx5_2/1")
+        .collect();
+    assert_eq!(port.len(), 1);
+    assert_eq!(port[0]["status"], "fail", "the status is kept");
+    assert!(!port[0]["evidence"].as_array().unwrap().is_empty());
+    assert_eq!(
+        port[0]["silenced"],
+        serde_json::json!({"by": "baseline", "reason": "RMA-1234: cable ordered",
+                           "expires": "9999-12-31"})
+    );
+    // Only that subject: the other ports are judged and not silenced.
+    assert!(
+        findings(&v, "rdma.port-state")
+            .iter()
+            .filter(|f| f["subject"] != "mlx5_2/1")
+            .all(|f| f.get("silenced").is_none())
+    );
+    let held = findings(&v, "silence.stale");
+    assert_eq!(held.len(), 1, "{held:#?}");
+    assert_eq!(held[0]["status"], "pass", "the silence in force is listed");
+    assert_eq!(
+        held[0]["message"],
+        "silence of rdma.port-state on mlx5_2/1 in force until 9999-12-31: 1 finding silenced"
+    );
+
+    // Expired: the failure counts again, and the silence is named.
+    let (code, v, _) = check_with_silences(dir.path(), silence("mlx5_2/1", "2000-01-01"));
+    assert_eq!(code, 1);
+    assert_eq!(v["status"], "fail");
+    let stale = findings(&v, "silence.stale");
+    assert_eq!(stale.len(), 1, "{stale:#?}");
+    assert_eq!(stale[0]["status"], "warn");
+    assert_eq!(stale[0]["subject"], "mlx5_2/1");
+    assert!(
+        stale[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("silence of rdma.port-state on mlx5_2/1 expired on 2000-01-01"),
+        "{stale:#?}"
+    );
+    assert_eq!(stale[0]["evidence"][0]["source"], "baseline silences[0]");
+    assert!(
+        findings(&v, "rdma.port-state")
+            .iter()
+            .all(|f| f.get("silenced").is_none())
+    );
+
+    // Matched nothing: reported, and the real failure still counts.
+    let (code, v, _) = check_with_silences(dir.path(), silence("mlx5_9/1", "9999-12-31"));
+    assert_eq!(code, 1);
+    let stale = findings(&v, "silence.stale");
+    assert_eq!(stale.len(), 1);
+    assert!(
+        stale[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("matched no finding")
+    );
+
+    // Every field is required, and checked.
+    for (entry, says) in [
+        (
+            serde_json::json!({"check": "rdma.port-state", "subject": "mlx5_2/1", "expires": "2030-01-01"}),
+            "missing field `reason`",
+        ),
+        (
+            serde_json::json!({"check": "rdma.port-state", "subject": "mlx5_2/1", "reason": "r"}),
+            "missing field `expires`",
+        ),
+        (
+            serde_json::json!({"check": "rdma.port-state", "subject": "mlx5_2/1", "reason": " ", "expires": "2030-01-01"}),
+            "\"reason\" is empty",
+        ),
+        (
+            serde_json::json!({"check": "rdma.port-state", "subject": "mlx5_2/1", "reason": "r", "expires": "2030-02-30"}),
+            "\"expires\" is '2030-02-30', not a date YYYY-MM-DD",
+        ),
+        (
+            serde_json::json!({"check": "rdma.port-stat", "subject": "mlx5_2/1", "reason": "r", "expires": "2030-01-01"}),
+            "silences[0]: no check 'rdma.port-stat' (did you mean rdma.port-state?)",
+        ),
+    ] {
+        let (code, _, err) = check_with_silences(dir.path(), serde_json::json!([entry]));
+        assert_eq!(code, 2, "{entry}: {err}");
+        assert!(err.contains(says), "{entry}: {err}");
+    }
+}

@@ -23,7 +23,7 @@ fn capture_list_covers_discovery_on_every_fixture() {
         let (touched, listed) = (sr.touched(), sr.listed());
         assert!(touched.len() > 50, "{}: discovery read little", name(&dir));
         let probe = SysRoot::at(&dir).unwrap();
-        let cap = Capture::run(&probe, &mut |_| {});
+        let cap = Capture::collect_all(&probe, &mut |_| {});
         let missing = cap.uncovered(&probe, &touched, &listed);
         assert!(
             missing.is_empty(),
@@ -685,6 +685,15 @@ fn live_recorded_bundles_replay_to_their_live_reports() {
                     *n = (n.as_u64().unwrap() - 1).into();
                 }
             }
+            // Checks judged differently since: a recording older than the revision field
+            // (the builds before it) skipped pcie.aer where the kernel keeps no AER counters;
+            // it is now judged from config space. Those findings are compared in
+            // health::aer_from_config_space_where_the_kernel_keeps_no_counters instead.
+            if live.get("gpudoctor_revision").is_none() {
+                for doc in [&mut live, &mut replayed] {
+                    drop_findings(doc, &["pcie.aer"]);
+                }
+            }
             if let Some(at) = recorded_differs(&live, &replayed, String::new()) {
                 panic!(
                     "{n}: {command} replays differently from the live run recorded in report.json at {at}"
@@ -697,6 +706,31 @@ fn live_recorded_bundles_replay_to_their_live_reports() {
         seen >= 4,
         "live-recorded bundles with topo and check reports ({seen})"
     );
+}
+
+/// A check report without the findings of `ids`, its summary counted without them.
+fn drop_findings(doc: &mut serde_json::Value, ids: &[&str]) {
+    let Some(checks) = doc.get_mut("checks").and_then(|c| c.as_array_mut()) else {
+        return;
+    };
+    let (dropped, kept): (Vec<_>, Vec<_>) = checks
+        .drain(..)
+        .partition(|c| ids.iter().any(|id| c["id"] == *id));
+    *checks = kept;
+    for c in dropped {
+        let mut less = |key: &str| {
+            if let Some(n) = doc["summary"].get_mut(key) {
+                *n = (n.as_u64().unwrap() - 1).into();
+            }
+        };
+        less(c["status"].as_str().unwrap());
+        if matches!(c["skip"].as_str(), Some("unknown" | "not-root")) {
+            less("unjudged");
+        }
+        if c["skip"] == "not-root" {
+            less("not_root");
+        }
+    }
 }
 
 /// Every `.../address` file (netdev MACs, redacted) of a bundle, by path.

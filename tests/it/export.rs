@@ -865,3 +865,171 @@ fn lexically_nccl(t: &str) -> bool {
     }
     true
 }
+
+/// A silenced finding in every format: shown as silenced with its real status, never as a
+/// pass, and out of the verdict, the exit code and `gpudoctor_finding`.
+#[test]
+fn silenced_findings_in_every_format() {
+    let bundle = "fixtures/variants/pcie-2socket-roce--port-down/bundle.tar.gz";
+    let out = |format: &str| {
+        let o = gpudoctor()
+            .args(["check", "--bundle", bundle, "--format", format])
+            .args(["--skip", "rdma.port-state:mlx5_2/1"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{format}: the only failure is silenced"
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let table = out("table");
+    assert!(
+        table.contains("SILENCED FAIL rdma.port-state  mlx5_2/1"),
+        "{table}"
+    );
+    assert!(
+        table.contains("  silenced by --skip (not in the verdict)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("SILENCED  rdma.port-state on mlx5_2/1 (fail)"),
+        "{table}"
+    );
+    assert!(!table.contains("FAIL  rdma.port-state on"), "{table}");
+    let result = table.lines().last().unwrap();
+    assert!(
+        result.starts_with("Result: WARN: ")
+            && result.contains(" 0 fail, ")
+            && result.contains(", 1 silenced ("),
+        "{result}"
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&out("json")).unwrap();
+    let port = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "rdma.port-state" && f["subject"] == "mlx5_2/1")
+        .unwrap();
+    assert_eq!(port["status"], "fail");
+    assert_eq!(
+        port["silenced"],
+        serde_json::json!({"by": "command-line", "reason": null, "expires": null})
+    );
+    assert_eq!(json["summary"]["silenced"], 1);
+    assert_eq!(json["status"], "warn");
+
+    let prom = out("prometheus");
+    assert!(
+        prom.contains(
+            "gpudoctor_finding_silenced{check=\"rdma.port-state\",subject=\"mlx5_2/1\",status=\"fail\",by=\"command-line\",expires=\"\"} 1"
+        ),
+        "{prom}"
+    );
+    assert!(prom.contains("\ngpudoctor_checks_silenced 1\n"), "{prom}");
+    assert!(
+        prom.contains("\ngpudoctor_status{status=\"fail\"} 0\n"),
+        "{prom}"
+    );
+    assert!(
+        !prom.contains("gpudoctor_finding{check=\"rdma.port-state\""),
+        "{prom}"
+    );
+    if have("promtool") {
+        let mut child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(prom.as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    let junit = out("junit");
+    assert!(junit.contains("failures=\"0\""), "{junit}");
+    assert!(
+        junit.contains(
+            "<testcase classname=\"rdma.port-state\" name=\"mlx5_2/1\">\n      <skipped message=\"silenced by --skip (status fail)\"/>"
+        ),
+        "{junit}"
+    );
+
+    let reason = out("reason");
+    assert!(
+        reason.starts_with("gpudoctor: warn (")
+            && reason
+                .trim_end()
+                .ends_with("; silenced: rdma.port-state mlx5_2/1 fail"),
+        "{reason}"
+    );
+    assert!(reason.contains(", 1 silenced)"), "{reason}");
+
+    let html = out("html");
+    assert!(html.contains("Silenced (1): not in the verdict"), "{html}");
+    assert!(
+        html.contains("SILENCED (command-line): silenced by --skip"),
+        "{html}"
+    );
+}
+
+/// `--fail-on-skip` leaves silenced unjudged skips out: a recording that predates some facts
+/// (its unknown skips read from its own report) fails the gate until every one is silenced.
+#[test]
+fn silenced_skips_do_not_fail_the_gate() {
+    let root = ["--root", "fixtures/h100x1-live"];
+    let o = gpudoctor()
+        .args(["check", "--json"])
+        .args(root)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let unjudged: Vec<String> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["skip"] == "unknown" || f["skip"] == "not-root")
+        .map(|f| {
+            format!(
+                "{}:{}",
+                f["id"].as_str().unwrap(),
+                f["subject"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(unjudged.len() >= 2, "{unjudged:?}");
+    let run = |silenced: &[String]| {
+        let mut c = gpudoctor();
+        c.args(["check", "--fail-on-skip", "--format", "reason"])
+            .args(root);
+        for s in silenced {
+            c.args(["--skip", s]);
+        }
+        let o = c.output().unwrap();
+        (
+            o.status.code().unwrap(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (code, reason) = run(&unjudged[1..]);
+    assert_eq!(code, 1, "{reason}");
+    assert!(
+        reason.contains("gate: 1 could not be judged (--fail-on-skip)"),
+        "{reason}"
+    );
+    let (code, reason) = run(&unjudged);
+    assert_eq!(code, 0, "{reason}");
+    assert!(
+        reason.contains(&format!(", {} silenced)", unjudged.len())),
+        "{reason}"
+    );
+}

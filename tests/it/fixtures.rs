@@ -22,6 +22,7 @@ fn run(args: &[&str]) -> String {
 fn stable_json(s: &str) -> serde_json::Value {
     let mut v: serde_json::Value = serde_json::from_str(s).unwrap();
     v["gpudoctor_version"] = "[version]".into();
+    v["gpudoctor_revision"] = "[revision]".into();
     v
 }
 

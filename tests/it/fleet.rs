@@ -113,6 +113,12 @@ fn fleet_finds_failing_checks_and_slow_nodes() {
             .iter()
             .map(|o| o["node"].as_str().unwrap())
             .collect();
+        // The check reports' own medians (d2h, p2p: one recording, equal on every node)
+        // are compared too; only the h2d probe reports were scaled.
+        if !p["measurement"].as_str().unwrap().starts_with("h2d ") {
+            assert!(out.is_empty(), "{p}");
+            continue;
+        }
         assert_eq!(out, vec!["slow01"], "{p}");
         assert!(p["outliers"][0]["z"].as_f64().unwrap() < -3.5);
         // Every node's reading, not only the outliers'.
@@ -805,4 +811,259 @@ fn fleet_reads_nccl_reports_and_names_the_slow_node() {
     let (code, v) = fleet_json(&[&degraded]);
     assert_eq!(code, 1);
     assert_eq!(drained(&v), ["h200x2-degraded"], "{v:#}");
+}
+
+/// `--expect` honours its versions' `enforce`, as `check --expect` does: a node whose driver
+/// differs from a `policy` pin is drained, naming the check, the subject `host` and the field; a
+/// kernel that differs from a `fact` is a warning (kept in service); a policy pin the node does
+/// not report is unknown, a warning, never a pass. Without `--expect` the same differences are
+/// only listed (a majority pins nothing), and turning the driver's pin into a fact keeps that
+/// node in service.
+#[test]
+fn fleet_expect_enforces_version_pins() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = baseline_of("fixtures/hgx-h100-8gpu");
+    assert_eq!(good["versions"]["nvidia_driver"]["enforce"], "policy");
+    assert_eq!(good["versions"]["kernel"]["enforce"], "fact");
+    let expect = dir.path().join("sku.json");
+    std::fs::write(&expect, good.to_string()).unwrap();
+    let nodes = dir.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let node = |name: &str, edit: &dyn Fn(&mut Value)| {
+        let mut b = good.clone();
+        edit(&mut b);
+        std::fs::write(nodes.join(format!("{name}.baseline.json")), b.to_string()).unwrap();
+    };
+    for i in 0..3 {
+        node(&format!("ok{i}"), &|_| {});
+    }
+    node("driver", &|b| {
+        b["versions"]["nvidia_driver"]["value"] = "535.104.05".into()
+    });
+    node("kernel", &|b| {
+        b["versions"]["kernel"]["value"] = "6.8.0-45-generic".into()
+    });
+    node("unknown", &|b| {
+        b["versions"]
+            .as_object_mut()
+            .unwrap()
+            .remove("nvidia_driver");
+    });
+    let fleet = |expect: Option<&Path>| {
+        let mut c = gpudoctor();
+        c.arg("fleet").arg(&nodes).arg("--json");
+        if let Some(e) = expect {
+            c.arg("--expect").arg(e);
+        }
+        let o = c.output().unwrap();
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code().unwrap(), r)
+    };
+    let warned = |r: &Value| -> Vec<(String, String)> {
+        r["warn"]
+            .as_array()
+            .map(|w| {
+                w.iter()
+                    .map(|d| {
+                        (
+                            d["node"].as_str().unwrap().to_string(),
+                            d["reasons"][0].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    let (code, r) = fleet(Some(&expect));
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(drained(&r), vec!["driver"], "{r:#}");
+    assert_eq!(
+        r["drain"][0]["reasons"],
+        serde_json::json!([
+            "baseline.versions host: versions.nvidia_driver.value: 550.90.07 -> 535.104.05 (policy of baseline sku)"
+        ])
+    );
+    assert_eq!(
+        warned(&r),
+        vec![
+            (
+                "kernel".to_string(),
+                "baseline.versions host: versions.kernel.value: 5.15.0-1053-nvidia -> 6.8.0-45-generic (a fact of baseline sku: warns)".to_string()
+            ),
+            (
+                "unknown".to_string(),
+                "baseline.versions host: versions.nvidia_driver.value unknown on this node (pinned as policy by baseline sku: 550.90.07)".to_string()
+            ),
+        ]
+    );
+    let pins: Vec<(&str, &str, bool)> = r["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["field"].as_str().unwrap().starts_with("versions"))
+        .map(|d| {
+            (
+                d["node"].as_str().unwrap(),
+                d["enforce"].as_str().unwrap(),
+                d["drain"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pins,
+        vec![
+            ("driver", "policy", true),
+            ("kernel", "fact", false),
+            ("unknown", "policy", false)
+        ]
+    );
+    let table = gpudoctor()
+        .arg("fleet")
+        .arg(&nodes)
+        .arg("--expect")
+        .arg(&expect)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("Warn, kept in service (2 nodes):"), "{text}");
+    assert!(
+        text.contains("  driver: baseline.versions host: versions.nvidia_driver.value"),
+        "{text}"
+    );
+
+    // No baseline: versions are listed, nothing is drained or warned for them.
+    let (code, r) = fleet(None);
+    assert_eq!(code, 0, "{r:#}");
+    assert!(drained(&r).is_empty() && warned(&r).is_empty(), "{r:#}");
+
+    // The driver recorded as a fact: a warning, the node kept in service.
+    let mut fact = good.clone();
+    fact["versions"]["nvidia_driver"]["enforce"] = "fact".into();
+    std::fs::write(&expect, fact.to_string()).unwrap();
+    let (code, r) = fleet(Some(&expect));
+    assert_eq!(code, 0, "{r:#}");
+    assert!(drained(&r).is_empty(), "{r:#}");
+    assert!(
+        warned(&r)
+            .iter()
+            .any(|(n, w)| n == "driver" && w.contains("(a fact of baseline sku: warns)")),
+        "{r:#}"
+    );
+}
+
+/// A node's silenced failure (`check --skip ID:SUBJECT`) does not drain it: fleet lists it
+/// under the check as silenced; the same report without the silence drains.
+#[test]
+fn fleet_does_not_drain_for_a_silenced_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = "fixtures/variants/pcie-2socket-roce--port-down/bundle.tar.gz";
+    for (name, extra) in [
+        ("silenced", &["--skip", "rdma.port-state:mlx5_2/1"][..]),
+        ("plain", &[][..]),
+    ] {
+        let o = gpudoctor()
+            .args(["check", "--bundle", bundle, "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        std::fs::write(dir.path().join(format!("{name}.check.json")), o.stdout).unwrap();
+    }
+    let (code, r) = fleet_json(&[dir.path()]);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(drained(&r), vec!["plain"], "{r:#}");
+    let row = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "rdma.port-state")
+        .unwrap();
+    assert_eq!(row["fail"], serde_json::json!(["plain"]), "{row:#}");
+    assert_eq!(row["silenced"], serde_json::json!(["silenced"]), "{row:#}");
+    let text = gpudoctor().arg("fleet").arg(dir.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("    silenced (not drained for it): silenced"),
+        "{text}"
+    );
+    // diff: silencing the failure is not worse, lifting the silence is.
+    let (plain, silenced) = (
+        dir.path().join("plain.check.json"),
+        dir.path().join("silenced.check.json"),
+    );
+    for (a, b, code, shown) in [
+        (&plain, &silenced, 0, "fail -> fail (silenced)"),
+        (&silenced, &plain, 1, "fail (silenced) -> fail"),
+    ] {
+        let o = gpudoctor().arg("diff").arg(a).arg(b).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(code), "{text}");
+        assert!(text.contains(shown), "{text}");
+    }
+}
+
+/// `check --level 1` reports carry their probes' medians (`bandwidth`), so a fleet of check
+/// reports alone is compared on bandwidth: the planted slow node is drained, its reason names
+/// the measurement, and no probe had to run a second time. The reports of another model (2x
+/// H200) form their own group.
+#[test]
+fn fleet_compares_level1_check_reports_on_bandwidth() {
+    let dir = tempfile::tempdir().unwrap();
+    let h100 = crate::fixture_tree("h100x4-live");
+    let h200 = crate::fixture_tree("h200x2-live");
+    let base = dir.path().join("base.json");
+    write_check_report(h100.to_str().unwrap(), &base);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
+    let bw = v["bandwidth"]
+        .as_array()
+        .expect("a level-1 report's medians");
+    let slow_id = "h2d host->GPU2 copy-engine";
+    let m = bw.iter().find(|b| b["id"] == slow_id).unwrap();
+    assert_eq!(m["link"], "PCIe Gen5 x16", "{m}");
+    assert!(
+        m["n"].as_u64().unwrap() > 1 && m["threshold_gbps"].is_number(),
+        "{m}"
+    );
+    std::fs::remove_file(&base).unwrap();
+    // Eight H100 nodes a few tenths of a percent apart, one of them with GPU2's host link at
+    // 70%; three H200 nodes.
+    for i in 0..8 {
+        let mut n = v.clone();
+        n["hostname"] = format!("h100-{i}").into();
+        for b in n["bandwidth"].as_array_mut().unwrap() {
+            let f = if i == 5 && b["id"] == slow_id {
+                0.7
+            } else {
+                1.0 + 0.001 * i as f64
+            };
+            b["median_gbps"] = (b["median_gbps"].as_f64().unwrap() * f).into();
+        }
+        let to = dir.path().join(format!("h100-{i}.json"));
+        std::fs::write(to, serde_json::to_string(&n).unwrap()).unwrap();
+    }
+    for i in 0..3 {
+        write_check_report(
+            h200.to_str().unwrap(),
+            &dir.path().join(format!("h200-{i}.json")),
+        );
+    }
+    let (_, r) = fleet_json(&[dir.path()]);
+    assert_eq!(r["nodes"], 11, "{r:#}");
+    let slow: Vec<&Value> = r["drain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["node"].as_str().unwrap().starts_with("h100"))
+        .collect();
+    assert_eq!(slow.len(), 1, "{r:#}");
+    assert_eq!(slow[0]["node"], "h100-5", "{r:#}");
+    assert!(slow[0].to_string().contains(slow_id), "{r:#}");
+    // The comparison covered every H100 node, on the medians of their check reports alone.
+    let p = r["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p.to_string().contains(slow_id) && p["n"] == 8)
+        .unwrap_or_else(|| panic!("{r:#}"));
+    assert_eq!(p["outliers"][0]["node"], "h100-5", "{p}");
 }

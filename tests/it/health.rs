@@ -206,3 +206,150 @@ fn fabric_managed_outside_a_vm_passes_only_without_switches_in_it() {
         assert_eq!(status, "warn", "{msg}");
     }
 }
+
+/// A guest kernel without native AER control keeps no `aer_dev_*` counters (the recorded 4x
+/// H100 VM): pcie.aer is judged from the AER capability's status registers in config space.
+/// Clear registers pass, an unmasked latched error warns and names it, a masked one does not,
+/// 64 bytes of config space (a reader without root) is not-root, never a pass.
+#[test]
+fn aer_from_config_space_where_the_kernel_keeps_no_counters() {
+    const GPU0: &str = "0000:00:06.0";
+    let aer = |v: &serde_json::Value| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "pcie.aer" && c["subject"] == GPU0)
+            .cloned()
+            .unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = copy("h100x4-live", tmp.path());
+    let src = tree.to_str().unwrap().to_string();
+    let intact = aer(&check(&["--root", &src]));
+    assert_eq!(intact["status"], "pass", "{intact}");
+    let evidence = intact["evidence"].to_string();
+    assert!(
+        evidence.contains("AER capability at 0x1b8") && evidence.contains("UESta 0x00000000"),
+        "{evidence}"
+    );
+    let config = tree.join(format!("sys/devices/pci0000:00/{GPU0}/config"));
+    let clean = std::fs::read(&config).unwrap();
+    let with = |ue: u32, ce: u32| {
+        let mut b = clean.clone();
+        b[0x1b8 + 4..0x1b8 + 8].copy_from_slice(&ue.to_le_bytes());
+        b[0x1b8 + 0x10..0x1b8 + 0x14].copy_from_slice(&ce.to_le_bytes());
+        std::fs::write(&config, b).unwrap();
+        aer(&check(&["--root", &src]))
+    };
+    // Unsupported Request (uncorrectable bit 20): unmasked and non-fatal per this GPU's
+    // UESvrty (0x4ef030).
+    let f = with(1 << 20, 0);
+    assert_eq!(f["status"], "warn", "{f}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("UnsupReq (non-fatal)"),
+        "{f}"
+    );
+    // Completion Timeout (bit 14) is fatal here.
+    let f = with(1 << 14, 0);
+    assert_eq!(f["status"], "warn", "{f}");
+    assert!(
+        f["message"].as_str().unwrap().contains("CmpltTO (fatal)"),
+        "{f}"
+    );
+    // Bad TLP (correctable bit 6) is masked on this GPU (CEMsk 0xf1c1): latched, not reported,
+    // and said so.
+    let f = with(0, 1 << 6);
+    assert_eq!(f["status"], "pass", "{f}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("masked, so not reported: BadTLP"),
+        "{f}"
+    );
+    // What a reader without root gets: 64 bytes.
+    std::fs::write(&config, &clean[..64]).unwrap();
+    let f = aer(&check(&["--root", &src]));
+    assert_eq!(
+        (&f["status"], &f["skip"]),
+        (&"skip".into(), &"not-root".into()),
+        "{f}"
+    );
+    // Counters the kernel keeps still decide where they exist (a copy with clean counters).
+    std::fs::write(&config, &clean).unwrap();
+    let dir = tree.join(format!("sys/devices/pci0000:00/{GPU0}"));
+    for (name, total) in [
+        ("aer_dev_correctable", "TOTAL_ERR_COR 2"),
+        ("aer_dev_fatal", "TOTAL_ERR_FATAL 0"),
+        ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL 0"),
+    ] {
+        std::fs::write(dir.join(name), format!("{total}\n")).unwrap();
+    }
+    let f = aer(&check(&["--root", &src]));
+    assert_eq!(f["status"], "warn", "{f}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 PCIe errors counted"),
+        "{f}"
+    );
+}
+
+/// The README's recommended gate (`check --level 1 --fail-on-skip`) on a healthy cloud VM
+/// recorded with everything it reads: exit 0, nothing unjudged (its AER counters, which the
+/// guest kernel does not keep, judged from config space). The same machine read without root
+/// (64 bytes of config space) is a reading the platform provides and could not be read: the
+/// gate fails, naming pcie.aer.
+#[test]
+fn recommended_gate_passes_a_healthy_cloud_vm() {
+    let gate = |root: &std::path::Path| {
+        let o = gpudoctor()
+            .args([
+                "check",
+                "--level",
+                "1",
+                "--fail-on-skip",
+                "--json",
+                "--root",
+            ])
+            .arg(root)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code().unwrap(), v)
+    };
+    for name in ["h200x2-gate", "h200x4-gate"] {
+        let (code, v) = gate(&crate::fixture_tree(name));
+        assert_eq!(
+            (code, &v["summary"]["unjudged"]),
+            (0, &0.into()),
+            "{name}: {v:#}"
+        );
+        assert_eq!(v["status"], "pass", "{name}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = copy("h200x2-gate", tmp.path());
+    for gpu in ["0000:00:06.0", "0000:00:07.0"] {
+        let config = copy.join(format!("sys/devices/pci0000:00/{gpu}/config"));
+        let b = std::fs::read(&config).unwrap();
+        std::fs::write(&config, &b[..64]).unwrap();
+    }
+    let (code, v) = gate(&copy);
+    assert_eq!(code, 1, "{v:#}");
+    let aer: Vec<_> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"] == "pcie.aer")
+        .map(|c| c["skip"].clone())
+        .collect();
+    assert_eq!(
+        aer,
+        [serde_json::json!("not-root"), serde_json::json!("not-root")]
+    );
+}

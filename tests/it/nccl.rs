@@ -39,7 +39,7 @@ fn no_libnccl_is_a_skip_naming_every_place_looked() {
     assert_eq!(run(&["--fail-on-skip"]).status.code(), Some(1));
     let j = run(&["--json"]);
     let v: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
-    assert_eq!(v["schema"], "gpudoctor.nccl/1");
+    assert_eq!(v["schema"], "gpudoctor.nccl/2");
     assert_eq!(v["status"], "skip");
     assert!(v["looked_in"].as_array().unwrap().len() >= 2);
 }
@@ -211,7 +211,7 @@ fn torchrun_ranks_meet_and_skip_alike() {
         e[1].stderr
     );
     let v: serde_json::Value = serde_json::from_str(&e[0].stdout).unwrap();
-    assert_eq!(v["schema"], "gpudoctor.nccl/1");
+    assert_eq!(v["schema"], "gpudoctor.nccl/2");
     assert_eq!(v["mode"], "cluster");
     assert_eq!(v["status"], "skip");
     assert_eq!(v["cluster"]["world_size"], 2);

@@ -4,6 +4,7 @@
 
 use crate::repo;
 use gpudoctor::probes::{Method, ProbeReport, Status};
+use gpudoctor::reading::Reading;
 use std::path::PathBuf;
 
 pub fn recorded() -> Vec<(PathBuf, ProbeReport)> {
@@ -19,10 +20,26 @@ pub fn recorded() -> Vec<(PathBuf, ProbeReport)> {
         for name in ["h2d", "d2h", "p2p", "dmabuf-export"] {
             let p = d.join(format!("{name}.json"));
             let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            let r: ProbeReport =
+            let v: serde_json::Value =
                 serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            assert_eq!(r.schema, gpudoctor::probes::PROBE_SCHEMA);
-            out.push((p, r));
+            // Older recordings hold a bare gpudoctor.probe/1 report (readings in serde's
+            // Ok/Err shape), newer ones what `probe ... --json` prints: a
+            // gpudoctor.probe-runs/1 envelope of gpudoctor.probe/2 reports. Both read back.
+            let runs = match v.get("runs") {
+                Some(runs) => runs.as_array().unwrap().clone(),
+                None => vec![v],
+            };
+            for run in runs {
+                let r: ProbeReport =
+                    serde_json::from_value(run).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert!(
+                    gpudoctor::probes::is_probe_schema(&r.schema),
+                    "{}: {}",
+                    p.display(),
+                    r.schema
+                );
+                out.push((p.clone(), r));
+            }
         }
     }
     assert!(
@@ -118,7 +135,7 @@ fn h200x2_recorded_verdicts() {
         .collect();
     assert_eq!(ce.len(), 2);
     for m in ce {
-        let e = m.expected.as_ref().unwrap();
+        let e = m.expected.value().unwrap();
         assert!((e.bandwidth_gbps - 478.125).abs() < 1e-9, "{}", e.basis);
     }
     assert_eq!(load("dmabuf-export").status, Status::Pass);
@@ -163,14 +180,14 @@ fn slow_sm_kernel_warns_but_does_not_fail() {
 #[test]
 fn downtrained_link_under_load_fails_and_unknown_expectation_is_not_a_pass() {
     let mut r = load("h2d");
-    r.link_under_load[0].nvml_gen_current = Ok(1);
+    r.link_under_load[0].nvml_gen_current = Reading::Value(1);
     r.evaluate();
     assert_eq!(r.link_under_load[0].status, Status::Fail);
     assert_eq!(r.status, Status::Fail);
 
     let mut r = load("d2h");
     for m in &mut r.measurements {
-        m.expected = Err("max link width unreadable".into());
+        m.expected = Reading::unknown("max link width unreadable");
     }
     r.evaluate();
     assert!(
@@ -184,7 +201,7 @@ fn downtrained_link_under_load_fails_and_unknown_expectation_is_not_a_pass() {
 #[test]
 fn no_peer_access_over_nvlink_fails() {
     let mut r = load("p2p");
-    r.peers[0].can_access_peer = Ok(false);
+    r.peers[0].can_access_peer = Reading::Value(false);
     r.evaluate();
     assert_eq!(r.peers[0].status, Status::Fail);
     assert_eq!(r.status, Status::Fail);
@@ -240,7 +257,7 @@ fn probe_json_is_one_envelope_whatever_the_flags() {
             let schema = r["schema"].as_str().unwrap_or_default();
             assert!(
                 [
-                    "gpudoctor.probe/1",
+                    "gpudoctor.probe/2",
                     "gpudoctor.write-bw/3",
                     "gpudoctor.gpu-write-bw/1"
                 ]
@@ -322,4 +339,158 @@ fn fleet_reads_enveloped_probe_reports() {
         "{wrapped}"
     );
     assert_eq!(wrapped, plain);
+}
+
+/// Every key of a JSON document, at any depth, that is serde's `Result` encoding.
+fn result_keys(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                if k == "Ok" || k == "Err" {
+                    out.push(format!("{at}.{k}"));
+                }
+                result_keys(x, &format!("{at}.{k}"), out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                result_keys(x, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// No report carries serde's `{"Ok": ..}` / `{"Err": ..}`: every recorded probe and NCCL
+/// report (written as /1, in that shape) re-evaluates and serializes with readings only, and
+/// no snapshot holds such a key.
+#[test]
+fn no_report_carries_ok_or_err_keys() {
+    let mut bad = Vec::new();
+    let (mut old, mut current) = (0, 0);
+    for (path, rec) in recorded() {
+        let raw: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let mut before = Vec::new();
+        result_keys(&raw, "", &mut before);
+        if rec.schema == gpudoctor::probes::PROBE_SCHEMA_V1 {
+            old += before.len();
+        } else {
+            // Recorded by `probe ... --json` of a build with readings, on the GPU machine.
+            assert_eq!(rec.schema, gpudoctor::probes::PROBE_SCHEMA);
+            assert!(before.is_empty(), "{}: {before:?}", path.display());
+            current += 1;
+        }
+        let mut r = rec.clone();
+        r.evaluate();
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["schema"], rec.schema, "{}", path.display());
+        // Written again by this build: a current report.
+        r.schema = gpudoctor::probes::PROBE_SCHEMA.to_string();
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["schema"], gpudoctor::probes::PROBE_SCHEMA);
+        result_keys(&v, &path.display().to_string(), &mut bad);
+    }
+    assert!(
+        old > 0,
+        "the /1 fixtures hold Ok/Err keys: the walk would see them"
+    );
+    assert!(current > 0, "no probe report recorded as /2");
+    let mut nccl = 0;
+    for e in std::fs::read_dir(repo().join("fixtures/nccl-probe")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let mut r: gpudoctor::nccl::report::NcclReport =
+            serde_json::from_slice(&std::fs::read(&p).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        r.schema = gpudoctor::nccl::report::NCCL_SCHEMA.to_string();
+        r.evaluate();
+        result_keys(
+            &serde_json::to_value(&r).unwrap(),
+            &p.display().to_string(),
+            &mut bad,
+        );
+        nccl += 1;
+    }
+    assert!(
+        nccl > 0,
+        "no recorded NCCL report under fixtures/nccl-probe"
+    );
+    let mut snaps = 0;
+    for e in std::fs::read_dir(repo().join("tests/it/snapshots")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "snap") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        // insta's header, then the snapshot; JSON ones walk as JSON, the rest by their text.
+        let body = text.splitn(3, "---\n").nth(2).unwrap_or(&text);
+        match serde_json::from_str::<serde_json::Value>(body) {
+            Ok(v) => result_keys(&v, &p.display().to_string(), &mut bad),
+            Err(_) => {
+                for k in ["\"Ok\":", "\"Err\":"] {
+                    if body.contains(k) {
+                        bad.push(format!("{}: {k}", p.display()));
+                    }
+                }
+            }
+        }
+        snaps += 1;
+    }
+    assert!(snaps > 0, "no snapshots under tests/it/snapshots");
+    assert!(
+        bad.is_empty(),
+        "serde Result keys in reports:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// A `gpudoctor.probe/1` report (readings as `{"Ok": ..}` / `{"Err": ..}`) reads as the same
+/// facts as its `gpudoctor.probe/2` form, and `fleet` takes either: the same medians.
+#[test]
+fn probe_v1_reports_read_like_v2() {
+    let p = repo().join("fixtures/h200x2-live/probes/h2d.json");
+    let raw = std::fs::read_to_string(&p).unwrap();
+    assert!(raw.contains("\"gpudoctor.probe/1\"") && raw.contains("\"Ok\""));
+    let v1: ProbeReport = serde_json::from_str(&raw).unwrap();
+    assert!(v1.measurements.iter().all(|m| m.expected.is_value()));
+    assert!(
+        v1.link_under_load
+            .iter()
+            .all(|l| l.nvml_gen_current.is_value())
+    );
+    let mut v2 = v1.clone();
+    v2.schema = gpudoctor::probes::PROBE_SCHEMA.to_string();
+    let text = serde_json::to_string(&v2).unwrap();
+    assert!(text.contains("{\"value\":") && !text.contains("\"Ok\""));
+    let back: ProbeReport = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.measurements, v1.measurements);
+    assert_eq!(back.link_under_load, v1.link_under_load);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.h2d.json"), dir.path().join("b.h2d.json"));
+    std::fs::write(&a, &raw).unwrap();
+    std::fs::write(&b, &text).unwrap();
+    let o = crate::gpudoctor()
+        .arg("fleet")
+        .arg(&a)
+        .arg(&b)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{stderr}");
+    let f: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(f["nodes"].as_u64(), Some(2), "{f:#}");
+    let probes = f["probes"].as_array().expect("probe rows");
+    assert!(!probes.is_empty(), "{f:#}");
+    for row in probes {
+        let by_node = row["node_gbps"].as_object().expect("node_gbps");
+        assert_eq!(by_node.len(), 2, "{row}");
+        let vals: Vec<&serde_json::Value> = by_node.values().collect();
+        assert_eq!(vals[0], vals[1], "{row}");
+    }
+    assert!(!f.to_string().contains("malformed"), "{f:#}");
 }

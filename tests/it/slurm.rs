@@ -624,3 +624,67 @@ fn slurm_srun_starts_nccl_ranks() {
         task(1)
     );
 }
+
+/// Report only (GPUDOCTOR_REPORT_ONLY=1 in the settings file, for canaries): a faulty node is
+/// neither drained nor its job held; the script logs the reason it would have used, and the
+/// kept report says what the exit code would have been. The same node without the setting is
+/// drained (slurm_health_check_drains_faulty_nodes_only, slurm_prolog_requeues_the_job_and_drains).
+#[test]
+fn slurm_report_only_never_drains_or_holds() {
+    if !have_slurm() {
+        return;
+    }
+    let faulty = [
+        "--bundle",
+        "fixtures/variants/pcie-2socket-roce--port-down/bundle.tar.gz",
+    ];
+    let would = "gpudoctor: rdma.port-state mlx5_2/1 [reseat] port not usable: state 1: DOWN, physical state 3: Disabled";
+    let r = run(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[("CLUSTER_SETTINGS", "GPUDOCTOR_REPORT_ONLY=1")],
+        &faulty,
+    );
+    assert_eq!(r.state, "idle", "report only: not drained ({})", r.log);
+    assert_eq!(r.reason, "");
+    assert_eq!(r.report, "kept");
+    assert!(
+        r.log
+            .contains("report only (GPUDOCTOR_REPORT_ONLY=1): would drain "),
+        "{}",
+        r.log
+    );
+    assert!(
+        r.log.contains(would),
+        "the reason it would have used: {}",
+        r.log
+    );
+
+    // As a Prolog: the job runs, and the log says it would have been held.
+    let r = run(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[
+            ("GPUDOCTOR_MODE", "prolog"),
+            ("CLUSTER_SETTINGS", "GPUDOCTOR_REPORT_ONLY=1"),
+        ],
+        &faulty,
+    );
+    assert!(!r.state.starts_with("drain"), "state {}", r.state);
+    assert_eq!(r.reason, "");
+    assert_eq!(r.job, "COMPLETED held=no started=yes");
+    assert!(r.log.contains(would), "{}", r.log);
+    assert!(r.log.contains("would hold job"), "{}", r.log);
+
+    // A bad value is a settings error: fail closed, drained.
+    let r = run(
+        env!("CARGO_BIN_EXE_gpudoctor"),
+        &[("CLUSTER_SETTINGS", "GPUDOCTOR_REPORT_ONLY=yes")],
+        &["--root", "fixtures/pcie-2socket-roce"],
+    );
+    assert!(r.state.starts_with("drain"), "state {}", r.state);
+    assert!(
+        r.reason
+            .contains("bad settings: GPUDOCTOR_REPORT_ONLY=yes: expected 0 or 1"),
+        "{}",
+        r.reason
+    );
+}

@@ -52,36 +52,7 @@ pub fn capture(
         })
         .collect();
     let ends = node.ends();
-    let m = &topo.matrix;
-    let mut paths = Vec::new();
-    for (i, a) in m.labels.iter().enumerate() {
-        if !a.starts_with("GPU") {
-            continue;
-        }
-        for (j, b) in m.labels.iter().enumerate().skip(i + 1) {
-            let (Some((pa, na)), Some((pb, nb))) = (ends.get(a), ends.get(b)) else {
-                continue;
-            };
-            // An uncertain cell (NUMA unknown) is not a fact worth pinning. Read from the cell
-            // itself: a search of `uncertain` (itself up to every pair) per pair made this loop
-            // quartic in the functions of a node whose NUMA is unknown.
-            if m.paths
-                .get(i)
-                .and_then(|r| r.get(j))
-                .is_none_or(|p| !p.certain)
-            {
-                continue;
-            }
-            if let Some(cell) = m.cells.get(i).and_then(|r| r.get(j)) {
-                paths.push(PathShape {
-                    a: pa.clone(),
-                    b: pb.clone(),
-                    was: Some(format!("{na} <-> {nb}")),
-                    path: cell.clone(),
-                });
-            }
-        }
-    }
+    let paths = gpu_paths(&topo.matrix, &ends);
     let pinned = |v: Option<String>, enforce| v.map(|value| Pinned { value, enforce });
     // One firmware per model where the node's NICs of that model agree; where they do not
     // (rdma.fw-consistency warns), each NIC keeps its own, so the node matches its own baseline.
@@ -123,6 +94,65 @@ pub fn capture(
         kernel: pinned(kernel_release(inv), Enforce::Fact),
         nic_firmware,
     };
+    let floors = bandwidth_floors(probes, &ends);
+    Baseline {
+        schema: BASELINE_SCHEMA.to_string(),
+        written_by: Some(format!("gpudoctor {}", env!("CARGO_PKG_VERSION"))),
+        recorded_from: Some(recorded_from.to_string()),
+        gpus: Some(gpus),
+        nics: Some(nics),
+        paths: Some(paths),
+        versions: Some(versions),
+        bandwidth: if floors.is_empty() {
+            None
+        } else {
+            Some(floors)
+        },
+        silences: None,
+    }
+}
+
+/// The path class of each two GPUs and of each GPU and NIC, by PCI position; uncertain cells
+/// (NUMA unknown) are left out.
+fn gpu_paths(m: &crate::topo::Matrix, ends: &BTreeMap<String, (String, String)>) -> Vec<PathShape> {
+    let mut paths = Vec::new();
+    for (i, a) in m.labels.iter().enumerate() {
+        if !a.starts_with("GPU") {
+            continue;
+        }
+        for (j, b) in m.labels.iter().enumerate().skip(i + 1) {
+            let (Some((pa, na)), Some((pb, nb))) = (ends.get(a), ends.get(b)) else {
+                continue;
+            };
+            // An uncertain cell (NUMA unknown) is not a fact worth pinning. Read from the cell
+            // itself: a search of `uncertain` (itself up to every pair) per pair made this loop
+            // quartic in the functions of a node whose NUMA is unknown.
+            if m.paths
+                .get(i)
+                .and_then(|r| r.get(j))
+                .is_none_or(|p| !p.certain)
+            {
+                continue;
+            }
+            if let Some(cell) = m.cells.get(i).and_then(|r| r.get(j)) {
+                paths.push(PathShape {
+                    a: pa.clone(),
+                    b: pb.clone(),
+                    was: Some(format!("{na} <-> {nb}")),
+                    path: cell.clone(),
+                });
+            }
+        }
+    }
+    paths
+}
+
+/// A floor at `FLOOR_FRACTION` of the median of each probe measurement with statistics whose
+/// ends are on the node (or the host).
+fn bandwidth_floors(
+    probes: &[ProbeReport],
+    ends: &BTreeMap<String, (String, String)>,
+) -> Vec<Floor> {
     let mut floors = Vec::new();
     let label_pos = |l: &str| -> Option<String> {
         if l == "host" {
@@ -156,18 +186,5 @@ pub fn capture(
             });
         }
     }
-    Baseline {
-        schema: BASELINE_SCHEMA.to_string(),
-        written_by: Some(format!("gpudoctor {}", env!("CARGO_PKG_VERSION"))),
-        recorded_from: Some(recorded_from.to_string()),
-        gpus: Some(gpus),
-        nics: Some(nics),
-        paths: Some(paths),
-        versions: Some(versions),
-        bandwidth: if floors.is_empty() {
-            None
-        } else {
-            Some(floors)
-        },
-    }
+    floors
 }

@@ -25,6 +25,7 @@ mod nvlink;
 mod paths;
 mod pcie;
 mod schema;
+pub mod silence;
 mod versions;
 
 pub use capture::capture;

@@ -37,6 +37,24 @@ pub struct Baseline {
     /// Bandwidth floors from recorded probe samples (level 1), compared at `check --level 1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Vec<Floor>>,
+    /// Findings put aside by hand, each until a date (`check --expect` honours them; never
+    /// written by `gpudoctor baseline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silences: Option<Vec<SilenceEntry>>,
+}
+
+/// One silence as the file writes it: every field required.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SilenceEntry {
+    /// A check id of the catalog (`gpudoctor list`).
+    pub check: String,
+    /// The subject exactly as the report prints it: `0000:17:00.0`, `mlx5_3/1`, `host`.
+    pub subject: String,
+    /// Why (a ticket, an RMA): shown beside every silenced finding.
+    pub reason: String,
+    /// The last day the silence holds, UTC, `YYYY-MM-DD`.
+    pub expires: String,
 }
 
 /// A PCIe link: what the device can reach in its slot, and the width it trained at.
@@ -226,7 +244,53 @@ impl Baseline {
                 f.probe, f.method, f.src, f.dst
             )));
         }
+        for (i, e) in b.silences.iter().flatten().enumerate() {
+            let at = format!("silences[{i}]");
+            if let Err(why) = e.check.parse::<crate::findings::CheckId>() {
+                let near = crate::checks::suggest(&e.check)
+                    .map(|n| format!(" (did you mean {n}?)"))
+                    .unwrap_or_default();
+                return Err(BaselineError::Invalid(format!(
+                    "{at}: {why}{near}: `gpudoctor list` shows them all"
+                )));
+            }
+            if e.subject.trim().is_empty() {
+                return Err(BaselineError::Invalid(format!(
+                    "{at}: \"subject\" is empty: name it as the report prints it (0000:17:00.0, mlx5_3/1, host)"
+                )));
+            }
+            if e.reason.trim().is_empty() {
+                return Err(BaselineError::Invalid(format!(
+                    "{at}: \"reason\" is empty: say why it is silenced (a ticket, an RMA)"
+                )));
+            }
+            if !super::silence::valid_date(&e.expires) {
+                return Err(BaselineError::Invalid(format!(
+                    "{at}: \"expires\" is '{}', not a date YYYY-MM-DD",
+                    e.expires
+                )));
+            }
+        }
         Ok(b)
+    }
+
+    /// The silences, resolved (`Baseline::parse` has checked every id).
+    pub fn resolved_silences(&self) -> Vec<super::silence::Silence> {
+        self.silences
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                Some(super::silence::Silence {
+                    id: e.check.parse().ok()?,
+                    subject: e.subject.clone(),
+                    origin: crate::findings::SilenceOrigin::Baseline,
+                    reason: Some(e.reason.clone()),
+                    expires: Some(e.expires.clone()),
+                    written: format!("baseline silences[{i}]"),
+                })
+            })
+            .collect()
     }
 }
 

@@ -112,7 +112,7 @@ pub fn findings(r: &ProbeReport, out: &mut Vec<Finding>) {
     }
     for d in &r.dmabuf {
         let mut f = Finding::new(id, d.gpu.clone(), status(d.status), d.reason.clone());
-        if let Ok(a) = &d.attribute_supported {
+        if let Some(a) = d.attribute_supported.value() {
             f = f.with(ev("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED", a.to_string()));
         }
         if matches!(f.status, Status::Warn | Status::Fail) {

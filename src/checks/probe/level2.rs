@@ -80,7 +80,7 @@ mod tests {
     /// A completed, validated level-2 run at `gbps` (median of 5) on a port whose facts say
     /// `software` and `rate`: the finding the check makes of it.
     fn run(gbps: f64, software: bool, rate: Result<f64, &str>) -> Finding {
-        let plan = Plan::new(vec![65536, 1 << 20], 500, 128, 16, None, 1, true).unwrap();
+        let plan = Plan::check_level2(false).unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
         let line = rate.map(|g| LineRate {
             gbps: g,

@@ -117,13 +117,22 @@ mod tests {
     use crate::rdma::judge::gdr;
     use crate::rdma::report::gdr::{GdrFacts, GpuFacts, NicChoice};
     use crate::rdma::report::write_bw::{Mode, SizeResult, Threshold};
-    use crate::rdma::request::write_bw::Plan;
+    use crate::rdma::request::write_bw::{Plan, PlanSpec};
     use crate::topo::PathType;
 
     /// A 1 MiB run at `gbps` on a 200 Gb/s port (threshold 180 Gb/s), as level 3's `finish`
     /// leaves it (the path's expectation decides whether the line rate applies).
     fn report(path: Option<PathType>, status: WStatus, gbps: f64) -> WriteBwReport {
-        let plan = Plan::new(vec![1 << 20], 500, 128, 16, None, 1, true).unwrap();
+        let plan = Plan::new(PlanSpec {
+            sizes: vec![1 << 20],
+            iterations: 500,
+            tx_depth: 128,
+            cq_moderation: 16,
+            post_list: None,
+            qps: 1,
+            validate: true,
+        })
+        .unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
         let rep = crate::rdma::report::write_bw::Repetition {
             elapsed_ns: 1,

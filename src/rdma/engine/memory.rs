@@ -165,8 +165,8 @@ impl Region {
                     source,
                 };
                 let mr = match registration {
-                    // SAFETY: `buf` moves into the Region, which drops `mr` before it.
                     Registration::Peermem => {
+                        // SAFETY: `buf` moves into the Region, which drops `mr` before it.
                         unsafe { pd.reg_mr_at(buf.ptr, buf.bytes, access) }.map_err(reg_err)?
                     }
                     Registration::Dmabuf => {

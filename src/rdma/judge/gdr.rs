@@ -10,6 +10,7 @@ use crate::findings::{Evidence, Finding, Status, ev};
 use crate::rdma::report::gdr::{Cause, Decision, Expectation, NicChoice, PathVerdict};
 use crate::rdma::report::memory::Registration;
 use crate::rdma::request::gdr::GdrMode;
+use crate::reading::Reading;
 use crate::topo::{PathType, Topology};
 use crate::verbs::DmabufProbe;
 
@@ -18,7 +19,7 @@ use crate::verbs::DmabufProbe;
 pub struct GpuRegFacts {
     pub label: String,
     /// CUDA's CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (0 with the proprietary kernel module).
-    pub cuda_dmabuf: Result<bool, String>,
+    pub cuda_dmabuf: Reading<bool>,
     /// /proc/driver/nvidia/version: Some(true) open kernel module, Some(false) proprietary.
     pub open_module: Option<bool>,
     /// nvidia-peermem, as NCCL finds it (src/transport/net_ib.cc `ncclIbGdrSupport`: the
@@ -113,15 +114,15 @@ fn dmabuf_verdict(f: &RegistrationFacts) -> PathVerdict {
         ));
     }
     match &g.cuda_dmabuf {
-        Ok(true) => PathVerdict::Usable(format!(
+        Reading::Value(true) => PathVerdict::Usable(format!(
             "{nic}; {} CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 1",
             g.label
         )),
-        Ok(false) => PathVerdict::NotUsable(format!(
+        Reading::Value(false) => PathVerdict::NotUsable(format!(
             "{}: CUDA reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0",
             g.label
         )),
-        Err(e) => PathVerdict::Unknown(format!(
+        Reading::Absent(e) | Reading::Unknown(e) => PathVerdict::Unknown(format!(
             "{nic}; {} DMA_BUF_SUPPORTED unreadable: {e}",
             g.label
         )),
@@ -482,7 +483,7 @@ pub struct CauseContext<'a> {
     pub provider: &'a str,
     pub path: Option<PathType>,
     /// NVML BAR1 (used, total) bytes, or why unknown.
-    pub bar1: Option<Result<(u64, u64), String>>,
+    pub bar1: Option<Reading<(u64, u64)>>,
 }
 
 /// The findings of `id` that bear on this run: its non-passing ones (with their first piece of
@@ -529,11 +530,13 @@ fn mib(b: u64) -> String {
 pub fn cause(f: &Failure, cx: &CauseContext) -> Cause {
     let mut e = Vec::new();
     let bar1 = |e: &mut Vec<Evidence>| match &cx.bar1 {
-        Some(Ok((used, total))) => e.push(ev(
+        Some(Reading::Value((used, total))) => e.push(ev(
             "nvmlDeviceGetBAR1MemoryInfo",
             format!("{} of {} in use", mib(*used), mib(*total)),
         )),
-        Some(Err(why)) => e.push(ev("nvmlDeviceGetBAR1MemoryInfo", why.clone())),
+        Some(Reading::Absent(why) | Reading::Unknown(why)) => {
+            e.push(ev("nvmlDeviceGetBAR1MemoryInfo", why.clone()))
+        }
         None => {}
     };
     let (summary, checks, remediation): (String, Vec<&'static str>, String) = match f {
@@ -636,7 +639,7 @@ mod tests {
     use crate::findings::CheckId;
     use crate::rdma::report::gdr::GpuMemoryCheck;
 
-    fn gpu(cuda: Result<bool, String>, open: Option<bool>, peermem: Option<bool>) -> GpuRegFacts {
+    fn gpu(cuda: Reading<bool>, open: Option<bool>, peermem: Option<bool>) -> GpuRegFacts {
         GpuRegFacts {
             label: "GPU3".into(),
             cuda_dmabuf: cuda,
@@ -660,7 +663,7 @@ mod tests {
     fn auto_prefers_dmabuf_where_it_works() {
         let d = choose_registration(
             GdrMode::Auto,
-            &facts(OK, Some(gpu(Ok(true), Some(true), Some(true)))),
+            &facts(OK, Some(gpu(Reading::Value(true), Some(true), Some(true)))),
         );
         assert_eq!(d.used, Some(Registration::Dmabuf));
         assert!(matches!(d.dmabuf, PathVerdict::Usable(_)));
@@ -675,7 +678,7 @@ mod tests {
                 GdrMode::Auto,
                 &facts(
                     DmabufProbe::Errno(e),
-                    Some(gpu(Ok(true), Some(true), Some(true))),
+                    Some(gpu(Reading::Value(true), Some(true), Some(true))),
                 ),
             );
             assert_eq!(d.used, Some(Registration::Peermem));
@@ -691,7 +694,7 @@ mod tests {
             GdrMode::Auto,
             &facts(
                 DmabufProbe::NoSymbol,
-                Some(gpu(Ok(true), Some(true), Some(true))),
+                Some(gpu(Reading::Value(true), Some(true), Some(true))),
             ),
         );
         assert_eq!(d.used, Some(Registration::Peermem));
@@ -699,16 +702,19 @@ mod tests {
         // Proprietary module; CUDA attribute 0; old kernel.
         let d = choose_registration(
             GdrMode::Auto,
-            &facts(OK, Some(gpu(Ok(false), Some(false), Some(true)))),
+            &facts(
+                OK,
+                Some(gpu(Reading::Value(false), Some(false), Some(true))),
+            ),
         );
         assert_eq!(d.used, Some(Registration::Peermem));
         assert!(d.summary.contains("proprietary"), "{}", d.summary);
         let d = choose_registration(
             GdrMode::Auto,
-            &facts(OK, Some(gpu(Ok(false), Some(true), Some(true)))),
+            &facts(OK, Some(gpu(Reading::Value(false), Some(true), Some(true)))),
         );
         assert!(d.summary.contains("DMA_BUF_SUPPORTED = 0"), "{}", d.summary);
-        let mut f = facts(OK, Some(gpu(Ok(true), Some(true), Some(true))));
+        let mut f = facts(OK, Some(gpu(Reading::Value(true), Some(true), Some(true))));
         f.kernel = Some((5, 10));
         let d = choose_registration(GdrMode::Auto, &f);
         assert_eq!(d.used, Some(Registration::Peermem));
@@ -718,7 +724,7 @@ mod tests {
             GdrMode::Auto,
             &facts(
                 DmabufProbe::Errno(libc::EOPNOTSUPP),
-                Some(gpu(Ok(true), Some(true), None)),
+                Some(gpu(Reading::Value(true), Some(true), None)),
             ),
         );
         assert_eq!(d.used, Some(Registration::Peermem));
@@ -731,7 +737,7 @@ mod tests {
             GdrMode::Auto,
             &facts(
                 OK,
-                Some(gpu(Err("no attr".into()), Some(true), Some(false))),
+                Some(gpu(Reading::unknown("no attr"), Some(true), Some(false))),
             ),
         );
         assert_eq!(d.used, Some(Registration::Dmabuf));
@@ -741,7 +747,7 @@ mod tests {
             GdrMode::Auto,
             &facts(
                 DmabufProbe::Errno(libc::EOPNOTSUPP),
-                Some(gpu(Ok(true), Some(true), Some(false))),
+                Some(gpu(Reading::Value(true), Some(true), Some(false))),
             ),
         );
         assert_eq!(d.used, None);
@@ -757,7 +763,7 @@ mod tests {
         for p in [DmabufProbe::Errno(libc::EINVAL), DmabufProbe::Registered] {
             let d = choose_registration(
                 GdrMode::Auto,
-                &facts(p, Some(gpu(Ok(true), Some(true), Some(false)))),
+                &facts(p, Some(gpu(Reading::Value(true), Some(true), Some(false)))),
             );
             assert_eq!(d.used, Some(Registration::Dmabuf), "{p:?}");
         }
@@ -765,13 +771,13 @@ mod tests {
 
     #[test]
     fn forced_paths_are_refused_when_they_cannot_work() {
-        let g = Some(gpu(Ok(true), Some(true), Some(false)));
+        let g = Some(gpu(Reading::Value(true), Some(true), Some(false)));
         let d = choose_registration(GdrMode::Peermem, &facts(OK, g.clone()));
         assert_eq!(d.used, None);
         assert!(d.summary.contains("peermem requested but not usable"));
         let d = choose_registration(GdrMode::Dmabuf, &facts(OK, g));
         assert_eq!(d.used, Some(Registration::Dmabuf));
-        let g = Some(gpu(Ok(true), Some(true), Some(true)));
+        let g = Some(gpu(Reading::Value(true), Some(true), Some(true)));
         let d = choose_registration(
             GdrMode::Dmabuf,
             &facts(DmabufProbe::Errno(libc::EOPNOTSUPP), g.clone()),
@@ -810,7 +816,7 @@ mod tests {
             gpu: Some(("GPU3", "0000:9a:00.0")),
             provider: "mlx5_3 (provider mlx5)",
             path: Some(PathType::PXB),
-            bar1: Some(Ok((200 << 20, 256 << 20))),
+            bar1: Some(Reading::Value((200 << 20, 256 << 20))),
         }
     }
 

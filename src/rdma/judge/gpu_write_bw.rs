@@ -14,7 +14,7 @@ use crate::verbs::LIBMLX5_SONAME as LIBMLX5;
 pub fn device_refusal(
     d: &DeviceFacts,
     port: u8,
-    libmlx5: &Result<(), String>,
+    libmlx5: &crate::reading::Reading<()>,
 ) -> Option<(String, bool)> {
     if let Some(sw) = &d.software {
         return Some((
@@ -48,7 +48,7 @@ pub fn device_refusal(
             ));
         }
     }
-    if let Err(why) = libmlx5 {
+    if let Some(why) = libmlx5.why() {
         return Some((
             format!(
                 "{LIBMLX5} does not load ({why}): no mlx5 direct verbs (install rdma-core's \

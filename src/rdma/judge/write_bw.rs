@@ -311,26 +311,68 @@ impl WriteBwReport {
 mod tests {
     use super::*;
     use crate::rdma::report::write_bw::Verdict;
-    use crate::rdma::request::write_bw::{Plan, PlanError, all_sizes};
+    use crate::rdma::request::write_bw::{Plan, PlanError, PlanSpec, all_sizes};
 
     #[test]
     fn plan_checks() {
         assert_eq!(
-            Plan::new(vec![64], 0, 128, 100, None, 1, false),
+            Plan::new(PlanSpec {
+                sizes: vec![64],
+                iterations: 0,
+                tx_depth: 128,
+                cq_moderation: 100,
+                post_list: None,
+                qps: 1,
+                validate: false
+            }),
             Err(PlanError::NoIterations)
         );
         assert_eq!(
-            Plan::new(vec![0], 10, 128, 100, None, 1, false),
+            Plan::new(PlanSpec {
+                sizes: vec![0],
+                iterations: 10,
+                tx_depth: 128,
+                cq_moderation: 100,
+                post_list: None,
+                qps: 1,
+                validate: false
+            }),
             Err(PlanError::Size(0))
         );
         assert_eq!(
-            Plan::new(vec![64], 10, 128, 100, None, 3, false),
+            Plan::new(PlanSpec {
+                sizes: vec![64],
+                iterations: 10,
+                tx_depth: 128,
+                cq_moderation: 100,
+                post_list: None,
+                qps: 3,
+                validate: false
+            }),
             Err(PlanError::ItersPerQp { iters: 10, qps: 3 })
         );
-        let p = Plan::new(vec![64], 10, 16, 100, Some(64), 1, false).unwrap();
+        let p = Plan::new(PlanSpec {
+            sizes: vec![64],
+            iterations: 10,
+            tx_depth: 16,
+            cq_moderation: 100,
+            post_list: Some(64),
+            qps: 1,
+            validate: false,
+        })
+        .unwrap();
         assert_eq!(p.cq_moderation, 16);
         assert_eq!(p.post_list_for(64), 16);
-        let p = Plan::new(vec![64], 10, 128, 100, None, 1, false).unwrap();
+        let p = Plan::new(PlanSpec {
+            sizes: vec![64],
+            iterations: 10,
+            tx_depth: 128,
+            cq_moderation: 100,
+            post_list: None,
+            qps: 1,
+            validate: false,
+        })
+        .unwrap();
         assert_eq!(p.post_list_for(64), 16);
         assert_eq!(p.post_list_for(8192), 8);
         assert_eq!(p.post_list_for(65536), 1);
@@ -391,9 +433,17 @@ mod tests {
         assert_eq!(json["samples"][1]["mb_per_s"], 10_000.0);
         assert!(SizeResult::new(64, 1, Vec::new(), None).stats.is_none());
         assert_eq!(
-            Plan::new(vec![64], 10, 128, 100, None, 1, false)
-                .unwrap()
-                .with_repetitions(0),
+            Plan::new(PlanSpec {
+                sizes: vec![64],
+                iterations: 10,
+                tx_depth: 128,
+                cq_moderation: 100,
+                post_list: None,
+                qps: 1,
+                validate: false
+            })
+            .unwrap()
+            .with_repetitions(0),
             Err(PlanError::Repetitions)
         );
     }
@@ -462,7 +512,16 @@ mod tests {
     #[test]
     fn run_judge() {
         use crate::findings::Judgement as J;
-        let plan = Plan::new(vec![65536, 1 << 20], 10, 128, 16, None, 1, true).unwrap();
+        let plan = Plan::new(PlanSpec {
+            sizes: vec![65536, 1 << 20],
+            iterations: 10,
+            tx_depth: 128,
+            cq_moderation: 16,
+            post_list: None,
+            qps: 1,
+            validate: true,
+        })
+        .unwrap();
         let run = |t: Option<Threshold>, results: Vec<SizeResult>, software: bool| {
             let mut r = WriteBwReport::new(Mode::Loopback, plan.clone());
             r.threshold = t;

@@ -286,6 +286,7 @@ impl GpuQueues {
         // SAFETY: plain C structs (integers and pointers; all-zero is valid), filled in by
         // mlx5dv_init_obj below.
         let mut dpd: dv::mlx5dv_pd = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, a plain C struct of integers and pointers.
         let mut o: dv::mlx5dv_obj = unsafe { std::mem::zeroed() };
         o.pd.in_ = t.pd;
         o.pd.out = &mut dpd;

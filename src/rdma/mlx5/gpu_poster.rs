@@ -429,7 +429,9 @@ impl GpuPoster {
         let (qp, cq) = source.raw_qp_cq();
         // SAFETY: plain C structs, filled by mlx5dv_init_obj.
         let mut dqp: dv::mlx5dv_qp = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, a plain C struct filled by mlx5dv_init_obj.
         let mut dcq: dv::mlx5dv_cq = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, a plain C struct of integers and pointers.
         let mut obj: dv::mlx5dv_obj = unsafe { std::mem::zeroed() };
         obj.qp.in_ = qp;
         obj.qp.out = &mut dqp;

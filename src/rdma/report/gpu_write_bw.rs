@@ -59,6 +59,8 @@ pub struct PlanFacts {
 pub struct GpuWriteBwReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
+    /// The source revision the binary was built from (`--version`'s; see build.rs).
+    pub gpudoctor_revision: &'static str,
     pub mode: &'static str,
     pub units: &'static str,
     pub plan: PlanFacts,
@@ -84,6 +86,7 @@ impl GpuWriteBwReport {
         GpuWriteBwReport {
             schema: SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            gpudoctor_revision: crate::REVISION,
             mode: "loopback",
             units: crate::rdma::report::write_bw::UNITS,
             plan: PlanFacts {

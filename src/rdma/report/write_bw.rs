@@ -183,6 +183,8 @@ pub enum Status {
 pub struct WriteBwReport {
     pub schema: &'static str,
     pub gpudoctor_version: &'static str,
+    /// The source revision the binary was built from (`--version`'s; see build.rs).
+    pub gpudoctor_revision: &'static str,
     pub mode: Mode,
     pub units: &'static str,
     pub plan: Plan,
@@ -253,6 +255,7 @@ impl WriteBwReport {
         WriteBwReport {
             schema: WRITE_BW_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
+            gpudoctor_revision: crate::REVISION,
             mode,
             units: UNITS,
             plan,

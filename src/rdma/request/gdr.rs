@@ -30,6 +30,20 @@ pub struct GdrRequest {
     pub device_given: bool,
 }
 
+impl GdrRequest {
+    /// Level 3 of `check`: every GPU once, registered as NCCL would, both buffers in its memory,
+    /// each against its closest ACTIVE port.
+    pub fn check_level3() -> GdrRequest {
+        GdrRequest {
+            gpu: GpuSelect::Auto,
+            mode: GdrMode::Auto,
+            gpu_side: GpuSide::Both,
+            repeat: 1,
+            device_given: false,
+        }
+    }
+}
+
 /// What level 3 reads about the machine, gathered once by the caller.
 pub struct Machine<'a> {
     /// Discovery's facts, read before any probe runs: the engine opens each RDMA device with

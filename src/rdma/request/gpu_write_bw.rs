@@ -2,6 +2,7 @@
 //! handler and where the queues live. Plain data and its validation; no clap.
 
 use super::gdr::GpuSelect;
+use super::write_bw::{Plan, PlanError, PlanSpec};
 use serde::Serialize;
 
 /// `--nic-handler`: who rings the doorbell after the kernel wrote the WQEs and the record.
@@ -61,6 +62,39 @@ pub struct GpuWriteRequest {
     pub handler: NicHandler,
     pub queues: QueuePlace,
     pub validate: bool,
+}
+
+impl GpuWriteRequest {
+    /// Level 4 of `check`: short, 64 B and 4 KiB writes, 64 launches of 512 each, validated, on
+    /// each GPU's closest ACTIVE port (port 1 where a device is named).
+    pub fn check_level4() -> GpuWriteRequest {
+        GpuWriteRequest {
+            gpu: GpuSelect::Auto,
+            device: None,
+            port: 1,
+            sizes: vec![64, 4096],
+            iters: 64,
+            writes_per_iter: 512,
+            handler: NicHandler::Auto,
+            queues: QueuePlace::Auto,
+            validate: true,
+        }
+    }
+
+    /// The write-bw engine's plan for this request: per size, `iters` launches of
+    /// `writes_per_iter` writes, one launch's writes in flight at once (the TX depth) with one
+    /// signalled completion per launch, on one QP.
+    pub fn engine_plan(&self) -> Result<Plan, PlanError> {
+        Plan::new(PlanSpec {
+            sizes: self.sizes.clone(),
+            iterations: self.iters.saturating_mul(self.writes_per_iter),
+            tx_depth: self.writes_per_iter,
+            cq_moderation: self.writes_per_iter,
+            post_list: None,
+            qps: 1,
+            validate: self.validate,
+        })
+    }
 }
 
 pub const DEFAULT_SIZES: &[u64] = &[64, 256, 1024, 4096];

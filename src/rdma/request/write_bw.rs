@@ -83,16 +83,33 @@ pub enum PlanError {
     Repetitions,
 }
 
+/// What a plan is asked for, field by field, before `Plan::new` checks it (the command line's
+/// flags, or a check level's fixed choice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanSpec {
+    pub sizes: Vec<u64>,
+    pub iterations: u32,
+    pub tx_depth: u32,
+    /// A signalled completion every this many writes (clamped to `tx_depth`).
+    pub cq_moderation: u32,
+    /// Writes chained into one ibv_post_send call, at most; None: `auto_post_list` per size.
+    pub post_list: Option<u32>,
+    pub qps: u32,
+    pub validate: bool,
+}
+
 impl Plan {
-    pub fn new(
-        sizes: Vec<u64>,
-        iterations: u32,
-        tx_depth: u32,
-        cq_moderation: u32,
-        post_list: Option<u32>,
-        qps: u32,
-        validate: bool,
-    ) -> Result<Plan, PlanError> {
+    /// The plan `spec` asks for, with `DEFAULT_REPETITIONS`; an error names the flag out of range.
+    pub fn new(spec: PlanSpec) -> Result<Plan, PlanError> {
+        let PlanSpec {
+            sizes,
+            iterations,
+            tx_depth,
+            cq_moderation,
+            post_list,
+            qps,
+            validate,
+        } = spec;
         if iterations == 0 {
             return Err(PlanError::NoIterations);
         }
@@ -123,6 +140,39 @@ impl Plan {
             validate,
             repetitions: DEFAULT_REPETITIONS,
         })
+    }
+
+    /// Level 2 of `check` on one port: short on purpose, 64 KiB and 1 MiB writes, 500 each, 5
+    /// timed repetitions judged on their median, validated (about 2.7 GB per port: tens of
+    /// milliseconds at line rate). A software device (rxe, no PCI function) moves ~50 MB/s
+    /// under emulation and is measured, not judged: 32 each, 3 repetitions.
+    pub fn check_level2(software: bool) -> Result<Plan, PlanError> {
+        let (iterations, repetitions) = if software { (32, 3) } else { (500, 5) };
+        Plan::new(PlanSpec {
+            iterations,
+            ..Self::check_spec()
+        })
+        .and_then(|p| p.with_repetitions(repetitions))
+    }
+
+    /// Level 3 of `check` on one GPU: as level 2's on a NIC, 64 KiB and 1 MiB writes, 500 each,
+    /// 5 timed repetitions, validated (copied back from GPU memory).
+    pub fn check_level3() -> Result<Plan, PlanError> {
+        Plan::new(Self::check_spec())
+    }
+
+    /// What `check` levels 2 and 3 share: 64 KiB and 1 MiB writes, 500 each, a TX depth of 128
+    /// with a signalled completion every 16, chains chosen per size, one QP, validated.
+    fn check_spec() -> PlanSpec {
+        PlanSpec {
+            sizes: vec![65536, 1 << 20],
+            iterations: 500,
+            tx_depth: 128,
+            cq_moderation: 16,
+            post_list: None,
+            qps: 1,
+            validate: true,
+        }
     }
 
     /// The same plan with `n` timed repetitions per size.

@@ -85,7 +85,64 @@ fn subject_bdfs(subject: &str, t: &Topology) -> Vec<Bdf> {
 pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
     let by_bdf: BTreeMap<Bdf, &crate::topo::Device> =
         t.devices.iter().map(|d| (d.bdf, d)).collect();
-    // Findings to mark, failures first, numbered in that order.
+    let marks = marks_of(findings);
+    let (marked, off_drawing) = mark_places(&marks, t);
+    let (mut nodes, groups) = tree_of(t, &by_bdf, &marked);
+    if nodes.is_empty() {
+        return "<p class=\"muted\">No GPUs, NVSwitches or RDMA NICs found on the PCI bus.</p>\n"
+            .into();
+    }
+    let (bands, width) = place_bands(&mut nodes, &groups);
+    let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
+    let tree_bottom = TOP + max_depth * ROW + H;
+    let (arcs, arc_depth, classes) = closest_nic_arcs(t, &nodes, tree_bottom);
+    let height = tree_bottom + arc_depth + 24;
+
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        "<div class=\"scroll\"><svg id=\"topology-drawing\" width=\"{width}\" height=\"{height}\" \
+         viewBox=\"0 0 {width} {height}\" font-family=\"ui-monospace,SFMono-Regular,Menlo,Consolas,monospace\" \
+         font-size=\"11\" role=\"img\" aria-label=\"PCIe topology\">"
+    );
+    for (label, x0, x1) in &bands {
+        let _ = writeln!(
+            svg,
+            "<g><rect x=\"{x0}\" y=\"4\" width=\"{}\" height=\"{}\" rx=\"8\" fill=\"#f8f9fa\" stroke=\"#dadce0\"/>\
+             <text x=\"{}\" y=\"22\" font-size=\"13\" font-weight=\"700\" fill=\"#3c4043\">{}</text></g>",
+            x1 - x0,
+            height - 8,
+            x0 + 10,
+            esc(label)
+        );
+    }
+    // Edges first, boxes over them.
+    for n in &nodes {
+        for &k in &n.kids {
+            let c = &nodes[k];
+            let (x1, y1) = (n.x + W / 2, y_of(n) + H);
+            let (x2, y2) = (c.x + W / 2, y_of(c));
+            let mid = (y1 + y2) / 2;
+            let _ = writeln!(
+                svg,
+                "<path d=\"M{x1} {y1} V{mid} H{x2} V{y2}\" fill=\"none\" stroke=\"#9aa0a6\" stroke-width=\"1.5\"/>"
+            );
+        }
+    }
+    svg.push_str(&arcs);
+    for n in &nodes {
+        node_box(&mut svg, n, t, &by_bdf, &marked, &marks);
+    }
+    svg.push_str("</svg></div>\n");
+    legend(&mut svg, &classes, &marks, &marked, &off_drawing, t);
+    svg
+}
+
+/// Root complexes by NUMA node: (affinity unknown, NUMA nodes) -> node indices, unknown last.
+type NumaGroups = BTreeMap<(bool, Vec<u32>), Vec<usize>>;
+
+/// Findings to mark, failures first, numbered in that order.
+fn marks_of(findings: &[Finding]) -> Vec<Mark<'_>> {
     let mut marks: Vec<Mark> = Vec::new();
     for s in [Status::Fail, Status::Warn] {
         for f in findings.iter().filter(|f| f.status == s) {
@@ -95,6 +152,12 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
             });
         }
     }
+    marks
+}
+
+/// Where each mark goes: function -> the marks on it, and the marks whose subject is on no
+/// drawn function (listed under the drawing only).
+fn mark_places(marks: &[Mark], t: &Topology) -> (BTreeMap<Bdf, Vec<usize>>, Vec<usize>) {
     let mut marked: BTreeMap<Bdf, Vec<usize>> = BTreeMap::new();
     let mut off_drawing: Vec<usize> = Vec::new();
     for (i, m) in marks.iter().enumerate() {
@@ -106,8 +169,17 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
             marked.entry(b).or_default().push(i);
         }
     }
+    (marked, off_drawing)
+}
 
-    // What is drawn: GPUs, NVSwitches, NICs, every marked function, and everything above them.
+/// The tree as nodes: GPUs, NVSwitches, NICs, every marked function, and everything above
+/// them, under their root complexes; and the root complexes grouped by NUMA node (unknown
+/// last). No nodes where none of those is on the bus.
+fn tree_of(
+    t: &Topology,
+    by_bdf: &BTreeMap<Bdf, &crate::topo::Device>,
+    marked: &BTreeMap<Bdf, Vec<usize>>,
+) -> (Vec<Node>, NumaGroups) {
     let nic_bdfs: BTreeSet<Bdf> = t
         .nics
         .iter()
@@ -136,9 +208,8 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
         }
     }
 
-    // The tree as nodes; root complexes grouped by NUMA node (unknown last).
     let mut nodes: Vec<Node> = Vec::new();
-    let mut groups: BTreeMap<(bool, Vec<u32>), Vec<usize>> = BTreeMap::new();
+    let mut groups: NumaGroups = BTreeMap::new();
     for rc in &t.root_complexes {
         let Some(top) = rc_top.get(rc.id.as_str()) else {
             continue;
@@ -150,9 +221,9 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
             x: 0,
             kids: Vec::new(),
         });
-        let kids = items_of(top, &by_bdf);
+        let kids = items_of(top, by_bdf);
         for k in kids {
-            let c = build(&mut nodes, k, 1, &children, &by_bdf);
+            let c = build(&mut nodes, k, 1, &children, by_bdf);
             nodes[id].kids.push(c);
         }
         groups
@@ -160,19 +231,19 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
             .or_default()
             .push(id);
     }
-    if nodes.is_empty() {
-        return "<p class=\"muted\">No GPUs, NVSwitches or RDMA NICs found on the PCI bus.</p>\n"
-            .into();
-    }
+    (nodes, groups)
+}
 
-    // Leaves take the next slot; a parent sits over the middle of its children.
+/// Places the nodes left to right, NUMA group by group: leaves take the next slot, a parent
+/// sits over the middle of its children. The NUMA bands (label, x from, x to) and the width.
+fn place_bands(nodes: &mut [Node], groups: &NumaGroups) -> (Vec<(String, i64, i64)>, i64) {
     let mut bands: Vec<(String, i64, i64)> = Vec::new();
     let mut px = 16i64;
-    for ((unknown, numa), rcs) in &groups {
+    for ((unknown, numa), rcs) in groups {
         let start = px;
         px += 10;
         for rc in rcs {
-            place(&mut nodes, *rc, &mut px);
+            place(nodes, *rc, &mut px);
             px += 12;
         }
         let label = if *unknown {
@@ -189,9 +260,16 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
         bands.push((label, start, px));
         px += 20;
     }
-    let width = px;
-    let max_depth = nodes.iter().map(|n| n.depth).max().unwrap_or(0);
-    let tree_bottom = TOP + max_depth * ROW + H;
+    (bands, px)
+}
+
+/// GPU -> closest NIC arcs, below the tree, in each path class's colour: the SVG, how far
+/// below the tree they reach, and the path classes drawn (for the legend).
+fn closest_nic_arcs(
+    t: &Topology,
+    nodes: &[Node],
+    tree_bottom: i64,
+) -> (String, i64, BTreeSet<crate::topo::PathType>) {
     // Where each function is drawn: its own box, or the fold box of its virtual functions.
     let mut pos: BTreeMap<Bdf, usize> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -203,8 +281,6 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
             Item::RootComplex(_) => {}
         }
     }
-
-    // GPU -> closest NIC arcs, below the tree.
     let mut arcs = String::new();
     let mut arc_depth = 0i64;
     let mut classes: BTreeSet<crate::topo::PathType> = BTreeSet::new();
@@ -261,46 +337,7 @@ pub(super) fn draw(t: &Topology, findings: &[Finding]) -> String {
             );
         }
     }
-    let height = tree_bottom + arc_depth + 24;
-
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        "<div class=\"scroll\"><svg id=\"topology-drawing\" width=\"{width}\" height=\"{height}\" \
-         viewBox=\"0 0 {width} {height}\" font-family=\"ui-monospace,SFMono-Regular,Menlo,Consolas,monospace\" \
-         font-size=\"11\" role=\"img\" aria-label=\"PCIe topology\">"
-    );
-    for (label, x0, x1) in &bands {
-        let _ = writeln!(
-            svg,
-            "<g><rect x=\"{x0}\" y=\"4\" width=\"{}\" height=\"{}\" rx=\"8\" fill=\"#f8f9fa\" stroke=\"#dadce0\"/>\
-             <text x=\"{}\" y=\"22\" font-size=\"13\" font-weight=\"700\" fill=\"#3c4043\">{}</text></g>",
-            x1 - x0,
-            height - 8,
-            x0 + 10,
-            esc(label)
-        );
-    }
-    // Edges first, boxes over them.
-    for n in &nodes {
-        for &k in &n.kids {
-            let c = &nodes[k];
-            let (x1, y1) = (n.x + W / 2, y_of(n) + H);
-            let (x2, y2) = (c.x + W / 2, y_of(c));
-            let mid = (y1 + y2) / 2;
-            let _ = writeln!(
-                svg,
-                "<path d=\"M{x1} {y1} V{mid} H{x2} V{y2}\" fill=\"none\" stroke=\"#9aa0a6\" stroke-width=\"1.5\"/>"
-            );
-        }
-    }
-    svg.push_str(&arcs);
-    for n in &nodes {
-        node_box(&mut svg, n, t, &by_bdf, &marked, &marks);
-    }
-    svg.push_str("</svg></div>\n");
-    legend(&mut svg, &classes, &marks, &marked, &off_drawing, t);
-    svg
+    (arcs, arc_depth, classes)
 }
 
 fn y_of(n: &Node) -> i64 {
@@ -371,6 +408,29 @@ fn place(nodes: &mut [Node], id: usize, px: &mut i64) {
     nodes[id].x = (first + last) / 2;
 }
 
+/// What one box says: its lines (the first three are drawn), its hover title, its fill,
+/// whether a fact of it is unknown (a dashed border), and the marks on it.
+struct BoxText {
+    lines: Vec<String>,
+    title: Vec<String>,
+    fill: &'static str,
+    unknown: bool,
+    /// Indices into the marks of the findings whose subject is in this box.
+    mine: Vec<usize>,
+}
+
+impl BoxText {
+    fn new(fill: &'static str) -> BoxText {
+        BoxText {
+            lines: Vec::new(),
+            title: Vec::new(),
+            fill,
+            unknown: false,
+            mine: Vec::new(),
+        }
+    }
+}
+
 fn node_box(
     svg: &mut String,
     n: &Node,
@@ -380,198 +440,17 @@ fn node_box(
     marks: &[Mark],
 ) {
     let (x, y) = (n.x, y_of(n));
-    let mut lines: Vec<String> = Vec::new();
-    let mut title: Vec<String> = Vec::new();
-    let mut fill = "#ffffff";
-    let mut unknown = false;
-    let mut mine: Vec<usize> = Vec::new();
-    match &n.item {
-        Item::RootComplex(id) => {
-            let rc = t.root_complexes.iter().find(|r| &r.id == id);
-            lines.push("root complex".into());
-            lines.push(id.clone());
-            let numa = rc.map(|r| &r.numa_affinity);
-            match numa {
-                Some(a) if !a.is_empty() => lines.push(format!(
-                    "NUMA {}",
-                    a.iter()
-                        .map(|n| n.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )),
-                _ => {
-                    lines.push("NUMA ?".into());
-                    unknown = true;
-                }
-            }
-            title.push(format!(
-                "root complex {id}: {} functions",
-                rc.map(|r| r.functions).unwrap_or(0)
-            ));
-            fill = "#e8eaed";
-        }
-        Item::Folded(pf, vfs) => {
-            lines.push(format!("{} virtual functions", vfs.len()));
-            let rdma: Vec<&str> = t
-                .nics
-                .iter()
-                .filter(|n| vfs.contains(&n.bdf))
-                .map(|n| n.rdma_device.as_str())
-                .collect();
-            lines.push(format!("of {pf}"));
-            if !rdma.is_empty() {
-                lines.push(format!(
-                    "{}..{}",
-                    rdma.first().copied().unwrap_or(""),
-                    rdma.last().copied().unwrap_or("")
-                ));
-            }
-            title.push(format!(
-                "{} SR-IOV virtual functions of {pf}: {} ... {}",
-                vfs.len(),
-                vfs.first().map(|b| b.to_string()).unwrap_or_default(),
-                vfs.last().map(|b| b.to_string()).unwrap_or_default()
-            ));
-            if !rdma.is_empty() {
-                title.push(format!("RDMA devices: {}", rdma.join(", ")));
-            }
-            fill = "#fff8e1";
-            for v in vfs {
-                if let Some(m) = marked.get(v) {
-                    mine.extend(m);
-                }
-            }
-        }
-        Item::Device(b) => {
-            let d = by_bdf.get(b);
-            let gpu = t.gpus.iter().find(|g| g.bdf == *b);
-            let nics: Vec<&crate::topo::Nic> = t.nics.iter().filter(|n| n.bdf == *b).collect();
-            let plain = t.nics_without_rdma.iter().find(|n| n.bdf == *b);
-            let link = d
-                .map(|d| match d.physfn {
-                    Some(pf) => format!("VF of {pf}"),
-                    None => super::super::link_text(&d.link),
-                })
-                .unwrap_or_default();
-            if let Some(g) = gpu {
-                fill = "#e6f4ea";
-                lines.push(format!(
-                    "{}{}",
-                    g.label,
-                    g.nvlinks_active
-                        .map(|n| if n > 0 {
-                            format!("  NVLink x{n}")
-                        } else {
-                            String::new()
-                        })
-                        .unwrap_or_default()
-                ));
-                lines.push(g.name.clone());
-                title.push(format!("{} {} {}", g.label, b, g.name));
-                if let Some(m) = &g.nvml_missing {
-                    title.push(format!("NVML: unknown ({m})"));
-                    unknown = true;
-                }
-            } else if !nics.is_empty() {
-                fill = "#e8f0fe";
-                lines.push(
-                    nics.iter()
-                        .map(|n| format!("{} {}", n.label, n.rdma_device))
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                );
-                let nd: Vec<&str> = nics
-                    .iter()
-                    .flat_map(|n| n.netdevs.iter().map(String::as_str))
-                    .collect();
-                lines.push(if nd.is_empty() {
-                    "no netdev".into()
-                } else {
-                    nd.join(",")
-                });
-                for n in &nics {
-                    title.push(format!(
-                        "{} RDMA device {} netdevs [{}] {}",
-                        n.label,
-                        n.rdma_device,
-                        n.netdevs.join(","),
-                        n.name
-                    ));
-                    for p in &n.ports {
-                        title.push(format!(
-                            "port {}: {} {} {}",
-                            p.port,
-                            p.state.as_deref().unwrap_or("state ?"),
-                            p.link_layer.as_deref().unwrap_or("link layer ?"),
-                            p.rate.as_deref().unwrap_or("rate ?")
-                        ));
-                    }
-                }
-            } else if let Some(n) = plain {
-                fill = "#e8f0fe";
-                lines.push(format!(
-                    "NIC, RDMA device {}",
-                    if n.unknown.is_some() { "?" } else { "none" }
-                ));
-                unknown = n.unknown.is_some();
-                lines.push(if n.netdevs.is_empty() {
-                    "no netdev".into()
-                } else {
-                    n.netdevs.join(",")
-                });
-                title.push(format!(
-                    "NIC {}: {} (needs {}){}",
-                    n.name,
-                    match &n.unknown {
-                        Some(u) => format!("RDMA device unknown: {u}"),
-                        None => "no RDMA device seen".into(),
-                    },
-                    n.rdma_module,
-                    if n.netdevs.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" netdevs [{}]", n.netdevs.join(","))
-                    }
-                ));
-            } else if let Some(d) = d {
-                if d.kind == DeviceKind::NvSwitch {
-                    fill = "#f3e8fd";
-                    lines.push("NVSwitch".into());
-                } else {
-                    lines.push(match d.role {
-                        Some(r) => serde_json::to_value(r)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_else(|| "bridge".into()),
-                        None if d.kind == DeviceKind::Bridge => "bridge".into(),
-                        None => "function".into(),
-                    });
-                    fill = "#f1f3f4";
-                }
-                lines.push(d.name.clone());
-                title.push(format!("{} {}", b, d.name));
-            }
-            lines.push(format!("{b}  {link}"));
-            if let Some(d) = d {
-                if d.numa.node.is_none() {
-                    title.push("NUMA node unknown".into());
-                }
-                if d.link.cur_gen.is_none() && d.physfn.is_none() {
-                    unknown = true;
-                }
-                if !link.is_empty() && d.physfn.is_none() {
-                    title.push(format!("PCIe link: {link}"));
-                }
-                for (k, v) in &d.unknown {
-                    title.push(format!("unknown {k}: {v}"));
-                    unknown = true;
-                }
-            }
-            if let Some(m) = marked.get(b) {
-                mine.extend(m);
-            }
-        }
-    }
+    let BoxText {
+        lines,
+        mut title,
+        fill,
+        unknown,
+        mut mine,
+    } = match &n.item {
+        Item::RootComplex(id) => root_complex_text(id, t),
+        Item::Folded(pf, vfs) => folded_text(*pf, vfs, t, marked),
+        Item::Device(b) => device_text(*b, t, by_bdf, marked),
+    };
     mine.sort_unstable();
     mine.dedup();
     let worst = mine.iter().map(|i| marks[*i].f.status).max();
@@ -637,6 +516,213 @@ fn node_box(
         );
     }
     svg.push_str("</g>\n");
+}
+
+/// A root complex's box: its id and NUMA affinity (unknown where it has none).
+fn root_complex_text(id: &str, t: &Topology) -> BoxText {
+    let mut bx = BoxText::new("#e8eaed");
+    let rc = t.root_complexes.iter().find(|r| r.id == id);
+    bx.lines.push("root complex".into());
+    bx.lines.push(id.to_string());
+    let numa = rc.map(|r| &r.numa_affinity);
+    match numa {
+        Some(a) if !a.is_empty() => bx.lines.push(format!(
+            "NUMA {}",
+            a.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+        _ => {
+            bx.lines.push("NUMA ?".into());
+            bx.unknown = true;
+        }
+    }
+    bx.title.push(format!(
+        "root complex {id}: {} functions",
+        rc.map(|r| r.functions).unwrap_or(0)
+    ));
+    bx
+}
+
+/// The fold box of a physical function's virtual functions: how many, their RDMA devices, and
+/// the marks on any of them.
+fn folded_text(pf: Bdf, vfs: &[Bdf], t: &Topology, marked: &BTreeMap<Bdf, Vec<usize>>) -> BoxText {
+    let mut bx = BoxText::new("#fff8e1");
+    bx.lines.push(format!("{} virtual functions", vfs.len()));
+    let rdma: Vec<&str> = t
+        .nics
+        .iter()
+        .filter(|n| vfs.contains(&n.bdf))
+        .map(|n| n.rdma_device.as_str())
+        .collect();
+    bx.lines.push(format!("of {pf}"));
+    if !rdma.is_empty() {
+        bx.lines.push(format!(
+            "{}..{}",
+            rdma.first().copied().unwrap_or(""),
+            rdma.last().copied().unwrap_or("")
+        ));
+    }
+    bx.title.push(format!(
+        "{} SR-IOV virtual functions of {pf}: {} ... {}",
+        vfs.len(),
+        vfs.first().map(|b| b.to_string()).unwrap_or_default(),
+        vfs.last().map(|b| b.to_string()).unwrap_or_default()
+    ));
+    if !rdma.is_empty() {
+        bx.title.push(format!("RDMA devices: {}", rdma.join(", ")));
+    }
+    for v in vfs {
+        if let Some(m) = marked.get(v) {
+            bx.mine.extend(m);
+        }
+    }
+    bx
+}
+
+/// One function's box: a GPU, a NIC with or without its RDMA device, an NVSwitch, a bridge or
+/// any other function; its BDF and link, and what about it is unknown.
+fn device_text(
+    b: Bdf,
+    t: &Topology,
+    by_bdf: &BTreeMap<Bdf, &crate::topo::Device>,
+    marked: &BTreeMap<Bdf, Vec<usize>>,
+) -> BoxText {
+    let mut bx = BoxText::new("#ffffff");
+    let d = by_bdf.get(&b);
+    let gpu = t.gpus.iter().find(|g| g.bdf == b);
+    let nics: Vec<&crate::topo::Nic> = t.nics.iter().filter(|n| n.bdf == b).collect();
+    let plain = t.nics_without_rdma.iter().find(|n| n.bdf == b);
+    let link = d
+        .map(|d| match d.physfn {
+            Some(pf) => format!("VF of {pf}"),
+            None => super::super::link_text(&d.link),
+        })
+        .unwrap_or_default();
+    if let Some(g) = gpu {
+        bx.fill = "#e6f4ea";
+        bx.lines.push(format!(
+            "{}{}",
+            g.label,
+            g.nvlinks_active
+                .map(|n| if n > 0 {
+                    format!("  NVLink x{n}")
+                } else {
+                    String::new()
+                })
+                .unwrap_or_default()
+        ));
+        bx.lines.push(g.name.clone());
+        bx.title.push(format!("{} {} {}", g.label, b, g.name));
+        if let Some(m) = &g.nvml_missing {
+            bx.title.push(format!("NVML: unknown ({m})"));
+            bx.unknown = true;
+        }
+    } else if !nics.is_empty() {
+        nics_text(&nics, &mut bx);
+    } else if let Some(n) = plain {
+        bx.fill = "#e8f0fe";
+        bx.lines.push(format!(
+            "NIC, RDMA device {}",
+            if n.unknown.is_some() { "?" } else { "none" }
+        ));
+        bx.unknown = n.unknown.is_some();
+        bx.lines.push(if n.netdevs.is_empty() {
+            "no netdev".into()
+        } else {
+            n.netdevs.join(",")
+        });
+        bx.title.push(format!(
+            "NIC {}: {} (needs {}){}",
+            n.name,
+            match &n.unknown {
+                Some(u) => format!("RDMA device unknown: {u}"),
+                None => "no RDMA device seen".into(),
+            },
+            n.rdma_module,
+            if n.netdevs.is_empty() {
+                String::new()
+            } else {
+                format!(" netdevs [{}]", n.netdevs.join(","))
+            }
+        ));
+    } else if let Some(d) = d {
+        if d.kind == DeviceKind::NvSwitch {
+            bx.fill = "#f3e8fd";
+            bx.lines.push("NVSwitch".into());
+        } else {
+            bx.lines.push(match d.role {
+                Some(r) => serde_json::to_value(r)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| "bridge".into()),
+                None if d.kind == DeviceKind::Bridge => "bridge".into(),
+                None => "function".into(),
+            });
+            bx.fill = "#f1f3f4";
+        }
+        bx.lines.push(d.name.clone());
+        bx.title.push(format!("{} {}", b, d.name));
+    }
+    bx.lines.push(format!("{b}  {link}"));
+    if let Some(d) = d {
+        if d.numa.node.is_none() {
+            bx.title.push("NUMA node unknown".into());
+        }
+        if d.link.cur_gen.is_none() && d.physfn.is_none() {
+            bx.unknown = true;
+        }
+        if !link.is_empty() && d.physfn.is_none() {
+            bx.title.push(format!("PCIe link: {link}"));
+        }
+        for (k, v) in &d.unknown {
+            bx.title.push(format!("unknown {k}: {v}"));
+            bx.unknown = true;
+        }
+    }
+    if let Some(m) = marked.get(&b) {
+        bx.mine.extend(m);
+    }
+    bx
+}
+
+/// The RDMA devices of one NIC function: labels and devices, netdevs, and each port's state.
+fn nics_text(nics: &[&crate::topo::Nic], bx: &mut BoxText) {
+    bx.fill = "#e8f0fe";
+    bx.lines.push(
+        nics.iter()
+            .map(|n| format!("{} {}", n.label, n.rdma_device))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    let nd: Vec<&str> = nics
+        .iter()
+        .flat_map(|n| n.netdevs.iter().map(String::as_str))
+        .collect();
+    bx.lines.push(if nd.is_empty() {
+        "no netdev".into()
+    } else {
+        nd.join(",")
+    });
+    for n in nics {
+        bx.title.push(format!(
+            "{} RDMA device {} netdevs [{}] {}",
+            n.label,
+            n.rdma_device,
+            n.netdevs.join(","),
+            n.name
+        ));
+        for p in &n.ports {
+            bx.title.push(format!(
+                "port {}: {} {} {}",
+                p.port,
+                p.state.as_deref().unwrap_or("state ?"),
+                p.link_layer.as_deref().unwrap_or("link layer ?"),
+                p.rate.as_deref().unwrap_or("rate ?")
+            ));
+        }
+    }
 }
 
 fn legend(

@@ -108,6 +108,26 @@ fn cell(b: &mut String, node: &str, p: &ProbeRow, min_deviation: f64) {
 /// `fleet --format html`.
 pub fn fleet_page(r: &FleetReport) -> String {
     let mut b = String::new();
+    verdict_lines(&mut b, r);
+    node_table(&mut b, r);
+
+    // Shape, groups, duplicates, unreadable files: as the table prints them.
+    b.push_str(
+        "<h2 id=\"summary\">Summary</h2>\n<details><summary>The fleet summary as the table \
+         prints it (groups, shape differences, duplicates)</summary>\n",
+    );
+    let _ = writeln!(
+        b,
+        "<pre>{}</pre></details>",
+        esc(&super::super::fleet::fleet_table(r))
+    );
+    footer(&mut b, r.schema, r.gpudoctor_version);
+    page(&format!("gpudoctor fleet: {} nodes", r.nodes), &b)
+}
+
+/// The heading and verdict: the nodes to drain, those warned about, silenced checks, and the
+/// nodes by check verdict.
+fn verdict_lines(b: &mut String, r: &FleetReport) {
     let _ = writeln!(b, "<h1>gpudoctor fleet: {} nodes</h1>", r.nodes);
     let (class, line) = if r.drain.is_empty() {
         ("pass", "Nothing to drain.".to_string())
@@ -130,6 +150,22 @@ pub fn fleet_page(r: &FleetReport) -> String {
         "<div class=\"verdict v-{class}\" id=\"verdict\">{}</div>",
         esc(&line)
     );
+    for d in &r.warn {
+        let _ = writeln!(
+            b,
+            "<p class=\"gate\">Warn, kept in service: {}: {}</p>",
+            esc(&d.node),
+            esc(&d.reasons.join("; "))
+        );
+    }
+    for c in r.checks.iter().filter(|c| !c.silenced.is_empty()) {
+        let _ = writeln!(
+            b,
+            "<p class=\"muted\">Silenced (not drained for it): {} on {}</p>",
+            esc(&c.id),
+            esc(&c.silenced.join(", "))
+        );
+    }
     if !r.status.is_empty() {
         let _ = writeln!(
             b,
@@ -140,7 +176,11 @@ pub fn fleet_page(r: &FleetReport) -> String {
                 .collect::<String>()
         );
     }
+}
 
+/// One row per node, drained nodes first: why it is drained, the checks it failed or warned
+/// on, and a cell per probe measurement.
+fn node_table(b: &mut String, r: &FleetReport) {
     // Per node: the checks it failed or warned on.
     let mut failed: BTreeMap<&str, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
     for c in &r.checks {
@@ -223,24 +263,11 @@ pub fn fleet_page(r: &FleetReport) -> String {
         }
         b.push_str("</td>");
         for p in &r.probes {
-            cell(&mut b, &node, p, r.min_deviation);
+            cell(b, &node, p, r.min_deviation);
         }
         b.push_str("</tr>\n");
     }
     b.push_str("</table></div>\n");
-
-    // Shape, groups, duplicates, unreadable files: as the table prints them.
-    b.push_str(
-        "<h2 id=\"summary\">Summary</h2>\n<details><summary>The fleet summary as the table \
-         prints it (groups, shape differences, duplicates)</summary>\n",
-    );
-    let _ = writeln!(
-        b,
-        "<pre>{}</pre></details>",
-        esc(&super::super::fleet::fleet_table(r))
-    );
-    footer(&mut b, r.schema, r.gpudoctor_version);
-    page(&format!("gpudoctor fleet: {} nodes", r.nodes), &b)
 }
 
 fn verdict_badge(s: &str) -> String {
@@ -406,6 +433,7 @@ mod tests {
             subject: HOSTILE[(i + 1) % HOSTILE.len()].into(),
             status: status.into(),
             message: HOSTILE[(i + 2) % HOSTILE.len()].into(),
+            silenced: false,
         };
         let nodes: Vec<NodeData> = (0..8)
             .map(|i| {

@@ -173,13 +173,14 @@ pub(crate) fn result_line(r: &CheckReport) -> String {
         String::new()
     };
     format!(
-        "Result: {}{} {} pass, {} warn, {} fail, {} skip ({} findings{unjudged}).",
+        "Result: {}{} {} pass, {} warn, {} fail, {} skip{} ({} findings{unjudged}).",
         r.status.as_str().to_uppercase(),
         if r.gate.decided() { " (gate):" } else { ":" },
         s.pass,
         s.warn,
         s.fail,
         s.skip,
+        super::check::silenced_count(s),
         r.checks.len()
     )
 }
@@ -203,16 +204,38 @@ pub fn check_page(r: &CheckReport) -> String {
             esc(&r.gate.reasons.join("; "))
         );
     }
+    if let Some(code) = r.would_exit {
+        let _ = write!(
+            b,
+            "<p class=\"gate\">Report only (--report-only): exited 0; the verdict would have exited {code}.</p>"
+        );
+    }
     b.push_str("</div>\n");
 
     // Failures, then warnings, each with its fix.
     let bad: Vec<&Finding> = [Status::Fail, Status::Warn]
         .iter()
-        .flat_map(|s| r.checks.iter().filter(move |f| f.status == *s))
+        .flat_map(|s| {
+            r.checks
+                .iter()
+                .filter(move |f| f.status == *s && f.silenced.is_none())
+        })
         .collect();
     if !bad.is_empty() {
         b.push_str("<h2 id=\"findings\">What failed and what warned</h2>\n");
         for f in &bad {
+            finding_card(&mut b, f);
+        }
+    }
+    // Silenced: each with its real status and the silence, out of the verdict.
+    let silenced: Vec<&Finding> = r.checks.iter().filter(|f| f.silenced.is_some()).collect();
+    if !silenced.is_empty() {
+        let _ = writeln!(
+            b,
+            "<h2 id=\"silenced\">Silenced ({}): not in the verdict</h2>",
+            silenced.len()
+        );
+        for f in silenced {
             finding_card(&mut b, f);
         }
     }
@@ -304,6 +327,14 @@ fn finding_card(b: &mut String, f: &Finding) {
             b,
             "<div class=\"muted\">(the check said {}; changed by --warn/--deny)</div>",
             o.as_str()
+        );
+    }
+    if let Some(s) = &f.silenced {
+        let _ = write!(
+            b,
+            "<div class=\"gate\">SILENCED ({}): {}</div>",
+            s.by.as_str(),
+            esc(&s.describe())
         );
     }
     if !f.evidence.is_empty() {
@@ -506,6 +537,7 @@ fn unjudged_section(b: &mut String, r: &CheckReport) {
         .checks
         .iter()
         .filter(|f| f.status == Status::Skip && f.skip.is_some_and(|k| k.unjudged()))
+        .filter(|f| f.silenced.is_none())
         .collect();
     if un.is_empty() {
         return;
@@ -531,7 +563,11 @@ fn unjudged_section(b: &mut String, r: &CheckReport) {
 /// Passing checks, one line each, folded away (a `<details>` needs no script).
 fn passes_section(b: &mut String, r: &CheckReport) {
     let mut by_id: BTreeMap<&str, Vec<&Finding>> = BTreeMap::new();
-    for f in r.checks.iter().filter(|f| f.status == Status::Pass) {
+    for f in r
+        .checks
+        .iter()
+        .filter(|f| f.status == Status::Pass && f.silenced.is_none())
+    {
         by_id.entry(f.id.as_str()).or_default().push(f);
     }
     if by_id.is_empty() {
