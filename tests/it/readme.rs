@@ -223,14 +223,34 @@ fn parse(name: &str, lines: &[&str]) -> Vec<Marker> {
 }
 
 /// Durations vary from run to run: "in 1234 ms" reads "in N ms" on both sides; so does the
-/// textfile's run timestamp.
+/// textfile's run timestamp, and the source revision the binary was built from (every commit
+/// has its own).
 fn normalise(line: &str) -> String {
     if let Some(rest) = line.strip_prefix("gpudoctor_last_run_timestamp_seconds ")
         && rest.chars().all(|c| c.is_ascii_digit())
     {
         return "gpudoctor_last_run_timestamp_seconds N".to_string();
     }
-    duration_free(line).unwrap_or_else(|| line.to_string())
+    let line = revision_free(line);
+    duration_free(&line).unwrap_or(line)
+}
+
+/// `revision="abc"`, `"gpudoctor_revision": "abc"` and `(revision abc)` read `REV`.
+fn revision_free(line: &str) -> String {
+    let mut out = line.to_string();
+    for (open, close) in [
+        ("revision=\"", '"'),
+        ("\"gpudoctor_revision\": \"", '"'),
+        ("(revision ", ')'),
+    ] {
+        if let Some(at) = out.find(open) {
+            let from = at + open.len();
+            if let Some(len) = out[from..].find(close) {
+                out.replace_range(from..from + len, "REV");
+            }
+        }
+    }
+    out
 }
 
 fn duration_free(line: &str) -> Option<String> {

@@ -92,18 +92,11 @@ pub fn valid_date(s: &str) -> bool {
     (1..=days).contains(&d)
 }
 
-/// The UTC date of `unix_seconds` as YYYY-MM-DD (Howard Hinnant's civil_from_days).
+/// The UTC date of `unix_seconds` as YYYY-MM-DD (the date part of `bundle::rfc3339`).
 pub fn utc_date(unix_seconds: u64) -> String {
-    let z = (unix_seconds / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    let mut t = crate::bundle::rfc3339(unix_seconds);
+    t.truncate("YYYY-MM-DD".len());
+    t
 }
 
 /// Mark the findings each silence matches, and add one `silence.stale` finding per silence: a
