@@ -581,9 +581,7 @@ mod tests {
             iterations: 1,
             tx_depth: 1,
             cq_moderation: 1,
-            post_list: None,
-            qps: 1,
-            validate: true,
+            ..PlanSpec::check()
         })
         .unwrap();
         let empty = WriteBwReport::new(Mode::Loopback, plan);

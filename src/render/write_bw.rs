@@ -379,11 +379,9 @@ mod tests {
         let plan = Plan::new(PlanSpec {
             sizes: sizes.clone(),
             iterations: 100_000,
-            tx_depth: 128,
             cq_moderation: 100,
-            post_list: None,
             qps: 16,
-            validate: true,
+            ..PlanSpec::check()
         })
         .unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);

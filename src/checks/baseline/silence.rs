@@ -33,6 +33,17 @@ pub struct Silence {
 }
 
 impl Silence {
+    /// This silence's `silence.stale` finding: on its subject, with where it was written as
+    /// evidence.
+    fn finding(&self, status: Status, message: String, fix: Option<String>) -> Finding {
+        let f = Finding::new(ID_STALE, self.subject.clone(), status, message)
+            .with(ev(&self.written, self.evidence()));
+        match fix {
+            Some(x) => f.fix(x),
+            None => f,
+        }
+    }
+
     /// `--skip ID:SUBJECT`: no reason, no expiry (it lasts one run).
     pub fn command_line(id: CheckId, subject: &str) -> Silence {
         Silence {
@@ -114,22 +125,17 @@ pub fn apply(silences: &[Silence], today: Option<&str>, findings: &mut Vec<Findi
             )),
         };
         if let Some(why) = expired {
-            stale.push(
-                Finding::new(
-                    ID_STALE,
-                    s.subject.clone(),
-                    Status::Warn,
-                    format!(
-                        "silence of {} on {} {why}: it silences nothing, and {} on {} counts again",
-                        s.id, s.subject, s.id, s.subject
-                    ),
-                )
-                .with(ev(&s.written, s.evidence()))
-                .fix(format!(
+            stale.push(s.finding(
+                Status::Warn,
+                format!(
+                    "silence of {} on {} {why}: it silences nothing, and {} on {} counts again",
+                    s.id, s.subject, s.id, s.subject
+                ),
+                Some(format!(
                     "Fix {} and delete the silence, or, if the fault is known and still tracked, set a later `expires` in the baseline",
                     s.subject
                 )),
-            );
+            ));
             continue;
         }
         let mut matched = 0;
@@ -144,41 +150,32 @@ pub fn apply(silences: &[Silence], today: Option<&str>, findings: &mut Vec<Findi
             }
         }
         if matched > 0 {
-            stale.push(
-                Finding::new(
-                    ID_STALE,
-                    s.subject.clone(),
-                    Status::Pass,
-                    format!(
-                        "silence of {} on {} in force{}: {matched} finding{} silenced",
-                        s.id,
-                        s.subject,
-                        s.expires
-                            .as_deref()
-                            .map(|e| format!(" until {e}"))
-                            .unwrap_or_default(),
-                        if matched == 1 { "" } else { "s" }
-                    ),
-                )
-                .with(ev(&s.written, s.evidence())),
-            );
+            stale.push(s.finding(
+                Status::Pass,
+                format!(
+                    "silence of {} on {} in force{}: {matched} finding{} silenced",
+                    s.id,
+                    s.subject,
+                    s.expires
+                        .as_deref()
+                        .map(|e| format!(" until {e}"))
+                        .unwrap_or_default(),
+                    if matched == 1 { "" } else { "s" }
+                ),
+                None,
+            ));
         } else {
-            stale.push(
-                Finding::new(
-                    ID_STALE,
-                    s.subject.clone(),
-                    Status::Warn,
-                    format!(
-                        "silence of {} on {} matched no finding: no finding of {} names the subject {} on this node (subjects match exactly, as the report prints them)",
-                        s.id, s.subject, s.id, s.subject
-                    ),
-                )
-                .with(ev(&s.written, s.evidence()))
-                .fix(format!(
+            stale.push(s.finding(
+                Status::Warn,
+                format!(
+                    "silence of {} on {} matched no finding: no finding of {} names the subject {} on this node (subjects match exactly, as the report prints them)",
+                    s.id, s.subject, s.id, s.subject
+                ),
+                Some(format!(
                     "Write the subject as the report prints it (`gpudoctor check --json`: checks[].subject where id is {}), or delete the silence if the subject is gone",
                     s.id
                 )),
-            );
+            ));
         }
     }
     findings.extend(stale);

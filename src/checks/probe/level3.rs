@@ -125,12 +125,7 @@ mod tests {
     fn report(path: Option<PathType>, status: WStatus, gbps: f64) -> WriteBwReport {
         let plan = Plan::new(PlanSpec {
             sizes: vec![1 << 20],
-            iterations: 500,
-            tx_depth: 128,
-            cq_moderation: 16,
-            post_list: None,
-            qps: 1,
-            validate: true,
+            ..PlanSpec::check()
         })
         .unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);

@@ -319,11 +319,9 @@ mod tests {
             Plan::new(PlanSpec {
                 sizes: vec![64],
                 iterations: 0,
-                tx_depth: 128,
                 cq_moderation: 100,
-                post_list: None,
-                qps: 1,
-                validate: false
+                validate: false,
+                ..PlanSpec::check()
             }),
             Err(PlanError::NoIterations)
         );
@@ -331,11 +329,9 @@ mod tests {
             Plan::new(PlanSpec {
                 sizes: vec![0],
                 iterations: 10,
-                tx_depth: 128,
                 cq_moderation: 100,
-                post_list: None,
-                qps: 1,
-                validate: false
+                validate: false,
+                ..PlanSpec::check()
             }),
             Err(PlanError::Size(0))
         );
@@ -343,11 +339,10 @@ mod tests {
             Plan::new(PlanSpec {
                 sizes: vec![64],
                 iterations: 10,
-                tx_depth: 128,
                 cq_moderation: 100,
-                post_list: None,
                 qps: 3,
-                validate: false
+                validate: false,
+                ..PlanSpec::check()
             }),
             Err(PlanError::ItersPerQp { iters: 10, qps: 3 })
         );
@@ -357,8 +352,8 @@ mod tests {
             tx_depth: 16,
             cq_moderation: 100,
             post_list: Some(64),
-            qps: 1,
             validate: false,
+            ..PlanSpec::check()
         })
         .unwrap();
         assert_eq!(p.cq_moderation, 16);
@@ -366,11 +361,9 @@ mod tests {
         let p = Plan::new(PlanSpec {
             sizes: vec![64],
             iterations: 10,
-            tx_depth: 128,
             cq_moderation: 100,
-            post_list: None,
-            qps: 1,
             validate: false,
+            ..PlanSpec::check()
         })
         .unwrap();
         assert_eq!(p.post_list_for(64), 16);
@@ -436,11 +429,9 @@ mod tests {
             Plan::new(PlanSpec {
                 sizes: vec![64],
                 iterations: 10,
-                tx_depth: 128,
                 cq_moderation: 100,
-                post_list: None,
-                qps: 1,
-                validate: false
+                validate: false,
+                ..PlanSpec::check()
             })
             .unwrap()
             .with_repetitions(0),
@@ -513,13 +504,8 @@ mod tests {
     fn run_judge() {
         use crate::findings::Judgement as J;
         let plan = Plan::new(PlanSpec {
-            sizes: vec![65536, 1 << 20],
             iterations: 10,
-            tx_depth: 128,
-            cq_moderation: 16,
-            post_list: None,
-            qps: 1,
-            validate: true,
+            ..PlanSpec::check()
         })
         .unwrap();
         let run = |t: Option<Threshold>, results: Vec<SizeResult>, software: bool| {

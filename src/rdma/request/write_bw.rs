@@ -98,6 +98,23 @@ pub struct PlanSpec {
     pub validate: bool,
 }
 
+impl PlanSpec {
+    /// What `check` levels 2 and 3 share: 64 KiB and 1 MiB writes, 500 each, a TX depth of 128
+    /// with a signalled completion every 16, chains chosen per size, one QP, validated (tests
+    /// start from it and change what they need).
+    pub fn check() -> PlanSpec {
+        PlanSpec {
+            sizes: vec![65536, 1 << 20],
+            iterations: 500,
+            tx_depth: 128,
+            cq_moderation: 16,
+            post_list: None,
+            qps: 1,
+            validate: true,
+        }
+    }
+}
+
 impl Plan {
     /// The plan `spec` asks for, with `DEFAULT_REPETITIONS`; an error names the flag out of range.
     pub fn new(spec: PlanSpec) -> Result<Plan, PlanError> {
@@ -150,7 +167,7 @@ impl Plan {
         let (iterations, repetitions) = if software { (32, 3) } else { (500, 5) };
         Plan::new(PlanSpec {
             iterations,
-            ..Self::check_spec()
+            ..PlanSpec::check()
         })
         .and_then(|p| p.with_repetitions(repetitions))
     }
@@ -158,21 +175,7 @@ impl Plan {
     /// Level 3 of `check` on one GPU: as level 2's on a NIC, 64 KiB and 1 MiB writes, 500 each,
     /// 5 timed repetitions, validated (copied back from GPU memory).
     pub fn check_level3() -> Result<Plan, PlanError> {
-        Plan::new(Self::check_spec())
-    }
-
-    /// What `check` levels 2 and 3 share: 64 KiB and 1 MiB writes, 500 each, a TX depth of 128
-    /// with a signalled completion every 16, chains chosen per size, one QP, validated.
-    fn check_spec() -> PlanSpec {
-        PlanSpec {
-            sizes: vec![65536, 1 << 20],
-            iterations: 500,
-            tx_depth: 128,
-            cq_moderation: 16,
-            post_list: None,
-            qps: 1,
-            validate: true,
-        }
+        Plan::new(PlanSpec::check())
     }
 
     /// The same plan with `n` timed repetitions per size.
