@@ -12,6 +12,7 @@ mod gpu;
 mod iommu;
 mod numa;
 mod pcie;
+pub(crate) use pcie::aer_source;
 pub mod probe;
 mod rdma;
 mod topo;
@@ -200,7 +201,7 @@ catalog! {
     BaselinePaths = "baseline.paths", level 0, Fail, Run::Baseline,
         "GPU-GPU and GPU-NIC path types as in the baseline (--expect)";
     BaselinePcie = "baseline.pcie", level 0, Fail, Run::Baseline,
-        "PCIe link capability and width as in the baseline (--expect)";
+        "PCIe link capability and width, and where PCIe errors are recorded, as in the baseline (--expect)";
     BaselineNvlink = "baseline.nvlink", level 0, Fail, Run::Baseline,
         "Active NVLinks per GPU as in the baseline (--expect)";
     BaselineBar1 = "baseline.bar1", level 0, Fail, Run::Baseline,

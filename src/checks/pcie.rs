@@ -1,10 +1,12 @@
 //! pcie.*: ACS redirect on the bridges GPUDirect traffic crosses, link training, device
 //! control, AER counters.
 
+use super::baseline::AerSource;
 use super::{CheckId, Ctx, Finding, Status, ev};
 use crate::inventory::PciFunction;
 use crate::pci::Bdf;
 use crate::pci::config::{Acs, Coverage};
+use crate::reading::Reading;
 use crate::topo::{BridgeRole, Device, DeviceKind};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1042,20 +1044,13 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
             }
             // A VF without the files: no AER capability of its own (a read error is still unknown).
-            _ if f.physfn.is_some()
-                && f.unread
-                    .get("aer_dev_correctable")
-                    .is_none_or(|r| r.ends_with("not present")) =>
-            {
+            None if f.physfn.is_some() && aer_source(ctx.inv, f).is_value() => {
                 let pf = f.physfn.unwrap_or(b);
                 out.push(vf_not_applicable(id, b, &who, pf, "no AER capability of its own; errors on its link are counted on its physical function"));
             }
             // The kernel keeps no counters for this function (no native AER control: a guest,
             // firmware-first platforms): the capability's own status registers are the record.
-            _ if crate::inventory::AER_FILES
-                .iter()
-                .all(|n| f.unread.get(*n).is_some_and(|r| r.ends_with("not present"))) =>
-            {
+            None if no_aer_counters(f) => {
                 out.push(aer_from_config(id, subject, f, &who));
             }
             _ => out.push(Finding::new(
@@ -1072,6 +1067,58 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
             )),
         }
     });
+}
+
+/// The kernel keeps no `aer_dev_*` counters for this function: every counter file is absent.
+fn no_aer_counters(f: &PciFunction) -> bool {
+    crate::inventory::AER_FILES
+        .iter()
+        .all(|n| f.unread.get(*n).is_some_and(|r| r.ends_with("not present")))
+}
+
+/// Where a function's PCIe errors are recorded, as `pcie.aer` reads them: the kernel's
+/// counters, else the AER capability's status registers, else nowhere (no capability in config
+/// space read in full; a virtual function without counters, whose errors its physical function
+/// counts). Unknown where a counter file could not be read or config space stops short of the
+/// capability (not root). The one decision both `pcie.aer` and a baseline's `aer` rest on.
+pub(crate) fn aer_source(inv: &crate::inventory::Inventory, f: &PciFunction) -> Reading<AerSource> {
+    if inv.extras.get(&f.bdf).is_some_and(|x| !x.aer.is_empty()) {
+        return Reading::Value(AerSource::Counters);
+    }
+    let first = f
+        .unread
+        .get("aer_dev_correctable")
+        .cloned()
+        .unwrap_or_else(|| "aer_dev_correctable: not read".into());
+    if f.physfn.is_some()
+        && (first.ends_with("not present") || !f.unread.contains_key("aer_dev_correctable"))
+    {
+        return Reading::Value(AerSource::None);
+    }
+    if !no_aer_counters(f) {
+        return Reading::unknown(format!("AER counters unavailable ({first})"));
+    }
+    let Some(cs) = &f.config else {
+        let why = f.unread.get("config").cloned().unwrap_or_default();
+        return Reading::unknown(format!(
+            "no AER counters and config space unreadable ({why})"
+        ));
+    };
+    if cs.aer.is_some() {
+        Reading::Value(AerSource::ConfigSpace)
+    } else if cs.coverage == Coverage::Extended && cs.ext_caps_readable {
+        Reading::Value(AerSource::None)
+    } else if cs.coverage == Coverage::Extended {
+        Reading::unknown(format!(
+            "no AER counters and the extended capability list is unreadable ({})",
+            cs.problems.join("; ")
+        ))
+    } else {
+        Reading::unknown(format!(
+            "no AER counters, and the AER capability lies beyond the {} bytes of config space readable (root reads 4096)",
+            cs.length
+        ))
+    }
 }
 
 /// pcie.aer where the kernel keeps no `aer_dev_*` counters: judged from the AER capability's

@@ -353,3 +353,106 @@ fn recommended_gate_passes_a_healthy_cloud_vm() {
         [serde_json::json!("not-root"), serde_json::json!("not-root")]
     );
 }
+
+/// What a platform cannot provide is its shape, recorded in the baseline, never a pass and
+/// never a node failure: a GPU whose config space (read in full) has no AER capability and
+/// whose kernel keeps no counters records PCIe errors nowhere. Against a baseline of its own
+/// model recorded so, `baseline.pcie` passes saying so, `pcie.aer` stays a not-applicable skip
+/// and the strict gate holds; against a model that records them in config space, the node
+/// warns; a reader without root cannot tell, and says so.
+#[test]
+fn platform_without_aer_is_the_baselines_shape() {
+    const GPU0: &str = "0000:00:06.0";
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = copy("h100x4-live", tmp.path());
+    let src = tree.to_str().unwrap().to_string();
+    let baseline = |name: &str| {
+        let out = tmp.path().join(name);
+        let o = gpudoctor()
+            .args(["baseline", "--root", &src, "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let b: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        (out.to_str().unwrap().to_string(), b)
+    };
+    let aer_of = |b: &serde_json::Value| b["gpus"][0]["pcie"]["aer"].clone();
+    let (with_cap, b) = baseline("with-cap.json");
+    assert_eq!(aer_of(&b), "config-space", "{b}");
+    let expect = |file: &str| {
+        let o = gpudoctor()
+            .args([
+                "check",
+                "--fail-on-skip",
+                "--json",
+                "--root",
+                &src,
+                "--expect",
+                file,
+            ])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let one = |id: &str| {
+            let c = v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["id"] == id && c["subject"] == GPU0)
+                .unwrap_or_else(|| panic!("no {id} finding on {GPU0}: {v}"));
+            let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+            (s("status"), s("skip"), s("message"))
+        };
+        (
+            o.status.code().unwrap(),
+            one("baseline.pcie"),
+            one("pcie.aer"),
+        )
+    };
+    let (code, pcie, _) = expect(&with_cap);
+    assert_eq!((code, pcie.0.as_str()), (0, "pass"), "{pcie:?}");
+    // Take the AER capability out of GPU0's extended capability list (its header at 0x1b8 now
+    // names a vendor-specific capability; the list stays whole).
+    let config = tree.join(format!("sys/devices/pci0000:00/{GPU0}/config"));
+    let clean = std::fs::read(&config).unwrap();
+    let mut b = clean.clone();
+    let header = u32::from_le_bytes(b[0x1b8..0x1bc].try_into().unwrap());
+    assert_eq!(header & 0xffff, 1, "AER capability expected at 0x1b8");
+    b[0x1b8..0x1bc].copy_from_slice(&((header & !0xffff) | 0x000b).to_le_bytes());
+    std::fs::write(&config, &b).unwrap();
+    // Against its model: this node lost the capability its model has.
+    let (_, pcie, aer) = expect(&with_cap);
+    assert_eq!(pcie.0, "warn", "{pcie:?}");
+    assert!(
+        pcie.2.contains("records PCIe errors nowhere") && pcie.2.contains("config space"),
+        "{pcie:?}"
+    );
+    assert_eq!(
+        (aer.0.as_str(), aer.1.as_str()),
+        ("skip", "not-applicable"),
+        "{aer:?}"
+    );
+    // A model that has none: the baseline records it, the node matches, the gate holds.
+    let (without_cap, b) = baseline("without-cap.json");
+    assert_eq!(aer_of(&b), "none", "{b}");
+    let (code, pcie, aer) = expect(&without_cap);
+    assert_eq!((code, pcie.0.as_str()), (0, "pass"), "{pcie:?}");
+    assert!(
+        pcie.2.contains("recorded nowhere") && pcie.2.contains("as on its model"),
+        "{pcie:?}"
+    );
+    assert_eq!(
+        (aer.0.as_str(), aer.1.as_str()),
+        ("skip", "not-applicable"),
+        "{aer:?}"
+    );
+    // Without root (64 bytes of config space) neither can be told: unknown, never a pass.
+    std::fs::write(&config, &clean[..64]).unwrap();
+    let (code, pcie, _) = expect(&without_cap);
+    assert_eq!((code, pcie.0.as_str()), (1, "skip"), "{pcie:?}");
+    assert!(
+        pcie.2.contains("where PCIe errors are recorded"),
+        "{pcie:?}"
+    );
+}

@@ -86,7 +86,14 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
         }
         if let Some(want_pcie) = &want.pcie {
             pcie_judged = true;
-            super::pcie::compare(&who, &subject, want_pcie, &node.pcie(bdf, false), out);
+            super::pcie::compare(
+                &who,
+                &subject,
+                want_pcie,
+                &node.pcie(bdf, false),
+                &node.aer(bdf),
+                out,
+            );
         }
         if let Some(w) = want.nvlinks_active {
             nv_judged = true;

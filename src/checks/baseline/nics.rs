@@ -129,7 +129,14 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
             format!("{who} at the baseline's position"),
         ));
         if let Some(want_pcie) = &want.pcie {
-            pcie::compare(&who, &subject, want_pcie, &node.pcie(bdf, true), out);
+            pcie::compare(
+                &who,
+                &subject,
+                want_pcie,
+                &node.pcie(bdf, true),
+                &node.aer(bdf),
+                out,
+            );
         }
     }
     // A NIC that passes but also has a failing port finding: drop its pass (worst wins per

@@ -1,8 +1,9 @@
 //! The node as a baseline sees it: each device by its PCI position, its link capped by the
 //! port above, its model and firmware. Shared by capture and by every comparison.
 
-use super::schema::PcieShape;
+use super::schema::{AerSource, PcieShape};
 use crate::inventory::{Inventory, PciFunction};
+use crate::reading::Reading;
 use crate::topo::{Device, Topology};
 use std::collections::BTreeMap;
 
@@ -79,6 +80,16 @@ impl<'a> Node<'a> {
             } else {
                 None
             },
+            aer: self.aer(bdf).into_value(),
+        }
+    }
+
+    /// Where the device's PCIe errors are recorded (as `pcie.aer` reads them), or why that is
+    /// unknown.
+    pub(super) fn aer(&self, bdf: crate::pci::Bdf) -> Reading<AerSource> {
+        match self.inv.pci.get(&bdf) {
+            Some(f) => crate::checks::aer_source(self.inv, f),
+            None => Reading::unknown(format!("{bdf} is not on the PCI bus")),
         }
     }
 

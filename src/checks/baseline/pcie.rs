@@ -1,15 +1,17 @@
-//! `baseline.pcie`: each GPU's and NIC's PCIe link (capability and trained width/speed)
-//! against the baseline's.
+//! `baseline.pcie`: each GPU's and NIC's PCIe link (capability and trained width/speed), and
+//! where its PCIe errors are recorded, against the baseline's.
 
-use super::schema::PcieShape;
+use super::schema::{AerSource, PcieShape};
 use super::{FIX_SHAPE, ID_PCIE, gen_width, trained};
 use crate::checks::{Finding, Status, ev};
+use crate::reading::Reading;
 
 pub(super) fn compare(
     who: &str,
     subject: &str,
     want: &PcieShape,
     have: &PcieShape,
+    have_aer: &Reading<AerSource>,
     out: &mut Vec<Finding>,
 ) -> bool {
     let mut differs = false;
@@ -33,7 +35,29 @@ pub(super) fn compare(
     check("max link width", want.max_width, have.max_width);
     check("link width", want.cur_width, have.cur_width);
     check("link speed", want.cur_gen, have.cur_gen);
-    let evidence = vec![
+    // Where errors are recorded is the platform's shape, not the link's health: a node that
+    // records them elsewhere than its model (counters lost to `pci=noaer` or firmware-first, a
+    // capability gone) warns; one that records them nowhere, as its model does, is the model.
+    let mut aer_differs = None;
+    let mut aer_evidence = Vec::new();
+    if let Some(w) = want.aer {
+        aer_evidence.push(ev("baseline: PCIe errors recorded", w.describe()));
+        match have_aer {
+            Reading::Value(h) => {
+                aer_evidence.push(ev(
+                    "PCIe errors recorded (aer_dev_* counters, else the AER capability in config space)",
+                    h.describe(),
+                ));
+                if *h != w {
+                    aer_differs = Some(*h);
+                }
+            }
+            Reading::Absent(why) | Reading::Unknown(why) => {
+                unknown.push(format!("where PCIe errors are recorded ({why})"));
+            }
+        }
+    }
+    let mut evidence = vec![
         ev(
             "baseline",
             format!(
@@ -51,6 +75,21 @@ pub(super) fn compare(
             ),
         ),
     ];
+    evidence.extend(aer_evidence);
+    if let (false, Some(h)) = (differs, aer_differs) {
+        let w = want.aer.map_or("", AerSource::describe);
+        out.push(
+            Finding::new(
+                ID_PCIE,
+                subject,
+                Status::Warn,
+                format!("{who} records PCIe errors {}, its model {w}", h.describe()),
+            )
+            .evidence(evidence)
+            .fix("Compare the kernel command line (pci=noaer, pcie_ports=compat) and the firmware's AER / firmware-first setting with a node of this model; if the model changed, record a new baseline"),
+        );
+        return true;
+    }
     if differs {
         let (status, expect_text) = if worse {
             (Status::Fail, "expected")
@@ -90,7 +129,13 @@ pub(super) fn compare(
                 ID_PCIE,
                 subject,
                 Status::Pass,
-                format!("{who} link as in the baseline"),
+                match want.aer {
+                    Some(w) => format!(
+                        "{who} link as in the baseline; PCIe errors recorded {}, as on its model",
+                        w.describe()
+                    ),
+                    None => format!("{who} link as in the baseline"),
+                },
             )
             .evidence(evidence),
         );

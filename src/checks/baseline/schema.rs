@@ -74,6 +74,38 @@ pub struct PcieShape {
     /// Trained generation, NICs only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cur_gen: Option<u8>,
+    /// Where this device's PCIe errors are recorded: a fact of the platform (a guest kernel
+    /// without native AER control keeps no counters; some devices have no AER capability), so
+    /// that a node of this model that cannot record them is told apart from one that lost
+    /// them. Written by `gpudoctor baseline` only where it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aer: Option<AerSource>,
+}
+
+/// Where a PCI function's errors are recorded (`pcie.aer` reads them there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AerSource {
+    /// The kernel's `aer_dev_*` counters (native AER control).
+    Counters,
+    /// No counters; the AER capability's status registers in config space (read as root).
+    ConfigSpace,
+    /// Nowhere: no counters and no AER capability in config space read in full (a virtual
+    /// function's errors are counted on its physical function).
+    None,
+}
+
+impl AerSource {
+    /// Words for messages: where errors are recorded ("in ...", "nowhere ...").
+    pub fn describe(self) -> &'static str {
+        match self {
+            AerSource::Counters => "in the kernel's AER counters",
+            AerSource::ConfigSpace => {
+                "in the AER status registers in config space (no kernel counters)"
+            }
+            AerSource::None => "nowhere (no AER counters, no AER capability)",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
