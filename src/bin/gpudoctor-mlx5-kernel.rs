@@ -200,7 +200,9 @@ fn cycle_stats(c: &[u64]) -> String {
     format!("median {m:.0}, min {}, max {}", v[0], v[v.len() - 1])
 }
 
-fn emulate(l: &k::Loaded, o: &Opts) -> bool {
+/// The emulated cases: each name, its plan (from `base`, sized by `o`) and the status the
+/// kernel must end with (0 all completions seen, 1 an error CQE, 2 timed out).
+fn emu_cases(o: &Opts) -> [(&'static str, EmuPlan, u32); 10] {
     let sq_size = o.writes.next_power_of_two().max(2) * 2;
     let base = EmuPlan {
         handler: EmuHandler::Gpu,
@@ -216,8 +218,7 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
         timeout: Duration::from_secs(5),
         launches: 1,
     };
-    let mut ok = true;
-    for (name, plan, want) in [
+    [
         ("gpu handler, barrier + one fence", base.clone(), 0u32),
         (
             "gpu handler, 4 launches carrying the WQE counter and CQ index (as the live path's sizes)",
@@ -298,65 +299,78 @@ fn emulate(l: &k::Loaded, o: &Opts) -> bool {
             },
             2,
         ),
-    ] {
-        match harness::emulate(l, &plan) {
-            Ok(out) => {
-                let r = out.result;
-                let outcome = match r.status {
-                    0 => "all completions seen".to_string(),
-                    1 => format!(
-                        "error CQE for WQE {}: {}",
-                        r.wqe_counter,
-                        gpudoctor::rdma::mlx5::wqe::Syndrome::from_u8(r.syndrome as u8)
-                    ),
-                    2 => format!(
-                        "timed out waiting for WQE {} (stopped, not hung)",
-                        r.wqe_counter
-                    ),
-                    s => format!("unknown status {s}"),
-                };
-                let data = if r.status == 0 {
-                    match (out.data_ok, out.timeline_ok) {
-                        (true, true) => ", data verified, completion times rising",
-                        (false, _) => ", DATA MISMATCH",
-                        (true, false) => ", data verified, COMPLETION TIMES OUT OF ORDER",
-                    }
-                } else {
-                    ""
-                };
-                let total = u64::from(plan.iterations) * u64::from(plan.launches.max(1));
-                println!(
-                    "emulate [EMULATED NIC] {name}: {} of {} iterations ({} launch(es)) x {} writes of {} B, {outcome}{data}; \
-                     stand-in consumed {} WQEs, wrote {} CQEs; kernel {:.1} ms; posting time per iteration \
-                     (%globaltimer): {}; in SM cycles (clock64): {}",
-                    out.iterations_done,
-                    total,
-                    out.launches_done,
-                    plan.writes_per_iter,
-                    plan.size,
-                    out.consumed,
-                    out.cqes,
-                    out.wall.as_secs_f64() * 1000.0,
-                    stats(&out.post_ns),
-                    cycle_stats(&out.post_cycles)
-                );
-                for v in &out.violations {
-                    println!("  protocol violation seen by the stand-in: {v}");
+    ]
+}
+
+/// Run one emulated case and print what happened: whether it ended as `want` says, with
+/// the data and completion times right and no protocol violation.
+fn emu_case(l: &k::Loaded, name: &str, plan: &EmuPlan, want: u32) -> bool {
+    match harness::emulate(l, plan) {
+        Ok(out) => {
+            let r = out.result;
+            let outcome = match r.status {
+                0 => "all completions seen".to_string(),
+                1 => format!(
+                    "error CQE for WQE {}: {}",
+                    r.wqe_counter,
+                    gpudoctor::rdma::mlx5::wqe::Syndrome::from_u8(r.syndrome as u8)
+                ),
+                2 => format!(
+                    "timed out waiting for WQE {} (stopped, not hung)",
+                    r.wqe_counter
+                ),
+                s => format!("unknown status {s}"),
+            };
+            let data = if r.status == 0 {
+                match (out.data_ok, out.timeline_ok) {
+                    (true, true) => ", data verified, completion times rising",
+                    (false, _) => ", DATA MISMATCH",
+                    (true, false) => ", data verified, COMPLETION TIMES OUT OF ORDER",
                 }
-                let good = r.status == want
-                    && out.violations.is_empty()
-                    && (want != 0
-                        || (out.data_ok && out.timeline_ok && out.iterations_done == total));
-                if !good {
-                    println!("  UNEXPECTED: wanted status {want}");
-                    ok = false;
-                }
+            } else {
+                ""
+            };
+            let total = u64::from(plan.iterations) * u64::from(plan.launches.max(1));
+            println!(
+                "emulate [EMULATED NIC] {name}: {} of {} iterations ({} launch(es)) x {} writes of {} B, {outcome}{data}; \
+                 stand-in consumed {} WQEs, wrote {} CQEs; kernel {:.1} ms; posting time per iteration \
+                 (%globaltimer): {}; in SM cycles (clock64): {}",
+                out.iterations_done,
+                total,
+                out.launches_done,
+                plan.writes_per_iter,
+                plan.size,
+                out.consumed,
+                out.cqes,
+                out.wall.as_secs_f64() * 1000.0,
+                stats(&out.post_ns),
+                cycle_stats(&out.post_cycles)
+            );
+            for v in &out.violations {
+                println!("  protocol violation seen by the stand-in: {v}");
             }
-            Err(e) => {
-                println!("emulate {name}: could not run: {e}");
-                ok = false;
+            let good = r.status == want
+                && out.violations.is_empty()
+                && (want != 0 || (out.data_ok && out.timeline_ok && out.iterations_done == total));
+            if !good {
+                println!("  UNEXPECTED: wanted status {want}");
+                return false;
             }
         }
+        Err(e) => {
+            println!("emulate {name}: could not run: {e}");
+            return false;
+        }
+    }
+    true
+}
+
+/// Every emulated case in turn (EMULATED: no adapter is involved); whether each ended as
+/// expected.
+fn emulate(l: &k::Loaded, o: &Opts) -> bool {
+    let mut ok = true;
+    for (name, plan, want) in emu_cases(o) {
+        ok &= emu_case(l, name, &plan, want);
     }
     println!(
         "(seed figure for comparison: DOCA GPUNetIO write_bw posts 512 writes in ~4 us; goal <= 2.0 us median)"

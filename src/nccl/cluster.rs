@@ -569,72 +569,73 @@ fn refuse_all(joined: &mut BTreeMap<u32, Joined>, reason: &str) {
     }
 }
 
-fn rank0(
-    o: &NcclOptions,
-    topo: &Topology,
-    c: &ClusterOptions,
-    mut report: NcclReport,
-    me: JoinInfo,
-    lib: Option<String>,
-    keep_user_debug: bool,
-) -> Result<ClusterOutcome, RendezvousError> {
+/// The processes that joined rank 0: their channels, what each brought, and, when some never
+/// came, the line that names them.
+struct Gathered {
+    joined: BTreeMap<u32, Joined>,
+    infos: BTreeMap<u32, JoinInfo>,
+    missing: Option<String>,
+}
+
+/// Listen on the rendezvous port and wait (up to `c.wait`) for ranks 1..world to join; a world
+/// of one gathers nobody.
+fn gather_ranks(c: &ClusterOptions) -> Result<Gathered, RendezvousError> {
     let world = c.ranks.world_size;
     let mut infos: BTreeMap<u32, JoinInfo> = BTreeMap::new();
-    let mut joined = BTreeMap::new();
-    if world > 1 {
-        let listener = rendezvous::listen(c.ranks.port)?;
-        let mut admit_fn = |p: &str| -> Result<u32, String> {
-            let info: JoinInfo =
-                serde_json::from_str(p).map_err(|e| format!("unreadable join: {e}"))?;
-            let r = admit(&info, world)?;
-            infos.entry(r).or_insert(info);
-            Ok(r)
-        };
-        let want = world as usize - 1;
-        let (j, turned) = rendezvous::gather(
-            listener,
-            &c.token,
-            Instant::now() + c.wait,
-            HANDSHAKE,
-            &mut admit_fn,
-            &|n| n == want,
-        );
-        joined = j;
-        infos.retain(|r, _| joined.contains_key(r));
-        if joined.len() < want {
-            let missing: Vec<String> = (1..world)
-                .filter(|r| !joined.contains_key(r))
-                .map(|r| r.to_string())
-                .collect();
-            let mut line = format!(
-                "rank(s) {} of {world} never joined the rendezvous on port {} within {} s",
-                missing.join(", "),
-                c.ranks.port,
-                c.wait.as_secs()
-            );
-            if !turned.refused.is_empty() {
-                line.push_str(&format!(" (turned away: {})", turned.refused.join("; ")));
-            }
-            finish_all(&mut joined, "error", &line);
-            return Ok(ClusterOutcome::Report {
-                report: Box::new(report),
-                error: Some(line),
-            });
-        }
-    }
-    infos.insert(0, me.clone());
-    let all: Vec<JoinInfo> = infos.into_values().collect();
-    if let Err(why) = same_versions(&all) {
-        refuse_all(&mut joined, &why);
-        return Ok(ClusterOutcome::Report {
-            report: Box::new(report),
-            error: Some(why),
+    if world <= 1 {
+        return Ok(Gathered {
+            joined: BTreeMap::new(),
+            infos,
+            missing: None,
         });
     }
-    let (firsts, nranks) = first_ranks(&all);
+    let listener = rendezvous::listen(c.ranks.port)?;
+    let mut admit_fn = |p: &str| -> Result<u32, String> {
+        let info: JoinInfo =
+            serde_json::from_str(p).map_err(|e| format!("unreadable join: {e}"))?;
+        let r = admit(&info, world)?;
+        infos.entry(r).or_insert(info);
+        Ok(r)
+    };
+    let want = world as usize - 1;
+    let (joined, turned) = rendezvous::gather(
+        listener,
+        &c.token,
+        Instant::now() + c.wait,
+        HANDSHAKE,
+        &mut admit_fn,
+        &|n| n == want,
+    );
+    infos.retain(|r, _| joined.contains_key(r));
+    let missing = (joined.len() < want).then(|| {
+        let missing: Vec<String> = (1..world)
+            .filter(|r| !joined.contains_key(r))
+            .map(|r| r.to_string())
+            .collect();
+        let mut line = format!(
+            "rank(s) {} of {world} never joined the rendezvous on port {} within {} s",
+            missing.join(", "),
+            c.ranks.port,
+            c.wait.as_secs()
+        );
+        if !turned.refused.is_empty() {
+            line.push_str(&format!(" (turned away: {})", turned.refused.join("; ")));
+        }
+        line
+    });
+    Ok(Gathered {
+        joined,
+        infos,
+        missing,
+    })
+}
+
+/// Number every process's GPUs as NCCL ranks (from `firsts`): the label of each rank
+/// (`NODE:GPU<N>`) and each process as the report shows it.
+fn number_gpus(all: &[JoinInfo], firsts: &[u32]) -> (BTreeMap<u32, String>, Vec<ProcessInfo>) {
     let mut labels = BTreeMap::new();
     let mut processes = Vec::new();
-    for (info, first) in all.iter().zip(&firsts) {
+    for (info, first) in all.iter().zip(firsts) {
         let mut gpus = info.gpus.clone();
         for (i, g) in gpus.iter_mut().enumerate() {
             g.rank = first + i as u32;
@@ -651,20 +652,35 @@ fn rank0(
             skipped: info.skipped.clone(),
         });
     }
-    let skips: Vec<String> = all
-        .iter()
+    (labels, processes)
+}
+
+/// Every process's reason not to run NCCL, as `rank R (HOST): why`.
+fn skip_reasons(all: &[JoinInfo]) -> Vec<String> {
+    all.iter()
         .filter_map(|i| {
             i.skipped
                 .as_ref()
                 .map(|s| format!("rank {} ({}): {s}", i.rank, i.host))
         })
-        .collect();
+        .collect()
+}
+
+/// The plan every process shares (`first_rank` 0): the configurations to run (none when any
+/// process skips), the sizes and the counts.
+fn base_plan(
+    o: &NcclOptions,
+    topo: &Topology,
+    nranks: u32,
+    labels: BTreeMap<u32, String>,
+    skips: &[String],
+) -> PlanMsg {
     let mut dummy = NcclReport::new(o.mode, o.policy.clone());
     let configs: Vec<(String, BTreeMap<String, String>)> = live::plans(o, topo, &mut dummy)
         .into_iter()
         .map(|p| (p.name, p.env))
         .collect();
-    let base = PlanMsg {
+    PlanMsg {
         nranks,
         first_rank: 0,
         labels,
@@ -679,57 +695,74 @@ fn rank0(
         samples: o.samples,
         deadline_s: o.deadline.as_secs(),
         skipped: (!skips.is_empty()).then(|| skips.join("; ")),
-    };
-    for (info, first) in all.iter().zip(&firsts) {
+    }
+}
+
+/// Welcome every joined process with its own plan (`base` from its first NCCL rank); the line
+/// for the first process that could not be sent it.
+fn send_plans(
+    joined: &mut BTreeMap<u32, Joined>,
+    all: &[JoinInfo],
+    firsts: &[u32],
+    base: &PlanMsg,
+    token: &str,
+) -> Result<(), String> {
+    for (info, first) in all.iter().zip(firsts) {
         if let Some(j) = joined.get_mut(&info.rank) {
             let p = PlanMsg {
                 first_rank: *first,
                 ..base.clone()
             };
             let text = serde_json::to_string(&p).unwrap_or_default();
-            if let Err(e) = j.welcome(&c.token, &text) {
-                let line = format!(
+            if let Err(e) = j.welcome(token, &text) {
+                return Err(format!(
                     "rank {} ({}): could not send its plan: {e}",
                     info.rank, info.host
-                );
-                finish_all(&mut joined, "error", &line);
-                return Ok(ClusterOutcome::Report {
-                    report: Box::new(report),
-                    error: Some(line),
-                });
+                ));
             }
         }
     }
-    if let Some(s) = &base.skipped {
-        report.skipped = Some(s.clone());
-        report.evaluate();
-        report.cluster = None;
-        let mut merged = report.clone();
-        super::report::merge_cluster(&mut merged, c.ranks.launcher.as_str(), processes, &[], &[]);
-        merged.skipped = Some(s.clone());
-        merged.evaluate();
-        let line = format!(
-            "SKIP: {} of {world} process(es) cannot run NCCL (rank 0 on {} printed each reason)",
-            skips.len(),
-            me.host
-        );
-        finish_all(&mut joined, "skip", &line);
-        return Ok(ClusterOutcome::Report {
-            report: Box::new(merged),
-            error: None,
-        });
+    Ok(())
+}
+
+/// Rank 0's own side of every configuration: what its worker runs with.
+struct OwnSide<'a> {
+    o: &'a NcclOptions,
+    topo: &'a Topology,
+    /// This process, with its GPUs numbered as NCCL ranks.
+    me: JoinInfo,
+    plan: PlanMsg,
+    lib: &'a Option<String>,
+    keep_user_debug: bool,
+}
+
+impl OwnSide<'_> {
+    /// Run the `n` configurations in turn, stopping after one that cannot go on: every
+    /// configuration's parts, and why the run stopped, if it did.
+    fn run_configs(
+        &self,
+        joined: &mut BTreeMap<u32, Joined>,
+        n: usize,
+    ) -> (Vec<Vec<RankPart>>, Option<String>) {
+        let mut parts: Vec<Vec<RankPart>> = Vec::new();
+        for ci in 0..n {
+            let (these, fault) = self.run_config(joined, ci);
+            parts.push(these);
+            if fault.is_some() {
+                return (parts, fault);
+            }
+        }
+        (parts, None)
     }
-    let me_plan = PlanMsg {
-        first_rank: 0,
-        ..base.clone()
-    };
-    let me_assigned = JoinInfo {
-        gpus: processes[0].gpus.clone(),
-        ..me.clone()
-    };
-    let mut parts: Vec<Vec<RankPart>> = Vec::new();
-    let mut fatal: Option<String> = None;
-    for ci in 0..base.configs.len() {
+
+    /// Run configuration `ci` everywhere: rank 0's worker makes the unique id, which goes to
+    /// every joined process, then their results come back. Rank 0's part first, then each
+    /// rank's in order, and why the run cannot go on (the last fault seen), if it cannot.
+    fn run_config(
+        &self,
+        joined: &mut BTreeMap<u32, Joined>,
+        ci: usize,
+    ) -> (Vec<RankPart>, Option<String>) {
         let mut sent: Result<bool, String> = Ok(false);
         let own = {
             let mut hook = |uid: &str| -> Result<(), String> {
@@ -745,14 +778,14 @@ fn rank0(
                 Ok(())
             };
             run_part(
-                o,
-                topo,
-                &me_assigned,
-                &me_plan,
+                self.o,
+                self.topo,
+                &self.me,
+                &self.plan,
                 ci,
-                &lib,
+                self.lib,
                 None,
-                keep_user_debug,
+                self.keep_user_debug,
                 Some(&mut hook),
             )
         };
@@ -765,36 +798,133 @@ fn rank0(
                 .or_else(|| these[0].run.error.clone())
                 .or_else(|| these[0].run.skipped.clone())
                 .unwrap_or_else(|| "rank 0's worker made no unique id".into());
-            fatal = Some(format!("rank 0 ({}): {why}", me.host));
-            parts.push(these);
-            break;
+            return (these, Some(format!("rank 0 ({}): {why}", self.me.host)));
         }
-        let until = Instant::now() + Duration::from_secs(base.deadline_s) + RESULTS_GRACE;
-        for (r, j) in joined.iter_mut() {
-            match j.chan.recv_by("a rank's results", until) {
-                Ok(Msg::Done { config, part }) if config as usize == ci => {
-                    match serde_json::from_str::<RankPart>(&part) {
-                        Ok(p) if p.rank == *r => these.push(p),
-                        Ok(p) => {
-                            fatal = Some(format!("rank {r} sent the results of rank {}", p.rank))
-                        }
-                        Err(e) => fatal = Some(format!("rank {r}: unreadable results: {e}")),
-                    }
+        let until = Instant::now() + Duration::from_secs(self.plan.deadline_s) + RESULTS_GRACE;
+        let fatal = collect_parts(joined, ci, until, &mut these);
+        (these, fatal)
+    }
+}
+
+/// Receive every joined process's results for configuration `ci` (until `until`) onto
+/// `these`; the last fault seen (a rank without results, or with someone else's), if any.
+fn collect_parts(
+    joined: &mut BTreeMap<u32, Joined>,
+    ci: usize,
+    until: Instant,
+    these: &mut Vec<RankPart>,
+) -> Option<String> {
+    let mut fatal = None;
+    for (r, j) in joined.iter_mut() {
+        match j.chan.recv_by("a rank's results", until) {
+            Ok(Msg::Done { config, part }) if config as usize == ci => {
+                match serde_json::from_str::<RankPart>(&part) {
+                    Ok(p) if p.rank == *r => these.push(p),
+                    Ok(p) => fatal = Some(format!("rank {r} sent the results of rank {}", p.rank)),
+                    Err(e) => fatal = Some(format!("rank {r}: unreadable results: {e}")),
                 }
-                Ok(other) => {
-                    fatal = Some(format!(
-                        "rank {r}: unexpected {}",
-                        format!("{other:?}").chars().take(80).collect::<String>()
-                    ))
-                }
-                Err(e) => fatal = Some(format!("rank {r}: {e}")),
             }
-        }
-        parts.push(these);
-        if fatal.is_some() {
-            break;
+            Ok(other) => {
+                fatal = Some(format!(
+                    "rank {r}: unexpected {}",
+                    format!("{other:?}").chars().take(80).collect::<String>()
+                ))
+            }
+            Err(e) => fatal = Some(format!("rank {r}: {e}")),
         }
     }
+    fatal
+}
+
+/// Rank 0's report where some process cannot run NCCL (`reasons`): nothing ran, every
+/// process shown.
+fn skipped_report(
+    mut report: NcclReport,
+    launcher: &str,
+    processes: Vec<ProcessInfo>,
+    reasons: &str,
+) -> NcclReport {
+    report.skipped = Some(reasons.to_string());
+    report.evaluate();
+    report.cluster = None;
+    let mut merged = report.clone();
+    super::report::merge_cluster(&mut merged, launcher, processes, &[], &[]);
+    merged.skipped = Some(reasons.to_string());
+    merged.evaluate();
+    merged
+}
+
+/// Rank 0's report for a run that cannot complete: the report as it stands and the line.
+fn stopped(report: NcclReport, line: String) -> ClusterOutcome {
+    ClusterOutcome::Report {
+        report: Box::new(report),
+        error: Some(line),
+    }
+}
+
+/// Rank 0: gather every process, send each its plan, run every configuration across them and
+/// merge one report.
+fn rank0(
+    o: &NcclOptions,
+    topo: &Topology,
+    c: &ClusterOptions,
+    mut report: NcclReport,
+    me: JoinInfo,
+    lib: Option<String>,
+    keep_user_debug: bool,
+) -> Result<ClusterOutcome, RendezvousError> {
+    let world = c.ranks.world_size;
+    let Gathered {
+        mut joined,
+        mut infos,
+        missing,
+    } = gather_ranks(c)?;
+    if let Some(line) = missing {
+        finish_all(&mut joined, "error", &line);
+        return Ok(stopped(report, line));
+    }
+    infos.insert(0, me.clone());
+    let all: Vec<JoinInfo> = infos.into_values().collect();
+    if let Err(why) = same_versions(&all) {
+        refuse_all(&mut joined, &why);
+        return Ok(stopped(report, why));
+    }
+    let (firsts, nranks) = first_ranks(&all);
+    let (labels, processes) = number_gpus(&all, &firsts);
+    let skips = skip_reasons(&all);
+    let base = base_plan(o, topo, nranks, labels, &skips);
+    if let Err(line) = send_plans(&mut joined, &all, &firsts, &base, &c.token) {
+        finish_all(&mut joined, "error", &line);
+        return Ok(stopped(report, line));
+    }
+    if let Some(s) = &base.skipped {
+        let merged = skipped_report(report, c.ranks.launcher.as_str(), processes, s);
+        let line = format!(
+            "SKIP: {} of {world} process(es) cannot run NCCL (rank 0 on {} printed each reason)",
+            skips.len(),
+            me.host
+        );
+        finish_all(&mut joined, "skip", &line);
+        return Ok(ClusterOutcome::Report {
+            report: Box::new(merged),
+            error: None,
+        });
+    }
+    let own = OwnSide {
+        o,
+        topo,
+        me: JoinInfo {
+            gpus: processes[0].gpus.clone(),
+            ..me.clone()
+        },
+        plan: PlanMsg {
+            first_rank: 0,
+            ..base.clone()
+        },
+        lib: &lib,
+        keep_user_debug,
+    };
+    let (parts, fatal) = own.run_configs(&mut joined, base.configs.len());
     let ran: Vec<(String, BTreeMap<String, String>)> =
         base.configs.iter().take(parts.len()).cloned().collect();
     super::report::merge_cluster(

@@ -306,6 +306,109 @@ fn detect(env: Lookup) -> Option<Launcher> {
     }
 }
 
+/// torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, and the rendezvous
+/// next to its store (MASTER_ADDR, MASTER_PORT + 1).
+fn from_torchrun(
+    o: &Overrides,
+    env: Lookup,
+    sources: &mut Vec<String>,
+) -> Result<FromLauncher, String> {
+    let port = match number(env, "MASTER_PORT")? {
+        // MASTER_PORT itself is torchrun's own store, held by its agent on the first
+        // node: gpudoctor listens on the next port.
+        Some(p) => Some(
+            u16::try_from(p)
+                .ok()
+                .filter(|p| *p > 0 && *p < u16::MAX)
+                .ok_or(format!("MASTER_PORT={p}: not a port below 65535"))?
+                + 1,
+        ),
+        None => None,
+    };
+    let host = get(env, "MASTER_ADDR");
+    let rdv = match (host, port) {
+        (Some(h), p) => Some((host_port(&h, DEFAULT_PORT)?.0, p.unwrap_or(DEFAULT_PORT))),
+        (None, _) => None,
+    };
+    sources.push("RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT+1".into());
+    Ok((
+        match o.rank {
+            Some(_) => None,
+            None => Some(need(env, "RANK", Launcher::Torchrun)?),
+        },
+        match o.world_size {
+            Some(_) => None,
+            None => Some(need(env, "WORLD_SIZE", Launcher::Torchrun)?),
+        },
+        number(env, "LOCAL_RANK")?.unwrap_or(0),
+        number(env, "LOCAL_WORLD_SIZE")?.unwrap_or(1),
+        rdv,
+    ))
+}
+
+/// Slurm's variables: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the tasks on this node, and
+/// the rendezvous on the first host of the step's (else the job's) node list.
+fn from_slurm(
+    o: &Overrides,
+    env: Lookup,
+    sources: &mut Vec<String>,
+) -> Result<FromLauncher, String> {
+    let node_list = get(env, "SLURM_STEP_NODELIST")
+        .map(|v| ("SLURM_STEP_NODELIST", v))
+        .or_else(|| get(env, "SLURM_JOB_NODELIST").map(|v| ("SLURM_JOB_NODELIST", v)));
+    let rdv = match node_list {
+        Some((k, v)) => {
+            let hosts = expand_hostlist(&v, MAX_HOSTS).map_err(|e| format!("{k}: {e}"))?;
+            sources.push(format!("first host of {k}"));
+            hosts.into_iter().next().map(|h| (h, DEFAULT_PORT))
+        }
+        None => None,
+    };
+    let local_world = if let Some(n) = number(env, "SLURM_NTASKS_PER_NODE")? {
+        n
+    } else {
+        let node = number(env, "SLURM_NODEID")?;
+        let list = get(env, "SLURM_STEP_TASKS_PER_NODE")
+            .map(|v| ("SLURM_STEP_TASKS_PER_NODE", v))
+            .or_else(|| get(env, "SLURM_TASKS_PER_NODE").map(|v| ("SLURM_TASKS_PER_NODE", v)));
+        match (node, list) {
+            (Some(node), Some((k, v))) => {
+                tasks_on_node(&v, node).map_err(|e| format!("{k}: {e}"))?
+            }
+            _ => 1,
+        }
+    };
+    sources.push("SLURM_PROCID SLURM_NTASKS SLURM_LOCALID".into());
+    Ok((
+        match o.rank {
+            Some(_) => None,
+            None => Some(need(env, "SLURM_PROCID", Launcher::Slurm)?),
+        },
+        match o.world_size {
+            Some(_) => None,
+            None => Some(need(env, "SLURM_NTASKS", Launcher::Slurm)?),
+        },
+        number(env, "SLURM_LOCALID")?.unwrap_or(0),
+        local_world,
+        rdv,
+    ))
+}
+
+/// A Kubernetes indexed Job's JOB_COMPLETION_INDEX: the rank alone.
+fn from_k8s(o: &Overrides, env: Lookup, sources: &mut Vec<String>) -> Result<FromLauncher, String> {
+    sources.push("JOB_COMPLETION_INDEX".into());
+    Ok((
+        match o.rank {
+            Some(_) => None,
+            None => Some(need(env, "JOB_COMPLETION_INDEX", Launcher::K8s)?),
+        },
+        None,
+        0,
+        1,
+        None,
+    ))
+}
+
 /// This process's ranks from `env` (the launcher's variables) and the flags.
 pub fn resolve(from: RanksFrom, o: &Overrides, env: Lookup) -> Result<Ranks, String> {
     let launcher = match from {
@@ -316,97 +419,9 @@ pub fn resolve(from: RanksFrom, o: &Overrides, env: Lookup) -> Result<Ranks, Str
     };
     let mut sources = vec![format!("launcher {}", launcher.as_str())];
     let (rank, world, local_rank, local_world, rendezvous): FromLauncher = match launcher {
-        Launcher::Torchrun => {
-            let port = match number(env, "MASTER_PORT")? {
-                // MASTER_PORT itself is torchrun's own store, held by its agent on the first
-                // node: gpudoctor listens on the next port.
-                Some(p) => Some(
-                    u16::try_from(p)
-                        .ok()
-                        .filter(|p| *p > 0 && *p < u16::MAX)
-                        .ok_or(format!("MASTER_PORT={p}: not a port below 65535"))?
-                        + 1,
-                ),
-                None => None,
-            };
-            let host = get(env, "MASTER_ADDR");
-            let rdv = match (host, port) {
-                (Some(h), p) => Some((host_port(&h, DEFAULT_PORT)?.0, p.unwrap_or(DEFAULT_PORT))),
-                (None, _) => None,
-            };
-            sources.push(
-                "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT+1".into(),
-            );
-            (
-                match o.rank {
-                    Some(_) => None,
-                    None => Some(need(env, "RANK", launcher)?),
-                },
-                match o.world_size {
-                    Some(_) => None,
-                    None => Some(need(env, "WORLD_SIZE", launcher)?),
-                },
-                number(env, "LOCAL_RANK")?.unwrap_or(0),
-                number(env, "LOCAL_WORLD_SIZE")?.unwrap_or(1),
-                rdv,
-            )
-        }
-        Launcher::Slurm => {
-            let node_list = get(env, "SLURM_STEP_NODELIST")
-                .map(|v| ("SLURM_STEP_NODELIST", v))
-                .or_else(|| get(env, "SLURM_JOB_NODELIST").map(|v| ("SLURM_JOB_NODELIST", v)));
-            let rdv = match node_list {
-                Some((k, v)) => {
-                    let hosts = expand_hostlist(&v, MAX_HOSTS).map_err(|e| format!("{k}: {e}"))?;
-                    sources.push(format!("first host of {k}"));
-                    hosts.into_iter().next().map(|h| (h, DEFAULT_PORT))
-                }
-                None => None,
-            };
-            let local_world = if let Some(n) = number(env, "SLURM_NTASKS_PER_NODE")? {
-                n
-            } else {
-                let node = number(env, "SLURM_NODEID")?;
-                let list = get(env, "SLURM_STEP_TASKS_PER_NODE")
-                    .map(|v| ("SLURM_STEP_TASKS_PER_NODE", v))
-                    .or_else(|| {
-                        get(env, "SLURM_TASKS_PER_NODE").map(|v| ("SLURM_TASKS_PER_NODE", v))
-                    });
-                match (node, list) {
-                    (Some(node), Some((k, v))) => {
-                        tasks_on_node(&v, node).map_err(|e| format!("{k}: {e}"))?
-                    }
-                    _ => 1,
-                }
-            };
-            sources.push("SLURM_PROCID SLURM_NTASKS SLURM_LOCALID".into());
-            (
-                match o.rank {
-                    Some(_) => None,
-                    None => Some(need(env, "SLURM_PROCID", launcher)?),
-                },
-                match o.world_size {
-                    Some(_) => None,
-                    None => Some(need(env, "SLURM_NTASKS", launcher)?),
-                },
-                number(env, "SLURM_LOCALID")?.unwrap_or(0),
-                local_world,
-                rdv,
-            )
-        }
-        Launcher::K8s => {
-            sources.push("JOB_COMPLETION_INDEX".into());
-            (
-                match o.rank {
-                    Some(_) => None,
-                    None => Some(need(env, "JOB_COMPLETION_INDEX", launcher)?),
-                },
-                None,
-                0,
-                1,
-                None,
-            )
-        }
+        Launcher::Torchrun => from_torchrun(o, env, &mut sources)?,
+        Launcher::Slurm => from_slurm(o, env, &mut sources)?,
+        Launcher::K8s => from_k8s(o, env, &mut sources)?,
     };
     let rank = match o.rank {
         Some(r) => {

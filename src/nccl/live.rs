@@ -331,19 +331,14 @@ pub(super) type OneRun = (
     Option<debuglog::DebugLog>,
 );
 
-pub(super) fn run_one(
-    o: &NcclOptions,
-    topo: &Topology,
+/// Start this binary as `probe nccl-worker` with the plan's NCCL variables (and, unless the
+/// user's own debug file is kept, NCCL's debug output into `tmp`), and hand it the request.
+fn spawn_worker(
     plan: &Plan,
     req: &WorkerRequest,
     keep_user_debug: bool,
-    labels: &Labels,
-    mut on_unique_id: Option<UniqueIdHook>,
-) -> Result<OneRun, LiveError> {
-    let tmp = tempfile::Builder::new()
-        .prefix("gpudoctor-nccl.")
-        .tempdir()
-        .map_err(|e| LiveError::Spawn(format!("a private temporary directory: {e}")))?;
+    tmp: &tempfile::TempDir,
+) -> Result<std::process::Child, LiveError> {
     let exe = std::env::current_exe().map_err(|e| LiveError::Spawn(e.to_string()))?;
     let mut cmd = Command::new(&exe);
     cmd.args(["probe", "nccl-worker"])
@@ -360,40 +355,123 @@ pub(super) fn run_one(
     let mut child = cmd
         .spawn()
         .map_err(|e| LiveError::Spawn(format!("{}: {e}", exe.display())))?;
-    let pid = child.id();
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(serde_json::to_string(req).unwrap_or_default().as_bytes());
     }
-    let step = Arc::new(Mutex::new("starting".to_string()));
-    let result: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
-    let unique_id: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
-    let reader = child.stdout.take().map(|so| {
-        let (step, result, unique_id) = (step.clone(), result.clone(), unique_id.clone());
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(so).lines().map_while(Result::ok) {
-                if let Some(u) = line.strip_prefix(UNIQUE_ID_PREFIX) {
-                    if let Ok(mut g) = unique_id.lock() {
-                        *g = Some(u.trim().to_string());
+    Ok(child)
+}
+
+/// What a worker says as it runs, read by threads off its stdout and stderr.
+struct WorkerOutput {
+    /// The step it last announced.
+    step: Arc<Mutex<String>>,
+    /// Its result line (JSON), once printed.
+    result: Arc<Mutex<Option<String>>>,
+    /// The unique id it printed (hex), until taken.
+    unique_id: Arc<Mutex<Option<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    err_reader: Option<std::thread::JoinHandle<String>>,
+}
+
+impl WorkerOutput {
+    /// Start reading the child's stdout (steps, unique id, result) and stderr (kept whole).
+    fn watch(child: &mut std::process::Child) -> WorkerOutput {
+        let step = Arc::new(Mutex::new("starting".to_string()));
+        let result: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        let unique_id: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        let reader = child.stdout.take().map(|so| {
+            let (step, result, unique_id) = (step.clone(), result.clone(), unique_id.clone());
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(so).lines().map_while(Result::ok) {
+                    if let Some(u) = line.strip_prefix(UNIQUE_ID_PREFIX) {
+                        if let Ok(mut g) = unique_id.lock() {
+                            *g = Some(u.trim().to_string());
+                        }
+                    } else if let Some(s) = line.strip_prefix(STEP_PREFIX) {
+                        if let Ok(mut g) = step.lock() {
+                            *g = s.to_string();
+                        }
+                    } else if let Some(j) = line.strip_prefix(RESULT_PREFIX)
+                        && let Ok(mut g) = result.lock()
+                    {
+                        *g = Some(j.to_string());
                     }
-                } else if let Some(s) = line.strip_prefix(STEP_PREFIX) {
-                    if let Ok(mut g) = step.lock() {
-                        *g = s.to_string();
-                    }
-                } else if let Some(j) = line.strip_prefix(RESULT_PREFIX)
-                    && let Ok(mut g) = result.lock()
-                {
-                    *g = Some(j.to_string());
                 }
-            }
+            })
+        });
+        let err_reader = child.stderr.take().map(|se| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(se), &mut s);
+                s
+            })
+        });
+        WorkerOutput {
+            step,
+            result,
+            unique_id,
+            reader,
+            err_reader,
+        }
+    }
+
+    /// After the worker ended: wait for both readers; its result, or why there is none (with
+    /// the last lines of its stderr).
+    fn finish(self, status: &Result<std::process::ExitStatus, String>) -> WorkerResult {
+        if let Some(h) = self.reader {
+            let _ = h.join();
+        }
+        let stderr = self
+            .err_reader
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let parsed: Result<WorkerResult, String> =
+            match self.result.lock().ok().and_then(|g| g.clone()) {
+                Some(j) => {
+                    serde_json::from_str(&j).map_err(|e| format!("worker result unreadable: {e}"))
+                }
+                None => {
+                    let tail: String = stderr
+                        .lines()
+                        .rev()
+                        .take(5)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect::<Vec<_>>()
+                        .join(" | ");
+                    Err(format!(
+                        "the worker ended ({}) without a result{}",
+                        match status {
+                            Ok(s) => s.to_string(),
+                            Err(e) => e.clone(),
+                        },
+                        if tail.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; its last words: {tail}")
+                        }
+                    ))
+                }
+            };
+        parsed.unwrap_or_else(|e| WorkerResult {
+            error: Some(e),
+            ..Default::default()
         })
-    });
-    let err_reader = child.stderr.take().map(|se| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(se), &mut s);
-            s
-        })
-    });
+    }
+}
+
+/// Poll the worker every 50 ms until it ends: show its step (with `--progress`), forward its
+/// unique id once, and kill and reap it when interrupted, past the deadline, or when the id
+/// could not be handed out. Its exit status (or why none could be read).
+fn supervise(
+    o: &NcclOptions,
+    plan: &Plan,
+    child: &mut std::process::Child,
+    out: &WorkerOutput,
+    mut on_unique_id: Option<UniqueIdHook>,
+) -> Result<Result<std::process::ExitStatus, String>, LiveError> {
+    let pid = child.id();
     let start = Instant::now();
     let mut last_progress = String::new();
     let status = loop {
@@ -402,7 +480,7 @@ pub(super) fn run_one(
             Ok(None) => {}
             Err(e) => break Err(e.to_string()),
         }
-        let now = step.lock().map(|s| s.clone()).unwrap_or_default();
+        let now = out.step.lock().map(|s| s.clone()).unwrap_or_default();
         if o.progress {
             let line = format!("gpudoctor: nccl {}: {now}", plan.name);
             if line != last_progress {
@@ -418,19 +496,19 @@ pub(super) fn run_one(
             }
         };
         if let Some(hook) = on_unique_id.as_mut()
-            && let Some(u) = unique_id.lock().ok().and_then(|mut g| g.take())
+            && let Some(u) = out.unique_id.lock().ok().and_then(|mut g| g.take())
         {
             let forwarded = hook(&u);
             on_unique_id = None;
             if let Err(e) = forwarded {
-                killed(&mut child);
+                killed(child);
                 return Err(LiveError::Spawn(format!(
                     "the unique id could not be handed out ({e}): worker {pid} killed"
                 )));
             }
         }
         if crate::signals::interrupted() {
-            killed(&mut child);
+            killed(child);
             return Err(LiveError::Interrupted {
                 signal: crate::signals::which(),
                 config: plan.name.clone(),
@@ -439,7 +517,7 @@ pub(super) fn run_one(
             });
         }
         if start.elapsed() > o.deadline {
-            killed(&mut child);
+            killed(child);
             return Err(LiveError::Deadline {
                 secs: o.deadline.as_secs(),
                 config: plan.name.clone(),
@@ -452,94 +530,82 @@ pub(super) fn run_one(
     if o.progress && !last_progress.is_empty() {
         let _ = write!(std::io::stderr(), "\r\x1b[2K");
     }
-    if let Some(h) = reader {
-        let _ = h.join();
-    }
-    let stderr = err_reader.and_then(|h| h.join().ok()).unwrap_or_default();
-    let parsed: Result<WorkerResult, String> = match result.lock().ok().and_then(|g| g.clone()) {
-        Some(j) => serde_json::from_str(&j).map_err(|e| format!("worker result unreadable: {e}")),
-        None => {
-            let tail: String = stderr
-                .lines()
-                .rev()
-                .take(5)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join(" | ");
-            Err(format!(
-                "the worker ended ({}) without a result{}",
-                match &status {
-                    Ok(s) => s.to_string(),
-                    Err(e) => e.clone(),
-                },
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!("; its last words: {tail}")
-                }
-            ))
-        }
-    };
-    let wr = parsed.unwrap_or_else(|e| WorkerResult {
-        error: Some(e),
-        ..Default::default()
-    });
-    // NCCL's debug output: every file the worker wrote into the private directory.
-    let (log, debug_log) = if keep_user_debug {
-        (
+    Ok(status)
+}
+
+/// NCCL's debug output: every file the worker wrote into the private directory `tmp`, parsed,
+/// and where it was read from (or why it was not).
+fn read_debug_log(
+    tmp: &tempfile::TempDir,
+    keep_user_debug: bool,
+) -> (Option<debuglog::DebugLog>, Reading<String>) {
+    if keep_user_debug {
+        return (
             None,
             Reading::unknown("NCCL_DEBUG_FILE is set by the environment: not read"),
-        )
-    } else {
-        let mut text = String::new();
-        let mut names = Vec::new();
-        if let Ok(rd) = std::fs::read_dir(tmp.path()) {
-            let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-            files.sort();
-            for f in files {
-                if let Ok(t) = std::fs::read_to_string(&f) {
-                    text.push_str(&t);
-                    names.push(
-                        f.file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default(),
-                    );
-                }
+        );
+    }
+    let mut text = String::new();
+    let mut names = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(tmp.path()) {
+        let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            if let Ok(t) = std::fs::read_to_string(&f) {
+                text.push_str(&t);
+                names.push(
+                    f.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                );
             }
         }
-        if names.is_empty() {
-            (None, Reading::absent("NCCL wrote no debug file"))
-        } else {
-            (
-                Some(debuglog::parse(&text)),
-                Reading::Value(format!(
-                    "NCCL_DEBUG=INFO into a private temporary directory ({}), removed after reading",
-                    names.join(", ")
-                )),
-            )
-        }
-    };
-    let label_of = |rank: u32| {
-        labels
-            .get(&rank)
-            .map(|g| g.0.clone())
-            .unwrap_or_else(|| format!("rank{rank}"))
-    };
-    let local_of = |rank: u32| labels.get(&rank).and_then(|g| g.1.clone());
-    let path_of = |a: u32, b: u32| {
-        let (a, b) = (local_of(a)?, local_of(b)?);
-        let m = &topo.matrix;
-        let i = m.labels.iter().position(|l| *l == a)?;
-        let j = m.labels.iter().position(|l| *l == b)?;
-        m.paths.get(i).and_then(|r| r.get(j)).map(|p| p.cell())
-    };
-    let mut transports = Vec::new();
-    let mut networks = Vec::new();
-    let mut socket_interfaces = Vec::new();
-    let mut nccl_warnings = Vec::new();
-    if let Some(l) = &log {
+    }
+    if names.is_empty() {
+        (None, Reading::absent("NCCL wrote no debug file"))
+    } else {
+        (
+            Some(debuglog::parse(&text)),
+            Reading::Value(format!(
+                "NCCL_DEBUG=INFO into a private temporary directory ({}), removed after reading",
+                names.join(", ")
+            )),
+        )
+    }
+}
+
+/// What NCCL's debug output says about a run, as the report carries it.
+#[derive(Default)]
+struct LogFacts {
+    /// The transport between each pair of ranks, with the topology's path where both GPUs
+    /// are this process's.
+    transports: Vec<PairTransport>,
+    networks: Vec<String>,
+    socket_interfaces: Vec<String>,
+    nccl_warnings: Vec<String>,
+}
+
+impl LogFacts {
+    /// Read the facts off `log` (none without one), naming ranks through `labels`.
+    fn of(log: Option<&debuglog::DebugLog>, topo: &Topology, labels: &Labels) -> LogFacts {
+        let Some(l) = log else {
+            return LogFacts::default();
+        };
+        let label_of = |rank: u32| {
+            labels
+                .get(&rank)
+                .map(|g| g.0.clone())
+                .unwrap_or_else(|| format!("rank{rank}"))
+        };
+        let local_of = |rank: u32| labels.get(&rank).and_then(|g| g.1.clone());
+        let path_of = |a: u32, b: u32| {
+            let (a, b) = (local_of(a)?, local_of(b)?);
+            let m = &topo.matrix;
+            let i = m.labels.iter().position(|l| *l == a)?;
+            let j = m.labels.iter().position(|l| *l == b)?;
+            m.paths.get(i).and_then(|r| r.get(j)).map(|p| p.cell())
+        };
+        let mut transports = Vec::new();
         for p in debuglog::pairs(l) {
             let (from, to) = (label_of(p.from_rank), label_of(p.to_rank));
             transports.push(PairTransport {
@@ -549,17 +615,43 @@ pub(super) fn run_one(
                 via: p.via,
             });
         }
-        networks = l.networks.iter().cloned().collect();
-        socket_interfaces = l.socket_interfaces.iter().cloned().collect();
-        nccl_warnings = l.warnings.clone();
+        LogFacts {
+            transports,
+            networks: l.networks.iter().cloned().collect(),
+            socket_interfaces: l.socket_interfaces.iter().cloned().collect(),
+            nccl_warnings: l.warnings.clone(),
+        }
     }
+}
+
+/// Run one configuration in its own worker process, under the deadline, and read back its
+/// result and NCCL's debug output.
+pub(super) fn run_one(
+    o: &NcclOptions,
+    topo: &Topology,
+    plan: &Plan,
+    req: &WorkerRequest,
+    keep_user_debug: bool,
+    labels: &Labels,
+    on_unique_id: Option<UniqueIdHook>,
+) -> Result<OneRun, LiveError> {
+    let tmp = tempfile::Builder::new()
+        .prefix("gpudoctor-nccl.")
+        .tempdir()
+        .map_err(|e| LiveError::Spawn(format!("a private temporary directory: {e}")))?;
+    let mut child = spawn_worker(plan, req, keep_user_debug, &tmp)?;
+    let out = WorkerOutput::watch(&mut child);
+    let status = supervise(o, plan, &mut child, &out, on_unique_id)?;
+    let wr = out.finish(&status);
+    let (log, debug_log) = read_debug_log(&tmp, keep_user_debug);
+    let facts = LogFacts::of(log.as_ref(), topo, labels);
     let mut expected = wr
         .expected
         .clone()
         .unwrap_or_else(|| report_expected(&plan.bar_input));
     // The socket transport: its interface's speed, now that NCCL has named it.
     if o.mode == Mode::Net && plan.env.get("NCCL_NET").map(String::as_str) == Some("Socket") {
-        expected = Reading::from_result(socket_rate(&socket_interfaces));
+        expected = Reading::from_result(socket_rate(&facts.socket_interfaces));
     }
     Ok((
         ConfigRun {
@@ -569,11 +661,11 @@ pub(super) fn run_one(
             bar_input: plan.bar_input.clone(),
             expected,
             collectives: wr.collectives,
-            transports,
-            networks,
-            socket_interfaces,
+            transports: facts.transports,
+            networks: facts.networks,
+            socket_interfaces: facts.socket_interfaces,
             debug_log,
-            nccl_warnings,
+            nccl_warnings: facts.nccl_warnings,
             findings: Vec::new(),
             skipped: wr.skipped,
             error: wr.error,

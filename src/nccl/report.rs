@@ -493,23 +493,11 @@ fn node_network(nics: &NodeNics) -> Result<Rate, String> {
     })
 }
 
-/// Merge every process's parts of every configuration into rank 0's report (pure).
-/// `parts[config]` holds one part per process that answered.
-pub fn merge_cluster(
-    r: &mut NcclReport,
-    launcher: &str,
-    processes: Vec<ProcessInfo>,
-    configs: &[(String, BTreeMap<String, String>)],
-    parts: &[Vec<RankPart>],
-) {
-    let nranks: u32 = processes.iter().map(|p| p.gpus.len() as u32).sum();
-    let world_size = processes.len() as u32;
-    let mut gpus: Vec<NcclGpu> = processes.iter().flat_map(|p| p.gpus.clone()).collect();
-    gpus.sort_by_key(|g| g.rank);
-    r.gpus = gpus;
-    // Nodes, in order of their first process.
+/// The nodes of `processes`, in order of their first process: hosts, processes and NCCL ranks
+/// of each, nothing measured yet.
+fn cluster_nodes(processes: &[ProcessInfo]) -> Vec<NodeView> {
     let mut nodes: Vec<NodeView> = Vec::new();
-    for p in &processes {
+    for p in processes {
         let n = match nodes.iter_mut().find(|n| n.node == p.node) {
             Some(n) => n,
             None => {
@@ -531,145 +519,176 @@ pub fn merge_cluster(
         n.processes.push(p.rank);
         n.nccl_ranks.extend(p.gpus.iter().map(|g| g.rank));
     }
-    let mut rails: BTreeMap<String, RailView> = BTreeMap::new();
-    let mut node_nics: BTreeMap<String, NodeNics> = BTreeMap::new();
-    for (ci, (name, env)) in configs.iter().enumerate() {
-        let mut ps: Vec<&RankPart> = parts
-            .get(ci)
-            .map(|v| v.iter().collect())
-            .unwrap_or_default();
-        ps.sort_by_key(|p| p.rank);
-        for p in &ps {
-            for (nic, u) in &p.nics {
-                let e = node_nics
-                    .entry(p.node.clone())
-                    .or_default()
-                    .entry(nic.clone())
-                    .or_insert((0, u.rate.clone()));
-                e.0 += u.channels;
-                let rail = rails.entry(nic.clone()).or_insert(RailView {
-                    nic: nic.clone(),
-                    nodes: Vec::new(),
-                    channels: 0,
-                    rate: u.rate.clone(),
-                });
-                if !rail.nodes.contains(&p.node) {
-                    rail.nodes.push(p.node.clone());
-                }
-                rail.channels += u.channels;
-                rail.rate = match (&rail.rate, &u.rate) {
-                    (Reading::Value(a), Reading::Value(b))
-                        if b.bandwidth_gbps < a.bandwidth_gbps =>
-                    {
-                        Reading::Value(b.clone())
-                    }
-                    (Reading::Value(_), Reading::Absent(e)) => {
-                        Reading::absent(format!("{}: {e}", p.node))
-                    }
-                    (Reading::Value(_), Reading::Unknown(e)) => {
-                        Reading::unknown(format!("{}: {e}", p.node))
-                    }
-                    (x, _) => x.clone(),
-                };
-            }
-            if let Some(n) = nodes.iter_mut().find(|n| n.node == p.node) {
-                for c in &p.run.collectives {
-                    if let Some(m) = judged_median(c) {
-                        let k = format!("{name} {}", c.collective.as_str());
-                        let v = n.busbw_gbps.entry(k).or_insert(m);
-                        *v = v.min(m);
-                    }
-                }
-            }
-        }
-        let (collectives, error) = merge_collectives(&ps, nranks);
-        let mut transports: BTreeMap<(String, String), PairTransport> = BTreeMap::new();
-        let mut networks = std::collections::BTreeSet::new();
-        let mut socket_interfaces = std::collections::BTreeSet::new();
-        let mut warnings = Vec::new();
-        let mut skipped = Vec::new();
-        let mut errors: Vec<String> = error.into_iter().collect();
-        let mut debug_missing = Vec::new();
-        for p in &ps {
-            for t in &p.run.transports {
-                let e = transports
-                    .entry((t.from.clone(), t.to.clone()))
-                    .or_insert_with(|| PairTransport {
-                        via: BTreeMap::new(),
-                        ..t.clone()
-                    });
-                if e.path.is_none() {
-                    e.path = t.path.clone();
-                }
-                for (v, n) in &t.via {
-                    let x = e.via.entry(v.clone()).or_insert(0);
-                    *x = (*x).max(*n);
-                }
-            }
-            networks.extend(p.run.networks.iter().cloned());
-            socket_interfaces.extend(
-                p.run
-                    .socket_interfaces
-                    .iter()
-                    .map(|i| format!("{}:{i}", p.node)),
-            );
-            warnings.extend(
-                p.run
-                    .nccl_warnings
-                    .iter()
-                    .map(|w| format!("rank {} ({}): {w}", p.rank, p.node)),
-            );
-            if let Some(s) = &p.run.skipped {
-                skipped.push(format!("rank {} ({}): {s}", p.rank, p.node));
-            }
-            if let Some(e) = &p.hung {
-                errors.push(format!("rank {} ({}): {e}", p.rank, p.node));
-            } else if let Some(e) = &p.run.error
-                && !errors.iter().any(|x| x.contains(e.as_str()))
-            {
-                errors.push(format!("rank {} ({}): {e}", p.rank, p.node));
-            }
-            if let Some(e) = p.run.debug_log.why() {
-                debug_missing.push(format!("rank {}: {e}", p.rank));
-            }
-        }
-        let answered: Vec<u32> = ps.iter().map(|p| p.rank).collect();
-        let silent: Vec<String> = processes
-            .iter()
-            .filter(|p| !answered.contains(&p.rank))
-            .map(|p| format!("{} ({})", p.rank, p.node))
-            .collect();
-        if !silent.is_empty() {
-            errors.push(format!("no result from rank(s) {}", silent.join(", ")));
-        }
-        r.runs.push(ConfigRun {
-            name: name.clone(),
-            mode: Mode::Cluster,
-            nccl_env: env.clone(),
-            bar_input: BarInput::Net {
-                expected: Reading::unknown("set below, from every node's network"),
-            },
-            expected: Reading::unknown("set below, from every node's network"),
-            collectives,
-            transports: transports.into_values().collect(),
-            networks: networks.into_iter().collect(),
-            socket_interfaces: socket_interfaces.into_iter().collect(),
-            debug_log: if debug_missing.is_empty() {
-                Reading::Value(format!(
-                    "NCCL_DEBUG=INFO into a private temporary directory on each of {} processes, removed after reading",
-                    ps.len()
-                ))
-            } else {
-                Reading::unknown(debug_missing.join("; "))
-            },
-            nccl_warnings: warnings,
-            findings: Vec::new(),
-            skipped: (!skipped.is_empty()).then(|| skipped.join("; ")),
-            error: (!errors.is_empty()).then(|| errors.join("; ")),
-            status: Status::Unknown,
+    nodes
+}
+
+/// Count part `p`'s NICs into its node's NICs and into the rails: channels summed, a rail's
+/// rate the slowest seen (or why one is not known, naming the node).
+fn tally_nics(
+    p: &RankPart,
+    node_nics: &mut BTreeMap<String, NodeNics>,
+    rails: &mut BTreeMap<String, RailView>,
+) {
+    for (nic, u) in &p.nics {
+        let e = node_nics
+            .entry(p.node.clone())
+            .or_default()
+            .entry(nic.clone())
+            .or_insert((0, u.rate.clone()));
+        e.0 += u.channels;
+        let rail = rails.entry(nic.clone()).or_insert(RailView {
+            nic: nic.clone(),
+            nodes: Vec::new(),
+            channels: 0,
+            rate: u.rate.clone(),
         });
+        if !rail.nodes.contains(&p.node) {
+            rail.nodes.push(p.node.clone());
+        }
+        rail.channels += u.channels;
+        rail.rate = match (&rail.rate, &u.rate) {
+            (Reading::Value(a), Reading::Value(b)) if b.bandwidth_gbps < a.bandwidth_gbps => {
+                Reading::Value(b.clone())
+            }
+            (Reading::Value(_), Reading::Absent(e)) => Reading::absent(format!("{}: {e}", p.node)),
+            (Reading::Value(_), Reading::Unknown(e)) => {
+                Reading::unknown(format!("{}: {e}", p.node))
+            }
+            (x, _) => x.clone(),
+        };
     }
-    for n in &mut nodes {
+}
+
+/// Keep, on part `p`'s node, the lowest judged median of each of its collectives in
+/// configuration `name`.
+fn record_busbw(nodes: &mut [NodeView], name: &str, p: &RankPart) {
+    if let Some(n) = nodes.iter_mut().find(|n| n.node == p.node) {
+        for c in &p.run.collectives {
+            if let Some(m) = judged_median(c) {
+                let k = format!("{name} {}", c.collective.as_str());
+                let v = n.busbw_gbps.entry(k).or_insert(m);
+                *v = v.min(m);
+            }
+        }
+    }
+}
+
+/// Every pair's transport over the parts `ps`: one entry per (from, to), the first path known,
+/// each transport's channel count the largest any part saw.
+fn merge_transports(ps: &[&RankPart]) -> Vec<PairTransport> {
+    let mut transports: BTreeMap<(String, String), PairTransport> = BTreeMap::new();
+    for p in ps {
+        for t in &p.run.transports {
+            let e = transports
+                .entry((t.from.clone(), t.to.clone()))
+                .or_insert_with(|| PairTransport {
+                    via: BTreeMap::new(),
+                    ..t.clone()
+                });
+            if e.path.is_none() {
+                e.path = t.path.clone();
+            }
+            for (v, n) in &t.via {
+                let x = e.via.entry(v.clone()).or_insert(0);
+                *x = (*x).max(*n);
+            }
+        }
+    }
+    transports.into_values().collect()
+}
+
+/// One configuration's run across the cluster from the parts `ps` (sorted by rank) of the
+/// processes that answered: collectives merged, NCCL's facts of every part (each naming its
+/// rank and node), and an error for a hung worker, a failed one or a rank that never answered.
+/// Its bar is set later, from every node's network.
+fn merge_run(
+    name: &str,
+    env: &BTreeMap<String, String>,
+    ps: &[&RankPart],
+    processes: &[ProcessInfo],
+    nranks: u32,
+) -> ConfigRun {
+    let (collectives, error) = merge_collectives(ps, nranks);
+    let mut networks = std::collections::BTreeSet::new();
+    let mut socket_interfaces = std::collections::BTreeSet::new();
+    let mut warnings = Vec::new();
+    let mut skipped = Vec::new();
+    let mut errors: Vec<String> = error.into_iter().collect();
+    let mut debug_missing = Vec::new();
+    for p in ps {
+        networks.extend(p.run.networks.iter().cloned());
+        socket_interfaces.extend(
+            p.run
+                .socket_interfaces
+                .iter()
+                .map(|i| format!("{}:{i}", p.node)),
+        );
+        warnings.extend(
+            p.run
+                .nccl_warnings
+                .iter()
+                .map(|w| format!("rank {} ({}): {w}", p.rank, p.node)),
+        );
+        if let Some(s) = &p.run.skipped {
+            skipped.push(format!("rank {} ({}): {s}", p.rank, p.node));
+        }
+        if let Some(e) = &p.hung {
+            errors.push(format!("rank {} ({}): {e}", p.rank, p.node));
+        } else if let Some(e) = &p.run.error
+            && !errors.iter().any(|x| x.contains(e.as_str()))
+        {
+            errors.push(format!("rank {} ({}): {e}", p.rank, p.node));
+        }
+        if let Some(e) = p.run.debug_log.why() {
+            debug_missing.push(format!("rank {}: {e}", p.rank));
+        }
+    }
+    let answered: Vec<u32> = ps.iter().map(|p| p.rank).collect();
+    let silent: Vec<String> = processes
+        .iter()
+        .filter(|p| !answered.contains(&p.rank))
+        .map(|p| format!("{} ({})", p.rank, p.node))
+        .collect();
+    if !silent.is_empty() {
+        errors.push(format!("no result from rank(s) {}", silent.join(", ")));
+    }
+    ConfigRun {
+        name: name.to_string(),
+        mode: Mode::Cluster,
+        nccl_env: env.clone(),
+        bar_input: BarInput::Net {
+            expected: Reading::unknown("set below, from every node's network"),
+        },
+        expected: Reading::unknown("set below, from every node's network"),
+        collectives,
+        transports: merge_transports(ps),
+        networks: networks.into_iter().collect(),
+        socket_interfaces: socket_interfaces.into_iter().collect(),
+        debug_log: if debug_missing.is_empty() {
+            Reading::Value(format!(
+                "NCCL_DEBUG=INFO into a private temporary directory on each of {} processes, removed after reading",
+                ps.len()
+            ))
+        } else {
+            Reading::unknown(debug_missing.join("; "))
+        },
+        nccl_warnings: warnings,
+        findings: Vec::new(),
+        skipped: (!skipped.is_empty()).then(|| skipped.join("; ")),
+        error: (!errors.is_empty()).then(|| errors.join("; ")),
+        status: Status::Unknown,
+    }
+}
+
+/// Each node's network (its NICs' rates summed) and its NICs: every rail it is on, with the
+/// channels its processes' parts used over all configurations.
+fn node_networks(
+    nodes: &mut [NodeView],
+    mut node_nics: BTreeMap<String, NodeNics>,
+    rails: &BTreeMap<String, RailView>,
+    parts: &[Vec<RankPart>],
+) {
+    for n in nodes.iter_mut() {
         n.network =
             Reading::from_result(node_network(&node_nics.remove(&n.node).unwrap_or_default()));
         n.nics = BTreeMap::new();
@@ -691,6 +710,38 @@ pub fn merge_cluster(
             }
         }
     }
+}
+
+/// Merge every process's parts of every configuration into rank 0's report (pure).
+/// `parts[config]` holds one part per process that answered.
+pub fn merge_cluster(
+    r: &mut NcclReport,
+    launcher: &str,
+    processes: Vec<ProcessInfo>,
+    configs: &[(String, BTreeMap<String, String>)],
+    parts: &[Vec<RankPart>],
+) {
+    let nranks: u32 = processes.iter().map(|p| p.gpus.len() as u32).sum();
+    let world_size = processes.len() as u32;
+    let mut gpus: Vec<NcclGpu> = processes.iter().flat_map(|p| p.gpus.clone()).collect();
+    gpus.sort_by_key(|g| g.rank);
+    r.gpus = gpus;
+    let mut nodes = cluster_nodes(&processes);
+    let mut rails: BTreeMap<String, RailView> = BTreeMap::new();
+    let mut node_nics: BTreeMap<String, NodeNics> = BTreeMap::new();
+    for (ci, (name, env)) in configs.iter().enumerate() {
+        let mut ps: Vec<&RankPart> = parts
+            .get(ci)
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
+        ps.sort_by_key(|p| p.rank);
+        for p in &ps {
+            tally_nics(p, &mut node_nics, &mut rails);
+            record_busbw(&mut nodes, name, p);
+        }
+        r.runs.push(merge_run(name, env, &ps, &processes, nranks));
+    }
+    node_networks(&mut nodes, node_nics, &rails, parts);
     let expected = Reading::from_result(cluster_expected(&nodes));
     for run in &mut r.runs {
         run.bar_input = BarInput::Net {

@@ -794,6 +794,216 @@ fn nvml_reading<T>(r: Result<T, nvml_wrapper::error::NvmlError>) -> Reading<T> {
     }
 }
 
+/// Every GPU's resources for the peer copies, by GPU index. Fields drop in declaration order:
+/// kernels, buffers and streams before their contexts.
+struct PeerGpus {
+    /// The copy kernel loaded on each GPU (its module kept alive), or why it is not.
+    kernels: Vec<Result<(Module, cuda::Kernel), String>>,
+    /// Each GPU's (source, destination) buffers.
+    bufs: Vec<(DeviceBuffer, DeviceBuffer)>,
+    streams: Vec<Stream>,
+    ctxs: Vec<Rc<Context>>,
+}
+
+impl PeerGpus {
+    /// A context, two `bytes` buffers and a stream on every GPU, and the copy kernel where
+    /// NVRTC can compile it.
+    fn alloc(gpus: &[Gpu], bytes: usize, have_nvrtc: bool) -> Result<PeerGpus, Stop> {
+        let mut ctxs = Vec::new();
+        let mut bufs = Vec::new();
+        let mut streams = Vec::new();
+        let mut kernels = Vec::new();
+        for g in gpus {
+            let ctx = Context::retain(g.dev.handle)?;
+            bufs.push((
+                DeviceBuffer::new(&ctx, bytes)?,
+                DeviceBuffer::new(&ctx, bytes)?,
+            ));
+            streams.push(Stream::new(&ctx)?);
+            kernels.push(if have_nvrtc {
+                match load_copy_kernel(&ctx, &g.dev) {
+                    Ok(m) => match m.function(COPY_KERNEL_NAME) {
+                        Ok(f) => Ok((m, f)),
+                        Err(e) => Err(e.to_string()),
+                    },
+                    Err(e) => Err(e.to_string()),
+                }
+            } else {
+                Err("NVRTC unavailable".to_string())
+            });
+            ctxs.push(ctx);
+        }
+        Ok(PeerGpus {
+            kernels,
+            bufs,
+            streams,
+            ctxs,
+        })
+    }
+}
+
+/// The expected rate from GPU `a` to `b` over `path`: NVLink's where the path is NVLinks,
+/// else the slower of the two GPUs' PCIe links.
+fn peer_expected(a: &Gpu, b: &Gpu, path: &Option<(String, Option<u32>)>) -> Reading<Expected> {
+    let (la, lb) = (a.plan.label.as_str(), b.plan.label.as_str());
+    Reading::from_result(match path {
+        Some((cell, Some(n))) if cell.starts_with("NV") && *n > 0 => {
+            super::nvlink_expected(*n, a.dev.cc_major, a.dev.cc_minor)
+        }
+        Some((cell, _)) => match (&a.plan.link_max, &b.plan.link_max) {
+            (Reading::Value((ga, wa, _)), Reading::Value((gb, wb, _))) => {
+                let (gn, w) = if crate::pci::link_gbps_per_direction(*ga, *wa)
+                    <= crate::pci::link_gbps_per_direction(*gb, *wb)
+                {
+                    (*ga, *wa)
+                } else {
+                    (*gb, *wb)
+                };
+                super::pcie_expected(
+                    gn,
+                    w,
+                    &format!("PCIe path {cell}: the slower of the two GPUs' links"),
+                )
+            }
+            (Reading::Absent(e) | Reading::Unknown(e), _)
+            | (_, Reading::Absent(e) | Reading::Unknown(e)) => Err(e.clone()),
+        },
+        None => Err(format!("no topology path for {la}->{lb}")),
+    })
+}
+
+/// Ask CUDA whether GPU `i` can reach GPU `j`, enable peer access where it can, and record
+/// the pair (its path, the answer and the P2P attributes). Whether peer access is enabled.
+fn peer_info(
+    sh: &SharedRef,
+    gpus: &[Gpu],
+    res: &PeerGpus,
+    (i, j): (usize, usize),
+    path: &Option<(String, Option<u32>)>,
+) -> bool {
+    let (a, b) = (&gpus[i], &gpus[j]);
+    let (la, lb) = (a.plan.label.as_str(), b.plan.label.as_str());
+    let can = Reading::from_result(cuda::can_access_peer(&a.dev, &b.dev));
+    let attributes = cuda::p2p_attributes(&a.dev, &b.dev)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let mut peer_enabled = false;
+    if can == Reading::Value(true) {
+        match res.ctxs[i].enable_peer_access(&res.ctxs[j]) {
+            Ok(()) => peer_enabled = true,
+            Err(e) => with_report(sh, |r| {
+                r.notes
+                    .push(format!("{la}->{lb}: enabling peer access failed: {e}"))
+            }),
+        }
+    }
+    with_report(sh, |r| {
+        r.peers.push(PeerInfo {
+            src: la.to_string(),
+            dst: lb.to_string(),
+            path: path.as_ref().map(|p| p.0.clone()),
+            can_access_peer: can.clone(),
+            attributes,
+            status: Status::Unknown,
+            reason: String::new(),
+        })
+    });
+    peer_enabled
+}
+
+/// One ordered pair, GPU `i` to GPU `j`: record it, measure the copy engine, then (with peer
+/// access and a loaded kernel) the SM copy kernel, or note why that variant did not run.
+fn peer_pair(
+    o: &ProbeOptions,
+    plan: &Plan,
+    gpus: &[Gpu],
+    res: &PeerGpus,
+    (i, j): (usize, usize),
+    sh: &SharedRef,
+) -> Result<(), Stop> {
+    let (a, b) = (&gpus[i], &gpus[j]);
+    let (la, lb) = (a.plan.label.as_str(), b.plan.label.as_str());
+    let bytes = o.size_bytes as usize;
+    let path = plan.paths.get(&(la.to_string(), lb.to_string())).cloned();
+    let peer_enabled = peer_info(sh, gpus, res, (i, j), &path);
+    let expected = peer_expected(a, b, &path);
+    let s = &res.streams[i];
+    let (src, dst) = (res.bufs[i].0.ptr, res.bufs[j].1.ptr);
+    let ce_bar = super::bar(Method::CopyEngine, &expected, None, &o.policy);
+    let (samples, again, stop) = measure(
+        &res.ctxs[i],
+        s,
+        o,
+        sh,
+        &format!("p2p {la}->{lb} copy-engine"),
+        &ce_bar,
+        || cuda::memcpy_async(dst, src, bytes, s),
+    );
+    let err = settle(stop)?;
+    let ce_gbps = if err.is_none() && ce_bar.is_ok() {
+        super::median(if again.is_empty() { &samples } else { &again })
+    } else {
+        None
+    };
+    record(
+        sh,
+        o,
+        format!("p2p {la}->{lb} copy-engine"),
+        Method::CopyEngine,
+        la,
+        lb,
+        (samples, again),
+        expected.clone(),
+        err,
+    );
+    if !peer_enabled {
+        with_report(sh, |r| {
+            r.notes.push(format!(
+                "{la}->{lb}: SM-kernel variant not run: no peer access"
+            ))
+        });
+        return Ok(());
+    }
+    match &res.kernels[i] {
+        Ok((_, f)) => {
+            let f = *f;
+            let (grid, block) = copy_grid(&a.dev);
+            let words = o.size_bytes / 16;
+            res.ctxs[i].make_current()?;
+            let sm_bar = super::bar(Method::SmKernel, &expected, ce_gbps, &o.policy);
+            let (samples, again, stop) = measure(
+                &res.ctxs[i],
+                s,
+                o,
+                sh,
+                &format!("p2p {la}->{lb} sm-kernel"),
+                &sm_bar,
+                || cuda::launch_copy(f, grid, block, src, dst, words, s),
+            );
+            let err = settle(stop)?;
+            record(
+                sh,
+                o,
+                format!("p2p {la}->{lb} sm-kernel"),
+                Method::SmKernel,
+                la,
+                lb,
+                (samples, again),
+                expected,
+                err,
+            );
+        }
+        Err(e) => with_report(sh, |r| {
+            r.notes
+                .push(format!("{la}->{lb}: SM-kernel variant not run: {e}"))
+        }),
+    }
+    Ok(())
+}
+
+/// Level 1 p2p: every ordered pair of GPUs (or, with `--gpu`, those with that GPU), copy
+/// engine and SM kernel.
 fn peer_copies(
     o: &ProbeOptions,
     plan: &Plan,
@@ -805,32 +1015,9 @@ fn peer_copies(
         skip(sh, format!("p2p needs two GPUs; {} visible", gpus.len()));
         return Ok(());
     }
-    let bytes = o.size_bytes as usize;
     set_step(sh, "p2p: allocating".into(), 0);
-    let mut ctxs = Vec::new();
-    let mut bufs = Vec::new();
-    let mut streams = Vec::new();
-    let mut kernels = Vec::new();
-    for g in gpus {
-        let ctx = Context::retain(g.dev.handle)?;
-        bufs.push((
-            DeviceBuffer::new(&ctx, bytes)?,
-            DeviceBuffer::new(&ctx, bytes)?,
-        ));
-        streams.push(Stream::new(&ctx)?);
-        kernels.push(if have_nvrtc {
-            match load_copy_kernel(&ctx, &g.dev) {
-                Ok(m) => match m.function(COPY_KERNEL_NAME) {
-                    Ok(f) => Ok((m, f)),
-                    Err(e) => Err(e.to_string()),
-                },
-                Err(e) => Err(e.to_string()),
-            }
-        } else {
-            Err("NVRTC unavailable".to_string())
-        });
-        ctxs.push(ctx);
-    }
+    // Dropped at the end: buffers, kernels and streams before their contexts.
+    let res = PeerGpus::alloc(gpus, o.size_bytes as usize, have_nvrtc)?;
     for (i, a) in gpus.iter().enumerate() {
         for (j, b) in gpus.iter().enumerate() {
             if i == j {
@@ -842,135 +1029,9 @@ fn peer_copies(
                     continue;
                 }
             }
-            let (la, lb) = (a.plan.label.as_str(), b.plan.label.as_str());
-            let path = plan.paths.get(&(la.to_string(), lb.to_string())).cloned();
-            let can = Reading::from_result(cuda::can_access_peer(&a.dev, &b.dev));
-            let attributes = cuda::p2p_attributes(&a.dev, &b.dev)
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
-            let mut peer_enabled = false;
-            if can == Reading::Value(true) {
-                match ctxs[i].enable_peer_access(&ctxs[j]) {
-                    Ok(()) => peer_enabled = true,
-                    Err(e) => with_report(sh, |r| {
-                        r.notes
-                            .push(format!("{la}->{lb}: enabling peer access failed: {e}"))
-                    }),
-                }
-            }
-            with_report(sh, |r| {
-                r.peers.push(PeerInfo {
-                    src: la.to_string(),
-                    dst: lb.to_string(),
-                    path: path.as_ref().map(|p| p.0.clone()),
-                    can_access_peer: can.clone(),
-                    attributes,
-                    status: Status::Unknown,
-                    reason: String::new(),
-                })
-            });
-            let expected = Reading::from_result(match &path {
-                Some((cell, Some(n))) if cell.starts_with("NV") && *n > 0 => {
-                    super::nvlink_expected(*n, a.dev.cc_major, a.dev.cc_minor)
-                }
-                Some((cell, _)) => match (&a.plan.link_max, &b.plan.link_max) {
-                    (Reading::Value((ga, wa, _)), Reading::Value((gb, wb, _))) => {
-                        let (gn, w) = if crate::pci::link_gbps_per_direction(*ga, *wa)
-                            <= crate::pci::link_gbps_per_direction(*gb, *wb)
-                        {
-                            (*ga, *wa)
-                        } else {
-                            (*gb, *wb)
-                        };
-                        super::pcie_expected(
-                            gn,
-                            w,
-                            &format!("PCIe path {cell}: the slower of the two GPUs' links"),
-                        )
-                    }
-                    (Reading::Absent(e) | Reading::Unknown(e), _)
-                    | (_, Reading::Absent(e) | Reading::Unknown(e)) => Err(e.clone()),
-                },
-                None => Err(format!("no topology path for {la}->{lb}")),
-            });
-            let s = &streams[i];
-            let (src, dst) = (bufs[i].0.ptr, bufs[j].1.ptr);
-            let ce_bar = super::bar(Method::CopyEngine, &expected, None, &o.policy);
-            let (samples, again, stop) = measure(
-                &ctxs[i],
-                s,
-                o,
-                sh,
-                &format!("p2p {la}->{lb} copy-engine"),
-                &ce_bar,
-                || cuda::memcpy_async(dst, src, bytes, s),
-            );
-            let err = settle(stop)?;
-            let ce_gbps = if err.is_none() && ce_bar.is_ok() {
-                super::median(if again.is_empty() { &samples } else { &again })
-            } else {
-                None
-            };
-            record(
-                sh,
-                o,
-                format!("p2p {la}->{lb} copy-engine"),
-                Method::CopyEngine,
-                la,
-                lb,
-                (samples, again),
-                expected.clone(),
-                err,
-            );
-            if !peer_enabled {
-                with_report(sh, |r| {
-                    r.notes.push(format!(
-                        "{la}->{lb}: SM-kernel variant not run: no peer access"
-                    ))
-                });
-                continue;
-            }
-            match &kernels[i] {
-                Ok((_, f)) => {
-                    let f = *f;
-                    let (grid, block) = copy_grid(&a.dev);
-                    let words = o.size_bytes / 16;
-                    ctxs[i].make_current()?;
-                    let sm_bar = super::bar(Method::SmKernel, &expected, ce_gbps, &o.policy);
-                    let (samples, again, stop) = measure(
-                        &ctxs[i],
-                        s,
-                        o,
-                        sh,
-                        &format!("p2p {la}->{lb} sm-kernel"),
-                        &sm_bar,
-                        || cuda::launch_copy(f, grid, block, src, dst, words, s),
-                    );
-                    let err = settle(stop)?;
-                    record(
-                        sh,
-                        o,
-                        format!("p2p {la}->{lb} sm-kernel"),
-                        Method::SmKernel,
-                        la,
-                        lb,
-                        (samples, again),
-                        expected,
-                        err,
-                    );
-                }
-                Err(e) => with_report(sh, |r| {
-                    r.notes
-                        .push(format!("{la}->{lb}: SM-kernel variant not run: {e}"))
-                }),
-            }
+            peer_pair(o, plan, gpus, &res, (i, j), sh)?;
         }
     }
-    // Buffers, kernels and streams drop before their contexts.
-    drop(kernels);
-    drop(bufs);
-    drop(streams);
     Ok(())
 }
 

@@ -9,9 +9,10 @@
 use super::engine::error::ErrorClass;
 use super::judge::gdr;
 use super::judge::gpu_write_bw::{choose_handler, device_refusal};
-use super::mlx5::gpu_poster::{GpuPoster, QueueChoice};
+use super::mlx5::gpu_poster::{GpuPoster, PosterFacts, QueueChoice};
 use super::report::gdr::{GpuFacts, NicChoice};
 use super::report::gpu_write_bw::{DeviceFacts, GpuWriteBwReport, PostingNs, Run};
+use super::report::memory::Registration;
 use super::report::write_bw::Status;
 use super::request::gdr::Machine;
 use super::request::gpu_write_bw::{GpuWriteRequest, NicHandler};
@@ -248,6 +249,91 @@ fn gpu_run(
 /// Step deadline of the live run: each iteration's completion, each verbs step.
 const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The GPU's PCI address and CUDA device, and how its memory is registered with `nic`'s
+/// device (level 3's decision, noted in `report`); else the class and reason to stop with.
+fn gpu_registration(
+    m: &Machine,
+    label: &str,
+    nic: &NicChoice,
+    report: &mut GpuWriteBwReport,
+) -> Result<(crate::pci::Bdf, crate::cuda::Device, Registration), (ErrorClass, String)> {
+    let Some(bdf) = m.topo.gpu(label).map(|g| g.bdf) else {
+        return Err((ErrorClass::Usage, format!("{label} is not in the topology")));
+    };
+    let dev = super::pairing::cuda_device(label, bdf).map_err(|why| (ErrorClass::Skip, why))?;
+    let probe = super::pairing::probe_provider(&nic.device).map_err(|e| {
+        let class = e.class();
+        (class, e.to_string())
+    })?;
+    let decision = super::pairing::decide_registration(
+        m,
+        crate::rdma::request::gdr::GdrMode::Auto,
+        label,
+        &dev,
+        &nic.device,
+        probe,
+    );
+    report
+        .notes
+        .push(format!("GPU memory registration: {}", decision.summary));
+    let Some(registration) = decision.used else {
+        return Err((
+            ErrorClass::Machine,
+            format!(
+                "{label}'s memory cannot be registered with {}: {}",
+                nic.device, decision.summary
+            ),
+        ));
+    };
+    Ok((bdf, dev, registration))
+}
+
+/// Compare the GPU's free memory before and after the run (as level 3 does), noting both in
+/// `notes` (or why they could not be read): the leak found, if any.
+fn memory_leak(
+    before: Result<(u64, u64), crate::cuda::CudaError>,
+    after: Result<(u64, u64), crate::cuda::CudaError>,
+    label: &str,
+    notes: &mut Vec<String>,
+) -> Option<String> {
+    match (before, after) {
+        (Ok(b), Ok(a)) => {
+            let c = crate::rdma::report::gdr::GpuMemoryCheck::new(b, a, 1);
+            notes.push(format!(
+                "GPU memory (cuMemGetInfo): free {} B before, {} B after",
+                c.free_before_bytes, c.free_after_bytes
+            ));
+            c.leak(label)
+        }
+        (b, a) => {
+            if let Some(e) = b.err().or(a.err()) {
+                notes.push(format!("cuMemGetInfo: {e}"));
+            }
+            None
+        }
+    }
+}
+
+/// What the poster did, into the report: its handler and why, its posting times, its queues,
+/// and a note on the queues' layout (or why they are where they are).
+fn poster_into(report: &mut GpuWriteBwReport, f: PosterFacts) {
+    report.poster.handler = f.handler;
+    report.poster.why = f.why;
+    report.poster.posting_ns = PostingNs::of(f.post_ns);
+    report.poster.sm_cycles = PostingNs::of(f.post_cycles).map(|c| c.median);
+    report.poster.queues = f.queues;
+    report.poster.queues_why = f.queues_why;
+    if let Some(n) = f.queues_note {
+        report.notes.push(format!("mlx5 queues: {n}"));
+    } else if let Some(l) = f.layout {
+        report.notes.push(format!(
+            "mlx5 queues (mlx5dv_init_obj): SQ {} x {} B, CQ {} x {} B, doorbell register {} B; \
+             SQ and CQ in host memory mapped with cuMemHostRegister",
+            l.sq_wqe_cnt, l.sq_stride, l.cqe_cnt, l.cqe_size, l.bf_size
+        ));
+    }
+}
+
 /// The live run on a GPU and an mlx5 port that meet every precondition: level 3's memory
 /// provider (GPU memory on both sides, registered as NCCL would) and the write-bw engine's
 /// loopback with the GPU poster. NOT RUN ON A CONNECTX here (see gpu_poster.rs).
@@ -264,46 +350,9 @@ fn live(
 ) -> Run {
     use crate::cuda;
     use crate::rdma::engine::memory::{GpuTarget, Memory};
-    let Some(bdf) = m.topo.gpu(label).map(|g| g.bdf) else {
-        return stop(
-            report,
-            label,
-            ErrorClass::Usage,
-            format!("{label} is not in the topology"),
-        );
-    };
-    let dev = match super::pairing::cuda_device(label, bdf) {
-        Ok(d) => d,
-        Err(why) => return stop(report, label, ErrorClass::Skip, why),
-    };
-    let probe = match super::pairing::probe_provider(&nic.device) {
-        Ok(p) => p,
-        Err(e) => {
-            let class = e.class();
-            return stop(report, label, class, e.to_string());
-        }
-    };
-    let decision = super::pairing::decide_registration(
-        m,
-        crate::rdma::request::gdr::GdrMode::Auto,
-        label,
-        &dev,
-        &nic.device,
-        probe,
-    );
-    report
-        .notes
-        .push(format!("GPU memory registration: {}", decision.summary));
-    let Some(registration) = decision.used else {
-        return stop(
-            report,
-            label,
-            ErrorClass::Machine,
-            format!(
-                "{label}'s memory cannot be registered with {}: {}",
-                nic.device, decision.summary
-            ),
-        );
+    let (bdf, dev, registration) = match gpu_registration(m, label, nic, &mut report) {
+        Ok(x) => x,
+        Err((class, why)) => return stop(report, label, class, why),
     };
     let ctx = match cuda::Context::retain(dev.handle) {
         Ok(c) => c,
@@ -358,38 +407,8 @@ fn live(
     let (measured, mut class) = crate::rdma::engine::run::conclude(measured, &res);
     // The kernel module and the poster's pinned memory go with the poster's `live`, already
     // dropped by `finish`; the regions and buffers with the sides.
-    let leak = match (before, cuda::mem_info(&ctx)) {
-        (Ok(b), Ok(a)) => {
-            let c = crate::rdma::report::gdr::GpuMemoryCheck::new(b, a, 1);
-            report.notes.push(format!(
-                "GPU memory (cuMemGetInfo): free {} B before, {} B after",
-                c.free_before_bytes, c.free_after_bytes
-            ));
-            c.leak(label)
-        }
-        (b, a) => {
-            if let Some(e) = b.err().or(a.err()) {
-                report.notes.push(format!("cuMemGetInfo: {e}"));
-            }
-            None
-        }
-    };
-    let f = poster.facts;
-    report.poster.handler = f.handler;
-    report.poster.why = f.why;
-    report.poster.posting_ns = PostingNs::of(f.post_ns);
-    report.poster.sm_cycles = PostingNs::of(f.post_cycles).map(|c| c.median);
-    report.poster.queues = f.queues;
-    report.poster.queues_why = f.queues_why;
-    if let Some(n) = f.queues_note {
-        report.notes.push(format!("mlx5 queues: {n}"));
-    } else if let Some(l) = f.layout {
-        report.notes.push(format!(
-            "mlx5 queues (mlx5dv_init_obj): SQ {} x {} B, CQ {} x {} B, doorbell register {} B; \
-             SQ and CQ in host memory mapped with cuMemHostRegister",
-            l.sq_wqe_cnt, l.sq_stride, l.cqe_cnt, l.cqe_size, l.bf_size
-        ));
-    }
+    let leak = memory_leak(before, cuda::mem_info(&ctx), label, &mut report.notes);
+    poster_into(&mut report, poster.facts);
     report.notes.extend(measured.notes);
     report.results = measured.results;
     report.status = measured.status;

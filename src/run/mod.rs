@@ -17,7 +17,7 @@ mod probe;
 pub use check::{CheckError, check_report, check_report_from, topo_report, topo_report_from};
 pub use exit::{EXIT_ERROR, EXIT_FAILED_CHECK, EXIT_OK};
 
-use crate::config::{Action, Config, TopoOutput, json_or_table};
+use crate::config::{Action, CheckOptions, Config, TopoOutput, json_or_table};
 use crate::export::{ExportOptions, Format, export};
 use crate::inventory::{Inventory, Scope};
 use crate::render;
@@ -292,6 +292,123 @@ pub fn dispatch(cfg: &Config) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// `topo`: the topology in the chosen view.
+fn run_topo(cfg: &Config, out: &TopoOutput, text: ExportOptions) -> Result<Outcome> {
+    let r = check::topo_report_for_exit(&cfg.source)?;
+    let outcome = Outcome::new(
+        match out {
+            TopoOutput::Tree => export(Format::Table, text, "the topology", |e| e.topo(&r))?,
+            // The matrix is a view of the topology, not a format of every report.
+            TopoOutput::Matrix => render::topo_matrix(&r, render::layout::width(cfg.width)),
+            TopoOutput::MatrixTsv => render::topo_matrix_tsv(&r),
+            TopoOutput::Json => export(Format::Json, text, "the topology", |e| e.topo(&r))?,
+            TopoOutput::Html => export(Format::Html, text, "the topology", |e| e.topo(&r))?,
+        },
+        EXIT_OK,
+    );
+    // Memory only, and the process ends next: not freed piece by piece.
+    std::mem::forget(r);
+    Ok(outcome)
+}
+
+/// `check`: the report in its format, the textfile and report file where asked, and the
+/// verdict's exit code (a hung probe: its line, and leave without joining it).
+fn run_check(cfg: &Config, opts: &CheckOptions, text: ExportOptions) -> Result<Outcome> {
+    match check_report(&cfg.source, opts) {
+        Ok(mut r) => {
+            let mut code = exit::check(&r);
+            // --report-only: every output as always, the verdict's code kept in it.
+            if opts.report_only {
+                (code, r.would_exit) = exit::report_only(code);
+            }
+            if let Some(dir) = &opts.textfile {
+                let run = crate::export::prometheus::RunRecord {
+                    timestamp_seconds: now_seconds(),
+                    exit_code: code,
+                    error: None,
+                };
+                write_atomically(
+                    "--textfile",
+                    &dir.join("gpudoctor.prom"),
+                    &crate::export::prometheus::textfile(&r, opts.all_series, &run),
+                )?;
+            }
+            if let Some(path) = &opts.report {
+                let json = export(Format::Json, text, "a check report", |e| e.check(&r))?;
+                write_atomically("--report", path, &json)?;
+            }
+            let text = ExportOptions {
+                quiet: opts.quiet,
+                color: opts.color,
+                all_series: opts.all_series,
+                ..text
+            };
+            let mut out = Outcome::new(
+                export(opts.format.into(), text, "a check report", |e| e.check(&r))?,
+                code,
+            );
+            // Budget-cut CUDA work still running: leave as after a hung probe.
+            out.hung = r.abandoned_work;
+            Ok(out)
+        }
+        Err(e) => match e {
+            CheckError::Hung(h) => {
+                if let Some(dir) = &opts.textfile {
+                    // Best effort: the process leaves without joining the hung work.
+                    let _ = record_failure(dir, &h, EXIT_FAILED_CHECK);
+                }
+                Ok(Outcome {
+                    stdout: format!("gpudoctor: {h}\n"),
+                    code: EXIT_FAILED_CHECK,
+                    hung: true,
+                })
+            }
+            CheckError::Failed(e) => Err(e),
+        },
+    }
+}
+
+/// `explain ID`: the check's document (as Markdown where asked), or the nearest id.
+fn run_explain(cfg: &Config, id: &str, markdown: bool) -> Result<Outcome> {
+    match crate::checks::info(id) {
+        Some(c) if markdown => Ok(Outcome::new(render::explain_markdown(c), EXIT_OK)),
+        Some(c) => Ok(Outcome::new(
+            render::explain(c, render::layout::width(cfg.width)),
+            EXIT_OK,
+        )),
+        None => match crate::checks::suggest(id) {
+            Some(near) => anyhow::bail!("no check '{id}' (did you mean {near}?)"),
+            None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
+        },
+    }
+}
+
+/// `man DIR`: write every man page into `dir` and say which.
+fn run_man(cfg: &Config, dir: &std::path::Path) -> Result<Outcome> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut names = Vec::new();
+    for (name, bytes) in crate::cli::man_pages().context("rendering man pages")? {
+        let p = dir.join(&name);
+        // Replaces only a regular file (never through a symlink, never into a FIFO).
+        let text = String::from_utf8(bytes).context("rendering man pages")?;
+        write_atomically("man DIR", &p, &text)?;
+        names.push(name);
+    }
+    Ok(Outcome::new(
+        crate::render::layout::fit(
+            &format!(
+                "wrote {} into {}: {}\n",
+                crate::render::layout::count(names.len(), "man page", "man pages"),
+                dir.display(),
+                names.join(" ")
+            ),
+            cfg.width.map_or(crate::render::PIPE_WIDTH, usize::from),
+        ),
+        EXIT_OK,
+    ))
+}
+
+/// Run the command `cfg` resolved: its output and exit code.
 fn run_action(cfg: &Config) -> Result<Outcome> {
     // What the text formats need; each command's exporter is chosen by `export` alone.
     let text = ExportOptions {
@@ -300,94 +417,15 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
         ..ExportOptions::default()
     };
     match &cfg.action {
-        Action::Topo(out) => {
-            let r = check::topo_report_for_exit(&cfg.source)?;
-            let outcome = Outcome::new(
-                match out {
-                    TopoOutput::Tree => {
-                        export(Format::Table, text, "the topology", |e| e.topo(&r))?
-                    }
-                    // The matrix is a view of the topology, not a format of every report.
-                    TopoOutput::Matrix => render::topo_matrix(&r, render::layout::width(cfg.width)),
-                    TopoOutput::MatrixTsv => render::topo_matrix_tsv(&r),
-                    TopoOutput::Json => export(Format::Json, text, "the topology", |e| e.topo(&r))?,
-                    TopoOutput::Html => export(Format::Html, text, "the topology", |e| e.topo(&r))?,
-                },
-                EXIT_OK,
-            );
-            // Memory only, and the process ends next: not freed piece by piece.
-            std::mem::forget(r);
-            Ok(outcome)
-        }
-        Action::Check(opts) => match check_report(&cfg.source, opts) {
-            Ok(mut r) => {
-                let mut code = exit::check(&r);
-                // --report-only: every output as always, the verdict's code kept in it.
-                if opts.report_only {
-                    (code, r.would_exit) = exit::report_only(code);
-                }
-                if let Some(dir) = &opts.textfile {
-                    let run = crate::export::prometheus::RunRecord {
-                        timestamp_seconds: now_seconds(),
-                        exit_code: code,
-                        error: None,
-                    };
-                    write_atomically(
-                        "--textfile",
-                        &dir.join("gpudoctor.prom"),
-                        &crate::export::prometheus::textfile(&r, opts.all_series, &run),
-                    )?;
-                }
-                if let Some(path) = &opts.report {
-                    let json = export(Format::Json, text, "a check report", |e| e.check(&r))?;
-                    write_atomically("--report", path, &json)?;
-                }
-                let text = ExportOptions {
-                    quiet: opts.quiet,
-                    color: opts.color,
-                    all_series: opts.all_series,
-                    ..text
-                };
-                let mut out = Outcome::new(
-                    export(opts.format.into(), text, "a check report", |e| e.check(&r))?,
-                    code,
-                );
-                // Budget-cut CUDA work still running: leave as after a hung probe.
-                out.hung = r.abandoned_work;
-                Ok(out)
-            }
-            Err(e) => match e {
-                CheckError::Hung(h) => {
-                    if let Some(dir) = &opts.textfile {
-                        // Best effort: the process leaves without joining the hung work.
-                        let _ = record_failure(dir, &h, EXIT_FAILED_CHECK);
-                    }
-                    Ok(Outcome {
-                        stdout: format!("gpudoctor: {h}\n"),
-                        code: EXIT_FAILED_CHECK,
-                        hung: true,
-                    })
-                }
-                CheckError::Failed(e) => Err(e),
-            },
-        },
+        Action::Topo(out) => run_topo(cfg, out, text),
+        Action::Check(opts) => run_check(cfg, opts, text),
         Action::List { json } => Ok(Outcome::new(
             export(json_or_table(*json), text, "the catalog", |e| {
                 e.catalog(&crate::report::CatalogReport::new())
             })?,
             EXIT_OK,
         )),
-        Action::Explain(id, markdown) => match crate::checks::info(id) {
-            Some(c) if *markdown => Ok(Outcome::new(render::explain_markdown(c), EXIT_OK)),
-            Some(c) => Ok(Outcome::new(
-                render::explain(c, render::layout::width(cfg.width)),
-                EXIT_OK,
-            )),
-            None => match crate::checks::suggest(id) {
-                Some(near) => anyhow::bail!("no check '{id}' (did you mean {near}?)"),
-                None => anyhow::bail!("no check '{id}': `gpudoctor list` shows them all"),
-            },
-        },
+        Action::Explain(id, markdown) => run_explain(cfg, id, *markdown),
         Action::Snapshot(what) => {
             let o = Source::open(&cfg.source)?;
             Ok(Outcome::new(
@@ -434,28 +472,6 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
         } => fleet::fleet(inputs, (*format).into(), *min_deviation, expect),
         Action::Diff { a, b, format, all } => fleet::diff(a, b, *format, *all),
         Action::ExportNcclTopo { output } => export::nccl_topo(&cfg.source, output.as_deref()),
-        Action::Man(dir) => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let mut names = Vec::new();
-            for (name, bytes) in crate::cli::man_pages().context("rendering man pages")? {
-                let p = dir.join(&name);
-                // Replaces only a regular file (never through a symlink, never into a FIFO).
-                let text = String::from_utf8(bytes).context("rendering man pages")?;
-                write_atomically("man DIR", &p, &text)?;
-                names.push(name);
-            }
-            Ok(Outcome::new(
-                crate::render::layout::fit(
-                    &format!(
-                        "wrote {} into {}: {}\n",
-                        crate::render::layout::count(names.len(), "man page", "man pages"),
-                        dir.display(),
-                        names.join(" ")
-                    ),
-                    cfg.width.map_or(crate::render::PIPE_WIDTH, usize::from),
-                ),
-                EXIT_OK,
-            ))
-        }
+        Action::Man(dir) => run_man(cfg, dir),
     }
 }

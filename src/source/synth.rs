@@ -185,16 +185,9 @@ fn placements(functions: &[FunctionRecord], notes: &mut Vec<String>) -> BTreeMap
     out
 }
 
-/// Build `rec` as a recorded tree in memory. Fails only where a filesystem would refuse the
-/// tree (a name with a NUL byte or longer than NAME_MAX, one entry over another).
-pub fn build(rec: &MachineRecord) -> io::Result<Written> {
-    let format = rec.format;
-    let mut t = Tree {
-        mem: MemTree::new(),
-        reason: format.not_carried(),
-    };
-    let mut notes = Vec::new();
-    // Duplicate addresses: the first one wins (a record listing one function twice).
+/// The record's functions, each address once: the first listing wins (a record listing one
+/// function twice), with a note when any was dropped.
+fn unique_functions(rec: &MachineRecord, notes: &mut Vec<String>) -> Vec<FunctionRecord> {
     let mut seen = BTreeSet::new();
     let functions: Vec<FunctionRecord> = rec
         .functions
@@ -208,107 +201,47 @@ pub fn build(rec: &MachineRecord) -> io::Result<Written> {
             rec.functions.len() - functions.len()
         ));
     }
-    let places = placements(&functions, &mut notes);
-    let named_by_address = functions
-        .iter()
-        .filter(|f| stand_in_rdma_name(rec, f).is_some())
-        .count();
-    if named_by_address > 0 {
-        notes.push(format!(
-            "RDMA device names are {}: {named_by_address} NIC(s) of InfiniBand class or an RDMA NIC family are shown by PCI address (rdma@BDF); their ports are unknown",
-            format.not_carried()
-        ));
-    }
-    let attrs = pci_attributes();
-    t.dir("/sys/bus/pci/devices")?;
-    t.dir("/sys/bus/pci/drivers")?;
-    if rec.carried.os_devices {
-        t.dir("/sys/class/net")?;
-        t.dir("/sys/class/infiniband")?;
-    } else {
-        t.not_carried("/sys/class/net")?;
-        // The NICs shown by address stand in for the RDMA devices the record does not name.
-        if named_by_address > 0 {
-            t.dir("/sys/class/infiniband")?;
+    functions
+}
+
+impl Tree {
+    /// The bus and class directories: made where the record carries them, else recorded as
+    /// not carried (`/sys/class/infiniband` is made for the NICs shown by address).
+    fn class_dirs(&mut self, rec: &MachineRecord, named_by_address: usize) -> io::Result<()> {
+        self.dir("/sys/bus/pci/devices")?;
+        self.dir("/sys/bus/pci/drivers")?;
+        if rec.carried.os_devices {
+            self.dir("/sys/class/net")?;
+            self.dir("/sys/class/infiniband")?;
         } else {
-            t.not_carried("/sys/class/infiniband")?;
-        }
-    }
-    t.not_carried("/sys/class/infiniband_verbs")?;
-    for f in &functions {
-        let d = &places[&f.bdf];
-        let dh = t.mem.dir_handle(d)?;
-        t.link(&format!("/sys/bus/pci/devices/{}", f.bdf), d)?;
-        let mut written: BTreeSet<&str> = BTreeSet::new();
-        let mut put = |t: &mut Tree, name: &'static str, text: &[u8]| -> io::Result<()> {
-            written.insert(name);
-            t.mem.file_at(&dh, name, text)
-        };
-        if let Some(v) = f.class {
-            put(&mut t, "class", hex_attr(v, 6).as_bytes())?;
-        }
-        if let Some(v) = f.vendor {
-            put(&mut t, "vendor", hex_attr(v.into(), 4).as_bytes())?;
-        }
-        if let Some(v) = f.device {
-            put(&mut t, "device", hex_attr(v.into(), 4).as_bytes())?;
-        }
-        if let Some(v) = f.subsystem_vendor {
-            put(&mut t, "subsystem_vendor", hex_attr(v.into(), 4).as_bytes())?;
-        }
-        if let Some(v) = f.subsystem_device {
-            put(&mut t, "subsystem_device", hex_attr(v.into(), 4).as_bytes())?;
-        }
-        if let Some(v) = f.revision {
-            put(&mut t, "revision", hex_attr(v.into(), 2).as_bytes())?;
-        }
-        if let Some(c) = &f.config {
-            put(&mut t, "config", c)?;
-        }
-        for (name, v) in [
-            ("current_link_speed", &f.cur_link_speed),
-            ("current_link_width", &f.cur_link_width),
-            ("max_link_speed", &f.max_link_speed),
-            ("max_link_width", &f.max_link_width),
-            ("local_cpulist", &f.local_cpulist),
-        ] {
-            if let Some(s) = v {
-                put(&mut t, name, format!("{s}\n").as_bytes())?;
+            self.not_carried("/sys/class/net")?;
+            // The NICs shown by address stand in for the RDMA devices the record does not name.
+            if named_by_address > 0 {
+                self.dir("/sys/class/infiniband")?;
+            } else {
+                self.not_carried("/sys/class/infiniband")?;
             }
         }
-        // The kernel's local_cpulist of a function is its NUMA node's CPUs.
-        if f.local_cpulist.is_none()
-            && let Some(n) = f.numa_node
-            && let Some(c) = rec
-                .numa
-                .iter()
-                .flatten()
-                .find(|x| i64::from(x.id) == i64::from(n))
-                .and_then(|x| x.cpulist.as_ref())
-        {
-            put(&mut t, "local_cpulist", format!("{c}\n").as_bytes())?;
-        }
-        match (f.numa_node, rec.carried.numa_node) {
-            (Some(n), _) => put(&mut t, "numa_node", format!("{n}\n").as_bytes())?,
-            // The format shows a node wherever the kernel knew one: none shown is -1.
-            (None, true) => put(&mut t, "numa_node", b"-1\n")?,
-            (None, false) => {}
-        }
-        if let Some(b) = f.secondary_bus {
-            put(&mut t, "secondary_bus_number", format!("{b}\n").as_bytes())?;
-        }
-        if let Some(b) = f.subordinate_bus {
-            put(
-                &mut t,
-                "subordinate_bus_number",
-                format!("{b}\n").as_bytes(),
-            )?;
-        }
+        self.not_carried("/sys/class/infiniband_verbs")
+    }
+
+    /// One function at its place `d`: its attributes, driver and physfn links, every other
+    /// attribute of `attrs` as not carried, then its network and RDMA devices.
+    fn function(
+        &mut self,
+        rec: &MachineRecord,
+        f: &FunctionRecord,
+        d: &str,
+        attrs: &BTreeSet<String>,
+    ) -> io::Result<()> {
+        let dh = self.mem.dir_handle(d)?;
+        self.link(&format!("/sys/bus/pci/devices/{}", f.bdf), d)?;
+        let mut written = self.attributes(rec, f, &dh)?;
         match (&f.driver, rec.carried.driver) {
             (Some(name), _) if !name.is_empty() && !name.contains('/') && name != ".." => {
                 written.insert("driver");
-                t.dir(&format!("/sys/bus/pci/drivers/{name}"))?;
-                t.link(
+                self.dir(&format!("/sys/bus/pci/drivers/{name}"))?;
+                self.link(
                     &format!("{d}/driver"),
                     &format!("/sys/bus/pci/drivers/{name}"),
                 )?;
@@ -321,7 +254,7 @@ pub fn build(rec: &MachineRecord) -> io::Result<Written> {
         }
         if let Some(pf) = f.physfn {
             written.insert("physfn");
-            t.link(
+            self.link(
                 &format!("{d}/physfn"),
                 &format!("/sys/bus/pci/devices/{pf}"),
             )?;
@@ -330,13 +263,91 @@ pub fn build(rec: &MachineRecord) -> io::Result<Written> {
             .iter()
             .map(String::as_str)
             .filter(|name| !written.contains(name));
-        t.not_carried_in(&dh, missing)?;
+        self.not_carried_in(&dh, missing)?;
+        self.os_devices(rec, f, d)
+    }
+
+    /// The attribute files of function `f` that the record gives (in its directory `dh`);
+    /// the names written.
+    fn attributes(
+        &mut self,
+        rec: &MachineRecord,
+        f: &FunctionRecord,
+        dh: &DirHandle,
+    ) -> io::Result<BTreeSet<&'static str>> {
+        let mut written: BTreeSet<&'static str> = BTreeSet::new();
+        let mut put = |t: &mut Tree, name: &'static str, text: &[u8]| -> io::Result<()> {
+            written.insert(name);
+            t.mem.file_at(dh, name, text)
+        };
+        if let Some(v) = f.class {
+            put(self, "class", hex_attr(v, 6).as_bytes())?;
+        }
+        if let Some(v) = f.vendor {
+            put(self, "vendor", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.device {
+            put(self, "device", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.subsystem_vendor {
+            put(self, "subsystem_vendor", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.subsystem_device {
+            put(self, "subsystem_device", hex_attr(v.into(), 4).as_bytes())?;
+        }
+        if let Some(v) = f.revision {
+            put(self, "revision", hex_attr(v.into(), 2).as_bytes())?;
+        }
+        if let Some(c) = &f.config {
+            put(self, "config", c)?;
+        }
+        for (name, v) in [
+            ("current_link_speed", &f.cur_link_speed),
+            ("current_link_width", &f.cur_link_width),
+            ("max_link_speed", &f.max_link_speed),
+            ("max_link_width", &f.max_link_width),
+            ("local_cpulist", &f.local_cpulist),
+        ] {
+            if let Some(s) = v {
+                put(self, name, format!("{s}\n").as_bytes())?;
+            }
+        }
+        // The kernel's local_cpulist of a function is its NUMA node's CPUs.
+        if f.local_cpulist.is_none()
+            && let Some(n) = f.numa_node
+            && let Some(c) = rec
+                .numa
+                .iter()
+                .flatten()
+                .find(|x| i64::from(x.id) == i64::from(n))
+                .and_then(|x| x.cpulist.as_ref())
+        {
+            put(self, "local_cpulist", format!("{c}\n").as_bytes())?;
+        }
+        match (f.numa_node, rec.carried.numa_node) {
+            (Some(n), _) => put(self, "numa_node", format!("{n}\n").as_bytes())?,
+            // The format shows a node wherever the kernel knew one: none shown is -1.
+            (None, true) => put(self, "numa_node", b"-1\n")?,
+            (None, false) => {}
+        }
+        if let Some(b) = f.secondary_bus {
+            put(self, "secondary_bus_number", format!("{b}\n").as_bytes())?;
+        }
+        if let Some(b) = f.subordinate_bus {
+            put(self, "subordinate_bus_number", format!("{b}\n").as_bytes())?;
+        }
+        Ok(written)
+    }
+
+    /// Function `f`'s network interfaces and RDMA devices (its own, or its stand-in name)
+    /// under its directory `d`, linked from their classes, their attributes not carried.
+    fn os_devices(&mut self, rec: &MachineRecord, f: &FunctionRecord, d: &str) -> io::Result<()> {
         for n in f.netdevs.iter().filter(|n| safe_name(n)) {
             let nd = format!("{d}/net/{n}");
-            let ndh = t.mem.dir_handle(&nd)?;
-            t.link(&format!("/sys/class/net/{n}"), &nd)?;
-            t.link(&format!("{nd}/device"), d)?;
-            t.not_carried_in(
+            let ndh = self.mem.dir_handle(&nd)?;
+            self.link(&format!("/sys/class/net/{n}"), &nd)?;
+            self.link(&format!("{nd}/device"), d)?;
+            self.not_carried_in(
                 &ndh,
                 ["mtu", "operstate", "type", "address", "speed", "carrier"],
             )?;
@@ -351,10 +362,10 @@ pub fn build(rec: &MachineRecord) -> io::Result<Written> {
         {
             let n = &n;
             let rd = format!("{d}/infiniband/{n}");
-            let rdh = t.mem.dir_handle(&rd)?;
-            t.link(&format!("/sys/class/infiniband/{n}"), &rd)?;
-            t.link(&format!("{rd}/device"), d)?;
-            t.not_carried_in(
+            let rdh = self.mem.dir_handle(&rd)?;
+            self.link(&format!("/sys/class/infiniband/{n}"), &rd)?;
+            self.link(&format!("{rd}/device"), d)?;
+            self.not_carried_in(
                 &rdh,
                 [
                     "ports",
@@ -366,39 +377,80 @@ pub fn build(rec: &MachineRecord) -> io::Result<Written> {
                 ],
             )?;
         }
+        Ok(())
     }
-    match &rec.numa {
-        Some(nodes) => {
-            t.dir("/sys/devices/system/node")?;
-            for n in nodes {
-                let nd = format!("/sys/devices/system/node/node{}", n.id);
-                t.dir(&nd)?;
-                match &n.cpulist {
-                    Some(c) => t.file(&format!("{nd}/cpulist"), format!("{c}\n").as_bytes())?,
-                    None => t.not_carried(&format!("{nd}/cpulist"))?,
-                }
-                match &n.distance {
-                    Some(c) => t.file(&format!("{nd}/distance"), format!("{c}\n").as_bytes())?,
-                    None => t.not_carried(&format!("{nd}/distance"))?,
-                }
+
+    /// The NUMA nodes' directories with their cpulist and distance, each not carried where
+    /// the record does not give it.
+    fn numa(&mut self, rec: &MachineRecord) -> io::Result<()> {
+        let Some(nodes) = &rec.numa else {
+            return self.not_carried("/sys/devices/system/node");
+        };
+        self.dir("/sys/devices/system/node")?;
+        for n in nodes {
+            let nd = format!("/sys/devices/system/node/node{}", n.id);
+            self.dir(&nd)?;
+            match &n.cpulist {
+                Some(c) => self.file(&format!("{nd}/cpulist"), format!("{c}\n").as_bytes())?,
+                None => self.not_carried(&format!("{nd}/cpulist"))?,
+            }
+            match &n.distance {
+                Some(c) => self.file(&format!("{nd}/distance"), format!("{c}\n").as_bytes())?,
+                None => self.not_carried(&format!("{nd}/distance"))?,
             }
         }
-        None => t.not_carried("/sys/devices/system/node")?,
+        Ok(())
     }
-    for p in HOST_FILES {
-        match rec.kernel_files.get(*p) {
-            Some(text) => t.file(p, text.as_bytes())?,
-            None => t.not_carried(p)?,
+
+    /// The host's kernel files the record carries, every other host path the checks read as
+    /// not carried, and the hostname where the record names it.
+    fn host(&mut self, rec: &MachineRecord) -> io::Result<()> {
+        for p in HOST_FILES {
+            match rec.kernel_files.get(*p) {
+                Some(text) => self.file(p, text.as_bytes())?,
+                None => self.not_carried(p)?,
+            }
         }
+        for p in HOST_DIRS {
+            self.not_carried(p)?;
+        }
+        // Process names: no record carries them.
+        self.not_carried("/proc")?;
+        if let Some(h) = &rec.hostname {
+            self.file("/proc/sys/kernel/hostname", format!("{h}\n").as_bytes())?;
+        }
+        Ok(())
     }
-    for p in HOST_DIRS {
-        t.not_carried(p)?;
+}
+
+/// Build `rec` as a recorded tree in memory. Fails only where a filesystem would refuse the
+/// tree (a name with a NUL byte or longer than NAME_MAX, one entry over another).
+pub fn build(rec: &MachineRecord) -> io::Result<Written> {
+    let format = rec.format;
+    let mut t = Tree {
+        mem: MemTree::new(),
+        reason: format.not_carried(),
+    };
+    let mut notes = Vec::new();
+    let functions = unique_functions(rec, &mut notes);
+    let places = placements(&functions, &mut notes);
+    let named_by_address = functions
+        .iter()
+        .filter(|f| stand_in_rdma_name(rec, f).is_some())
+        .count();
+    if named_by_address > 0 {
+        notes.push(format!(
+            "RDMA device names are {}: {named_by_address} NIC(s) of InfiniBand class or an RDMA NIC family are shown by PCI address (rdma@BDF); their ports are unknown",
+            format.not_carried()
+        ));
     }
-    // Process names: no record carries them.
-    t.not_carried("/proc")?;
-    if let Some(h) = &rec.hostname {
-        t.file("/proc/sys/kernel/hostname", format!("{h}\n").as_bytes())?;
+    let attrs = pci_attributes();
+    t.class_dirs(rec, named_by_address)?;
+    for f in &functions {
+        t.function(rec, f, &places[&f.bdf], &attrs)?;
     }
+    t.numa(rec)?;
+    t.host(rec)?;
     Ok(Written {
         tree: t.mem,
         notes,

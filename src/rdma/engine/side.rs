@@ -4,11 +4,13 @@
 
 use super::error::ProbeError;
 use super::memory::{Memory, Region};
-use crate::inventory::RdmaDevice;
+use crate::inventory::{RdmaDevice, RdmaPort};
 use crate::rdma::judge::path::{self, GidError};
 use crate::rdma::report::write_bw::{Addressing, PortFacts, Timeline};
 use crate::rdma::request::write_bw::{Plan, WriteBwRequest};
-use crate::verbs::{self, Context, Cq, LocalPath, Pd, Qp, RemoteQp, Verbs, VerbsError, sys};
+use crate::verbs::{
+    self, Context, Cq, LocalPath, Pd, PortAttr, Qp, RemoteQp, Verbs, VerbsError, sys,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,21 +74,14 @@ pub fn load() -> Result<Arc<Verbs>, ProbeError> {
     Verbs::load().map_err(ProbeError::Unavailable)
 }
 
-/// Open `device`/`port`, check the port, choose the addressing, and create `qps` QPs and a
-/// buffer of `buf_len` bytes in `memory`; the context opened for DevX through libmlx5 when
-/// `devx` is given (level 4's queues in GPU memory).
-#[allow(clippy::too_many_arguments)]
-pub fn open_side(
+/// Open `device` (for DevX through libmlx5 when `devx` is given) and check that `port` is
+/// one of its ports and active: the context and the port's attributes.
+fn open_port(
     verbs: &Arc<Verbs>,
-    facts: &[RdmaDevice],
     device: &str,
     port: u8,
-    gid_index: Option<u32>,
-    plan: &Plan,
-    buf_len: u64,
-    memory: &Memory,
     devx: Option<&crate::verbs::mlx5dv_sys::Mlx5Dv>,
-) -> Result<Side, ProbeError> {
+) -> Result<(Context, PortAttr), ProbeError> {
     let opened = match devx {
         None => verbs.open(device),
         Some(dv) => verbs.open_devx(device, dv),
@@ -111,8 +106,16 @@ pub fn open_side(
             state: pattr.state_name().into(),
         });
     }
-    // GIDs and whether this is a software device come from sysfs, as the caller read it
-    // before the probe started (nothing here reads sysfs while probing).
+    Ok((ctx, pattr))
+}
+
+/// The device and port as sysfs showed them (read by the caller before the probe started:
+/// nothing here reads sysfs while probing).
+fn sysfs_port<'a>(
+    facts: &'a [RdmaDevice],
+    device: &str,
+    port: u8,
+) -> Result<(&'a RdmaDevice, &'a RdmaPort), ProbeError> {
     let dev = facts
         .iter()
         .find(|d| d.name == device)
@@ -131,13 +134,19 @@ pub fn open_side(
         .iter()
         .find(|p| p.port == u32::from(port))
         .ok_or_else(|| no_sysfs("port not listed".into()))?;
-    let addressing = path::choose_addressing(sport, pattr.is_ethernet(), pattr.lid, gid_index)
-        .map_err(|source| ProbeError::Gid {
-            device: device.into(),
-            source,
-        })?;
-    let (gid, sgid_index) = match &addressing {
-        Addressing::Lid { .. } => (None, None),
+    Ok((dev, sport))
+}
+
+/// The GID and its index for an address vector where `addressing` routes by GID (none for
+/// LID routing), once the kernel's GID at that index agrees with sysfs.
+fn address_gid(
+    ctx: &Context,
+    device: &str,
+    port: u8,
+    addressing: &Addressing,
+) -> Result<(Option<[u8; 16]>, Option<u8>), ProbeError> {
+    match addressing {
+        Addressing::Lid { .. } => Ok((None, None)),
         Addressing::Gid { index, gid, .. } => {
             let idx = u8::try_from(*index).map_err(|_| ProbeError::Gid {
                 device: device.into(),
@@ -164,9 +173,20 @@ pub fn open_side(
                     },
                 });
             }
-            (Some(raw), Some(idx))
+            Ok((Some(raw), Some(idx)))
         }
-    };
+    }
+}
+
+/// The port's facts for the report: state, link layer, MTU, addressing, whether it is a
+/// software device, and its line rate (from verbs, agreed by sysfs `rate`) or why unknown.
+fn port_facts(
+    device: &str,
+    port: u8,
+    (dev, sport): (&RdmaDevice, &RdmaPort),
+    pattr: &PortAttr,
+    addressing: Addressing,
+) -> PortFacts {
     // No PCI function behind it, positively read: rxe or siw on top of a netdev. A device
     // whose `device` link could not be read is not taken for one.
     let software_device = dev
@@ -187,7 +207,7 @@ pub fn open_side(
         pattr.active_width,
         sysfs_rate,
     );
-    let facts = PortFacts {
+    PortFacts {
         device: device.into(),
         port,
         state: pattr.state_name().into(),
@@ -201,7 +221,33 @@ pub fn open_side(
         software_device,
         line_rate: line_rate.as_ref().ok().cloned(),
         line_rate_unknown: line_rate.err(),
-    };
+    }
+}
+
+/// Open `device`/`port`, check the port, choose the addressing, and create `qps` QPs and a
+/// buffer of `buf_len` bytes in `memory`; the context opened for DevX through libmlx5 when
+/// `devx` is given (level 4's queues in GPU memory).
+#[allow(clippy::too_many_arguments)]
+pub fn open_side(
+    verbs: &Arc<Verbs>,
+    facts: &[RdmaDevice],
+    device: &str,
+    port: u8,
+    gid_index: Option<u32>,
+    plan: &Plan,
+    buf_len: u64,
+    memory: &Memory,
+    devx: Option<&crate::verbs::mlx5dv_sys::Mlx5Dv>,
+) -> Result<Side, ProbeError> {
+    let (ctx, pattr) = open_port(verbs, device, port, devx)?;
+    let (dev, sport) = sysfs_port(facts, device, port)?;
+    let addressing = path::choose_addressing(sport, pattr.is_ethernet(), pattr.lid, gid_index)
+        .map_err(|source| ProbeError::Gid {
+            device: device.into(),
+            source,
+        })?;
+    let (gid, sgid_index) = address_gid(&ctx, device, port, &addressing)?;
+    let facts = port_facts(device, port, (dev, sport), &pattr, addressing);
 
     let pd = ctx.alloc_pd().map_err(verbs_err(device))?;
     let cqe = (plan.tx_depth * plan.qps + 1) as i32;

@@ -267,53 +267,63 @@ pub struct DevxTarget {
     pub pd: *mut sys::ibv_pd,
 }
 
-impl GpuQueues {
-    /// Allocate, register and create; every failure names its step.
+/// The PD's number, through mlx5dv_init_obj.
+///
+/// # Safety
+/// `pd` must be a live PD of an mlx5 context.
+unsafe fn pd_number(lib: &dv::Mlx5Dv, pd: *mut sys::ibv_pd) -> Result<u32, String> {
+    // SAFETY: plain C structs (integers and pointers; all-zero is valid), filled in by
+    // mlx5dv_init_obj below.
+    let mut dpd: dv::mlx5dv_pd = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, a plain C struct of integers and pointers.
+    let mut o: dv::mlx5dv_obj = unsafe { std::mem::zeroed() };
+    o.pd.in_ = pd;
+    o.pd.out = &mut dpd;
+    // SAFETY: pd is a live PD of an mlx5 context; the out struct lives on this frame.
+    let rc = unsafe { lib.mlx5dv_init_obj(&mut o, u64::from(dv::MLX5DV_OBJ_PD)) };
+    if rc != 0 {
+        return Err(format!(
+            "mlx5dv_init_obj(PD): {}",
+            std::io::Error::from_raw_os_error(rc.abs())
+        ));
+    }
+    Ok(dpd.pdn)
+}
+
+/// The doorbell page: a DevX UAR mapped for the GPU. Fields drop in order: the GPU mapping
+/// before the UAR.
+struct DoorbellPage {
+    map: HostRegistration,
+    uar: Uar,
+    /// "non-cached" or "BlueFlame": the UAR type libmlx5 gave.
+    kind: &'static str,
+    /// The GPU's address of the doorbell register.
+    doorbell: u64,
+    /// The UAR's page, for the CQ's and QP's contexts.
+    page_id: u32,
+}
+
+impl DoorbellPage {
+    /// Allocate the UAR (non-cached first: an 8-byte doorbell, no BlueFlame copy; else
+    /// BlueFlame) and map its page (`page` bytes) for the GPU.
     ///
     /// # Safety
-    /// `t.ctx` must be a context opened with DevX (mlx5dv_open_device) and `t.pd` a PD of it,
-    /// both alive until the result is dropped.
-    pub unsafe fn create(
-        lib: Rc<dv::Mlx5Dv>,
-        t: &DevxTarget,
+    /// `ctx` must be an open context with DevX, alive until the result is dropped.
+    unsafe fn alloc(
+        lib: &Rc<dv::Mlx5Dv>,
+        ctx: *mut sys::ibv_context,
         gpu: &Rc<cuda::Context>,
-        registration: Registration,
-        writes: u32,
-    ) -> Result<GpuQueues, String> {
-        devx_entry_points(&lib)?;
-        let page = page_size();
-        // The PD's number.
-        // SAFETY: plain C structs (integers and pointers; all-zero is valid), filled in by
-        // mlx5dv_init_obj below.
-        let mut dpd: dv::mlx5dv_pd = unsafe { std::mem::zeroed() };
-        // SAFETY: as above, a plain C struct of integers and pointers.
-        let mut o: dv::mlx5dv_obj = unsafe { std::mem::zeroed() };
-        o.pd.in_ = t.pd;
-        o.pd.out = &mut dpd;
-        // SAFETY: t.pd is a live PD of an mlx5 context; the out struct lives on this frame.
-        let rc = unsafe { lib.mlx5dv_init_obj(&mut o, u64::from(dv::MLX5DV_OBJ_PD)) };
-        if rc != 0 {
-            return Err(format!(
-                "mlx5dv_init_obj(PD): {}",
-                std::io::Error::from_raw_os_error(rc.abs())
-            ));
-        }
-        let mut eqn: u32 = 0;
-        // SAFETY: open context, out-pointer to a local.
-        if unsafe { lib.mlx5dv_devx_query_eqn(t.ctx, 0, &mut eqn) } != 0 {
-            return Err(last_os_error("mlx5dv_devx_query_eqn"));
-        }
-        // The doorbell page: non-cached first (an 8-byte doorbell, no BlueFlame copy), else BF.
-        let (uar, uar_kind) = {
+        page: usize,
+    ) -> Result<DoorbellPage, String> {
+        let (uar, kind) = {
             // SAFETY: open context.
-            let nc =
-                unsafe { lib.mlx5dv_devx_alloc_uar(t.ctx, dv::MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC) };
+            let nc = unsafe { lib.mlx5dv_devx_alloc_uar(ctx, dv::MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC) };
             if !nc.is_null() {
                 (nc, "non-cached")
             } else {
                 // SAFETY: as above.
                 let bf =
-                    unsafe { lib.mlx5dv_devx_alloc_uar(t.ctx, dv::MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF) };
+                    unsafe { lib.mlx5dv_devx_alloc_uar(ctx, dv::MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF) };
                 if bf.is_null() {
                     return Err(last_os_error("mlx5dv_devx_alloc_uar"));
                 }
@@ -331,116 +341,198 @@ impl GpuQueues {
         }
         let base = (reg_addr as usize & !(page - 1)) as *mut c_void;
         // SAFETY: the UAR page stays mapped until `uar` drops, after this registration.
-        let doorbell_map = unsafe { HostRegistration::new(gpu, base, page, true) }.map_err(|e| {
+        let map = unsafe { HostRegistration::new(gpu, base, page, true) }.map_err(|e| {
             format!(
                 "the GPU could not map the DevX doorbell page (cuMemHostRegister IOMEMORY: {e}); \
                  it needs the NVIDIA driver's PeerMappingOverride=1 (gdr.peer-mapping)"
             )
         })?;
-        let doorbell = doorbell_map
+        let doorbell = map
             .device_addr(reg_addr as *const c_void)
             .ok_or("the doorbell register is outside its page")?;
+        Ok(DoorbellPage {
+            map,
+            uar,
+            kind,
+            doorbell,
+            page_id,
+        })
+    }
+}
+
+/// Register the send queue, the CQ and the doorbell records of `mem` as three umems (over a
+/// dma-buf of it, or through nvidia-peermem, as `registration` says): the umems and their ids
+/// in that order.
+///
+/// # Safety
+/// `ctx` must be an open context with DevX, alive until the umems are dropped.
+unsafe fn register_umems(
+    lib: &Rc<dv::Mlx5Dv>,
+    ctx: *mut sys::ibv_context,
+    mem: &GpuQueueMem,
+    registration: Registration,
+    page: usize,
+) -> Result<(Vec<Umem>, [u32; 3]), String> {
+    let (buf, place) = (&mem.buf, mem.place);
+    let mut umems = Vec::new();
+    let dmabuf = match registration {
+        Registration::Dmabuf => Some(
+            buf.export_dmabuf()
+                .map_err(|e| format!("queue memory: {e}"))?,
+        ),
+        Registration::Peermem => None,
+    };
+    let mut reg = |off: usize, len: usize, what: &str| -> Result<u32, String> {
+        let access = sys::IBV_ACCESS_LOCAL_WRITE;
+        let umem = match &dmabuf {
+            Some(fd) => {
+                use std::os::fd::AsRawFd;
+                let mut uin = dv::mlx5dv_devx_umem_in {
+                    // With a dma-buf, the offset into it.
+                    addr: off as *mut c_void,
+                    size: len,
+                    access,
+                    pgsz_bitmap: page as u64,
+                    comp_mask: u64::from(dv::MLX5DV_UMEM_MASK_DMABUF),
+                    dmabuf_fd: fd.as_raw_fd(),
+                };
+                // SAFETY: open context; the dma-buf covers off..off+len.
+                unsafe { lib.mlx5dv_devx_umem_reg_ex(ctx, &mut uin) }
+            }
+            // SAFETY: GPU memory nvidia-peermem resolves; alive until the umem goes.
+            None => unsafe {
+                lib.mlx5dv_devx_umem_reg(ctx, (buf.ptr as usize + off) as *mut c_void, len, access)
+            },
+        };
+        if umem.is_null() {
+            return Err(last_os_error(&format!(
+                "mlx5dv_devx_umem_reg{} ({what}, {len} B of GPU memory via {})",
+                if dmabuf.is_some() { "_ex" } else { "" },
+                registration.as_str()
+            )));
+        }
+        // SAFETY: a live umem.
+        let id = unsafe { (*umem).umem_id };
+        umems.push(Umem {
+            lib: lib.clone(),
+            umem,
+        });
+        Ok(id)
+    };
+    let sq_umem = reg(place.sq_off, place.sq_bytes, "send queue")?;
+    let cq_umem = reg(place.cq_off, place.cq_bytes, "CQ")?;
+    let dbr_umem = reg(place.dbr_off, place.dbr_bytes, "doorbell records")?;
+    drop(dmabuf); // each umem holds its own reference to the dma-buf
+    Ok((umems, [sq_umem, cq_umem, dbr_umem]))
+}
+
+/// The QP's and CQ's numbers and umems, for their DevX commands.
+struct QueueIds {
+    pdn: u32,
+    eqn: u32,
+    uar_page: u32,
+    /// Send queue, CQ and doorbell records, as `register_umems` gives them.
+    umems: [u32; 3],
+}
+
+/// The CQ and the QP on it, with their numbers. Fields drop in declaration order: the QP
+/// first.
+struct QueueObjs {
+    qp: Obj,
+    qpn: u32,
+    cq: Obj,
+    cqn: u32,
+}
+
+/// CREATE_CQ, then CREATE_QP on it.
+fn create_cq_qp(
+    lib: &Rc<dv::Mlx5Dv>,
+    ctx: *mut sys::ibv_context,
+    place: Placement,
+    ids: &QueueIds,
+) -> Result<QueueObjs, String> {
+    let [sq_umem, cq_umem, dbr_umem] = ids.umems;
+    let log2 = |n: u32| n.trailing_zeros();
+    let (cq, cqn) = create(
+        lib,
+        ctx,
+        "CREATE_CQ",
+        &prm::create_cq_in(&prm::CqParams {
+            log_size: log2(place.cq_entries),
+            uar_page: ids.uar_page,
+            eqn: ids.eqn,
+            umem_id: cq_umem,
+            umem_offset: 0,
+            dbr_umem_id: dbr_umem,
+            dbr_offset: CQ_DBR_AT as u64,
+        }),
+    )?;
+    let (qp, qpn) = create(
+        lib,
+        ctx,
+        "CREATE_QP",
+        &prm::create_qp_in(&prm::QpParams {
+            pdn: ids.pdn,
+            cqn,
+            uar_page: ids.uar_page,
+            log_sq_size: log2(place.sq_entries),
+            umem_id: sq_umem,
+            umem_offset: 0,
+            dbr_umem_id: dbr_umem,
+            dbr_offset: QP_DBR_AT as u64,
+        }),
+    )?;
+    Ok(QueueObjs { qp, qpn, cq, cqn })
+}
+
+impl GpuQueues {
+    /// Allocate, register and create; every failure names its step.
+    ///
+    /// # Safety
+    /// `t.ctx` must be a context opened with DevX (mlx5dv_open_device) and `t.pd` a PD of it,
+    /// both alive until the result is dropped.
+    pub unsafe fn create(
+        lib: Rc<dv::Mlx5Dv>,
+        t: &DevxTarget,
+        gpu: &Rc<cuda::Context>,
+        registration: Registration,
+        writes: u32,
+    ) -> Result<GpuQueues, String> {
+        devx_entry_points(&lib)?;
+        let page = page_size();
+        // SAFETY: t.pd is a live PD of an mlx5 context (this function's contract).
+        let pdn = unsafe { pd_number(&lib, t.pd) }?;
+        let mut eqn: u32 = 0;
+        // SAFETY: open context, out-pointer to a local.
+        if unsafe { lib.mlx5dv_devx_query_eqn(t.ctx, 0, &mut eqn) } != 0 {
+            return Err(last_os_error("mlx5dv_devx_query_eqn"));
+        }
+        // SAFETY: t.ctx is open with DevX and outlives the result, which holds the page.
+        let db = unsafe { DoorbellPage::alloc(&lib, t.ctx, gpu, page) }?;
 
         // GPU memory: rings and records, zeroed, the CQ initialised.
         let mem = GpuQueueMem::new(gpu, writes)?;
-        let (buf, place) = (&mem.buf, mem.place);
-        let mut umems = Vec::new();
-        let dmabuf = match registration {
-            Registration::Dmabuf => Some(
-                buf.export_dmabuf()
-                    .map_err(|e| format!("queue memory: {e}"))?,
-            ),
-            Registration::Peermem => None,
+        // SAFETY: t.ctx is open with DevX and outlives the result, which holds the umems.
+        let (umems, umem_ids) = unsafe { register_umems(&lib, t.ctx, &mem, registration, page) }?;
+        let ids = QueueIds {
+            pdn,
+            eqn,
+            uar_page: db.page_id,
+            umems: umem_ids,
         };
-        let mut reg = |off: usize, len: usize, what: &str| -> Result<u32, String> {
-            let access = sys::IBV_ACCESS_LOCAL_WRITE;
-            let umem = match &dmabuf {
-                Some(fd) => {
-                    use std::os::fd::AsRawFd;
-                    let mut uin = dv::mlx5dv_devx_umem_in {
-                        // With a dma-buf, the offset into it.
-                        addr: off as *mut c_void,
-                        size: len,
-                        access,
-                        pgsz_bitmap: page as u64,
-                        comp_mask: u64::from(dv::MLX5DV_UMEM_MASK_DMABUF),
-                        dmabuf_fd: fd.as_raw_fd(),
-                    };
-                    // SAFETY: open context; the dma-buf covers off..off+len.
-                    unsafe { lib.mlx5dv_devx_umem_reg_ex(t.ctx, &mut uin) }
-                }
-                // SAFETY: GPU memory nvidia-peermem resolves; alive until the umem goes.
-                None => unsafe {
-                    lib.mlx5dv_devx_umem_reg(
-                        t.ctx,
-                        (buf.ptr as usize + off) as *mut c_void,
-                        len,
-                        access,
-                    )
-                },
-            };
-            if umem.is_null() {
-                return Err(last_os_error(&format!(
-                    "mlx5dv_devx_umem_reg{} ({what}, {len} B of GPU memory via {})",
-                    if dmabuf.is_some() { "_ex" } else { "" },
-                    registration.as_str()
-                )));
-            }
-            // SAFETY: a live umem.
-            let id = unsafe { (*umem).umem_id };
-            umems.push(Umem {
-                lib: lib.clone(),
-                umem,
-            });
-            Ok(id)
-        };
-        let sq_umem = reg(place.sq_off, place.sq_bytes, "send queue")?;
-        let cq_umem = reg(place.cq_off, place.cq_bytes, "CQ")?;
-        let dbr_umem = reg(place.dbr_off, place.dbr_bytes, "doorbell records")?;
-        drop(dmabuf); // each umem holds its own reference to the dma-buf
-
-        let log2 = |n: u32| n.trailing_zeros();
-        let (cq, cqn) = create(
-            &lib,
-            t.ctx,
-            "CREATE_CQ",
-            &prm::create_cq_in(&prm::CqParams {
-                log_size: log2(place.cq_entries),
-                uar_page: page_id,
-                eqn,
-                umem_id: cq_umem,
-                umem_offset: 0,
-                dbr_umem_id: dbr_umem,
-                dbr_offset: CQ_DBR_AT as u64,
-            }),
-        )?;
-        let (qp, qpn) = create(
-            &lib,
-            t.ctx,
-            "CREATE_QP",
-            &prm::create_qp_in(&prm::QpParams {
-                pdn: dpd.pdn,
-                cqn,
-                uar_page: page_id,
-                log_sq_size: log2(place.sq_entries),
-                umem_id: sq_umem,
-                umem_offset: 0,
-                dbr_umem_id: dbr_umem,
-                dbr_offset: QP_DBR_AT as u64,
-            }),
-        )?;
+        let QueueObjs { qp, qpn, cq, cqn } = create_cq_qp(&lib, t.ctx, mem.place, &ids)?;
         Ok(GpuQueues {
             qp,
             _cq: cq,
             _umems: umems,
-            _doorbell_map: doorbell_map,
-            _uar: uar,
+            _doorbell_map: db.map,
+            _uar: db.uar,
             lib,
             qpn,
             cqn,
             mem,
-            doorbell,
-            uar_kind,
+            doorbell: db.doorbell,
+            uar_kind: db.kind,
             registration,
         })
     }

@@ -372,111 +372,111 @@ pub fn gpu_queues_check(
     Ok(said)
 }
 
-/// Run `gpudoctor_mlx5_post` against the NIC stand-in. The queues are page-aligned process
-/// memory registered for the GPU with cuMemHostRegister (`HostMap`, as the live path maps
-/// libmlx5's), the doorbell register and both data buffers pinned host memory.
-pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
-    const QPN: u32 = 0x1c3;
-    let (lkey, rkey) = (0x100u32, 0x2222u32);
-    let data_bytes = plan.writes_per_iter as usize * plan.size as usize;
-    let sq = PageBuf::new(plan.sq_size as usize * wqe::WQEBB_BYTES);
-    let cq = PageBuf::new(plan.cq_size as usize * wqe::CQE_BYTES);
-    // dbrec (8), cq dbrec (4, at 8): one page, as libmlx5's doorbell-record pages hold several.
-    let recs = PageBuf::new(64);
-    // The BlueFlame register (8, at 16) and PostResult (at 64).
-    let misc = PinnedBuffer::new(&l.ctx, 4096)?;
-    let src = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
-    let dst = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
-    let post = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
-    let cycles = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
-    let base = misc.ptr as *mut u8;
-    // SAFETY: misc is 4096 bytes, page-aligned: the offsets below are inside and aligned.
-    let (bf, result) = unsafe { (base.add(16) as *mut u64, base.add(64) as *mut PostResult) };
-    let (dbrec, cq_dbrec) = (
-        recs.ptr() as *mut u32,
-        recs.ptr().wrapping_add(8) as *mut u32,
-    );
-    // SAFETY: the buffers outlive `map` (declared after them, dropped before).
-    let map = unsafe {
-        HostMap::new(
-            &l.ctx,
-            &[
-                (sq.ptr() as *const u8, sq.len()),
-                (cq.ptr() as *const u8, cq.len()),
-                (dbrec as *const u8, 8),
-                (cq_dbrec as *const u8, 4),
-            ],
-        )?
-    };
+/// The stand-in's host memory, allocated in this order: the queues (page-aligned process
+/// memory), the misc page, both data buffers, and the per-iteration posting times. Fields
+/// drop in declaration order: the reverse.
+struct EmuHost {
+    cycles: PinnedBuffer,
+    post: PinnedBuffer,
+    dst: PinnedBuffer,
+    src: PinnedBuffer,
+    _misc: PinnedBuffer,
+    _recs: PageBuf,
+    cq: PageBuf,
+    sq: PageBuf,
+    /// The BlueFlame register (8 bytes at 16 in `misc`).
+    bf: *mut u64,
+    /// The kernel's PostResult (at 64 in `misc`).
+    result: *mut PostResult,
+    /// The QP's doorbell record (8 bytes at 0 in `recs`) and the CQ's (4, at 8).
+    dbrec: *mut u32,
+    cq_dbrec: *mut u32,
+}
+
+impl EmuHost {
+    /// Allocate it all for `plan`, with `data_bytes` in each data buffer.
+    fn new(l: &Loaded, plan: &EmuPlan, data_bytes: usize) -> Result<EmuHost, CudaError> {
+        let sq = PageBuf::new(plan.sq_size as usize * wqe::WQEBB_BYTES);
+        let cq = PageBuf::new(plan.cq_size as usize * wqe::CQE_BYTES);
+        // dbrec (8), cq dbrec (4, at 8): one page, as libmlx5's doorbell-record pages hold several.
+        let recs = PageBuf::new(64);
+        // The BlueFlame register (8, at 16) and PostResult (at 64).
+        let misc = PinnedBuffer::new(&l.ctx, 4096)?;
+        let src = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
+        let dst = PinnedBuffer::new(&l.ctx, data_bytes.max(1))?;
+        let post = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
+        let cycles = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
+        let base = misc.ptr as *mut u8;
+        // SAFETY: misc is 4096 bytes, page-aligned: the offsets below are inside and aligned.
+        let (bf, result) = unsafe { (base.add(16) as *mut u64, base.add(64) as *mut PostResult) };
+        let (dbrec, cq_dbrec) = (
+            recs.ptr() as *mut u32,
+            recs.ptr().wrapping_add(8) as *mut u32,
+        );
+        Ok(EmuHost {
+            cycles,
+            post,
+            dst,
+            src,
+            _misc: misc,
+            _recs: recs,
+            cq,
+            sq,
+            bf,
+            result,
+            dbrec,
+            cq_dbrec,
+        })
+    }
+}
+
+/// The posting kernel's arguments over the stand-in's queues (their GPU addresses through
+/// `map`), with `done` for each iteration's completion time.
+fn emu_post_args(
+    plan: &EmuPlan,
+    h: &EmuHost,
+    map: &HostMap,
+    done: &PinnedBuffer,
+    qpn: u32,
+    (lkey, rkey): (u32, u32),
+) -> Result<PostArgs, CudaError> {
     let dev = |p: *const u8| {
         map.device(p).ok_or_else(|| {
             CudaError::Unavailable("a queue address outside its registration".into())
         })
     };
-    // SAFETY: all of it is memory owned by the buffers above, which outlive `mem`, the NIC and
-    // the proxy (joined before the buffers drop).
-    let mem = Arc::new(unsafe {
-        QueueMemory::from_raw(RawQueues {
-            sq: sq.ptr(),
-            sq_size: plan.sq_size,
-            dbrec,
-            cq: cq.ptr(),
-            cq_size: plan.cq_size,
-            cq_dbrec,
-            bf,
-        })
-    });
-    // SAFETY: as above.
-    unsafe { result.write(PostResult::default()) };
-    let (lbase, rbase) = (src.addr(), dst.addr());
-    // SAFETY: src/dst are data_bytes of pinned memory that outlive the NIC.
-    let (src_mr, dst_mr) = unsafe {
-        (
-            Mr::from_raw(lkey, 0x1111, lbase, src.ptr as *mut u8, data_bytes, false),
-            Mr::from_raw(0x200, rkey, rbase, dst.ptr as *mut u8, data_bytes, true),
-        )
-    };
-    let pattern: Vec<u8> = (0..data_bytes)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[3])
-        .collect();
-    src_mr.write(0, &pattern);
-    let mut nic = Nic::new(mem.clone(), QPN, vec![src_mr, dst_mr.clone()]);
-    if let Some(at) = plan.bad_rkey_at {
-        nic.inject_error(at, wqe::Syndrome::RemoteAccess);
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let nic = nic.spawn(stop.clone());
-    let proxy =
-        (plan.handler == EmuHandler::CpuProxy).then(|| Proxy::spawn(mem.clone(), 0, stop.clone()));
-    let done_buf = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
-    let mut a = PostArgs {
-        sq: dev(sq.ptr())?,
+    Ok(PostArgs {
+        sq: dev(h.sq.ptr())?,
         sq_size: plan.sq_size,
-        qpn: QPN,
-        dbrec: dev(dbrec as *const u8)?,
+        qpn,
+        dbrec: dev(h.dbrec as *const u8)?,
         bf: match plan.handler {
-            EmuHandler::Gpu => bf as u64,
+            EmuHandler::Gpu => h.bf as u64,
             EmuHandler::CpuProxy | EmuHandler::Nobody => 0,
         },
-        cq: dev(cq.ptr())?,
+        cq: dev(h.cq.ptr())?,
         cq_size: plan.cq_size,
-        cq_dbrec: dev(cq_dbrec as *const u8)?,
-        lbase,
+        cq_dbrec: dev(h.cq_dbrec as *const u8)?,
+        lbase: h.src.addr(),
         lkey,
-        rbase,
+        rbase: h.dst.addr(),
         rkey,
         size: plan.size,
         iterations: plan.iterations,
         timeout_ns: plan.timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
-        post_ns: post.addr(),
-        post_cycles: cycles.addr(),
-        result: result as u64,
+        post_ns: h.post.addr(),
+        post_cycles: h.cycles.addr(),
+        result: h.result as u64,
         flags: plan.fence.flag(),
         pi0: 0,
         ci0: 0,
-        done_ns: done_buf.addr(),
-    };
-    let mut out = EmuOutcome {
+        done_ns: done.addr(),
+    })
+}
+
+/// An outcome before any launch: nothing measured, nothing wrong yet.
+fn emu_outcome_before() -> EmuOutcome {
+    EmuOutcome {
         result: PostResult::default(),
         post_ns: Vec::new(),
         post_cycles: Vec::new(),
@@ -488,32 +488,42 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
         launches_done: 0,
         iterations_done: 0,
         timeline_ok: true,
-    };
-    let mut failed = None;
+    }
+}
+
+/// Launch the posting kernel `plan.launches` times (at least once), each carrying on from the
+/// last one's counters, into `out`: its result, timings and whether `dst` then holds the
+/// pattern. Stops after a launch that failed (its error) or reported a non-zero status.
+fn emu_launches(
+    l: &Loaded,
+    plan: &EmuPlan,
+    h: &EmuHost,
+    done_buf: &PinnedBuffer,
+    a: &mut PostArgs,
+    (dst_mr, pattern): (&Mr, &[u8]),
+    out: &mut EmuOutcome,
+) -> Option<CudaError> {
     for _ in 0..plan.launches.max(1) {
-        dst_mr.write(0, &vec![0u8; data_bytes]);
+        dst_mr.write(0, &vec![0u8; pattern.len()]);
         // SAFETY: pinned memory owned above; no kernel is running.
-        unsafe { result.write(PostResult::default()) };
+        unsafe { h.result.write(PostResult::default()) };
         // SAFETY: every address above is registered or pinned memory alive until after the call.
-        let ran = unsafe { run_post(l, &a, plan.writes_per_iter) };
+        let ran = unsafe { run_post(l, a, plan.writes_per_iter) };
         let wall = match ran {
             Ok(w) => w,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
+            Err(e) => return Some(e),
         };
         out.wall += wall;
         out.launches_done += 1;
         // SAFETY: written by the finished kernel.
-        let r = unsafe { result.read_volatile() };
+        let r = unsafe { h.result.read_volatile() };
         let done = (r.iterations_done as usize).min(plan.iterations as usize);
         out.iterations_done += done as u64;
         // SAFETY: iterations u64s each, the first `done` written by the finished kernel.
         let (p, c, d) = unsafe {
             (
-                std::slice::from_raw_parts(post.ptr as *const u64, done),
-                std::slice::from_raw_parts(cycles.ptr as *const u64, done),
+                std::slice::from_raw_parts(h.post.ptr as *const u64, done),
+                std::slice::from_raw_parts(h.cycles.ptr as *const u64, done),
                 std::slice::from_raw_parts(done_buf.ptr as *const u64, done),
             )
         };
@@ -529,6 +539,76 @@ pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
         a.pi0 = r.producer;
         a.ci0 = r.cq_consumer;
     }
+    None
+}
+
+/// Run `gpudoctor_mlx5_post` against the NIC stand-in. The queues are page-aligned process
+/// memory registered for the GPU with cuMemHostRegister (`HostMap`, as the live path maps
+/// libmlx5's), the doorbell register and both data buffers pinned host memory.
+pub fn emulate(l: &Loaded, plan: &EmuPlan) -> Result<EmuOutcome, CudaError> {
+    const QPN: u32 = 0x1c3;
+    let (lkey, rkey) = (0x100u32, 0x2222u32);
+    let data_bytes = plan.writes_per_iter as usize * plan.size as usize;
+    let h = EmuHost::new(l, plan, data_bytes)?;
+    // SAFETY: the buffers outlive `map` (declared after them, dropped before).
+    let map = unsafe {
+        HostMap::new(
+            &l.ctx,
+            &[
+                (h.sq.ptr() as *const u8, h.sq.len()),
+                (h.cq.ptr() as *const u8, h.cq.len()),
+                (h.dbrec as *const u8, 8),
+                (h.cq_dbrec as *const u8, 4),
+            ],
+        )?
+    };
+    // SAFETY: all of it is memory owned by the buffers above, which outlive `mem`, the NIC and
+    // the proxy (joined before the buffers drop).
+    let mem = Arc::new(unsafe {
+        QueueMemory::from_raw(RawQueues {
+            sq: h.sq.ptr(),
+            sq_size: plan.sq_size,
+            dbrec: h.dbrec,
+            cq: h.cq.ptr(),
+            cq_size: plan.cq_size,
+            cq_dbrec: h.cq_dbrec,
+            bf: h.bf,
+        })
+    });
+    // SAFETY: as above.
+    unsafe { h.result.write(PostResult::default()) };
+    let (lbase, rbase) = (h.src.addr(), h.dst.addr());
+    // SAFETY: src/dst are data_bytes of pinned memory that outlive the NIC.
+    let (src_mr, dst_mr) = unsafe {
+        (
+            Mr::from_raw(lkey, 0x1111, lbase, h.src.ptr as *mut u8, data_bytes, false),
+            Mr::from_raw(0x200, rkey, rbase, h.dst.ptr as *mut u8, data_bytes, true),
+        )
+    };
+    let pattern: Vec<u8> = (0..data_bytes)
+        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[3])
+        .collect();
+    src_mr.write(0, &pattern);
+    let mut nic = Nic::new(mem.clone(), QPN, vec![src_mr, dst_mr.clone()]);
+    if let Some(at) = plan.bad_rkey_at {
+        nic.inject_error(at, wqe::Syndrome::RemoteAccess);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let nic = nic.spawn(stop.clone());
+    let proxy =
+        (plan.handler == EmuHandler::CpuProxy).then(|| Proxy::spawn(mem.clone(), 0, stop.clone()));
+    let done_buf = PinnedBuffer::new(&l.ctx, plan.iterations as usize * 8)?;
+    let mut a = emu_post_args(plan, &h, &map, &done_buf, QPN, (lkey, rkey))?;
+    let mut out = emu_outcome_before();
+    let failed = emu_launches(
+        l,
+        plan,
+        &h,
+        &done_buf,
+        &mut a,
+        (&dst_mr, &pattern),
+        &mut out,
+    );
     stop.store(true, Ordering::Release);
     let nic = nic.join().expect("the NIC stand-in thread");
     if let Some(p) = proxy {
