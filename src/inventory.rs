@@ -370,7 +370,7 @@ impl Inventory {
                 }
                 h
             }),
-            Job::Rdma(name) => Found::Rdma(read_one_rdma(sr, name.to_string())),
+            Job::Rdma(name) => Found::Rdma(read_one_rdma(sr, name.to_string(), scope)),
             Job::Net(name) => Found::Net(read_netdev(sr, name)),
             Job::Function(name) => Found::Function(
                 name,
@@ -859,15 +859,15 @@ fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
 }
 
 /// One RDMA device by name (None when /sys/class/infiniband/NAME does not exist): what a verbs
-/// probe needs, without reading every device's GID table.
+/// probe needs, without reading every device's GID table or its error counters.
 pub fn read_rdma_device(sr: &SysRoot, name: &str) -> Option<RdmaDevice> {
     if !sr.exists(&format!("/sys/class/infiniband/{name}")) {
         return None;
     }
-    Some(read_one_rdma(sr, name.to_string()))
+    Some(read_one_rdma(sr, name.to_string(), Scope::Topology))
 }
 
-fn read_one_rdma(sr: &SysRoot, name: String) -> RdmaDevice {
+fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
     let dir = format!("/sys/class/infiniband/{name}");
     let mut u = Unread::new();
     let backing = read_backing(sr, &dir, &mut u);
@@ -881,7 +881,7 @@ fn read_one_rdma(sr: &SysRoot, name: String) -> RdmaDevice {
         Ok(pnames) => {
             for p in pnames {
                 let Ok(num) = p.parse::<u32>() else { continue };
-                ports.push(read_port(sr, &format!("{dir}/ports/{p}"), num));
+                ports.push(read_port(sr, &format!("{dir}/ports/{p}"), num, scope));
             }
         }
         Err(e) => note_err(&mut u, "ports", &e),
@@ -936,7 +936,28 @@ fn read_backing(sr: &SysRoot, dir: &str, u: &mut Unread) -> RdmaBacking {
 /// ConnectX; a larger listing is refused naming the directory (the port's GIDs unknown).
 pub const MAX_GID_ENTRIES: usize = 4096;
 
-fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
+/// The port counters (`counters/`) the checks judge or show (`rdma.port-errors`,
+/// `rdma.link-flaps`): only these are read, and only for the checks. A port has dozens; a host
+/// with SR-IOV functions thousands of ports.
+pub const PORT_COUNTERS: [&str; 7] = [
+    "excessive_buffer_overrun_errors",
+    "link_downed",
+    "link_error_recovery",
+    "local_link_integrity_errors",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "symbol_error",
+];
+
+/// The driver counters (`hw_counters/`) the checks judge or show.
+pub const PORT_HW_COUNTERS: [&str; 4] = [
+    "local_ack_timeout_err",
+    "out_of_buffer",
+    "packet_seq_err",
+    "rnr_nak_retry_err",
+];
+
+fn read_port(sr: &SysRoot, dir: &str, port: u32, scope: Scope) -> RdmaPort {
     let mut u = Unread::new();
     let state = text(sr, &mut u, "state", &format!("{dir}/state"));
     let phys_state = text(sr, &mut u, "phys_state", &format!("{dir}/phys_state"));
@@ -990,8 +1011,15 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
         }
         Err(e) => note_err(&mut u, "gids", &e),
     }
-    let counters = read_counters(sr, &mut u, dir, "counters");
-    let hw_counters = read_counters(sr, &mut u, dir, "hw_counters");
+    // The topology and the verbs probes judge no counter.
+    let (counters, hw_counters) = if scope == Scope::Checks {
+        (
+            read_counters(sr, &mut u, dir, "counters", &PORT_COUNTERS),
+            read_counters(sr, &mut u, dir, "hw_counters", &PORT_HW_COUNTERS),
+        )
+    } else {
+        (None, None)
+    };
     RdmaPort {
         port,
         counters,
@@ -1010,14 +1038,16 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32) -> RdmaPort {
     }
 }
 
-/// Every counter file of `dir/which` (`counters`, `hw_counters`): decimal u64 values. Files
-/// that do not read or parse are left out with their reason (some mlx5 firmware refuses a
-/// counter it does not implement: EINVAL).
+/// The `wanted` counter files of `dir/which` (`counters`, `hw_counters`) that its listing
+/// shows: decimal u64 values. Files that do not read or parse are left out with their reason
+/// (some mlx5 firmware refuses a counter it does not implement: EINVAL); one the listing does
+/// not show is missing, as before.
 fn read_counters(
     sr: &SysRoot,
     u: &mut Unread,
     dir: &str,
     which: &str,
+    wanted: &[&str],
 ) -> Option<BTreeMap<String, u64>> {
     let cdir = format!("{dir}/{which}");
     let names = match sr.list_names(&cdir) {
@@ -1028,7 +1058,7 @@ fn read_counters(
         }
     };
     let mut out = BTreeMap::new();
-    for n in names {
+    for n in names.into_iter().filter(|n| wanted.contains(&n.as_str())) {
         if let Some(v) = parsed(
             sr,
             u,

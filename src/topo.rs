@@ -12,7 +12,7 @@ use crate::nvml::NvmlGpu;
 use crate::pci::config::PortType;
 use crate::pci::{self, Bdf, ClassCode};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub mod gpu_model;
 
@@ -65,11 +65,36 @@ pub struct Path {
 impl Path {
     /// The cell as `nvidia-smi topo -m` prints it.
     pub fn cell(&self) -> String {
+        self.cell_str().into_owned()
+    }
+
+    /// The cell as `nvidia-smi topo -m` prints it, allocated only for `NV#`.
+    pub fn cell_str(&self) -> std::borrow::Cow<'static, str> {
         match (self.kind, self.nvlinks) {
-            (PathType::NV, Some(n)) => format!("NV{n}"),
-            (k, _) => k.as_str().to_string(),
+            (PathType::NV, Some(n)) => std::borrow::Cow::Owned(format!("NV{n}")),
+            (k, _) => std::borrow::Cow::Borrowed(k.as_str()),
         }
     }
+}
+
+/// The matrix's `cells` in JSON: rows of `Path::cell`, written straight from the paths.
+fn serialize_cells<S: serde::Serializer>(paths: &[Vec<Path>], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    struct Row<'a>(&'a [Path]);
+    impl Serialize for Row<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for p in self.0 {
+                seq.serialize_element(&*p.cell_str())?;
+            }
+            seq.end()
+        }
+    }
+    let mut seq = s.serialize_seq(Some(paths.len()))?;
+    for r in paths {
+        seq.serialize_element(&Row(r))?;
+    }
+    seq.end()
 }
 
 /// Role of a PCI bridge function.
@@ -252,11 +277,11 @@ pub struct UnresolvedRdma {
 pub struct Matrix {
     /// GPU0..GPUn then NIC0..NICm.
     pub labels: Vec<String>,
-    /// `cells[i][j]` as printed by `nvidia-smi topo -m`.
-    pub cells: Vec<Vec<String>>,
-    /// Full classification per cell (PCIe type under NV#, certainty); in JSON only the
-    /// uncertain cells are listed, as `uncertain`.
-    #[serde(skip)]
+    /// Full classification per cell (PCIe type under NV#, certainty). In JSON, `cells`: each
+    /// cell as printed by `nvidia-smi topo -m` (`Path::cell`), written as it is serialized
+    /// (a matrix of every GPU and NIC, SR-IOV functions included, holds millions of cells:
+    /// no string is kept per cell); the uncertain ones are also listed, as `uncertain`.
+    #[serde(rename = "cells", serialize_with = "serialize_cells")]
     pub paths: Vec<Vec<Path>>,
     /// Cells whose NODE/SYS was inferred from CPU affinity because NUMA is unknown:
     /// [row label, column label].
@@ -549,6 +574,28 @@ impl NodeCpus {
 }
 
 /// The part of the PCIe graph that path classification needs.
+/// Root complexes numbered as the matrix meets them (`PciGraph::end_key`).
+#[derive(Default)]
+struct RootComplexIds<'a>(HashMap<&'a str, usize>);
+
+/// One end of a path as `PciGraph::keyed_path` compares it.
+struct EndKey<'a> {
+    bdf: Bdf,
+    /// None: the function is not among the PCI devices read.
+    on_bus: Option<OnBus<'a>>,
+    numa: Option<&'a Numa>,
+}
+
+/// Where a function sits on the PCI bus.
+struct OnBus<'a> {
+    /// Its root complex, numbered (`RootComplexIds`).
+    rc: usize,
+    /// The bridges above it, root port first.
+    upstream: &'a [Bdf],
+    /// `PciGraph::switch_key` of each of `upstream`.
+    switches: Vec<Bdf>,
+}
+
 struct PciGraph<'a> {
     inv: &'a Inventory,
     roles: BTreeMap<Bdf, (BridgeRole, RoleSource)>,
@@ -571,14 +618,47 @@ impl PciGraph<'_> {
 
     /// PCIe-only path type between two functions, and whether it is certain.
     fn pcie_path(&self, a: Bdf, b: Bdf) -> (PathType, bool) {
-        if a == b {
+        let mut rcs = RootComplexIds::default();
+        Self::keyed_path(&self.end_key(a, &mut rcs), &self.end_key(b, &mut rcs))
+    }
+
+    /// What `keyed_path` needs of one function, looked up once: the matrix asks for every pair
+    /// of its ends (millions on an SR-IOV host), so nothing is looked up, compared as text or
+    /// allocated per pair.
+    fn end_key<'g>(&'g self, bdf: Bdf, rcs: &mut RootComplexIds<'g>) -> EndKey<'g> {
+        let Some(f) = self.inv.pci.get(&bdf) else {
+            return EndKey {
+                bdf,
+                on_bus: None,
+                numa: self.numa.get(&bdf),
+            };
+        };
+        let next = rcs.0.len();
+        let rc = *rcs.0.entry(f.root_complex.as_str()).or_insert(next);
+        EndKey {
+            bdf,
+            on_bus: Some(OnBus {
+                rc,
+                upstream: &f.upstream,
+                switches: f.upstream.iter().map(|b| self.switch_key(*b)).collect(),
+            }),
+            numa: self.numa.get(&bdf),
+        }
+    }
+
+    /// The path type between two ends (`end_key`): X for the same function; across root
+    /// complexes, NODE or SYS by NUMA node (inferred from CPU affinity where the node is
+    /// unknown: not certain); under one root complex, PHB through the host bridge, PIX within
+    /// one switch (or bridge), PXB across several.
+    fn keyed_path(a: &EndKey, b: &EndKey) -> (PathType, bool) {
+        if a.bdf == b.bdf {
             return (PathType::X, true);
         }
-        let (Some(fa), Some(fb)) = (self.inv.pci.get(&a), self.inv.pci.get(&b)) else {
+        let (Some(fa), Some(fb)) = (&a.on_bus, &b.on_bus) else {
             return (PathType::SYS, false);
         };
-        if fa.root_complex != fb.root_complex {
-            return self.cross_host_bridge(a, b);
+        if fa.rc != fb.rc {
+            return Self::cross_host_bridge(a.numa, b.numa);
         }
         let common = fa
             .upstream
@@ -590,23 +670,21 @@ impl PciGraph<'_> {
             // Different root ports (or the flat root bus of a VM): through the host bridge.
             return (PathType::PHB, true);
         }
-        let mut crossed: BTreeSet<Bdf> = BTreeSet::new();
-        crossed.insert(self.switch_key(fa.upstream[common - 1]));
-        for x in fa.upstream[common..]
+        // The switches crossed: the one above both, and each below it on either side.
+        let top = fa.switches[common - 1];
+        let one = fa.switches[common..]
             .iter()
-            .chain(fb.upstream[common..].iter())
-        {
-            crossed.insert(self.switch_key(*x));
-        }
-        if crossed.len() <= 1 {
+            .chain(&fb.switches[common..])
+            .all(|s| *s == top);
+        if one {
             (PathType::PIX, true)
         } else {
             (PathType::PXB, true)
         }
     }
 
-    fn cross_host_bridge(&self, a: Bdf, b: Bdf) -> (PathType, bool) {
-        let (Some(na), Some(nb)) = (self.numa.get(&a), self.numa.get(&b)) else {
+    fn cross_host_bridge(na: Option<&Numa>, nb: Option<&Numa>) -> (PathType, bool) {
+        let (Some(na), Some(nb)) = (na, nb) else {
             return (PathType::SYS, false);
         };
         if let (Some(x), Some(y)) = (na.node, nb.node) {
@@ -1003,10 +1081,6 @@ pub fn build(inv: &Inventory) -> Topology {
                 .to_string(),
         );
     }
-    let cells = paths
-        .iter()
-        .map(|r| r.iter().map(Path::cell).collect())
-        .collect();
     let affinity_of = |bdf: &Bdf| -> (String, String) {
         // An RDMA device may point at a function that was left out of the PCI devices
         // (unreadable, see `nics`' note): its affinity is unknown, shown as N/A.
@@ -1053,7 +1127,6 @@ pub fn build(inv: &Inventory) -> Topology {
                 })
                 .collect(),
             labels,
-            cells,
             paths,
             cpu_affinity,
             numa_affinity,
@@ -1068,12 +1141,18 @@ fn path_rows(
     graph: &PciGraph,
     ends: &[(Bdf, Option<&NvmlGpu>, Option<&str>)],
 ) -> Vec<(Vec<Path>, bool)> {
-    // Rows are independent (the graph is read-only): computed side by side, kept in order.
+    // Each end looked up once; rows are independent (the graph is read-only): computed side
+    // by side, kept in order.
+    let mut rcs = RootComplexIds::default();
+    let keys: Vec<EndKey> = ends
+        .iter()
+        .map(|(b, _, _)| graph.end_key(*b, &mut rcs))
+        .collect();
     let rows: Vec<usize> = (0..ends.len()).collect();
     crate::workers::map(&rows, |&i| {
         let (a, ga, ra) = &ends[i];
         let mut uncertain = false;
-        let mut row = Vec::new();
+        let mut row = Vec::with_capacity(ends.len());
         for (j, (b, gb, rb)) in ends.iter().enumerate() {
             let (pcie, certain) = if i == j {
                 (PathType::X, true)
@@ -1081,7 +1160,7 @@ fn path_rows(
                 // Two RDMA devices on one PCI function: same card.
                 (PathType::PIX, true)
             } else {
-                graph.pcie_path(*a, *b)
+                PciGraph::keyed_path(&keys[i], &keys[j])
             };
             uncertain |= !certain;
             let nv = match (ga, gb) {
@@ -1234,7 +1313,7 @@ pub(crate) mod tests {
         let m = &t.matrix;
         let i = m.labels.iter().position(|l| l == a).unwrap();
         let j = m.labels.iter().position(|l| l == b).unwrap();
-        m.cells[i][j].clone()
+        m.paths[i][j].cell()
     }
 
     /// One socket-0 switch tree with a nested switch, a bare root port, a second host bridge

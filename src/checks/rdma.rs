@@ -671,7 +671,7 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaPortErrors;
     let uptime = ctx.inv.host.uptime_s;
     each_pci_port(ctx, id, out, |_r, p, subject, pdir, out| {
-        let Some(c) = &p.counters else {
+        let Some(_) = &p.counters else {
             out.push(Finding::new(
                 id,
                 subject,
@@ -730,10 +730,7 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
                         id,
                         subject,
                         Status::Skip,
-                        format!(
-                            "none of the judged error counters is present ({} read)",
-                            crate::words::count(c.len(), "counter", "counters")
-                        ),
+                        format!("none of the judged error counters is present in {pdir}/counters or hw_counters"),
                     )
                     .evidence(evs),
                 );
@@ -1087,6 +1084,27 @@ fn library_verdict(ctx: &Ctx, id: CheckId, subject: &str) -> Finding {
 
 #[cfg(test)]
 mod tests {
+    /// Discovery reads only the counters named in `inventory::PORT_COUNTERS` and
+    /// `PORT_HW_COUNTERS`: each one judged or shown here must be among them, or it would never
+    /// be read.
+    #[test]
+    fn every_judged_counter_is_read() {
+        use crate::inventory::{PORT_COUNTERS, PORT_HW_COUNTERS};
+        let read = |d: &str, n: &str| match d {
+            "counters" => PORT_COUNTERS.contains(&n),
+            _ => PORT_HW_COUNTERS.contains(&n),
+        };
+        for (d, n) in super::FATAL_COUNTERS
+            .iter()
+            .copied()
+            .chain(super::RATE_COUNTERS.iter().map(|(d, n, _, _)| (*d, *n)))
+            .chain(super::SHOWN_COUNTERS.iter().copied())
+            .chain([("counters", "link_downed")])
+        {
+            assert!(read(d, n), "{d}/{n} is judged but never read");
+        }
+    }
+
     #[test]
     fn roce_mtus() {
         assert_eq!(super::roce_mtu(9000), 4096);

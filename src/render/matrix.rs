@@ -64,14 +64,13 @@ fn grid(r: &TopoReport) -> Grid {
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let mut cells: Vec<String> = m.cells[i]
+            let mut cells: Vec<String> = m.paths[i]
                 .iter()
-                .zip(&m.paths[i])
-                .map(|(c, p)| {
+                .map(|p| {
                     if p.kind == PathType::X {
                         "X".to_string()
                     } else {
-                        c.clone()
+                        p.cell()
                     }
                 })
                 .collect();
@@ -209,13 +208,13 @@ pub fn topo_matrix_tsv(r: &TopoReport) -> String {
     out.push('\n');
     for (i, l) in m.labels.iter().enumerate() {
         out.push_str(l);
-        for (c, path) in m.cells[i].iter().zip(&m.paths[i]) {
+        for path in &m.paths[i] {
             out.push('\t');
             // nvidia-smi pads the diagonal.
             if path.kind == PathType::X {
                 out.push_str(" X ");
             } else {
-                out.push_str(c);
+                out.push_str(&path.cell_str());
             }
         }
         // nvidia-smi's GPU NUMA ID: the NUMA node of the GPU's own memory, N/A where NVML has

@@ -134,12 +134,12 @@ fn gpu_paths(m: &crate::topo::Matrix, ends: &BTreeMap<String, (String, String)>)
             {
                 continue;
             }
-            if let Some(cell) = m.cells.get(i).and_then(|r| r.get(j)) {
+            if let Some(cell) = m.paths.get(i).and_then(|r| r.get(j)) {
                 paths.push(PathShape {
                     a: pa.clone(),
                     b: pb.clone(),
                     was: Some(format!("{na} <-> {nb}")),
-                    path: cell.clone(),
+                    path: cell.cell(),
                 });
             }
         }

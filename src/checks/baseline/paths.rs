@@ -38,9 +38,10 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
             continue;
         };
         judged += 1;
-        let Some(cell) = m.cells.get(*i).and_then(|r| r.get(*j)) else {
+        let Some(cell) = m.paths.get(*i).and_then(|r| r.get(*j)).map(|p| p.cell()) else {
             continue;
         };
+        let cell = &cell;
         // The cell's own certainty (both directions): searching `uncertain`, itself up to
         // every pair, for each expected pair was quartic in a node's functions.
         let certain = |r: usize, c: usize| {

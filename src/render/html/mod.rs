@@ -376,8 +376,9 @@ fn matrix_section(b: &mut String, t: &Topology) {
     b.push_str("<th>CPU affinity</th><th>NUMA affinity</th></tr>\n");
     for (i, row) in m.labels.iter().enumerate() {
         let _ = write!(b, "<tr><th>{}</th>", esc(row));
-        for (j, cell) in m.cells.get(i).into_iter().flatten().enumerate() {
-            let p = m.paths.get(i).and_then(|r| r.get(j));
+        for path in m.paths.get(i).into_iter().flatten() {
+            let cell = &*path.cell_str();
+            let p = Some(path);
             // A class, not a style or a tooltip per cell: an SR-IOV host's matrix has tens of
             // thousands of cells (the legend says what each class means).
             match p {
