@@ -364,7 +364,7 @@ impl Inventory {
                 if nvml.gpus.iter().any(|g| {
                     g.nvlinks
                         .iter()
-                        .any(|l| l.remote_device_type == Some(facts::NvLinkRemote::Switch))
+                        .any(|l| l.remote_device_type.value() == Some(&facts::NvLinkRemote::Switch))
                 }) {
                     read_fabric_manager(sr, &mut h);
                 }

@@ -80,9 +80,9 @@ impl NvmlSummary {
     pub fn of(n: &crate::nvml::NvmlSnapshot) -> Self {
         NvmlSummary {
             source: n.source.clone(),
-            driver_version: n.driver_version.clone(),
-            nvml_version: n.nvml_version.clone(),
-            cuda_driver_version: n.cuda_driver_version,
+            driver_version: n.driver_version.cloned(),
+            nvml_version: n.nvml_version.cloned(),
+            cuda_driver_version: n.cuda_driver_version.cloned(),
             unavailable: n.unavailable.clone(),
             gpus: n.gpus.len(),
         }
@@ -442,7 +442,7 @@ impl CheckReport {
             .nvidia_version_line
             .as_deref()
             .and_then(|l| crate::facts::parse_nvrm(l).0)
-            .or_else(|| inv.nvml.driver_version.clone());
+            .or_else(|| inv.nvml.driver_version.cloned());
         CheckReport {
             schema: CHECK_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),

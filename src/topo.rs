@@ -720,20 +720,17 @@ fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
         g.nvlinks
             .iter()
             .filter(|l| l.active)
-            .filter(|l| l.remote_device_type != Some(NvLinkRemote::Switch))
+            .filter(|l| l.remote_device_type.value() != Some(&NvLinkRemote::Switch))
             .filter(|l| {
                 other.is_some()
-                    && l.remote_bus_id
-                        .as_deref()
-                        .and_then(|s| s.parse::<Bdf>().ok())
-                        == other
+                    && l.remote_bus_id.value().and_then(|s| s.parse::<Bdf>().ok()) == other
             })
             .count() as u32
     };
     let to_switch = |g: &NvmlGpu| {
         g.nvlinks
             .iter()
-            .filter(|l| l.active && l.remote_device_type == Some(NvLinkRemote::Switch))
+            .filter(|l| l.active && l.remote_device_type.value() == Some(&NvLinkRemote::Switch))
             .count() as u32
     };
     let d = direct(a, b_id).max(direct(b, a_id));
@@ -833,19 +830,19 @@ fn gpus(inv: &Inventory, devices: &[Device], notes: &mut Vec<String>) -> Vec<Gpu
                 label: format!("GPU{i}"),
                 bdf: d.bdf,
                 name: n
-                    .and_then(|n| n.name.clone())
+                    .and_then(|n| n.name.cloned())
                     .unwrap_or_else(|| d.name.clone()),
                 nvml_index: n.map(|n| n.index),
-                uuid: n.and_then(|n| n.uuid.clone()),
-                memory_total_bytes: n.and_then(|n| n.memory_total_bytes),
-                bar1_total_bytes: n.and_then(|n| n.bar1_total_bytes),
+                uuid: n.and_then(|n| n.uuid.cloned()),
+                memory_total_bytes: n.and_then(|n| n.memory_total_bytes.cloned()),
+                bar1_total_bytes: n.and_then(|n| n.bar1_total_bytes.cloned()),
                 // Unknown where the list could not be read (never "0 active").
                 nvlinks_active: n
                     .filter(|n| n.nvlinks_unread().is_none())
                     .map(|n| n.nvlinks.iter().filter(|l| l.active).count() as u32),
                 link: d.link.clone(),
                 numa: d.numa.clone(),
-                numa_node_id: n.and_then(|n| n.numa_node_id),
+                numa_node_id: n.and_then(|n| n.numa_node_id.cloned()),
                 nvml_missing: match n {
                     Some(_) => None,
                     None => Some(
@@ -868,7 +865,8 @@ fn gpus(inv: &Inventory, devices: &[Device], notes: &mut Vec<String>) -> Vec<Gpu
         if !inv.pci.contains_key(bdf) {
             notes.push(format!(
                 "NVML lists GPU {} at {} which sysfs does not show",
-                g.index, g.bus_id
+                g.index,
+                g.bus_id.value().map_or("", String::as_str)
             ));
         }
     }
@@ -1223,7 +1221,7 @@ pub(crate) mod tests {
     //! NUMA -1 inference, NVLinks, and closest-NIC ties.
     use super::*;
     use crate::inventory::{Link, NumaNode, PciFunction, RdmaDevice};
-    use crate::nvml::{NvmlGpu, NvmlLink, NvmlSnapshot};
+    use crate::nvml::{NvmlGpu, NvmlLink, NvmlReading, NvmlSnapshot};
 
     const BRIDGE: u32 = 0x060400;
     const GPU: u32 = 0x030200;
@@ -1487,11 +1485,11 @@ pub(crate) mod tests {
         let link = |i: u32, to: &str| NvmlLink {
             link: i,
             active: true,
-            remote_bus_id: Some(to.into()),
-            remote_device_type: Some(crate::facts::NvLinkRemote::Gpu),
+            remote_bus_id: NvmlReading::of(to.into()),
+            remote_device_type: NvmlReading::of(crate::facts::NvLinkRemote::Gpu),
         };
         let gpu = |bus: &str, to: &str| NvmlGpu {
-            bus_id: bus.into(),
+            bus_id: NvmlReading::of(bus.into()),
             nvlinks: (0..4).map(|i| link(i, to)).collect(),
             ..Default::default()
         };

@@ -349,10 +349,10 @@ impl Redactor {
             return;
         }
         for g in &snap.gpus {
-            if let Some(s) = g.serial.as_deref().map(str::trim).filter(|s| s.len() >= 4) {
+            if let Some(s) = g.serial.value().map(|s| s.trim()).filter(|s| s.len() >= 4) {
                 self.literal(Class::Serial, s);
             }
-            if let Some(u) = g.uuid.as_deref() {
+            if let Some(u) = g.uuid.value().map(String::as_str) {
                 let standard = (u.starts_with("GPU-") || u.starts_with("MIG-"))
                     && u.len() == 40
                     && uuid_hex(&u[4..]).is_some();
@@ -776,11 +776,11 @@ impl Redactor {
         }
         let mut changed = false;
         for g in &mut snap.gpus {
-            if g.serial.as_deref().is_some_and(|s| {
+            if g.serial.value().is_some_and(|s| {
                 let s = s.trim();
                 !s.is_empty() && s.len() < 4
             }) {
-                g.serial = Some("redacted".to_string());
+                g.serial = crate::nvml::NvmlReading::of("redacted".to_string());
                 changed = true;
             }
         }

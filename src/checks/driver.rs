@@ -149,12 +149,12 @@ pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::DriverNvml;
     // A record whose GPU list is only its PCI devices (an NCCL topology XML) says nothing of
     // NVML answering.
-    if let Some(why) = nvml.unread.get(crate::nvml::NVML_ANSWERED)
+    if let Some(why) = nvml.listed_by_nvml.why()
         && nvml.unavailable.is_none()
     {
         out.push(
             Finding::new(id, "host", Status::Skip, format!("NVML unknown: {why}"))
-                .with(ev("nvmlInit_v2", why.clone())),
+                .with(ev("nvmlInit_v2", why)),
         );
         return;
     }
@@ -167,12 +167,12 @@ pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
                 format!(
                     "NVML answers ({}, driver {})",
                     crate::words::count(nvml.gpus.len(), "GPU", "GPUs"),
-                    nvml.driver_version.as_deref().unwrap_or("?")
+                    nvml.driver_version.value().map_or("?", String::as_str)
                 ),
             )
             .with(ev(
                 "nvmlInit_v2 / nvmlSystemGetDriverVersion",
-                nvml.driver_version.clone().unwrap_or_else(|| "?".into()),
+                nvml.driver_version.cloned().unwrap_or_else(|| "?".into()),
             )),
         ),
         (Some(r), _) if nvml.source != "live" && !nvml.source.is_empty() => out.push(
@@ -231,7 +231,7 @@ pub(super) fn version_match(ctx: &Ctx, out: &mut Vec<Finding>) {
         .nvidia_version_line
         .as_deref()
         .and_then(|l| parse_nvrm(l).0);
-    match (&kmod, &nvml.driver_version) {
+    match (&kmod, nvml.driver_version.value()) {
         (Some(k), Some(u)) if k == u => out.push(
             Finding::new(id, "host", Status::Pass, format!("kernel module and NVML both {k}"))
                 .with(ev(VER, k.clone()))
@@ -245,11 +245,11 @@ pub(super) fn version_match(ctx: &Ctx, out: &mut Vec<Finding>) {
         ),
         _ if sysfs_gpus == 0 => out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable()),
         _ => {
-            let why = match (&kmod, &nvml.driver_version) {
+            let why = match (&kmod, nvml.driver_version.value()) {
                 (None, _) => "kernel module version unknown (/proc/driver/nvidia/version unreadable)".to_string(),
                 _ => format!(
                     "NVML driver version unknown ({})",
-                    nvml.unavailable.clone().or_else(|| nvml.unread.get("driver_version").cloned()).unwrap_or_else(|| "not recorded".into())
+                    nvml.unavailable.clone().or_else(|| nvml.driver_version.why().map(str::to_string)).unwrap_or_else(|| "not recorded".into())
                 ),
             };
             out.push(Finding::new(id, "host", Status::Skip, why));
@@ -273,11 +273,11 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
     )];
     let mut counts: Vec<(&str, usize)> = vec![("sysfs", sysfs_gpus)];
     let mut unknown = Vec::new();
-    if let Some(why) = nvml.unread.get(crate::nvml::NVML_ANSWERED) {
+    if let Some(why) = nvml.listed_by_nvml.why() {
         // The record's GPUs are its PCI devices: counting them against sysfs would compare the
         // record with itself.
         unknown.push("NVML");
-        evidence.push(ev("nvmlDeviceGetCount", why.clone()));
+        evidence.push(ev("nvmlDeviceGetCount", why));
     } else if nvml.unavailable.is_none() {
         counts.push(("NVML", nvml.gpus.len()));
         evidence.push(ev("nvmlDeviceGetCount", nvml.gpus.len().to_string()));

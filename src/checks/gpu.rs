@@ -11,7 +11,7 @@
 //! Pure functions of the inventory and topology: no reads here.
 
 use super::{CheckId, Ctx, Finding, SkipKind, Status, ev};
-use crate::nvml::{NvmlErrorKind, NvmlGpu};
+use crate::nvml::{NvmlErrorKind, NvmlGpu, Unread};
 use crate::pci::Bdf;
 use std::collections::BTreeMap;
 
@@ -72,7 +72,7 @@ pub(super) fn each_nvml_gpu(
     ctx: &Ctx,
     id: CheckId,
     out: &mut Vec<Finding>,
-    mut check: impl FnMut(String, &NvmlGpu, &dyn Fn(&str) -> String, &mut Vec<Finding>),
+    mut check: impl FnMut(String, &NvmlGpu, &dyn Fn(Option<Unread>) -> String, &mut Vec<Finding>),
 ) {
     each_gpu(ctx, id, out, |g, n, out| {
         let s = g.label.clone();
@@ -85,12 +85,7 @@ pub(super) fn each_nvml_gpu(
             ));
             return;
         };
-        if let Some((k, why)) = n
-            .unread_kind
-            .iter()
-            .find(|(_, kind)| **kind == NvmlErrorKind::GpuLost)
-            .map(|(k, _)| (k, n.unread.get(k).cloned().unwrap_or_default()))
-        {
+        if let Some((k, why)) = n.lost() {
             out.push(
                 Finding::new(id, s, Status::Fail, format!("{}: NVML reports the GPU lost ({why})", g.label))
                     .with(ev(format!("NVML {k}"), why))
@@ -99,12 +94,10 @@ pub(super) fn each_nvml_gpu(
             return;
         }
         let asked = std::cell::RefCell::new(Vec::new());
-        let unread = |k: &str| {
-            asked.borrow_mut().push(n.unread_kind.get(k).copied());
-            n.unread
-                .get(k)
-                .cloned()
-                .unwrap_or_else(|| nvml_missing(ctx))
+        // Why a fact the check asked for has no value, keeping NVML's kind of failure.
+        let unread = |u: Option<Unread>| {
+            asked.borrow_mut().push(u.and_then(|u| u.kind));
+            u.map_or_else(|| nvml_missing(ctx), |u| u.why.to_string())
         };
         let from = out.len();
         check(s, n, &unread, out);
@@ -128,12 +121,9 @@ pub(super) fn bar1(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuBar1;
     each_gpu(ctx, id, out, |g, n, out| {
         let s = g.label.clone();
-        let unread = |k: &str| {
-            n.and_then(|n| n.unread.get(k).cloned())
-                .unwrap_or_else(|| nvml_missing(ctx))
-        };
-        let mem = n.and_then(|n| n.memory_total_bytes);
-        let (bar1, src) = match n.and_then(|n| n.bar1_total_bytes) {
+        let unread = |u: Option<Unread>| u.map_or_else(|| nvml_missing(ctx), |u| u.why.to_string());
+        let mem = n.and_then(|n| n.memory_total_bytes.value().copied());
+        let (bar1, src) = match n.and_then(|n| n.bar1_total_bytes.value().copied()) {
             Some(b) => (Some(b), "nvmlDeviceGetBAR1MemoryInfo".to_string()),
             None => match ctx
                 .inv
@@ -164,8 +154,8 @@ pub(super) fn bar1(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .with(ev(src, gib(b)))
                     .fix("Enable \"Above 4G decoding\" and Resizable BAR in the BIOS"),
             ),
-            (Some(b), None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("BAR1 {} but GPU memory size unknown ({})", gib(b), unread("memory_total_bytes"))).with(ev(src, gib(b)))),
-            (None, _) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("BAR1 size unknown: {}", unread("bar1_total_bytes")))),
+            (Some(b), None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("BAR1 {} but GPU memory size unknown ({})", gib(b), unread(n.and_then(|n| n.memory_total_bytes.unread())))).with(ev(src, gib(b)))),
+            (None, _) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("BAR1 size unknown: {}", unread(n.and_then(|n| n.bar1_total_bytes.unread()))))),
         }
     });
 }
@@ -173,12 +163,12 @@ pub(super) fn bar1(ctx: &Ctx, out: &mut Vec<Finding>) {
 pub(super) fn persistence(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuPersistence;
     each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
-        match n.persistence_mode {
+        match n.persistence_mode.value() {
             Some(true) => out.push(Finding::new(id, s.clone(), Status::Pass, "persistence mode on").with(ev("nvmlDeviceGetPersistenceMode", "enabled"))),
             Some(false) => out.push(Finding::new(id, s.clone(), Status::Warn, "persistence mode off: the driver tears the GPU down between jobs (slow start-up, lost state)")
                 .with(ev("nvmlDeviceGetPersistenceMode", "disabled"))
                 .fix("Run nvidia-persistenced (`systemctl enable --now nvidia-persistenced`) or `nvidia-smi -pm 1`")),
-            None => out.push(Finding::new(id, s.clone(), Status::Skip, format!("persistence mode unknown: {}", unread("persistence_mode")))),
+            None => out.push(Finding::new(id, s.clone(), Status::Skip, format!("persistence mode unknown: {}", unread(n.persistence_mode.unread())))),
         }
     });
 }
@@ -186,8 +176,8 @@ pub(super) fn persistence(ctx: &Ctx, out: &mut Vec<Finding>) {
 pub(super) fn ecc(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuEcc;
     each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
-        match (n.ecc_enabled, n.ecc_volatile_uncorrected) {
-            (_, Some(u)) if u > 0 => out.push(Finding::new(id, s.clone(), Status::Fail, format!("{u} volatile uncorrectable ECC errors since the last driver load"))
+        match (n.ecc_enabled.value(), n.ecc_volatile_uncorrected.value()) {
+            (_, Some(&u)) if u > 0 => out.push(Finding::new(id, s.clone(), Status::Fail, format!("{u} volatile uncorrectable ECC errors since the last driver load"))
                 .with(ev("nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)", u.to_string()))
                 .fix("Drain the node; reset the GPU (`nvidia-smi -r`) so pending row remaps apply; if errors recur, RMA the GPU (check `nvidia-smi -q -d ECC,ROW_REMAPPER` and Xid 48/63/64 in dmesg)")),
             (Some(false), _) => out.push(Finding::new(id, s.clone(), Status::Warn, "ECC disabled: memory errors go undetected")
@@ -195,8 +185,8 @@ pub(super) fn ecc(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .fix("`nvidia-smi -e 1` and reboot/reset the GPU")),
             (Some(true), Some(_)) => out.push(Finding::new(id, s.clone(), Status::Pass, "ECC enabled, no volatile uncorrectable errors")
                 .with(ev("nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)", "0"))),
-            (Some(true), None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("ECC on; error counters unknown: {}", unread("ecc_volatile_uncorrected")))),
-            (None, _) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("ECC mode unknown: {}", unread("ecc_enabled")))),
+            (Some(true), None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("ECC on; error counters unknown: {}", unread(n.ecc_volatile_uncorrected.unread())))),
+            (None, _) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("ECC mode unknown: {}", unread(n.ecc_enabled.unread())))),
         }
     });
 }
@@ -204,12 +194,12 @@ pub(super) fn ecc(ctx: &Ctx, out: &mut Vec<Finding>) {
 pub(super) fn row_remap(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuRowRemap;
     each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
-        match (n.remapped_rows_pending, n.retired_pending) {
+        match (n.remapped_rows_pending.value(), n.retired_pending.value()) {
             (Some(true), _) | (_, Some(true)) => out.push(Finding::new(id, s.clone(), Status::Fail, "memory repairs pending (row remap or page retirement): they apply only after a GPU reset")
-                .with(ev("nvmlDeviceGetRemappedRows pending / nvmlDeviceGetRetiredPagesPendingStatus", format!("{:?} / {:?}", n.remapped_rows_pending, n.retired_pending)))
+                .with(ev("nvmlDeviceGetRemappedRows pending / nvmlDeviceGetRetiredPagesPendingStatus", format!("{:?} / {:?}", n.remapped_rows_pending.value(), n.retired_pending.value())))
                 .fix("Drain the node and reset the GPU (`nvidia-smi -r -i N`) or reboot")),
             (Some(false), _) | (None, Some(false)) => out.push(Finding::new(id, s.clone(), Status::Pass, "no pending row remaps or page retirements")),
-            (None, None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("row remap state unknown: {}", unread("remapped_rows_pending")))),
+            (None, None) => out.push(Finding::new(id, s.clone(), Status::Skip, format!("row remap state unknown: {}", unread(n.remapped_rows_pending.unread())))),
         }
     });
 }
@@ -250,7 +240,7 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
                 )
                 .not_applicable(),
             );
-        } else if let Some(hidden) = n.unread.get(crate::nvml::NVLINK_STATE)
+        } else if let Some(hidden) = n.nvlink_state.why()
             && down.is_empty()
         {
             // Only active links were written (an NCCL topology XML): a down one would be missing,
@@ -265,7 +255,7 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
                         crate::words::count(total, "NVLink", "NVLinks")
                     ),
                 )
-                .with(ev("nvmlDeviceGetNvLinkState", hidden.clone())),
+                .with(ev("nvmlDeviceGetNvLinkState", hidden)),
             );
         } else if down.is_empty() {
             out.push(
@@ -293,7 +283,7 @@ pub(super) fn nvlink_down(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .nvlinks
                 .iter()
                 .filter(|l| !l.active)
-                .map(|l| l.remote_bus_id.as_deref().and_then(|r| r.parse().ok()))
+                .map(|l| l.remote_bus_id.value().and_then(|r| r.parse().ok()))
                 .collect();
             for (g, lacking) in &lost {
                 if remotes.contains(&Some(g.bdf)) {
@@ -326,25 +316,29 @@ pub(super) fn p2p(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(Finding::new(id, "host", Status::Skip, "fewer than two GPUs").not_applicable());
         return;
     }
-    if ctx.inv.nvml.p2p.is_empty() {
-        out.push(Finding::new(
-            id,
-            "host",
-            Status::Skip,
-            format!(
-                "P2P status not known: {}",
-                ctx.inv
-                    .nvml
-                    .unavailable
-                    .clone()
-                    .unwrap_or_else(|| "not recorded".into())
-            ),
-        ));
-        return;
-    }
+    let pairs = match ctx.inv.nvml.p2p.value() {
+        Some(v) if !v.is_empty() => v,
+        // Not read, or no pair read: P2P is unknown either way.
+        _ => {
+            out.push(Finding::new(
+                id,
+                "host",
+                Status::Skip,
+                format!(
+                    "P2P status not known: {}",
+                    ctx.inv
+                        .nvml
+                        .unavailable
+                        .clone()
+                        .unwrap_or_else(|| "not recorded".into())
+                ),
+            ));
+            return;
+        }
+    };
     // NVML's pairs by address, parsed once (GPUs^2 pairs: a lookup, not a scan, per pair).
     let mut recorded = std::collections::HashMap::new();
-    for p in &ctx.inv.nvml.p2p {
+    for p in pairs {
         if let (Ok(x), Ok(y)) = (p.a.parse::<Bdf>(), p.b.parse::<Bdf>()) {
             recorded.entry((x, y)).or_insert(p);
         }
@@ -543,15 +537,6 @@ pub(super) fn xid(ctx: &Ctx, out: &mut Vec<Finding>) {
     }
 }
 
-/// What `unread` says about `key`, or "not recorded" for a snapshot written before it was kept.
-fn why(n: &NvmlGpu, unread: &dyn Fn(&str) -> String, key: &str) -> String {
-    if n.unread.contains_key(key) {
-        unread(key)
-    } else {
-        "not recorded (nvml.json written before gpudoctor kept it)".into()
-    }
-}
-
 /// Clock event reasons that mean trouble, with their names (NVML's nvmlClocksEventReason*).
 const TROUBLE: [(u64, &str); 4] = [
     (0x8, "HW slowdown"),
@@ -585,14 +570,14 @@ fn reason_names(bits: u64) -> String {
 pub(super) fn throttle(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuThrottle;
     each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
-        let Some(bits) = n.clock_event_reasons else {
+        let Some(&bits) = n.clock_event_reasons.value() else {
             out.push(Finding::new(
                 id,
                 s,
                 Status::Skip,
                 format!(
                     "clock event reasons unknown: {}",
-                    why(n, unread, "clock_event_reasons")
+                    unread(n.clock_event_reasons.unread())
                 ),
             ));
             return;
@@ -666,19 +651,17 @@ pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
         let mut missing = Vec::new();
         for link in &active {
             let Some(e) = n.nvlink_errors.get(link) else {
-                missing.push(format!(
-                    "link {link}: {}",
-                    why(n, unread, &format!("nvlink.{link}.errors"))
-                ));
+                missing.push(format!("link {link}: {}", crate::nvml::NOT_RECORDED));
                 continue;
             };
-            let (Some(replay), Some(recovery), Some(flit), Some(data)) =
-                (e.replay, e.recovery, e.crc_flit, e.crc_data)
-            else {
-                missing.push(format!(
-                    "link {link}: {}",
-                    why(n, unread, &format!("nvlink.{link}.errors.replay"))
-                ));
+            let (Some(&replay), Some(&recovery), Some(&flit), Some(&data)) = (
+                e.replay.value(),
+                e.recovery.value(),
+                e.crc_flit.value(),
+                e.crc_data.value(),
+            ) else {
+                let first = e.counters().into_iter().find_map(|(_, r)| r.unread());
+                missing.push(format!("link {link}: {}", unread(first)));
                 continue;
             };
             if replay + recovery + flit + data == 0 {
@@ -791,8 +774,8 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
         let switched = n
             .nvlinks
             .iter()
-            .any(|l| l.remote_device_type == Some(crate::facts::NvLinkRemote::Switch));
-        let Some(f) = &n.fabric else {
+            .any(|l| l.remote_device_type.value() == Some(&crate::facts::NvLinkRemote::Switch));
+        let Some(f) = n.fabric.value() else {
             if switched {
                 out.push(Finding::new(
                     id,
@@ -800,7 +783,7 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                     Status::Skip,
                     format!(
                         "NVSwitch fabric state unknown: {}",
-                        why(n, unread, "fabric")
+                        unread(n.fabric.unread())
                     ),
                 ));
             } else if n.nvlinks.is_empty() && n.nvlinks_unread().is_none() {
@@ -815,7 +798,7 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                     Status::Skip,
                     format!(
                         "fabric state unknown ({}) and no link reports an NVSwitch at its far end",
-                        why(n, unread, "fabric")
+                        unread(n.fabric.unread())
                     ),
                 ));
             }

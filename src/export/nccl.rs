@@ -255,7 +255,7 @@ fn gpu_leaves(inv: &Inventory, topo: &Topology, leaves: &mut BTreeMap<Bdf, Eleme
         .nvml
         .gpus
         .iter()
-        .map(|g| (g.bus_id.to_ascii_lowercase(), g))
+        .filter_map(|g| Some((g.bus_id.value()?.to_ascii_lowercase(), g)))
         .collect();
     for g in &topo.gpus {
         let mut gpu = Element::new("gpu");
@@ -263,11 +263,11 @@ fn gpu_leaves(inv: &Inventory, topo: &Topology, leaves: &mut BTreeMap<Bdf, Eleme
             // Count active links per peer, as NCCL does (target = the NVML bus id, lower case).
             let mut per_peer: BTreeMap<String, (u32, Option<String>)> = BTreeMap::new();
             for l in n.nvlinks.iter().filter(|l| l.active) {
-                let Some(remote) = &l.remote_bus_id else {
+                let Some(remote) = l.remote_bus_id.value() else {
                     continue;
                 };
                 let target = remote.to_ascii_lowercase();
-                let tclass = match l.remote_device_type {
+                let tclass = match l.remote_device_type.value() {
                     Some(NvLinkRemote::Switch) => Some(NVSWITCH_CLASS.to_string()),
                     Some(NvLinkRemote::Gpu) => remote
                         .parse::<Bdf>()

@@ -17,7 +17,7 @@
 
 use super::record::{Format, FunctionRecord, MachineRecord};
 use crate::kmsg::KernelLog;
-use crate::nvml::{NvmlGpu, NvmlLink, NvmlSnapshot};
+use crate::nvml::{NvmlGpu, NvmlLink, NvmlPcie, NvmlReading, NvmlSnapshot};
 use crate::pci::Bdf;
 use crate::sysroot::{DirHandle, MemTree};
 use std::collections::{BTreeMap, BTreeSet};
@@ -486,90 +486,90 @@ fn nvml_snapshot(rec: &MachineRecord) -> NvmlSnapshot {
     if rec.gpus.is_empty() {
         return NvmlSnapshot::unavailable(why, &source_name(rec.format));
     }
+    // What the record carries is a value; what it does not, unknown for the format's reason.
+    fn fact<T>(why: &str, v: Option<T>) -> NvmlReading<T> {
+        match v {
+            Some(v) => NvmlReading::of(v),
+            None => NvmlReading::unknown(why, None),
+        }
+    }
+    let w = why.as_str();
     let mut s = NvmlSnapshot {
         schema: crate::nvml::SCHEMA.to_string(),
         source: source_name(rec.format),
-        driver_version: rec.driver_version.clone(),
-        ..Default::default()
+        driver_version: fact(w, rec.driver_version.clone()),
+        nvml_version: fact(w, None),
+        cuda_driver_version: fact(w, None),
+        unavailable: None,
+        unavailable_kind: None,
+        listed_by_nvml: match rec.format.nvml_not_asked() {
+            Some(not_asked) => NvmlReading::unknown(not_asked, None),
+            None => NvmlReading::of(()),
+        },
+        device_count: NvmlReading::of(rec.gpus.len() as u32),
+        gpus: Vec::new(),
+        p2p: fact(w, None),
     };
-    if s.driver_version.is_none() {
-        s.unread.insert("driver_version".into(), why.clone());
-    }
-    s.unread.insert("p2p".into(), why.clone());
-    if let Some(not_asked) = rec.format.nvml_not_asked() {
-        s.unread
-            .insert(crate::nvml::NVML_ANSWERED.into(), not_asked);
-    }
     let link_state_hidden = rec.format.nvlink_state_hidden();
     let mut gpus: Vec<_> = rec.gpus.iter().collect();
     gpus.sort_by_key(|g| g.bdf);
     for (i, g) in gpus.into_iter().enumerate() {
-        let mut n = NvmlGpu {
-            index: i as u32,
-            bus_id: g.bdf.nvml(),
-            uuid: g.uuid.clone(),
-            name: g.name.clone(),
-            serial: g.serial.clone(),
-            memory_total_bytes: g.memory_total_bytes,
-            bar1_total_bytes: g.bar1_total_bytes,
-            persistence_mode: g.persistence_mode,
-            ecc_enabled: g.ecc_enabled,
-            numa_node_id: g.numa_node_id,
-            ..Default::default()
-        };
-        let mut unread = |key: &str, known: bool| {
-            if !known {
-                n.unread.insert(key.to_string(), why.clone());
-            }
-        };
-        unread("uuid", g.uuid.is_some());
-        unread("name", g.name.is_some());
-        unread("serial", g.serial.is_some());
-        unread("memory_total_bytes", g.memory_total_bytes.is_some());
-        unread("bar1_total_bytes", g.bar1_total_bytes.is_some());
-        unread("persistence_mode", g.persistence_mode.is_some());
-        unread("ecc_enabled", g.ecc_enabled.is_some());
-        unread("numa_node_id", g.numa_node_id.is_some());
-        for k in [
-            "pcie.gen_current",
-            "pcie.gen_max",
-            "pcie.width_current",
-            "pcie.width_max",
-            "ecc_volatile_uncorrected",
-            "retired_pending",
-            "remapped_rows_pending",
-            "clock_event_reasons",
-            "fabric",
-            "nvlink_errors",
-        ] {
-            unread(k, false);
-        }
-        match &g.nvlinks {
-            Some(links) => {
-                n.nvlinks = links
+        let (nvlinks, nvlinks_listed) = match &g.nvlinks {
+            Some(links) => (
+                links
                     .iter()
                     .map(|l| NvmlLink {
                         link: l.link,
                         active: l.active,
-                        remote_bus_id: l.remote_bus_id.map(|b| b.nvml()),
-                        remote_device_type: l.remote_kind.as_deref().map(|k| match k {
-                            "gpu" => crate::facts::NvLinkRemote::Gpu,
-                            "switch" => crate::facts::NvLinkRemote::Switch,
-                            "ibmnpu" | "cpu" => crate::facts::NvLinkRemote::Ibmnpu,
-                            _ => crate::facts::NvLinkRemote::Unknown,
-                        }),
+                        remote_bus_id: fact(w, l.remote_bus_id.map(|b| b.nvml())),
+                        remote_device_type: fact(
+                            w,
+                            l.remote_kind.as_deref().map(|k| match k {
+                                "gpu" => crate::facts::NvLinkRemote::Gpu,
+                                "switch" => crate::facts::NvLinkRemote::Switch,
+                                "ibmnpu" | "cpu" => crate::facts::NvLinkRemote::Ibmnpu,
+                                _ => crate::facts::NvLinkRemote::Unknown,
+                            }),
+                        ),
                     })
-                    .collect();
-            }
-            None => {
-                n.unread.insert("nvlinks".into(), why.clone());
-            }
-        }
-        if let Some(hidden) = &link_state_hidden {
-            n.unread
-                .insert(crate::nvml::NVLINK_STATE.into(), hidden.clone());
-        }
-        s.gpus.push(n);
+                    .collect(),
+                NvmlReading::of(()),
+            ),
+            None => (
+                Vec::new(),
+                NvmlReading::unknown(format!("nvlinks: {why}"), None),
+            ),
+        };
+        s.gpus.push(NvmlGpu {
+            index: i as u32,
+            bus_id: NvmlReading::of(g.bdf.nvml()),
+            uuid: fact(w, g.uuid.clone()),
+            name: fact(w, g.name.clone()),
+            serial: fact(w, g.serial.clone()),
+            memory_total_bytes: fact(w, g.memory_total_bytes),
+            bar1_total_bytes: fact(w, g.bar1_total_bytes),
+            pcie: NvmlPcie {
+                gen_current: fact(w, None),
+                gen_max: fact(w, None),
+                width_current: fact(w, None),
+                width_max: fact(w, None),
+            },
+            nvlinks,
+            nvlinks_listed,
+            nvlink_state: match &link_state_hidden {
+                Some(hidden) => NvmlReading::unknown(hidden.clone(), None),
+                None => NvmlReading::of(()),
+            },
+            persistence_mode: fact(w, g.persistence_mode),
+            ecc_enabled: fact(w, g.ecc_enabled),
+            ecc_volatile_uncorrected: fact(w, None),
+            retired_pending: fact(w, None),
+            remapped_rows_pending: fact(w, None),
+            numa_node_id: fact(w, g.numa_node_id),
+            clock_event_reasons: fact(w, None),
+            nvlink_errors: BTreeMap::new(),
+            fabric: fact(w, None),
+        });
     }
     s
 }

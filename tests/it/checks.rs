@@ -431,9 +431,16 @@ fn iommu_type_unreadable_is_not_pass() {
 }
 
 /// Checks judge on NVML's error kind: a GPU NVML reports lost fails its gpu.* checks with the
-/// fix for a GPU off the bus; a fact refused for permission is a not-root skip.
+/// fix for a GPU off the bus; a fact refused for permission is a not-root skip. Both shapes of
+/// nvml.json: the kind in `unread_kind` (`gpudoctor.nvml/1`), and in the fact's reading
+/// (`gpudoctor.nvml/2`).
 #[test]
 fn nvml_error_kinds_are_judged() {
+    nvml_error_kinds_judged_in(false);
+    nvml_error_kinds_judged_in(true);
+}
+
+fn nvml_error_kinds_judged_in(readings: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let tree = tmp.path().join("t");
     let st = std::process::Command::new("cp")
@@ -445,14 +452,25 @@ fn nvml_error_kinds_are_judged() {
     assert!(st.success());
     let path = tree.join("nvml.json");
     let mut n: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let g0 = &mut n["gpus"][0];
-    g0["ecc_enabled"] = serde_json::Value::Null;
-    g0["unread"]["ecc_enabled"] = "GPU has fallen off the bus (GpuLost)".into();
-    g0["unread_kind"]["ecc_enabled"] = "gpu-lost".into();
-    let g1 = &mut n["gpus"][1];
-    g1["persistence_mode"] = serde_json::Value::Null;
-    g1["unread"]["persistence_mode"] = "no permission to query NVML".into();
-    g1["unread_kind"]["persistence_mode"] = "no-permission".into();
+    if readings {
+        let snap =
+            gpudoctor::nvml::NvmlSnapshot::from_json(&serde_json::to_vec(&n).unwrap()).unwrap();
+        n = serde_json::to_value(&snap).unwrap();
+        assert_eq!(n["schema"], "gpudoctor.nvml/2");
+        n["gpus"][0]["ecc_enabled"] = serde_json::json!(
+            {"unknown": "GPU has fallen off the bus (GpuLost)", "kind": "gpu-lost"});
+        n["gpus"][1]["persistence_mode"] = serde_json::json!(
+            {"unknown": "no permission to query NVML", "kind": "no-permission"});
+    } else {
+        let g0 = &mut n["gpus"][0];
+        g0["ecc_enabled"] = serde_json::Value::Null;
+        g0["unread"]["ecc_enabled"] = "GPU has fallen off the bus (GpuLost)".into();
+        g0["unread_kind"]["ecc_enabled"] = "gpu-lost".into();
+        let g1 = &mut n["gpus"][1];
+        g1["persistence_mode"] = serde_json::Value::Null;
+        g1["unread"]["persistence_mode"] = "no permission to query NVML".into();
+        g1["unread_kind"]["persistence_mode"] = "no-permission".into();
+    }
     std::fs::write(&path, serde_json::to_vec(&n).unwrap()).unwrap();
     let (code, v) = check_json(&["--root".into(), tree.display().to_string()], &[]);
     assert_eq!(code, 1);
@@ -475,6 +493,44 @@ fn nvml_error_kinds_are_judged() {
     let denied = find("gpu.persistence", "GPU1");
     assert_eq!(denied["status"], "skip");
     assert_eq!(denied["skip"], "not-root", "{denied}");
+}
+
+/// Every fixture's nvml.json (`gpudoctor.nvml/1`) read and written again as `gpudoctor.nvml/2`
+/// judges the same: the conversion on load and the reader of the new shape agree, finding for
+/// finding.
+#[test]
+fn nvml_json_rewritten_as_readings_judges_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut seen = 0;
+    for dir in crate::fixture_dirs() {
+        let path = dir.join("nvml.json");
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let tree = tmp.path().join(&name);
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&dir)
+            .arg(&tree)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let snap = gpudoctor::nvml::NvmlSnapshot::from_json(&bytes).unwrap();
+        let v2 = serde_json::to_vec_pretty(&snap).unwrap();
+        assert_eq!(
+            gpudoctor::nvml::NvmlSnapshot::from_json(&v2).unwrap(),
+            snap,
+            "{name}"
+        );
+        std::fs::write(tree.join("nvml.json"), &v2).unwrap();
+        let (_, before) = check_json(&["--root".into(), dir.display().to_string()], &[]);
+        let (_, after) = check_json(&["--root".into(), tree.display().to_string()], &[]);
+        assert_eq!(before["checks"], after["checks"], "{name}");
+        assert_eq!(before["nvml"], after["nvml"], "{name}");
+        seen += 1;
+    }
+    assert!(seen >= 5, "fixtures with nvml.json: {seen}");
 }
 
 /// A GPU whose `iommu_group` link cannot be read (a damaged tree: a file in its place, or a

@@ -86,9 +86,9 @@ pub fn capture(
         }
     }
     let versions = Versions {
-        nvidia_driver: pinned(inv.nvml.driver_version.clone(), Enforce::Policy),
+        nvidia_driver: pinned(inv.nvml.driver_version.cloned(), Enforce::Policy),
         cuda_driver: pinned(
-            inv.nvml.cuda_driver_version.map(|v| v.to_string()),
+            inv.nvml.cuda_driver_version.value().map(|v| v.to_string()),
             Enforce::Fact,
         ),
         kernel: pinned(kernel_release(inv), Enforce::Fact),

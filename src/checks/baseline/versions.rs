@@ -52,7 +52,7 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
             "host".into(),
             "NVIDIA driver",
             p,
-            node.inv.nvml.driver_version.clone(),
+            node.inv.nvml.driver_version.cloned(),
             "nvmlSystemGetDriverVersion",
         );
     }
@@ -61,7 +61,11 @@ pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
             "host".into(),
             "CUDA driver API version",
             p,
-            node.inv.nvml.cuda_driver_version.map(|v| v.to_string()),
+            node.inv
+                .nvml
+                .cuda_driver_version
+                .value()
+                .map(|v| v.to_string()),
             "nvmlSystemGetCudaDriverVersion",
         );
     }
