@@ -489,11 +489,10 @@ impl NvmlSnapshot {
                 let mut snap: NvmlSnapshot = serde_json::from_value(raw.clone())
                     .map_err(|e| SnapshotError::Parse(e.to_string()))?;
                 for (i, g) in snap.gpus.iter_mut().enumerate() {
-                    let whole = g
-                        .nvlinks_listed
-                        .why()
-                        .is_some_and(|w| w.starts_with("device: "));
-                    if unlisted(i) && !whole {
+                    // A reason the file gives (the GPU's handle, a link) stands.
+                    let said = !g.nvlinks_listed.is_value()
+                        && g.nvlinks_listed != NvmlReading::not_recorded();
+                    if unlisted(i) && !said {
                         g.nvlinks_listed =
                             NvmlReading::unknown("nvlinks: not recorded in nvml.json", None);
                     }
@@ -1284,6 +1283,22 @@ mod tests {
         .unwrap();
         assert_eq!(s.gpus[0].bdf().unwrap().to_string(), "0000:1a:00.0");
         assert_eq!(s.gpus[0].uuid, NvmlReading::not_recorded());
+        // A GPU without its list reads as "not recorded", unless the file says why.
+        assert_eq!(
+            s.gpus[0].nvlinks_unread().as_deref(),
+            Some("nvlinks: not recorded in nvml.json")
+        );
+        let s = NvmlSnapshot::from_json(
+            br#"{"schema":"gpudoctor.nvml/2","gpus":[{"nvlinks_listed":{"unknown":"device: GPU has fallen off the bus (GpuLost)","kind":"gpu-lost"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.gpus[0].nvlinks_listed,
+            NvmlReading::unknown(
+                "device: GPU has fallen off the bus (GpuLost)",
+                Some(NvmlErrorKind::GpuLost)
+            )
+        );
     }
 
     #[test]
