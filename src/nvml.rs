@@ -469,6 +469,69 @@ impl NvmlSnapshot {
     }
 
     pub fn from_json(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        Self::from_json_typed(bytes).map_or_else(|| Self::from_json_value(bytes), Ok)
+    }
+
+    /// `from_json` straight from the text into the typed snapshot (a recorded 80-GPU
+    /// nvml.json is over a megabyte: no JSON tree is built and copied): the schema and which
+    /// GPUs hold an `nvlinks` list are read first, skipping everything else. None for anything
+    /// it does not read cleanly; `from_json_value` then gives the answer and its message.
+    fn from_json_typed(bytes: &[u8]) -> Option<Self> {
+        /// Only what the conversion needs before the whole parse.
+        #[derive(Deserialize)]
+        struct Outline {
+            #[serde(default)]
+            schema: String,
+            #[serde(default)]
+            gpus: Vec<GpuOutline>,
+        }
+        #[derive(Deserialize)]
+        struct GpuOutline {
+            /// Whether the key is there (whatever it holds).
+            #[serde(default, deserialize_with = "present")]
+            nvlinks: bool,
+        }
+        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+            serde::de::IgnoredAny::deserialize(d).map(|_| true)
+        }
+        let outline: Outline = serde_json::from_slice(bytes).ok()?;
+        let unlisted = |i: usize| outline.gpus.get(i).is_some_and(|g| !g.nvlinks);
+        Some(match outline.schema.as_str() {
+            SCHEMA => {
+                let mut snap: NvmlSnapshot = serde_json::from_slice(bytes).ok()?;
+                if snap.gpus.len() != outline.gpus.len() {
+                    return None;
+                }
+                for (i, g) in snap.gpus.iter_mut().enumerate() {
+                    let said = !g.nvlinks_listed.is_value()
+                        && g.nvlinks_listed != NvmlReading::not_recorded();
+                    if unlisted(i) && !said {
+                        g.nvlinks_listed =
+                            NvmlReading::unknown("nvlinks: not recorded in nvml.json", None);
+                    }
+                }
+                snap
+            }
+            SCHEMA_V1 => {
+                let mut old: v1::Snapshot = serde_json::from_slice(bytes).ok()?;
+                if old.gpus.len() != outline.gpus.len() {
+                    return None;
+                }
+                for (i, g) in old.gpus.iter_mut().enumerate() {
+                    if unlisted(i) && !g.unread.contains_key("device") {
+                        g.unread
+                            .insert("nvlinks".into(), "not recorded in nvml.json".into());
+                    }
+                }
+                old.into_current()
+            }
+            _ => return None,
+        })
+    }
+
+    /// `from_json` through a JSON tree: every file, clean or not, and the message for one
+    /// that does not parse.
+    fn from_json_value(bytes: &[u8]) -> Result<Self, SnapshotError> {
         let raw: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| SnapshotError::Parse(e.to_string()))?;
         let schema = raw
