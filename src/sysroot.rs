@@ -241,13 +241,7 @@ impl DirCache {
     /// What the listing of `dir` says of `name`: None when `dir` was not listed, Some(None)
     /// when it holds no such entry.
     fn listed(&self, dir: &str, name: &str) -> Option<Option<EntryKind>> {
-        let l = self.listings.get(dir)?;
-        match l.kind(name) {
-            Some(k) => Some(Some(k)),
-            None if l.is_complete() => Some(None),
-            // A partial listing does not say a name is absent.
-            None => None,
-        }
+        Some(self.listings.get(dir)?.kind(name))
     }
 
     fn fd(&self, dir: &Dir) -> Option<DirFd> {
@@ -957,26 +951,6 @@ impl SysRoot {
         Some(self.keep_dir_fd(&key, owned))
     }
 
-    /// List the directory the kernel resolved as `key` (its handle `fd`) once, before the
-    /// first read in it: the types one getdents64 call shows spare a stat before each open
-    /// there (discovery reads several attributes per directory). Partial (`Listing::of_handle`):
-    /// a name it does not show is looked at as before. Past MAX_LISTED_ENTRIES an empty
-    /// listing is kept, so the directory is not listed again.
-    fn list_for_reads(&self, key: &Dir, fd: &DirFd) {
-        if self.lock_dirs().listings.contains_key(key) {
-            return;
-        }
-        let l = Listing::of_handle(fd);
-        let mut c = self.lock_dirs();
-        let l = if c.listed_entries.saturating_add(l.len()) > MAX_LISTED_ENTRIES {
-            Listing::default()
-        } else {
-            l
-        };
-        c.listed_entries += l.len();
-        c.listings.entry(key.clone()).or_insert_with(|| Arc::new(l));
-    }
-
     /// Keep `fd` among the recent directory handles under `key`, closing the oldest.
     fn keep_dir_fd(&self, key: &Dir, owned: DirFd) -> DirFd {
         let evicted = {
@@ -1177,9 +1151,7 @@ impl SysRoot {
         {
             // The directory as the kernel resolved it: its entry `last` is what the walk below
             // would find. Only a last component that is itself a link (ELOOP) is left to it.
-            let key: Dir = Arc::from(kdir);
-            self.list_for_reads(&key, &fd);
-            match self.open_in(&key, Some(fd), last) {
+            match self.open_in(&Arc::from(kdir), Some(fd), last) {
                 Ok(f) => return Ok(f),
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
                 Err(e) => return Err(ReadError::from_io(kpath, &e)),

@@ -11,19 +11,15 @@
 //!
 //! It also keeps what a listing of a directory showed (`Listing`: each entry's type, as the
 //! listing's d_type gave it), so that reading a file in a directory already listed needs no
-//! stat to know it is a regular file before opening it. A directory the kernel resolved is
-//! opened for reading (`open_kernel`), so that the reader can list it with one getdents64 call
-//! (`Listing::of_handle`) before its first read there: one system call in place of a stat per
-//! file read in it.
+//! stat to know it is a regular file before opening it.
 //!
 //! Where openat2 is refused (ENOSYS on older kernels, EPERM or ENOSYS from a seccomp filter)
 //! `open_kernel` says so (`Unsupported`) and the reader walks the path itself as it always
 //! has; `open_resolved` opens the resolved path under the root, not following a final link.
 //!
-//! This module must not follow a link out of the root, read a file, or write; it lists only a
-//! directory handed to `Listing::of_handle`. A listing is a hint that spares a system call,
-//! never the last word: every open still refuses to follow a link (O_NOFOLLOW), and a name a
-//! partial listing does not show is looked at as before.
+//! This module must not follow a link out of the root, read or list what it opens, or write.
+//! A listing is a hint that spares a system call, never the last word: every open still
+//! refuses to follow a link (O_NOFOLLOW).
 
 use std::ffi::CString;
 use std::io;
@@ -41,16 +37,13 @@ pub(super) enum EntryKind {
     Special,
 }
 
-/// The entries a listing of a directory showed, with their types, sorted by name.
+/// The entries a complete listing of a directory showed, with their types, sorted by name.
 #[derive(Debug, Default)]
 pub(super) struct Listing {
     /// Every name, one after another.
     names: String,
     /// (start in `names`, length, type), sorted by name.
     entries: Vec<(u32, u32, EntryKind)>,
-    /// Whether every entry of the directory is here: a name absent from a complete listing
-    /// is absent from the directory; from a partial one (`of_handle`), not known.
-    complete: bool,
 }
 
 impl Listing {
@@ -61,7 +54,6 @@ impl Listing {
         let mut l = Listing {
             names: String::with_capacity(entries.iter().map(|e| e.0.len()).sum()),
             entries: Vec::with_capacity(entries.len()),
-            complete: true,
         };
         for (name, kind) in entries {
             let start = u32::try_from(l.names.len()).ok()?;
@@ -84,65 +76,7 @@ impl Listing {
     pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
-
-    /// Whether a name absent from this listing is absent from the directory.
-    pub(super) fn is_complete(&self) -> bool {
-        self.complete
-    }
-
-    /// What one getdents64(2) call on `dir` (a handle from `open_kernel`) shows: a partial
-    /// listing (a directory may hold more than one call returns; the call does not say), with
-    /// the entries whose type d_type gives and whose names are UTF-8. Empty where the handle
-    /// cannot be listed (opened O_PATH: EBADF) or the call fails. The handle's offset moves:
-    /// a handle is listed once.
-    pub(super) fn of_handle(dir: &OwnedFd) -> Listing {
-        let mut buf = vec![0u8; LISTING_BYTES];
-        // SAFETY: dir is a live descriptor; buf is writable for its whole length, which is what
-        // we pass; the kernel writes whole linux_dirent64 records into it.
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                dir.as_raw_fd(),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        let mut entries = Vec::new();
-        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
-        // linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name (NUL-ended).
-        let mut at = 0usize;
-        while at + 19 <= n {
-            let reclen = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
-            if reclen < 19 || at + reclen > n {
-                break;
-            }
-            let kind = match buf[at + 18] {
-                libc::DT_REG => Some(EntryKind::File),
-                libc::DT_DIR => Some(EntryKind::Dir),
-                libc::DT_LNK => Some(EntryKind::Link),
-                // No type given: looked at when read, as without a listing.
-                libc::DT_UNKNOWN => None,
-                _ => Some(EntryKind::Special),
-            };
-            let name = &buf[at + 19..at + reclen];
-            let name = &name[..name.iter().position(|b| *b == 0).unwrap_or(name.len())];
-            if let (Some(kind), Ok(name)) = (kind, std::str::from_utf8(name))
-                && name != "."
-                && name != ".."
-            {
-                entries.push((name.to_string(), kind));
-            }
-            at += reclen;
-        }
-        let mut l = Listing::new(entries).unwrap_or_default();
-        l.complete = false;
-        l
-    }
 }
-
-/// The buffer of one `Listing::of_handle` call: a sysfs device directory's few dozen entries
-/// take about 2 KiB.
-const LISTING_BYTES: usize = 16 * 1024;
 
 /// The root of a tree on disk, as a handle opened once.
 #[derive(Debug)]
@@ -155,10 +89,6 @@ pub(super) struct Root {
 
 /// Flags for a directory handle: a place to open files from, never read itself.
 const DIR_FLAGS: i32 = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
-
-/// Flags for a directory handle that may also be listed (`Listing::of_handle`): opening a
-/// directory for reading has no effect of its own.
-const LISTABLE_DIR_FLAGS: i32 = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
 
 impl Root {
     pub(super) fn open(root: &Path) -> Root {
@@ -178,16 +108,9 @@ impl Root {
     }
 
     /// The directory `rel` (below the root, no leading slash; "" is the root), resolved by
-    /// the kernel inside the root, links followed, opened for listing where its permissions
-    /// allow (else O_PATH). `Unsupported` when openat2 cannot be used.
+    /// the kernel inside the root, links followed. `Unsupported` when openat2 cannot be used.
     pub(super) fn open_kernel(&self, rel: &str) -> io::Result<OwnedFd> {
-        let resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-        match self.openat2(rel, resolve, LISTABLE_DIR_FLAGS) {
-            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-                self.openat2(rel, resolve, DIR_FLAGS)
-            }
-            r => r,
-        }
+        self.openat2(rel, libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS)
     }
 
     /// The resolved directory `phys` (below the root, no link among its components; "" is
@@ -197,7 +120,6 @@ impl Root {
         match self.openat2(
             phys,
             libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-            DIR_FLAGS,
         ) {
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
             r => return r,
@@ -214,7 +136,7 @@ impl Root {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    fn openat2(&self, rel: &str, resolve: u64, flags: i32) -> io::Result<OwnedFd> {
+    fn openat2(&self, rel: &str, resolve: u64) -> io::Result<OwnedFd> {
         let unsupported = || io::Error::from(io::ErrorKind::Unsupported);
         let Some(root) = self
             .fd
@@ -227,7 +149,7 @@ impl Root {
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: open_how is plain integers; all zero is its default.
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = flags as u64;
+        how.flags = DIR_FLAGS as u64;
         how.resolve = resolve;
         // SAFETY: root is a live descriptor; rel is NUL-terminated; how is a valid open_how and
         // its size is what we pass.
