@@ -472,6 +472,19 @@ impl NvmlSnapshot {
         Self::from_json_typed(bytes).map_or_else(|| Self::from_json_value(bytes), Ok)
     }
 
+    /// A GPU whose entry in the file holds no `nvlinks` list (`unlisted(index)`): its links
+    /// were not recorded, so "no NVLinks" is never inferred from a list that is not there. A
+    /// reason the file gives (the GPU's handle, a link) stands.
+    fn mark_unlisted(&mut self, unlisted: impl Fn(usize) -> bool) {
+        for (i, g) in self.gpus.iter_mut().enumerate() {
+            let said =
+                !g.nvlinks_listed.is_value() && g.nvlinks_listed != NvmlReading::not_recorded();
+            if unlisted(i) && !said {
+                g.nvlinks_listed = NvmlReading::unknown("nvlinks: not recorded in nvml.json", None);
+            }
+        }
+    }
+
     /// `from_json` straight from the text into the typed snapshot (a recorded 80-GPU
     /// nvml.json is over a megabyte: no JSON tree is built and copied): the schema and which
     /// GPUs hold an `nvlinks` list are read first, skipping everything else. None for anything
@@ -502,14 +515,7 @@ impl NvmlSnapshot {
                 if snap.gpus.len() != outline.gpus.len() {
                     return None;
                 }
-                for (i, g) in snap.gpus.iter_mut().enumerate() {
-                    let said = !g.nvlinks_listed.is_value()
-                        && g.nvlinks_listed != NvmlReading::not_recorded();
-                    if unlisted(i) && !said {
-                        g.nvlinks_listed =
-                            NvmlReading::unknown("nvlinks: not recorded in nvml.json", None);
-                    }
-                }
+                snap.mark_unlisted(unlisted);
                 snap
             }
             SCHEMA_V1 => {
@@ -517,12 +523,7 @@ impl NvmlSnapshot {
                 if old.gpus.len() != outline.gpus.len() {
                     return None;
                 }
-                for (i, g) in old.gpus.iter_mut().enumerate() {
-                    if unlisted(i) && !g.unread.contains_key("device") {
-                        g.unread
-                            .insert("nvlinks".into(), "not recorded in nvml.json".into());
-                    }
-                }
+                old.mark_unlisted(unlisted);
                 old.into_current()
             }
             _ => return None,
@@ -551,26 +552,13 @@ impl NvmlSnapshot {
             SCHEMA => {
                 let mut snap: NvmlSnapshot = serde_json::from_value(raw.clone())
                     .map_err(|e| SnapshotError::Parse(e.to_string()))?;
-                for (i, g) in snap.gpus.iter_mut().enumerate() {
-                    // A reason the file gives (the GPU's handle, a link) stands.
-                    let said = !g.nvlinks_listed.is_value()
-                        && g.nvlinks_listed != NvmlReading::not_recorded();
-                    if unlisted(i) && !said {
-                        g.nvlinks_listed =
-                            NvmlReading::unknown("nvlinks: not recorded in nvml.json", None);
-                    }
-                }
+                snap.mark_unlisted(unlisted);
                 snap
             }
             SCHEMA_V1 => {
                 let mut old: v1::Snapshot = serde_json::from_value(raw.clone())
                     .map_err(|e| SnapshotError::Parse(e.to_string()))?;
-                for (i, g) in old.gpus.iter_mut().enumerate() {
-                    if unlisted(i) && !g.unread.contains_key("device") {
-                        g.unread
-                            .insert("nvlinks".into(), "not recorded in nvml.json".into());
-                    }
-                }
+                old.mark_unlisted(unlisted);
                 old.into_current()
             }
             _ => return Err(SnapshotError::Schema(schema)),
@@ -706,6 +694,17 @@ mod v1 {
     }
 
     impl Snapshot {
+        /// A GPU whose entry holds no `nvlinks` list (`unlisted(index)`) and whose handle was
+        /// read: its links were not recorded.
+        pub(super) fn mark_unlisted(&mut self, unlisted: impl Fn(usize) -> bool) {
+            for (i, g) in self.gpus.iter_mut().enumerate() {
+                if unlisted(i) && !g.unread.contains_key("device") {
+                    g.unread
+                        .insert("nvlinks".into(), "not recorded in nvml.json".into());
+                }
+            }
+        }
+
         pub(super) fn into_current(self) -> NvmlSnapshot {
             let r = Reasons {
                 unread: &self.unread,
