@@ -359,61 +359,52 @@ impl NvmlGpu {
     /// Every fact of this GPU that has no value, by its name in nvml.json (`ecc_enabled`,
     /// `pcie.gen_max`, `nvlink.3.errors.replay`, ...), sorted by name.
     pub fn unread(&self) -> Vec<(String, Unread<'_>)> {
-        let mut v: Vec<(String, Option<Unread<'_>>)> = vec![
-            ("bus_id".into(), self.bus_id.unread()),
-            ("uuid".into(), self.uuid.unread()),
-            ("name".into(), self.name.unread()),
-            ("serial".into(), self.serial.unread()),
+        let fixed: [(&str, Option<Unread<'_>>); 20] = [
+            ("bus_id", self.bus_id.unread()),
+            ("uuid", self.uuid.unread()),
+            ("name", self.name.unread()),
+            ("serial", self.serial.unread()),
+            ("memory_total_bytes", self.memory_total_bytes.unread()),
+            ("bar1_total_bytes", self.bar1_total_bytes.unread()),
+            ("pcie.gen_current", self.pcie.gen_current.unread()),
+            ("pcie.gen_max", self.pcie.gen_max.unread()),
+            ("pcie.width_current", self.pcie.width_current.unread()),
+            ("pcie.width_max", self.pcie.width_max.unread()),
+            ("nvlinks", self.nvlinks_listed.unread()),
+            ("nvlink_state", self.nvlink_state.unread()),
+            ("persistence_mode", self.persistence_mode.unread()),
+            ("ecc_enabled", self.ecc_enabled.unread()),
             (
-                "memory_total_bytes".into(),
-                self.memory_total_bytes.unread(),
-            ),
-            ("bar1_total_bytes".into(), self.bar1_total_bytes.unread()),
-            ("pcie.gen_current".into(), self.pcie.gen_current.unread()),
-            ("pcie.gen_max".into(), self.pcie.gen_max.unread()),
-            (
-                "pcie.width_current".into(),
-                self.pcie.width_current.unread(),
-            ),
-            ("pcie.width_max".into(), self.pcie.width_max.unread()),
-            ("nvlinks".into(), self.nvlinks_listed.unread()),
-            ("nvlink_state".into(), self.nvlink_state.unread()),
-            ("persistence_mode".into(), self.persistence_mode.unread()),
-            ("ecc_enabled".into(), self.ecc_enabled.unread()),
-            (
-                "ecc_volatile_uncorrected".into(),
+                "ecc_volatile_uncorrected",
                 self.ecc_volatile_uncorrected.unread(),
             ),
-            ("retired_pending".into(), self.retired_pending.unread()),
-            (
-                "remapped_rows_pending".into(),
-                self.remapped_rows_pending.unread(),
-            ),
-            ("numa_node_id".into(), self.numa_node_id.unread()),
-            (
-                "clock_event_reasons".into(),
-                self.clock_event_reasons.unread(),
-            ),
-            ("fabric".into(), self.fabric.unread()),
+            ("retired_pending", self.retired_pending.unread()),
+            ("remapped_rows_pending", self.remapped_rows_pending.unread()),
+            ("numa_node_id", self.numa_node_id.unread()),
+            ("clock_event_reasons", self.clock_event_reasons.unread()),
+            ("fabric", self.fabric.unread()),
         ];
+        // Names are made only for facts without a value (a GPU has a hundred link facts).
+        let mut out: Vec<(String, Unread<'_>)> = fixed
+            .into_iter()
+            .filter_map(|(k, u)| Some((k.to_string(), u?)))
+            .collect();
         for l in &self.nvlinks {
             let n = l.link;
-            v.push((
-                format!("nvlink.{n}.remote_bus_id"),
-                l.remote_bus_id.unread(),
-            ));
-            v.push((
-                format!("nvlink.{n}.remote_device_type"),
-                l.remote_device_type.unread(),
-            ));
+            if let Some(u) = l.remote_bus_id.unread() {
+                out.push((format!("nvlink.{n}.remote_bus_id"), u));
+            }
+            if let Some(u) = l.remote_device_type.unread() {
+                out.push((format!("nvlink.{n}.remote_device_type"), u));
+            }
         }
         for (n, e) in &self.nvlink_errors {
             for (c, r) in e.counters() {
-                v.push((format!("nvlink.{n}.errors.{c}"), r.unread()));
+                if let Some(u) = r.unread() {
+                    out.push((format!("nvlink.{n}.errors.{c}"), u));
+                }
             }
         }
-        let mut out: Vec<(String, Unread<'_>)> =
-            v.into_iter().filter_map(|(k, u)| Some((k, u?))).collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
