@@ -1169,6 +1169,55 @@ mod tests {
            "unread_kind":{"nvlink.2":"other"}}],
         "p2p":[{"a":"00000000:1A:00.0","b":"00000000:1B:00.0","read":"ok","write":"ok"}]}"#;
 
+    /// The text read straight into the types (`from_json_typed`) and through a JSON tree
+    /// (`from_json_value`, every file's fallback) give the same snapshot: for this module's
+    /// nvml/1 example, the same GPUs without their NVLink lists, each of them written back as
+    /// nvml/2, and every fixture's nvml.json laid out beside the code.
+    #[test]
+    fn both_ways_of_reading_agree() {
+        let mut texts: Vec<(String, String)> = vec![("V1".into(), V1.to_string())];
+        let mut unlisted: serde_json::Value = serde_json::from_str(V1).unwrap();
+        for g in unlisted["gpus"].as_array_mut().unwrap() {
+            g.as_object_mut().unwrap().remove("nvlinks");
+        }
+        texts.push(("V1 without nvlinks".into(), unlisted.to_string()));
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        for e in std::fs::read_dir(&fixtures).unwrap().flatten() {
+            if let Ok(t) = std::fs::read_to_string(e.path().join("nvml.json")) {
+                texts.push((e.path().display().to_string(), t));
+            }
+        }
+        for (name, t) in texts.clone() {
+            let snap = NvmlSnapshot::from_json_value(t.as_bytes()).unwrap();
+            texts.push((
+                format!("{name} as nvml/2"),
+                serde_json::to_string(&snap).unwrap(),
+            ));
+        }
+        let mut schemas = BTreeMap::new();
+        for (name, t) in &texts {
+            let slow = NvmlSnapshot::from_json_value(t.as_bytes()).unwrap();
+            let fast = NvmlSnapshot::from_json_typed(t.as_bytes());
+            assert_eq!(fast.as_ref(), Some(&slow), "{name}");
+            let schema: serde_json::Value = serde_json::from_str(t).unwrap();
+            *schemas.entry(schema["schema"].to_string()).or_insert(0) += 1;
+        }
+        // Both schemas were read from the fixtures, not only from this module's example.
+        assert!(
+            schemas.values().all(|n| *n >= 4) && schemas.len() == 2,
+            "{schemas:?}"
+        );
+        // A file the typed reading refuses goes the old way, with its message.
+        let broken = br#"{"schema":"gpudoctor.nvml/2","gpus":[{"index":"zero"}]}"#;
+        assert!(NvmlSnapshot::from_json_typed(broken).is_none());
+        assert_eq!(
+            NvmlSnapshot::from_json(broken).unwrap_err().to_string(),
+            NvmlSnapshot::from_json_value(broken)
+                .unwrap_err()
+                .to_string()
+        );
+    }
+
     #[test]
     fn nvml_errors_keep_their_kind() {
         use NvmlErrorKind as K;
