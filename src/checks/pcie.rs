@@ -1002,8 +1002,8 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                     .unwrap_or_else(|| format!("{n}: not read"))
             })
             .collect();
-        match counted {
-            Some(aer) => {
+        match (counted, aer_source(ctx.inv, f)) {
+            (Some(aer), _) => {
                 let total: u64 = aer.values().sum();
                 let evs = aer
                     .iter()
@@ -1044,25 +1044,22 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
             }
             // A VF without the files: no AER capability of its own (a read error is still unknown).
-            None if f.physfn.is_some() && aer_source(ctx.inv, f).is_value() => {
+            (None, Reading::Value(AerSource::None)) if f.physfn.is_some() => {
                 let pf = f.physfn.unwrap_or(b);
                 out.push(vf_not_applicable(id, b, &who, pf, "no AER capability of its own; errors on its link are counted on its physical function"));
             }
             // The kernel keeps no counters for this function (no native AER control: a guest,
             // firmware-first platforms): the capability's own status registers are the record.
-            None if no_aer_counters(f) => {
-                out.push(aer_from_config(id, subject, f, &who));
+            (None, source) if no_aer_counters(f) => {
+                out.push(aer_from_config(id, subject, f, &who, &source));
             }
-            _ => out.push(Finding::new(
+            (None, source) => out.push(Finding::new(
                 id,
                 subject,
                 Status::Skip,
                 format!(
-                    "{who}: AER counters unavailable ({})",
-                    f.unread
-                        .get("aer_dev_correctable")
-                        .cloned()
-                        .unwrap_or_else(|| "not read".into())
+                    "{who}: {}",
+                    source.why().unwrap_or("AER counters unavailable")
                 ),
             )),
         }
@@ -1085,23 +1082,20 @@ pub(crate) fn aer_source(inv: &crate::inventory::Inventory, f: &PciFunction) -> 
     if inv.extras.get(&f.bdf).is_some_and(|x| !x.aer.is_empty()) {
         return Reading::Value(AerSource::Counters);
     }
-    let first = f
-        .unread
-        .get("aer_dev_correctable")
-        .cloned()
-        .unwrap_or_else(|| "aer_dev_correctable: not read".into());
-    if f.physfn.is_some()
-        && (first.ends_with("not present") || !f.unread.contains_key("aer_dev_correctable"))
-    {
+    let first = f.unread.get("aer_dev_correctable");
+    if f.physfn.is_some() && first.is_none_or(|r| r.ends_with("not present")) {
         return Reading::Value(AerSource::None);
     }
     if !no_aer_counters(f) {
-        return Reading::unknown(format!("AER counters unavailable ({first})"));
+        return Reading::unknown(format!(
+            "AER counters unavailable ({})",
+            first.map_or("not read", String::as_str)
+        ));
     }
     let Some(cs) = &f.config else {
-        let why = f.unread.get("config").cloned().unwrap_or_default();
+        let why = f.unread.get("config").map_or("", String::as_str);
         return Reading::unknown(format!(
-            "no AER counters and config space unreadable ({why})"
+            "the kernel keeps no AER counters and config space is unreadable ({why})"
         ));
     };
     if cs.aer.is_some() {
@@ -1110,12 +1104,12 @@ pub(crate) fn aer_source(inv: &crate::inventory::Inventory, f: &PciFunction) -> 
         Reading::Value(AerSource::None)
     } else if cs.coverage == Coverage::Extended {
         Reading::unknown(format!(
-            "no AER counters and the extended capability list is unreadable ({})",
+            "the kernel keeps no AER counters, and extended capability list unreadable ({})",
             cs.problems.join("; ")
         ))
     } else {
         Reading::unknown(format!(
-            "no AER counters, and the AER capability lies beyond the {} bytes of config space readable (root reads 4096)",
+            "the kernel keeps no AER counters, and the AER capability lies beyond the {} bytes of config space readable (root reads 4096)",
             cs.length
         ))
     }
@@ -1127,25 +1121,20 @@ pub(crate) fn aer_source(inv: &crate::inventory::Inventory, f: &PciFunction) -> 
 /// were last cleared). No AER capability in a space read in full: nothing on this function
 /// can record PCIe errors, a fact of the platform (not applicable), never a pass. Config space
 /// that stops short of the capability: unknown (not-root where the kernel gave 64 bytes).
-fn aer_from_config(id: CheckId, subject: String, f: &PciFunction, who: &str) -> Finding {
+/// Which of these it is, `aer_source` decided (`source`); this renders it.
+fn aer_from_config(
+    id: CheckId,
+    subject: String,
+    f: &PciFunction,
+    who: &str,
+    source: &Reading<AerSource>,
+) -> Finding {
     let counters = ev(
         format!("{}/aer_dev_{{correctable,fatal,nonfatal}}", f.sysfs_path),
         "not present: the kernel keeps no AER counters for this function",
     );
     let config = format!("{}/config", f.sysfs_path);
-    let Some(cs) = &f.config else {
-        let why = f.unread.get("config").cloned().unwrap_or_default();
-        return Finding::new(
-            id,
-            subject,
-            Status::Skip,
-            format!(
-                "{who}: the kernel keeps no AER counters and config space is unreadable ({why})"
-            ),
-        )
-        .with(counters);
-    };
-    if let Some(aer) = &cs.aer {
+    if let Some(aer) = f.config.as_ref().and_then(|c| c.aer.as_ref()) {
         let regs = ev(
             format!("{config} AER capability at 0x{:03x}", aer.offset),
             format!(
@@ -1189,7 +1178,7 @@ fn aer_from_config(id: CheckId, subject: String, f: &PciFunction, who: &str) -> 
             .fix("Check `dmesg` and the BMC's event log for PCIe errors; correctable errors that come back after `setpci` clears the status registers mean a marginal link (reseat, replace riser/cable, update firmware); any fatal/non-fatal error needs hardware service")
         };
     }
-    if cs.coverage == Coverage::Extended && cs.ext_caps_readable {
+    if let Reading::Value(AerSource::None) = source {
         return Finding::new(
             id,
             subject,
@@ -1199,24 +1188,24 @@ fn aer_from_config(id: CheckId, subject: String, f: &PciFunction, who: &str) -> 
         .evidence(vec![counters, ev(config, "4096 bytes; no AER capability (0x0001)")])
         .not_applicable();
     }
-    let why = match cs.coverage {
-        Coverage::Extended => format!(
-            "extended capability list unreadable ({})",
-            cs.problems.join("; ")
-        ),
-        _ => format!(
-            "the AER capability lies beyond the {} bytes of config space readable (root reads 4096)",
-            cs.length
-        ),
-    };
+    // Unknown (`aer_source` says why): config space unreadable, its capability list
+    // unreadable, or short of the capability (64 bytes without root).
     let skip = Finding::new(
         id,
         subject,
         Status::Skip,
-        format!("{who}: the kernel keeps no AER counters, and {why}"),
+        format!(
+            "{who}: {}",
+            source.why().unwrap_or(
+                "the kernel keeps no AER counters, and where errors are recorded is unknown"
+            )
+        ),
     )
     .with(counters);
-    if cs.coverage == Coverage::Header {
+    if f.config
+        .as_ref()
+        .is_some_and(|c| c.coverage == Coverage::Header)
+    {
         skip.not_root()
     } else {
         skip

@@ -593,6 +593,44 @@ fn settle(stop: Option<Stop>) -> Result<Option<String>, Stop> {
     }
 }
 
+/// One timed variant of a copy between `ends`: measured (`measure`) against the bar its
+/// method sets (the SM kernel's from the copy engine's median, `ce_gbps`), and recorded under
+/// `id`. Returns the median it is judged on (of the remeasured samples where it was
+/// remeasured), where it ran to the end against a known bar: what the SM-kernel variant is
+/// then held to, as `ProbeReport::evaluate` holds it.
+#[allow(clippy::too_many_arguments)]
+fn run_variant<F: FnMut() -> Result<(), CudaError>>(
+    ctx: &Rc<Context>,
+    s: &Stream,
+    o: &ProbeOptions,
+    sh: &SharedRef,
+    (id, method): (String, Method),
+    (src, dst): (&str, &str),
+    (expected, ce_gbps): (&Reading<Expected>, Option<f64>),
+    enqueue: F,
+) -> Result<Option<f64>, Stop> {
+    let bar = super::bar(method, expected, ce_gbps, &o.policy);
+    let (samples, again, stop) = measure(ctx, s, o, sh, &id, &bar, enqueue);
+    let err = settle(stop)?;
+    let judged = if err.is_none() && bar.is_ok() {
+        super::median(if again.is_empty() { &samples } else { &again })
+    } else {
+        None
+    };
+    record(
+        sh,
+        o,
+        id,
+        method,
+        src,
+        dst,
+        (samples, again),
+        expected.clone(),
+        err,
+    );
+    Ok(judged)
+}
+
 fn host_copies(
     o: &ProbeOptions,
     g: &Gpu,
@@ -652,34 +690,17 @@ fn host_copies(
                 .push(format!("{label}: link under load not read: {e}"))
         }),
     }
-    let ce_bar = super::bar(Method::CopyEngine, &expected, None, &o.policy);
-    let (samples, again, stop) = measure(
+    // Its median is what the SM kernel is judged against.
+    let ce_gbps = run_variant(
         &ctx,
         &stream,
         o,
         sh,
-        &format!("{dir} {label} copy-engine"),
-        &ce_bar,
+        (format!("{dir} {label} copy-engine"), Method::CopyEngine),
+        (src_l, dst_l),
+        (&expected, None),
         || cuda::memcpy_async(dst, src, bytes, &stream),
-    );
-    let err = settle(stop)?;
-    // What the SM kernel is judged against (as `ProbeReport::evaluate` will judge it).
-    let ce_gbps = if err.is_none() && ce_bar.is_ok() {
-        super::median(if again.is_empty() { &samples } else { &again })
-    } else {
-        None
-    };
-    record(
-        sh,
-        o,
-        format!("{dir} {label} copy-engine"),
-        Method::CopyEngine,
-        src_l,
-        dst_l,
-        (samples, again),
-        expected.clone(),
-        err,
-    );
+    )?;
 
     // SM kernel: the GPU's SMs read (h2d) or write (d2h) the mapped host buffer.
     if !have_nvrtc {
@@ -690,36 +711,35 @@ fn host_copies(
         });
         return Ok(());
     }
-    let sm_bar = super::bar(Method::SmKernel, &expected, ce_gbps, &o.policy);
-    let (samples, err) = match load_copy_kernel(&ctx, &g.dev) {
+    let id = format!("{dir} {label} sm-kernel");
+    match load_copy_kernel(&ctx, &g.dev) {
         Ok(module) => {
             let f = module.function(COPY_KERNEL_NAME)?;
             let (grid, block) = copy_grid(&g.dev);
             let words = o.size_bytes / 16;
-            let (s, again, stop) = measure(
+            run_variant(
                 &ctx,
                 &stream,
                 o,
                 sh,
-                &format!("{dir} {label} sm-kernel"),
-                &sm_bar,
+                (id, Method::SmKernel),
+                (src_l, dst_l),
+                (&expected, ce_gbps),
                 || cuda::launch_copy(f, grid, block, src, dst, words, &stream),
-            );
-            ((s, again), settle(stop)?)
+            )?;
         }
-        Err(e) => ((Vec::new(), Vec::new()), Some(e.to_string())),
-    };
-    record(
-        sh,
-        o,
-        format!("{dir} {label} sm-kernel"),
-        Method::SmKernel,
-        src_l,
-        dst_l,
-        samples,
-        expected,
-        err,
-    );
+        Err(e) => record(
+            sh,
+            o,
+            id,
+            Method::SmKernel,
+            src_l,
+            dst_l,
+            (Vec::new(), Vec::new()),
+            expected,
+            Some(e.to_string()),
+        ),
+    }
     Ok(())
 }
 
@@ -930,33 +950,16 @@ fn peer_pair(
     let expected = peer_expected(a, b, &path);
     let s = &res.streams[i];
     let (src, dst) = (res.bufs[i].0.ptr, res.bufs[j].1.ptr);
-    let ce_bar = super::bar(Method::CopyEngine, &expected, None, &o.policy);
-    let (samples, again, stop) = measure(
+    let ce_gbps = run_variant(
         &res.ctxs[i],
         s,
         o,
         sh,
-        &format!("p2p {la}->{lb} copy-engine"),
-        &ce_bar,
+        (format!("p2p {la}->{lb} copy-engine"), Method::CopyEngine),
+        (la, lb),
+        (&expected, None),
         || cuda::memcpy_async(dst, src, bytes, s),
-    );
-    let err = settle(stop)?;
-    let ce_gbps = if err.is_none() && ce_bar.is_ok() {
-        super::median(if again.is_empty() { &samples } else { &again })
-    } else {
-        None
-    };
-    record(
-        sh,
-        o,
-        format!("p2p {la}->{lb} copy-engine"),
-        Method::CopyEngine,
-        la,
-        lb,
-        (samples, again),
-        expected.clone(),
-        err,
-    );
+    )?;
     if !peer_enabled {
         with_report(sh, |r| {
             r.notes.push(format!(
@@ -971,28 +974,16 @@ fn peer_pair(
             let (grid, block) = copy_grid(&a.dev);
             let words = o.size_bytes / 16;
             res.ctxs[i].make_current()?;
-            let sm_bar = super::bar(Method::SmKernel, &expected, ce_gbps, &o.policy);
-            let (samples, again, stop) = measure(
+            run_variant(
                 &res.ctxs[i],
                 s,
                 o,
                 sh,
-                &format!("p2p {la}->{lb} sm-kernel"),
-                &sm_bar,
+                (format!("p2p {la}->{lb} sm-kernel"), Method::SmKernel),
+                (la, lb),
+                (&expected, ce_gbps),
                 || cuda::launch_copy(f, grid, block, src, dst, words, s),
-            );
-            let err = settle(stop)?;
-            record(
-                sh,
-                o,
-                format!("p2p {la}->{lb} sm-kernel"),
-                Method::SmKernel,
-                la,
-                lb,
-                (samples, again),
-                expected,
-                err,
-            );
+            )?;
         }
         Err(e) => with_report(sh, |r| {
             r.notes

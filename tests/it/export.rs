@@ -938,21 +938,8 @@ fn silenced_findings_in_every_format() {
         "{prom}"
     );
     if have("promtool") {
-        let mut child = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(prom.as_bytes())
-            .unwrap();
-        let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (ok, complaints) = promtool(&prom);
+        assert!(ok, "{complaints}");
     }
 
     let junit = out("junit");

@@ -24,7 +24,10 @@ pub fn capture(
             was: Some(format!("{} {}", g.label, g.bdf)),
             pci_id: node.pci_id(g.bdf),
             model: Some(g.name.clone()),
-            pcie: Some(node.pcie(g.bdf, false)),
+            pcie: Some(PcieShape {
+                aer: node.aer(g.bdf).into_value(),
+                ..node.pcie(g.bdf, false)
+            }),
             bar1_bytes: g.bar1_total_bytes,
             nvlinks_active: g.nvlinks_active,
         })
@@ -37,7 +40,10 @@ pub fn capture(
             was: Some(format!("{} {} {}", n.label, n.rdma_device, n.bdf)),
             pci_id: node.pci_id(n.bdf),
             model: Some(n.name.clone()),
-            pcie: Some(node.pcie(n.bdf, true)),
+            pcie: Some(PcieShape {
+                aer: node.aer(n.bdf).into_value(),
+                ..node.pcie(n.bdf, true)
+            }),
             ports: Some(
                 n.ports
                     .iter()
