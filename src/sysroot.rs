@@ -351,6 +351,12 @@ pub const KEEP_FILE: &str = ".gitkeep";
 /// config space is 4 KiB: a full first read goes on to EOF).
 const FIRST_READ: usize = 8192;
 
+thread_local! {
+    /// Each thread's buffer for first reads, zeroed once: discovery reads tens of thousands of
+    /// attributes, and zeroing a fresh 8 KiB for each cost more than the reads' own copying.
+    static FIRST: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; FIRST_READ]);
+}
+
 /// Directory handles kept open: discovery reads one directory at a time per thread, so a few
 /// dozen suffice.
 const DIR_CACHE: usize = 32;
@@ -1066,25 +1072,23 @@ impl SysRoot {
             None => self.dir_fd(dir)?,
         };
         Self::with_cname(name, |c| {
-            let mut buf = [0u8; 4096];
+            // Not zeroed first: the kernel writes the target's bytes, and only those are read.
+            let mut buf = std::mem::MaybeUninit::<[u8; 4096]>::uninit();
             // SAFETY: dirfd is a live descriptor; c is NUL-terminated; buf is writable for its
             // whole length, which is what we pass.
             let n = unsafe {
-                libc::readlinkat(
-                    dirfd.as_raw_fd(),
-                    c.as_ptr(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
+                libc::readlinkat(dirfd.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), 4096)
             };
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
             let n = n as usize;
-            if n >= buf.len() {
+            if n >= 4096 {
                 return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
             }
-            Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+            // SAFETY: readlinkat(2) wrote the first n bytes of buf (n < its length).
+            let target = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+            Ok(String::from_utf8_lossy(target).into_owned())
         })
     }
 
@@ -1216,7 +1220,7 @@ impl SysRoot {
     }
 
     /// Read a whole file (bounded by MAX_FILE_BYTES), following links inside the root, and
-    /// hand its bytes to `f` (from a stack buffer when they fit in one read).
+    /// hand its bytes to `f` (from the thread's buffer when they fit in one read).
     fn read_with<R>(
         &self,
         kpath: &str,
@@ -1225,16 +1229,30 @@ impl SysRoot {
         self.note(kpath);
         let _reading = self.in_flight();
         self.maybe_delay(kpath);
-        let mut file = self.open_file(kpath)?;
+        let file = self.open_file(kpath)?;
+        // The thread's buffer, or a fresh one where `f` itself reads (it is borrowed then).
+        FIRST.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut first) => self.read_first(kpath, file, &mut first, f),
+            Err(_) => self.read_first(kpath, file, &mut vec![0; FIRST_READ], f),
+        })
+    }
+
+    /// `read_with` from the opened file, its first read into `first` (FIRST_READ bytes).
+    fn read_first<R>(
+        &self,
+        kpath: &str,
+        mut file: Opened<'_>,
+        first: &mut [u8],
+        f: impl FnOnce(&[u8]) -> Result<R, ReadError>,
+    ) -> Result<R, ReadError> {
         // A directory fails the read below with EISDIR; no fstat needed.
         // sysfs reports 4096 for every attribute: read to EOF, not by the reported size. A
         // sysfs attribute gives its whole value to one read, and a regular file of a recorded
         // tree gives a short read only at its end, so there one read that does not fill the
         // buffer is the whole file (half the read calls of discovery). procfs (seq_file) may
         // return less than asked before its end: it is read to EOF.
-        let mut first = [0u8; FIRST_READ];
         let n = loop {
-            match file.read(&mut first) {
+            match file.read(first) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ReadError::from_io(kpath, &e)),

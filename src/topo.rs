@@ -345,9 +345,15 @@ impl Topology {
         self.nics.iter().find(|n| n.label == label)
     }
 
-    /// The PCI function at an address, as a device of the tree.
+    /// The PCI function at an address, as a device of the tree. `build` keeps `devices` in bus
+    /// order, so this is a binary search (checks ask it for every device and its upstream
+    /// ports: thousands of times on a large host); a list put together otherwise is searched
+    /// from end to end.
     pub fn device(&self, bdf: Bdf) -> Option<&Device> {
-        self.devices.iter().find(|d| d.bdf == bdf)
+        match self.devices.binary_search_by_key(&bdf, |d| d.bdf) {
+            Ok(i) => Some(&self.devices[i]),
+            Err(_) => self.devices.iter().find(|d| d.bdf == bdf),
+        }
     }
 
     /// The GPU model (`gpu_model`): by the GPU's PCI device id, else its name.
@@ -714,17 +720,23 @@ impl PciGraph<'_> {
 /// attached to the switch fabric gets the smaller of their switch-link counts, as nvidia-smi
 /// prints NV18 for every pair on a DGX H100).
 fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
-    let b_id = b.bdf();
-    let a_id = a.bdf();
-    let direct = |g: &NvmlGpu, other: Option<Bdf>| {
-        g.nvlinks
+    let direct = |g: &NvmlGpu, other: &NvmlGpu| {
+        let mut peers = g
+            .nvlinks
             .iter()
             .filter(|l| l.active)
             .filter(|l| l.remote_device_type.value() != Some(&NvLinkRemote::Switch))
-            .filter(|l| {
-                other.is_some()
-                    && l.remote_bus_id.value().and_then(|s| s.parse::<Bdf>().ok()) == other
-            })
+            .peekable();
+        // The other GPU's address is parsed only where a link could lead to it (NVSwitch
+        // systems have none: every pair of 80 GPUs asks).
+        if peers.peek().is_none() {
+            return 0;
+        }
+        let Some(other) = other.bdf() else {
+            return 0;
+        };
+        peers
+            .filter(|l| l.remote_bus_id.value().and_then(|s| s.parse::<Bdf>().ok()) == Some(other))
             .count() as u32
     };
     let to_switch = |g: &NvmlGpu| {
@@ -733,7 +745,7 @@ fn nvlinks_between(a: &NvmlGpu, b: &NvmlGpu) -> u32 {
             .filter(|l| l.active && l.remote_device_type.value() == Some(&NvLinkRemote::Switch))
             .count() as u32
     };
-    let d = direct(a, b_id).max(direct(b, a_id));
+    let d = direct(a, b).max(direct(b, a));
     d + to_switch(a).min(to_switch(b))
 }
 

@@ -618,12 +618,13 @@ fn acs_control_finding(
 /// Devices whose upstream link we judge: GPUs, NICs and the switch upstream ports above them.
 /// Each physical link is judged once, from its downstream end.
 fn link_subjects(ctx: &Ctx) -> Vec<Bdf> {
+    // A NIC without its RDMA device is still a NIC on the bus.
+    let nics: BTreeSet<Bdf> = (ctx.topo.nics.iter().map(|n| n.bdf))
+        .chain(ctx.topo.nics_without_rdma.iter().map(|n| n.bdf))
+        .collect();
     let mut set = BTreeSet::new();
     for d in &ctx.topo.devices {
-        // A NIC without its RDMA device is still a NIC on the bus.
-        let is_nic = ctx.topo.nics.iter().any(|n| n.bdf == d.bdf)
-            || ctx.topo.nics_without_rdma.iter().any(|n| n.bdf == d.bdf);
-        if d.kind == DeviceKind::Gpu || is_nic {
+        if d.kind == DeviceKind::Gpu || nics.contains(&d.bdf) {
             set.insert(d.bdf);
             for u in &d.upstream {
                 if let Some(ud) = ctx.topo.device(*u)
@@ -653,6 +654,11 @@ fn each_link(
         out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
+    // A function's RDMA devices (a multi-port NIC function has several), in NIC order.
+    let mut rdma: BTreeMap<Bdf, Vec<&str>> = BTreeMap::new();
+    for n in &ctx.topo.nics {
+        rdma.entry(n.bdf).or_default().push(&n.rdma_device);
+    }
     for b in subjects {
         let (Some(d), Some(f)) = (ctx.topo.device(b), ctx.inv.pci.get(&b)) else {
             out.push(unlisted(id, b, &b.to_string()));
@@ -661,20 +667,11 @@ fn each_link(
         let who = match d.kind {
             DeviceKind::Gpu => ctx
                 .topo
-                .gpus
-                .iter()
-                .find(|g| g.bdf == b)
+                .gpu_at(b)
                 .map(|g| g.label.clone())
                 .unwrap_or_default(),
             DeviceKind::Bridge => "switch upstream port".into(),
-            _ => ctx
-                .topo
-                .nics
-                .iter()
-                .filter(|n| n.bdf == b)
-                .map(|n| n.rdma_device.clone())
-                .collect::<Vec<_>>()
-                .join("/"),
+            _ => rdma.get(&b).map(|r| r.join("/")).unwrap_or_default(),
         };
         let who = if who.is_empty() {
             "NIC without RDMA device".to_string()

@@ -61,12 +61,18 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
     if let Some((path, delay)) = &opts.test_slow_read {
         source.sysroot.delay_reads_of(path.clone(), *delay);
     }
-    report_within(&source, opts, budget.as_ref())
+    let (r, inv) = report_within(&source, opts, budget.as_ref())?;
+    // The command line's check: the process ends once the report is written, so the facts
+    // behind it are not freed piece by piece (a large host's take tens of thousands of frees).
+    // What outlives the process is not memory: an extracted bundle's scratch directory is
+    // registered with `signals` and removed at exit.
+    std::mem::forget((source, inv));
+    Ok(r)
 }
 
 pub fn check_report_from(source: &Source, opts: &CheckOptions) -> Result<CheckReport, CheckError> {
     let budget = opts.time_budget.map(Budget::start);
-    report_within(source, opts, budget.as_ref())
+    report_within(source, opts, budget.as_ref()).map(|(r, _)| r)
 }
 
 /// Discovery under the budget (and never longer than the discovery deadline). None: the
@@ -117,11 +123,12 @@ fn budgeted_level0(
     }
 }
 
+/// The report, and the inventory it was judged from (the caller decides how it is freed).
 fn report_within(
     source: &Source,
     opts: &CheckOptions,
     budget: Option<&Budget>,
-) -> Result<CheckReport, CheckError> {
+) -> Result<(CheckReport, Option<Arc<Inventory>>), CheckError> {
     let Some(inv) = budgeted_inventory(source, budget)? else {
         // Nothing was judged: every check this run would have judged is unknown.
         let b = budget.expect("only a budget cuts discovery short");
@@ -130,14 +137,15 @@ fn report_within(
         if opts.expect.is_some() {
             b.unjudged(Step::Baseline, opts.level, &mut findings);
         }
-        return Ok(finish(
+        let r = finish(
             source,
             opts,
             &Inventory::unread(b.reason()),
             None,
             findings,
             budget,
-        ));
+        );
+        return Ok((r, None));
     };
     let inv = Arc::new(inv);
     let topo = Arc::new(crate::topo::build(&inv));
@@ -201,9 +209,9 @@ fn report_within(
             probe_reports.as_deref(),
         ));
     }
-    let mut r = finish(source, opts, &inv, Some(&topo), findings, budget);
+    let mut r = finish(source, opts, &inv, Some(topo), findings, budget);
     r.bandwidth = bandwidth;
-    Ok(r)
+    Ok((r, Some(inv)))
 }
 
 /// The report of what was judged, gated.
@@ -211,7 +219,7 @@ fn finish(
     source: &Source,
     opts: &CheckOptions,
     inv: &Inventory,
-    topo: Option<&crate::topo::Topology>,
+    topo: Option<Arc<crate::topo::Topology>>,
     mut findings: Vec<Finding>,
     budget: Option<&Budget>,
 ) -> CheckReport {
@@ -220,9 +228,11 @@ fn finish(
     checks::fold_excess(&mut findings);
     let mut r = CheckReport::new(source.info.clone(), opts.level, inv, findings);
     if let Some(t) = topo {
+        // The report takes the topology over; a copy only where a thread still shares it.
+        let t = Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone());
         r = r
-            .with_gpus(t)
-            .with_topology(TopoReport::new(source.info.clone(), inv, t.clone()));
+            .with_gpus(&t)
+            .with_topology(TopoReport::new(source.info.clone(), inv, t));
     }
     if let Some(b) = budget {
         r = r.with_time_budget(b.seconds(), b.spent_during());

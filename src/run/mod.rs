@@ -349,6 +349,8 @@ fn run_check(cfg: &Config, opts: &CheckOptions, text: ExportOptions) -> Result<O
             );
             // Budget-cut CUDA work still running: leave as after a hung probe.
             out.hung = r.abandoned_work;
+            // Memory only, and the process ends next: not freed piece by piece.
+            std::mem::forget(r);
             Ok(out)
         }
         Err(e) => match e {
