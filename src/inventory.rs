@@ -334,6 +334,16 @@ impl Inventory {
         scope: Scope,
     ) -> Result<Inventory, InventoryError> {
         let nvml = nvml.into();
+        Self::collect_with(sr, &|| nvml.clone(), scope)
+    }
+
+    /// `collect_scoped`, NVML's snapshot asked of `nvml` only where it is needed (a recorded
+    /// tree's nvml.json may still be parsing while the tree is read).
+    pub fn collect_with(
+        sr: &SysRoot,
+        nvml: &(dyn Fn() -> std::sync::Arc<NvmlSnapshot> + Sync),
+        scope: Scope,
+    ) -> Result<Inventory, InventoryError> {
         let mut notes = Vec::new();
         let names = sr
             .list_names("/sys/bus/pci/devices")
@@ -361,7 +371,7 @@ impl Inventory {
             }
             Job::Host => Found::Host({
                 let mut h = read_host(sr);
-                if nvml.gpus.iter().any(|g| {
+                if nvml().gpus.iter().any(|g| {
                     g.nvlinks
                         .iter()
                         .any(|l| l.remote_device_type.value() == Some(&facts::NvLinkRemote::Switch))
@@ -451,7 +461,7 @@ impl Inventory {
             rdma,
             netdevs,
             numa_nodes,
-            nvml,
+            nvml: nvml(),
             host,
             extras,
             notes,

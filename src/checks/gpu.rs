@@ -35,8 +35,16 @@ fn gib(b: u64) -> String {
     }
 }
 
-fn nvml_for<'a>(ctx: &'a Ctx, bdf: Bdf) -> Option<&'a NvmlGpu> {
-    ctx.inv.nvml.gpus.iter().find(|g| g.bdf() == Some(bdf))
+/// NVML's records by PCI address, each address parsed once (the first record wins, as a
+/// search from the front would find it).
+fn nvml_by_bdf<'a>(ctx: &'a Ctx) -> BTreeMap<Bdf, &'a NvmlGpu> {
+    let mut by = BTreeMap::new();
+    for g in &ctx.inv.nvml.gpus {
+        if let Some(b) = g.bdf() {
+            by.entry(b).or_insert(g);
+        }
+    }
+    by
 }
 
 fn nvml_missing(ctx: &Ctx) -> String {
@@ -59,8 +67,9 @@ fn each_gpu(
         out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
+    let nvml = nvml_by_bdf(ctx);
     for g in &ctx.topo.gpus {
-        check(g, nvml_for(ctx, g.bdf), out);
+        check(g, nvml.get(&g.bdf).copied(), out);
     }
 }
 

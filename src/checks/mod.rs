@@ -320,7 +320,7 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
 fn sort_findings(out: &mut Vec<Finding>) {
     let mut keyed: Vec<(Option<crate::pci::Bdf>, Finding)> = std::mem::take(out)
         .into_iter()
-        .map(|f| (f.subject.parse().ok(), f))
+        .map(|f| (crate::pci::Bdf::parse(&f.subject), f))
         .collect();
     keyed.sort_by(|(ka, a), (kb, b)| {
         a.id.cmp(&b.id).then_with(|| match (ka, kb) {
@@ -337,7 +337,7 @@ pub const MAX_FINDINGS_PER_KIND: usize = 256;
 /// The kind of a subject, from a small fixed set (a hostile tree names its devices freely;
 /// the kinds must stay few so that the findings stay few).
 fn subject_kind(subject: &str) -> &'static str {
-    if subject.parse::<crate::pci::Bdf>().is_ok() {
+    if crate::pci::Bdf::parse(subject).is_some() {
         "PCI functions"
     } else if subject == "host" {
         "host"

@@ -68,11 +68,7 @@ pub(super) fn make(
     );
     // The capture reads more than discovery did (full config space, GID tables...): the same
     // deadline guards it against a device that stops answering.
-    let (reader, nvml, out) = (
-        source.sysroot.clone(),
-        source.nvml.clone(),
-        output.to_path_buf(),
-    );
+    let (reader, nvml, out) = (source.sysroot.clone(), source.nvml()?, output.to_path_buf());
     let watched = source.sysroot.clone();
     let written = with_deadline_of(
         "the bundle capture",

@@ -66,22 +66,33 @@ fn inventory_within(
     deadline: std::time::Duration,
 ) -> Result<Waited<Inventory>> {
     let sr = source.sysroot.clone();
-    let nvml = source.nvml.clone();
+    let facts = source.nvml_facts();
     let watched = source.sysroot.clone();
+    // NVML's snapshot as discovery asks for it: a recorded nvml.json may still be parsing. One
+    // that does not parse is the error given below, whatever discovery was handed for it.
+    let nvml = move || {
+        facts.get().unwrap_or_else(|e| {
+            std::sync::Arc::new(crate::nvml::NvmlSnapshot::unavailable(
+                e.to_string(),
+                "recorded",
+            ))
+        })
+    };
     // A record in memory is read on this thread, as it was parsed: no read can wait on a
     // device, and its size was bounded when it was opened.
     let r = if source.sysroot.is_in_memory() {
-        Inventory::collect_scoped(&sr, nvml, scope)
+        Inventory::collect_with(&sr, &nvml, scope)
     } else {
         match wait_at_most(
             deadline,
-            move || Inventory::collect_scoped(&sr, nvml, scope),
+            move || Inventory::collect_with(&sr, &nvml, scope),
             move || Stall::of(&watched),
         )? {
             Waited::Done(r) => r,
             Waited::Cut(stall) => return Ok(Waited::Cut(stall)),
         }
     };
+    source.nvml()?;
     let r = r.map(|mut inv| {
         if scope == Scope::Checks {
             inv.kernel_log = source.kernel_log();
@@ -432,7 +443,7 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
             let o = Source::open(&cfg.source)?;
             Ok(Outcome::new(
                 match what.as_str() {
-                    "nvml" => render::json(&o.nvml),
+                    "nvml" => render::json(&*o.nvml()?),
                     "kmsg" => render::json(&*o.kernel_log()),
                     _ => render::json(&o.libs),
                 },

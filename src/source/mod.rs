@@ -113,7 +113,8 @@ pub struct Source {
     pub spec: SourceSpec,
     /// Shared with the discovery worker thread.
     pub sysroot: Arc<SysRoot>,
-    pub nvml: Arc<NvmlSnapshot>,
+    /// NVML's snapshot (`nvml()`), shared with the discovery worker thread.
+    nvml: Arc<NvmlFacts>,
     pub libs: LibFacts,
     /// The kernel log's Xid and link-down records: `kmsg.json` of a recorded tree (read when
     /// it is opened), live /dev/kmsg when first asked for (`kernel_log()`: only the checks and
@@ -130,7 +131,77 @@ pub struct Source {
     pub foreign_gdr: Arc<record::ForeignVerdicts>,
 }
 
+/// NVML's snapshot as a source gives it: a recorded tree's nvml.json is parsed on a thread of
+/// its own while discovery reads the tree (an 80-GPU host's is over a megabyte of JSON, and
+/// its parse would otherwise hold up everything after it); every other source has it at once.
+/// A file that does not parse is the same error, given where the snapshot is first asked for.
+pub struct NvmlFacts {
+    ready: std::sync::OnceLock<Result<Arc<NvmlSnapshot>, String>>,
+    parsing: std::sync::Mutex<Option<std::thread::JoinHandle<Result<NvmlSnapshot, String>>>>,
+}
+
+impl NvmlFacts {
+    fn ready(s: impl Into<Arc<NvmlSnapshot>>) -> NvmlFacts {
+        NvmlFacts {
+            ready: std::sync::OnceLock::from(Ok(s.into())),
+            parsing: Default::default(),
+        }
+    }
+
+    /// `bytes` (a recorded nvml.json), parsed on another thread; here where no thread starts.
+    fn parse(bytes: Vec<u8>, label: &str) -> NvmlFacts {
+        let parse = |bytes: &[u8], label: &str| {
+            NvmlSnapshot::from_json(bytes)
+                .map_err(|e| format!("{:#}", anyhow::Error::from(e).context(label.to_string())))
+        };
+        let bytes = Arc::new(bytes);
+        let on_thread = (bytes.clone(), label.to_string());
+        let spawned = std::thread::Builder::new()
+            .name("nvml.json".into())
+            .spawn(move || parse(&on_thread.0, &on_thread.1));
+        match spawned {
+            Ok(h) => NvmlFacts {
+                ready: std::sync::OnceLock::new(),
+                parsing: std::sync::Mutex::new(Some(h)),
+            },
+            Err(_) => NvmlFacts {
+                ready: std::sync::OnceLock::from(parse(&bytes, label).map(Arc::new)),
+                parsing: Default::default(),
+            },
+        }
+    }
+
+    /// The snapshot, once its parse is done.
+    pub fn get(&self) -> Result<Arc<NvmlSnapshot>> {
+        self.ready
+            .get_or_init(|| {
+                let handle = match self.parsing.lock() {
+                    Ok(mut h) => h.take(),
+                    Err(p) => p.into_inner().take(),
+                };
+                match handle.map(std::thread::JoinHandle::join) {
+                    Some(Ok(r)) => r.map(Arc::new),
+                    Some(Err(_)) => Err("nvml.json: its parse failed unexpectedly".into()),
+                    None => Err("nvml.json: not parsed".into()),
+                }
+            })
+            .clone()
+            .map_err(anyhow::Error::msg)
+    }
+}
+
 impl Source {
+    /// NVML's snapshot: live NVML's, or the one recorded with the tree (waiting for its parse
+    /// where it is still under way). An nvml.json that does not parse is an error naming it.
+    pub fn nvml(&self) -> Result<Arc<NvmlSnapshot>> {
+        self.nvml.get()
+    }
+
+    /// NVML's snapshot as it comes (for a thread that waits for it while it reads the tree).
+    pub fn nvml_facts(&self) -> Arc<NvmlFacts> {
+        self.nvml.clone()
+    }
+
     /// The kernel log: the recorded one, or live /dev/kmsg read now (once) through the reader.
     pub fn kernel_log(&self) -> Arc<KernelLog> {
         self.kernel_log
@@ -155,7 +226,7 @@ impl Source {
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot),
-                    nvml: NvmlSnapshot::collect_live().into(),
+                    nvml: Arc::new(NvmlFacts::ready(NvmlSnapshot::collect_live())),
                     libs: LibFacts::probe_live(),
                     kernel_log: std::sync::OnceLock::new(),
                     info: SourceInfo::Live,
@@ -171,7 +242,7 @@ impl Source {
                 Ok(Source {
                     spec: spec.clone(),
                     sysroot: Arc::new(sysroot),
-                    nvml: nvml.into(),
+                    nvml: Arc::new(nvml),
                     libs,
                     kernel_log: kernel_log.into(),
                     info: SourceInfo::Root {
@@ -228,7 +299,7 @@ impl Source {
         Ok(Source {
             spec: spec.clone(),
             sysroot: Arc::new(sr),
-            nvml: w.nvml.into(),
+            nvml: Arc::new(NvmlFacts::ready(w.nvml)),
             libs: LibFacts::unavailable(&rec.format.not_carried()),
             kernel_log: Arc::new(w.kernel_log).into(),
             info: SourceInfo::From {
@@ -262,7 +333,7 @@ impl Source {
         Ok(Source {
             spec: spec.clone(),
             sysroot: Arc::new(sysroot.holding(x.dir)),
-            nvml: nvml.into(),
+            nvml: Arc::new(nvml),
             libs,
             kernel_log: kernel_log.into(),
             info: SourceInfo::Bundle {
@@ -450,7 +521,7 @@ fn recorded_kernel_log(sr: &SysRoot, label: &str) -> Result<Arc<KernelLog>> {
 fn open_tree(
     dir: &Path,
     label: &str,
-) -> Result<(SysRoot, NvmlSnapshot, LibFacts, Option<bundle::Manifest>)> {
+) -> Result<(SysRoot, NvmlFacts, LibFacts, Option<bundle::Manifest>)> {
     let sr = SysRoot::at(dir).with_context(|| label.to_string())?;
     let manifest = recorded(
         &sr,
@@ -463,13 +534,14 @@ fn open_tree(
         Some(m) => sr.with_recorded_errors(m.recorded_errors()),
         None => sr,
     };
-    let nvml = recorded(
-        &sr,
-        "nvml.json",
-        label,
-        |b| Ok(NvmlSnapshot::from_json(b)?),
-        || NvmlSnapshot::unavailable("not recorded (no nvml.json in the tree)", "recorded"),
-    )?;
+    let nvml = match sr.read_document("/nvml.json", MAX_DOCUMENT_BYTES) {
+        Ok(Some(bytes)) => NvmlFacts::parse(bytes, label),
+        Ok(None) => NvmlFacts::ready(NvmlSnapshot::unavailable(
+            "not recorded (no nvml.json in the tree)",
+            "recorded",
+        )),
+        Err(e) => anyhow::bail!("{label}: nvml.json: {}", error_reason(&e)),
+    };
     let libs = recorded(
         &sr,
         "libs.json",

@@ -163,7 +163,7 @@ fn numa_node_not_on_the_host_is_unknown() {
     std::fs::write(dev_dir(&tree, HGX_GPU0).join("numa_node"), "4095\n").unwrap();
     let source = Source::open(&SourceSpec::Root(tree.clone())).unwrap();
     let inv =
-        gpudoctor::inventory::Inventory::collect(&source.sysroot, source.nvml.clone()).unwrap();
+        gpudoctor::inventory::Inventory::collect(&source.sysroot, source.nvml().unwrap()).unwrap();
     let f = &inv.pci[&HGX_GPU0.parse().unwrap()];
     assert_eq!(f.numa_node, None);
     let why = &f.unread["numa_node"];
