@@ -155,6 +155,17 @@ impl Serialize for Finding {
     }
 }
 
+/// How a version difference counts: a baseline's pin (`crate::checks::baseline`) and a fleet
+/// report's shape difference (`crate::report::fleet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforce {
+    /// The fleet pins it: a different value fails.
+    Policy,
+    /// Recorded for reference: a different value warns.
+    Fact,
+}
+
 /// Which part of the machine a finding is about (machine-readable fault class, as DCGM's error
 /// catalogue classes its errors): Slurm reasons, Prometheus labels and fleet group by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

@@ -252,7 +252,7 @@ pub struct WriteBwArgs {
     pub iters: u32,
     /// Timed repetitions per message size: a size is judged on the median of their
     /// bandwidths; n, median, min, max and every sample are reported.
-    #[arg(long, default_value_t = crate::rdma::request::write_bw::DEFAULT_REPETITIONS, value_name = "N")]
+    #[arg(long, default_value_t = crate::report::rdma::plan::DEFAULT_REPETITIONS, value_name = "N")]
     pub reps: u32,
     /// Writes in flight per QP.
     #[arg(long, short = 't', default_value_t = 128, value_name = "N")]

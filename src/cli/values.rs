@@ -3,8 +3,9 @@
 //! type carries a clap derive. Doc comments are the help text of each value (and so the man
 //! pages): they say what the engine's variant says.
 
-use crate::rdma::request::gdr::{GdrMode, GpuSide};
-use crate::rdma::request::gpu_write_bw::{NicHandler, QueuePlace};
+use crate::rdma::request::gdr::GpuSide;
+use crate::report::rdma::gdr::GdrMode;
+use crate::report::rdma::gpu_write_bw::{NicHandler, QueuePlace};
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

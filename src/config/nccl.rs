@@ -7,7 +7,7 @@ use crate::nccl::cluster::ClusterOptions;
 use crate::nccl::launcher::{Launcher, Overrides, RanksFrom};
 use crate::nccl::library::Search;
 use crate::nccl::live::NcclOptions;
-use crate::nccl::report::{Mode, NcclPolicy};
+use crate::report::nccl::{Mode, NcclPolicy};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -8,6 +8,7 @@ use crate::cli::{DmabufExportArgs, GpuWriteBwArgs, ProbeArgs, ProbeCommand, Writ
 use crate::probes::ProbeKind;
 use crate::probes::options::ProbeOptions;
 use crate::rdma::request::write_bw::{self, Role, WriteBwRequest};
+use crate::report::rdma::plan::{Plan, PlanSpec};
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -93,8 +94,8 @@ fn level3_request(
     format: OutputFormat,
 ) -> Result<Option<crate::rdma::request::gdr::GdrRequest>> {
     use crate::cli::GpuArg;
-    use crate::rdma::request::gdr::{GdrMode, GpuSide};
-    use crate::rdma::request::gdr::{GdrRequest, GpuSelect};
+    use crate::rdma::request::gdr::{GdrRequest, GpuSelect, GpuSide};
+    use crate::report::rdma::gdr::GdrMode;
     if w.gpu.is_none() && w.gdr.is_none() {
         if w.repeat != 1 {
             bail!("--repeat applies to level-3 runs (--gpu or --gdr)");
@@ -161,7 +162,7 @@ fn write_bw_config(w: WriteBwArgs, env: &Env) -> Result<WriteBwConfig> {
             .clone()
             .unwrap_or_else(|| write_bw::DEFAULT_SIZES.to_vec())
     };
-    let plan = write_bw::Plan::new(write_bw::PlanSpec {
+    let plan = Plan::new(PlanSpec {
         sizes,
         iterations: w.iters,
         tx_depth: w.tx_depth,

@@ -118,8 +118,8 @@ fn usage_errors_are_found_before_anything_runs() {
 
 #[test]
 fn level3_options() {
-    use crate::rdma::request::gdr::{GdrMode, GpuSide};
-    use crate::rdma::request::gdr::{GdrRequest, GpuSelect};
+    use crate::rdma::request::gdr::{GdrRequest, GpuSelect, GpuSide};
+    use crate::report::rdma::gdr::GdrMode;
     let env = Env::default();
     let gdr = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
         Action::WriteBw(w) => w.gdr,
@@ -215,7 +215,7 @@ fn level3_options() {
 #[test]
 fn gpu_write_bw_options() {
     use crate::rdma::request::gdr::GpuSelect;
-    use crate::rdma::request::gpu_write_bw::NicHandler;
+    use crate::report::rdma::gpu_write_bw::NicHandler;
     let env = Env::default();
     let c = |argv: &[&str]| match resolve(argv, &env).unwrap().action {
         Action::GpuWriteBw(w) => w,

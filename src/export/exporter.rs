@@ -3,10 +3,10 @@
 //!
 //! Pure: reports in, text out; nothing here reads, judges or prints.
 
-use crate::fleet::{DiffReport, FleetReport};
 use crate::probes::ProbeReport;
-use crate::rdma::report::gpu_write_bw::GpuWriteBwReport;
-use crate::rdma::report::write_bw::WriteBwReport;
+use crate::report::fleet::{DiffReport, FleetReport};
+use crate::report::rdma::gpu_write_bw::GpuWriteBwReport;
+use crate::report::rdma::write_bw::WriteBwReport;
 use crate::report::{CatalogReport, CheckReport, TopoReport};
 
 /// An output format.

@@ -2,7 +2,7 @@
 //! the topology alone, the fleet summary, or a diff of two nodes.
 
 use super::exporter::Exporter;
-use crate::fleet::{DiffReport, FleetReport};
+use crate::report::fleet::{DiffReport, FleetReport};
 use crate::report::{CheckReport, TopoReport};
 
 pub struct Html;

@@ -2,11 +2,11 @@
 //! (`gpudoctor.probe-runs/1`) whatever the flags.
 
 use super::exporter::Exporter;
-use crate::fleet::{DiffReport, FleetReport};
 use crate::probes::ProbeReport;
-use crate::rdma::report::gpu_write_bw::GpuWriteBwReport;
-use crate::rdma::report::write_bw::WriteBwReport;
 use crate::render::json;
+use crate::report::fleet::{DiffReport, FleetReport};
+use crate::report::rdma::gpu_write_bw::GpuWriteBwReport;
+use crate::report::rdma::write_bw::WriteBwReport;
 use crate::report::{CatalogReport, CheckReport, ProbeRuns, TopoReport};
 
 pub struct Json;

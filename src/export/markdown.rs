@@ -1,7 +1,7 @@
 //! Markdown (for a ticket): the fleet summary.
 
 use super::exporter::Exporter;
-use crate::fleet::FleetReport;
+use crate::report::fleet::FleetReport;
 
 pub struct Markdown;
 

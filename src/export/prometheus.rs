@@ -635,8 +635,8 @@ fn borrow<'a>(k: &'a [(&'a str, String)]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// `gpudoctor probe write-bw --format prometheus`.
-pub fn write_bw(r: &crate::rdma::report::write_bw::WriteBwReport) -> String {
-    use crate::rdma::report::write_bw::Verdict;
+pub fn write_bw(r: &crate::report::rdma::write_bw::WriteBwReport) -> String {
+    use crate::report::rdma::write_bw::Verdict;
     let mut out = String::new();
     info(
         &mut out,
@@ -737,7 +737,7 @@ impl super::exporter::Exporter for Prometheus {
     fn probe(&self, r: &ProbeReport) -> Option<String> {
         Some(probe(r))
     }
-    fn write_bw(&self, runs: &[&crate::rdma::report::write_bw::WriteBwReport]) -> Option<String> {
+    fn write_bw(&self, runs: &[&crate::report::rdma::write_bw::WriteBwReport]) -> Option<String> {
         match runs {
             [one] => Some(write_bw(one)),
             _ => None,

@@ -1,11 +1,11 @@
 //! The human format: tables and indented text, drawn by `render`.
 
 use super::exporter::{ExportOptions, Exporter};
-use crate::fleet::{DiffReport, FleetReport};
 use crate::probes::ProbeReport;
-use crate::rdma::report::gpu_write_bw::GpuWriteBwReport;
-use crate::rdma::report::write_bw::WriteBwReport;
 use crate::render::{self, Style, TextStyle};
+use crate::report::fleet::{DiffReport, FleetReport};
+use crate::report::rdma::gpu_write_bw::GpuWriteBwReport;
+use crate::report::rdma::write_bw::WriteBwReport;
 use crate::report::{CatalogReport, CheckReport, TopoReport};
 
 pub struct Table(pub ExportOptions);

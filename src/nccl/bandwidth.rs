@@ -12,34 +12,11 @@
 //!
 //! Pure arithmetic; decimal GB/s (10^9 B/s), as nccl-tests prints.
 
+use crate::report::nccl::Collective;
 use serde::{Deserialize, Serialize};
 
 /// Bytes of one float32, the type the probe (and nccl-tests' default `-d float`) moves.
 pub const ELEMENT_BYTES: u64 = 4;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Collective {
-    AllReduce,
-    AllGather,
-}
-
-impl Collective {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all-reduce",
-            Collective::AllGather => "all-gather",
-        }
-    }
-
-    /// The nccl-tests binary that measures the same thing.
-    pub fn nccl_tests_binary(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all_reduce_perf",
-            Collective::AllGather => "all_gather_perf",
-        }
-    }
-}
 
 /// What one sweep point moves, in nccl-tests' terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,19 +11,20 @@
 //! that joins the communicator and die with it; so the worker makes it, never this process),
 //! the parent forwards it, and every process's worker joins with ncclCommInitRank. Each
 //! process sends back its own samples and the transports its debug output named; rank 0
-//! merges one report (`report::merge_cluster`) and tells every process how it ended.
+//! merges one report (`evaluate::merge_cluster`) and tells every process how it ended.
 //!
 //! This module must not judge (the report does) and must not load NCCL into this process
 //! beyond reading its version; every worker runs under the deadline of `live::run_one`.
 
+use super::evaluate::RankPart;
 use super::launcher::Ranks;
 use super::live::{self, Labels, NcclOptions, Plan};
 use super::rendezvous::{self, Channel, Joined, Msg, RendezvousError};
-use super::report::{LibraryInfo, NcclGpu, NcclReport, NicUse, ProcessInfo, RankPart, Rate};
 use super::worker::{RESULT_PREFIX, WorkerCluster, WorkerRequest, WorkerResult};
 use super::{bandwidth, debuglog};
 use crate::probes::Status;
 use crate::reading::Reading;
+use crate::report::nccl::{LibraryInfo, NcclGpu, NcclReport, NicUse, ProcessInfo, Rate};
 use crate::topo::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -176,7 +177,7 @@ fn discover(o: &NcclOptions) -> Result<Vec<NcclGpu>, String> {
         samples: 0,
         mode: o.mode,
         policy: o.policy.clone(),
-        bar_input: super::report::BarInput::Net {
+        bar_input: crate::report::nccl::BarInput::Net {
             expected: Reading::unknown("discovery"),
         },
         cluster: None,
@@ -349,7 +350,7 @@ fn run_part(
     let run_plan = Plan {
         name: name.clone(),
         env,
-        bar_input: super::report::BarInput::Net {
+        bar_input: crate::report::nccl::BarInput::Net {
             expected: Reading::unknown("every node's network rate, known after the run"),
         },
     };
@@ -362,13 +363,13 @@ fn run_part(
             .collect(),
         sizes: plan.sizes.clone(),
         collectives: vec![
-            bandwidth::Collective::AllReduce,
-            bandwidth::Collective::AllGather,
+            crate::report::nccl::Collective::AllReduce,
+            crate::report::nccl::Collective::AllGather,
         ],
         warmup: plan.warmup,
         iters: plan.iters,
         samples: plan.samples,
-        mode: super::report::Mode::Cluster,
+        mode: crate::report::nccl::Mode::Cluster,
         policy: o.policy.clone(),
         bar_input: run_plan.bar_input.clone(),
         cluster: Some(WorkerCluster {
@@ -418,9 +419,9 @@ fn run_part(
         Err(e) => RankPart {
             rank: me.rank,
             node: me.node.clone(),
-            run: super::report::ConfigRun {
+            run: crate::report::nccl::ConfigRun {
                 name,
-                mode: super::report::Mode::Cluster,
+                mode: crate::report::nccl::Mode::Cluster,
                 nccl_env: run_plan.env.clone(),
                 bar_input: run_plan.bar_input.clone(),
                 expected: Reading::unknown("not run"),
@@ -449,7 +450,7 @@ pub fn run_across_nodes(
     c: &ClusterOptions,
 ) -> Result<ClusterOutcome, RendezvousError> {
     crate::signals::install();
-    let mut report = NcclReport::new(super::report::Mode::Cluster, o.policy.clone());
+    let mut report = NcclReport::new(crate::report::nccl::Mode::Cluster, o.policy.clone());
     report.environment = o.environment.clone();
     let lib = live::find_library(o, &mut report);
     let host = hostname();
@@ -848,7 +849,7 @@ fn skipped_report(
     report.evaluate();
     report.cluster = None;
     let mut merged = report.clone();
-    super::report::merge_cluster(&mut merged, launcher, processes, &[], &[]);
+    super::evaluate::merge_cluster(&mut merged, launcher, processes, &[], &[]);
     merged.skipped = Some(reasons.to_string());
     merged.evaluate();
     merged
@@ -927,7 +928,7 @@ fn rank0(
     let (parts, fatal) = own.run_configs(&mut joined, base.configs.len());
     let ran: Vec<(String, BTreeMap<String, String>)> =
         base.configs.iter().take(parts.len()).cloned().collect();
-    super::report::merge_cluster(
+    super::evaluate::merge_cluster(
         &mut report,
         c.ranks.launcher.as_str(),
         processes,

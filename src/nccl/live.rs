@@ -6,15 +6,16 @@
 //! This module must not judge, and must not change this process's environment: every NCCL_*
 //! variable gpudoctor sets is set on a child's command line environment.
 
-use super::bandwidth::{self, Collective};
+use super::bandwidth;
 use super::debuglog;
 use super::library::{self, Candidate, Search};
-use super::report::{
-    BarInput, ConfigRun, LibraryInfo, Mode, NcclPolicy, NcclReport, PairFacts, PairTransport, Rate,
-};
 use super::worker::{RESULT_PREFIX, STEP_PREFIX, UNIQUE_ID_PREFIX, WorkerRequest, WorkerResult};
 use crate::probes::Status;
 use crate::reading::Reading;
+use crate::report::nccl::{
+    BarInput, Collective, ConfigRun, LibraryInfo, Mode, NcclPolicy, NcclReport, PairFacts,
+    PairTransport, Rate,
+};
 use crate::topo::Topology;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -327,7 +328,7 @@ pub(super) type UniqueIdHook<'a> = &'a mut dyn FnMut(&str) -> Result<(), String>
 /// One worker run: its result, its GPUs, and NCCL's debug output parsed.
 pub(super) type OneRun = (
     ConfigRun,
-    Vec<super::report::NcclGpu>,
+    Vec<crate::report::nccl::NcclGpu>,
     Option<debuglog::DebugLog>,
 );
 
@@ -677,7 +678,7 @@ pub(super) fn run_one(
 }
 
 fn report_expected(b: &BarInput) -> Reading<Rate> {
-    super::report::expected(b, None)
+    super::evaluate::expected(b, None)
 }
 
 /// The speed of the interface NCCL's socket transport used (sysfs `speed`, Mb/s).

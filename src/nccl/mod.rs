@@ -4,7 +4,8 @@
 //! - `library`: libnccl found and loaded at run time (never linked), the symbols used;
 //! - `bandwidth`: nccl-tests' byte and bus-bandwidth conventions (pure);
 //! - `debuglog`: NCCL's `NCCL_DEBUG=INFO` output parsed into per-pair transports (pure);
-//! - `report`: the `gpudoctor.nccl/2` model and its evaluation (pure);
+//! - `evaluate`: the `gpudoctor.nccl/2` report's evaluation, and across nodes its merge (pure;
+//!   the model itself is `crate::report::nccl`);
 //! - `worker`: the child process that drives the GPUs through NCCL for one configuration;
 //! - `live`: the parent: plans, workers under a deadline, debug files in a private directory;
 //! - `launcher`: ranks across nodes from srun's, torchrun's or an indexed Job's variables (pure);
@@ -17,10 +18,10 @@
 pub mod bandwidth;
 pub mod cluster;
 pub mod debuglog;
+pub mod evaluate;
 pub mod launcher;
 pub mod library;
 pub mod live;
 pub mod render;
 pub mod rendezvous;
-pub mod report;
 pub mod worker;

@@ -1,8 +1,8 @@
 //! The `probe nccl` report as text: &NcclReport -> String, nothing else.
 
-use super::report::{ClusterView, ConfigRun, NcclReport};
 use crate::probes::Status;
 use crate::reading::Reading;
+use crate::report::nccl::{ClusterView, ConfigRun, NcclReport};
 use std::fmt::Write;
 
 fn word(s: Status) -> String {

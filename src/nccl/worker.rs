@@ -8,12 +8,15 @@
 //! module measures and records; it must not judge beyond asking the report's pure
 //! `needs_remeasure` whether to take the judged size again.
 
-use super::bandwidth::{self, Collective};
+use super::bandwidth;
+use super::evaluate;
 use super::library::{self, Candidate, Nccl};
-use super::report::{self, BarInput, CollectiveRun, Mode, NcclGpu, NcclPolicy, SizeResult};
 use crate::cuda::{self, Context, DeviceBuffer, Event, Stream};
 use crate::probes::{REMEASURE_FACTOR, Status};
 use crate::reading::Reading;
+use crate::report::nccl::{
+    BarInput, Collective, CollectiveRun, Mode, NcclGpu, NcclPolicy, Rate, SizeResult,
+};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::rc::Rc;
@@ -60,7 +63,7 @@ pub struct WorkerRequest {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerResult {
     pub gpus: Vec<NcclGpu>,
-    pub expected: Option<Reading<report::Rate>>,
+    pub expected: Option<Reading<Rate>>,
     pub collectives: Vec<CollectiveRun>,
     pub skipped: Option<String>,
     pub error: Option<String>,
@@ -190,7 +193,7 @@ fn measure(req: &WorkerRequest) -> WorkerResult {
         return out;
     }
     let cc = picked.first().map(|d| (d.cc_major, d.cc_minor));
-    let expected = report::expected(&req.bar_input, cc);
+    let expected = evaluate::expected(&req.bar_input, cc);
     out.expected = Some(expected.clone());
     match run_collectives(req, &nccl, &picked, &expected) {
         Ok(c) => out.collectives = c,
@@ -208,7 +211,7 @@ fn run_collectives(
     req: &WorkerRequest,
     nccl: &Nccl,
     devs: &[cuda::Device],
-    expected: &Reading<report::Rate>,
+    expected: &Reading<Rate>,
 ) -> Result<Vec<CollectiveRun>, Partial> {
     let n = req.cluster.as_ref().map_or(devs.len() as u32, |c| c.nranks);
     let max_bytes = req
@@ -313,7 +316,7 @@ fn run_collectives(
             // Across nodes every rank must run the same collectives: no rank decides alone to
             // measure again.
             && req.cluster.is_none()
-            && report::needs_remeasure(&req.policy, req.mode, c, expected, &last)
+            && evaluate::needs_remeasure(&req.policy, req.mode, c, expected, &last)
         {
             step(&format!("{} {} B again", c.as_str(), last.size_bytes));
             match time_size(

@@ -8,10 +8,11 @@
 
 use super::engine::error::ErrorClass;
 use super::engine::run as engine;
-use super::report::write_bw::WriteBwReport;
-use super::request::write_bw::{Plan, Role, WriteBwRequest};
+use super::request::write_bw::{Role, WriteBwRequest};
 use crate::facts::PortState;
 use crate::inventory::RdmaDevice;
+use crate::report::rdma::plan::Plan;
+use crate::report::rdma::write_bw::WriteBwReport;
 use std::time::Duration;
 
 /// What the caller's time budget answers before each port.

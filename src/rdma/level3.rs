@@ -16,12 +16,14 @@ use super::pairing::{
     cuda_device, decide_registration, gpu_labels, kernel_version, path_between, probe_provider,
     provider_name,
 };
-use super::report::gdr::{Decision, GdrFacts, GpuBufferFacts, GpuFacts, GpuMemoryCheck, NicChoice};
-use super::report::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
 use super::request::gdr::{GdrRequest, GpuSelect, GpuSide, Machine};
 use super::request::write_bw::{Role, WriteBwRequest};
 use crate::cuda;
 use crate::reading::Reading;
+use crate::report::rdma::gdr::{
+    Decision, GdrFacts, GpuBufferFacts, GpuFacts, GpuMemoryCheck, NicChoice,
+};
+use crate::report::rdma::write_bw::{Mode, Status, Threshold, Verdict, WriteBwReport};
 use std::rc::Rc;
 
 /// One GPU's (or the host's) run.
@@ -573,8 +575,8 @@ mod tests {
 
     #[test]
     fn failures_map_to_the_cause_table() {
-        use crate::rdma::report::memory::Registration;
-        use crate::rdma::request::write_bw::{Plan, PlanSpec};
+        use crate::report::rdma::memory::Registration;
+        use crate::report::rdma::plan::{Plan, PlanSpec};
         use crate::verbs::VerbsError;
         let plan = Plan::new(PlanSpec {
             sizes: vec![64],
@@ -636,7 +638,7 @@ mod tests {
         assert_eq!(failure_of(&Ok(()), &empty), None);
         let mut r = empty.clone();
         let rep = crate::rdma::judge::write_bw::summarise(64, 1, 1, &Default::default());
-        let mut s = crate::rdma::report::write_bw::SizeResult::new(64, 1, vec![rep], Some(true));
+        let mut s = crate::report::rdma::write_bw::SizeResult::new(64, 1, vec![rep], Some(true));
         s.verdict = Verdict::Fail;
         r.results.push(s.clone());
         assert_eq!(failure_of(&Ok(()), &r), Some(Failure::BelowThreshold));

@@ -8,21 +8,28 @@
 
 use super::engine::error::ErrorClass;
 use super::judge::gdr;
-use super::judge::gpu_write_bw::{choose_handler, device_refusal};
+use super::judge::gpu_write_bw::{DeviceFacts, choose_handler, device_refusal};
 use super::mlx5::gpu_poster::{GpuPoster, PosterFacts, QueueChoice};
-use super::report::gdr::{GpuFacts, NicChoice};
-use super::report::gpu_write_bw::{DeviceFacts, GpuWriteBwReport, PostingNs, Run};
-use super::report::memory::Registration;
-use super::report::write_bw::Status;
 use super::request::gdr::Machine;
-use super::request::gpu_write_bw::{GpuWriteRequest, NicHandler};
+use super::request::gpu_write_bw::GpuWriteRequest;
 use crate::libs::LibFacts;
+use crate::report::rdma::gdr::{GpuFacts, NicChoice};
+use crate::report::rdma::gpu_write_bw::{GpuWriteBwReport, NicHandler, PostingNs};
+use crate::report::rdma::memory::Registration;
+use crate::report::rdma::write_bw::Status;
 use crate::verbs::LIBMLX5_SONAME as LIBMLX5;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// The library `mlx5dv_init_obj` comes from (as libs.rs probes it).
 const LIBCUDA: &str = "libcuda.so.1";
+
+/// One GPU's run: its subject, its report, and what a stop means for the exit code.
+pub struct Run {
+    pub subject: String,
+    pub report: GpuWriteBwReport,
+    pub class: Option<ErrorClass>,
+}
 
 fn device_facts(m: &Machine, name: &str, port: u8) -> Option<DeviceFacts> {
     let d = m.inv.rdma.iter().find(|d| d.name == name)?;
@@ -129,7 +136,7 @@ pub fn measure_gpu_write(
 ) -> Vec<Run> {
     // -d: the NIC half first, so a device that can never work says so whatever the GPUs.
     if let Some(dev) = &req.device {
-        let report = GpuWriteBwReport::new(req);
+        let report = req.empty_report();
         match nic_refusal(m, libs, dev, req.port) {
             Ok(_) => {}
             Err((class, why, na)) => {
@@ -141,7 +148,7 @@ pub fn measure_gpu_write(
     }
     let labels = super::pairing::gpu_labels(m.topo, req.gpu);
     if m.topo.gpus.is_empty() {
-        let mut report = GpuWriteBwReport::new(req);
+        let mut report = req.empty_report();
         report.not_applicable = true;
         return vec![stop(
             report,
@@ -191,7 +198,7 @@ fn gpu_run(
     label: &str,
     cuda_homes: &[PathBuf],
 ) -> Run {
-    let mut report = GpuWriteBwReport::new(req);
+    let mut report = req.empty_report();
     if let Some(g) = m.topo.gpu(label) {
         report.gpu = Some(GpuFacts {
             label: label.into(),
@@ -267,7 +274,7 @@ fn gpu_registration(
     })?;
     let decision = super::pairing::decide_registration(
         m,
-        crate::rdma::request::gdr::GdrMode::Auto,
+        crate::report::rdma::gdr::GdrMode::Auto,
         label,
         &dev,
         &nic.device,
@@ -298,7 +305,7 @@ fn memory_leak(
 ) -> Option<String> {
     match (before, after) {
         (Ok(b), Ok(a)) => {
-            let c = crate::rdma::report::gdr::GpuMemoryCheck::new(b, a, 1);
+            let c = crate::report::rdma::gdr::GpuMemoryCheck::new(b, a, 1);
             notes.push(format!(
                 "GPU memory (cuMemGetInfo): free {} B before, {} B after",
                 c.free_before_bytes, c.free_after_bytes
@@ -456,7 +463,8 @@ mod tests {
     use crate::facts::PortState;
     use crate::inventory::parse_mac;
     use crate::rdma::request::gdr::GpuSelect;
-    use crate::rdma::request::gpu_write_bw::{DEFAULT_SIZES, QueuePlace, validate};
+    use crate::rdma::request::gpu_write_bw::{DEFAULT_SIZES, validate};
+    use crate::report::rdma::gpu_write_bw::QueuePlace;
 
     #[test]
     fn macs_parse_from_sysfs_text_only() {

@@ -3,7 +3,8 @@
 //!
 //! - `level2`, `level3`, `level4`: thin runners, one entry point each (`level2::measure_ports`,
 //!   `level3::measure_gdr`, `level4::measure_gpu_write`); per port or GPU they gather what is
-//!   decided, call the engine, and fold the outcome into a report.
+//!   decided, call the engine, and fold the outcome into a report (`crate::report::rdma`, the
+//!   JSON schemas, pure data: arrows point from here to there, never back).
 //! - `pairing`: what levels 3 and 4 both gather to pair a GPU with a port (the GPUs selected,
 //!   the CUDA device, the path, the provider's dma-buf probe, the registration decision).
 //! - `mlx5`: everything ConnectX-specific (WQE/CQE and PRM encodings, DevX, queue memory, the
@@ -12,7 +13,6 @@
 //!   with its framing and handshake).
 //! - `judge`: pure judgements (summaries, thresholds, addressing, registration and handler
 //!   choice, causes).
-//! - `report`: the JSON schemas, pure data.
 //! - `request`: what a run is asked to do, plain data (no clap).
 //! - `progress`: the one place that prints while a probe runs.
 //!
@@ -26,7 +26,6 @@ pub mod level4;
 pub mod mlx5;
 pub mod pairing;
 pub mod progress;
-pub mod report;
 pub mod request;
 
 #[cfg(test)]

@@ -8,10 +8,11 @@
 
 use super::engine::error::ProbeError;
 use super::judge::gdr::{self, GpuRegFacts, RegistrationFacts};
-use super::report::gdr::Decision;
-use super::request::gdr::{GdrMode, GpuSelect, Machine};
+use super::request::gdr::{GpuSelect, Machine};
 use crate::cuda;
 use crate::inventory::{Inventory, RdmaBacking};
+use crate::report::rdma::gdr::Decision;
+use crate::report::rdma::gdr::GdrMode;
 use crate::topo::{PathType, Topology};
 use crate::verbs::DmabufProbe;
 

@@ -171,9 +171,9 @@ fn cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 fn no_import_cycle() {
     let g = graph();
     assert!(g.len() > 20, "src/rdma not found: {g:?}");
-    // The graph is read: the runners reach the engine, the engine the reports.
+    // The graph is read: the runners reach the engine, the engine the requests.
     assert!(g["level4"].contains("engine/run"), "{:?}", g["level4"]);
-    assert!(g["engine/side"].contains("report/write_bw"));
+    assert!(g["engine/side"].contains("request/write_bw"));
     if let Some(c) = cycle(&g) {
         panic!("import cycle among src/rdma files: {}", c.join(" -> "));
     }

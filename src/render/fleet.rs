@@ -1,6 +1,7 @@
 //! `fleet` and `diff` as text: the same content as their JSON, for people.
 
-use crate::fleet::{BANDWIDTH_NOISE, DiffReport, FleetReport, OUTLIER_Z};
+use crate::fleet::{BANDWIDTH_NOISE, OUTLIER_Z};
+use crate::report::fleet::{DiffReport, FleetReport};
 use std::fmt::Write;
 
 fn list(v: &[String]) -> String {

@@ -29,15 +29,15 @@ fn shown(s: String) -> String {
     }
 }
 
-pub fn fleet_table(r: &crate::fleet::FleetReport) -> String {
+pub fn fleet_table(r: &crate::report::fleet::FleetReport) -> String {
     shown(fleet::fleet_table(r))
 }
 
-pub fn fleet_markdown(r: &crate::fleet::FleetReport) -> String {
+pub fn fleet_markdown(r: &crate::report::fleet::FleetReport) -> String {
     shown(fleet::fleet_markdown(r))
 }
 
-pub fn diff_table(d: &crate::fleet::DiffReport) -> String {
+pub fn diff_table(d: &crate::report::fleet::DiffReport) -> String {
     shown(fleet::diff_table(d))
 }
 
@@ -53,12 +53,12 @@ pub fn probe_table(r: &crate::probes::ProbeReport, style: Style) -> String {
     shown(probe::table(r, style))
 }
 
-pub fn write_bw_table(r: &crate::rdma::report::write_bw::WriteBwReport, width: usize) -> String {
+pub fn write_bw_table(r: &crate::report::rdma::write_bw::WriteBwReport, width: usize) -> String {
     shown(write_bw::write_bw_table(r, width))
 }
 
 pub fn gpu_write_bw_table(
-    r: &crate::rdma::report::gpu_write_bw::GpuWriteBwReport,
+    r: &crate::report::rdma::gpu_write_bw::GpuWriteBwReport,
     width: usize,
 ) -> String {
     shown(write_bw::gpu_write_bw_table(r, width))

@@ -1,6 +1,6 @@
 //! Text for the RDMA probes' reports: &Report -> String, nothing else.
 
-use crate::rdma::report::write_bw::{SizeResult, SizeStats, WriteBwReport};
+use crate::report::rdma::write_bw::{SizeResult, SizeStats, WriteBwReport};
 /// write-bw in perftest's layout (`#bytes #iterations BW peak BW average MsgRate`), with the
 /// units said once (decimal MB/s; perftest's own "MB" is 2^20 bytes) and a Gb/s column.
 /// Columns of the sweep that a narrow terminal drops, first to last (`--json` keeps them all).
@@ -86,8 +86,8 @@ fn sweep(
 }
 
 pub fn write_bw_table(r: &WriteBwReport, width: usize) -> String {
-    use crate::rdma::report::write_bw::Addressing;
-    use crate::rdma::report::write_bw::{Status, Threshold, Verdict};
+    use crate::report::rdma::write_bw::Addressing;
+    use crate::report::rdma::write_bw::{Status, Threshold, Verdict};
     use std::fmt::Write as _;
     let mut o = String::new();
     let rule = "-".repeat(width);
@@ -131,7 +131,7 @@ pub fn write_bw_table(r: &WriteBwReport, width: usize) -> String {
         },
         if p.validate { ", validating data" } else { "" }
     );
-    let _ = writeln!(o, " Units: {}", crate::rdma::report::write_bw::UNITS);
+    let _ = writeln!(o, " Units: {}", crate::report::rdma::write_bw::UNITS);
     match &r.threshold {
         Some(Threshold::LineRate {
             source, min_bytes, ..
@@ -189,7 +189,7 @@ pub fn write_bw_table(r: &WriteBwReport, width: usize) -> String {
     super::layout::fit(&o, width)
 }
 
-fn memory_text(m: &crate::rdma::report::memory::MemoryFacts) -> String {
+fn memory_text(m: &crate::report::rdma::memory::MemoryFacts) -> String {
     let what = match (&m.gpu, &m.bdf) {
         (Some(g), Some(b)) => format!("{g} {b} via {}", m.registration),
         _ => "host memory (ibv_reg_mr)".to_string(),
@@ -213,8 +213,8 @@ fn memory_text(m: &crate::rdma::report::memory::MemoryFacts) -> String {
 
 /// Level 3's lines above the table: GPU, NIC and path, memory, registration, expectation.
 fn gdr_header(
-    g: &crate::rdma::report::gdr::GdrFacts,
-    mem: Option<&crate::rdma::report::write_bw::MemorySides>,
+    g: &crate::report::rdma::gdr::GdrFacts,
+    mem: Option<&crate::report::rdma::write_bw::MemorySides>,
     o: &mut String,
 ) {
     use std::fmt::Write as _;
@@ -286,10 +286,10 @@ fn gdr_header(
 /// `probe gpu-write-bw` (level 4): level 2's columns plus the posting time per iteration and
 /// the handler that rang the doorbell.
 pub fn gpu_write_bw_table(
-    r: &crate::rdma::report::gpu_write_bw::GpuWriteBwReport,
+    r: &crate::report::rdma::gpu_write_bw::GpuWriteBwReport,
     width: usize,
 ) -> String {
-    use crate::rdma::report::write_bw::Status;
+    use crate::report::rdma::write_bw::Status;
     use std::fmt::Write as _;
     let mut o = String::new();
     let rule = "-".repeat(width);
@@ -366,8 +366,8 @@ pub fn gpu_write_bw_table(
 
 #[cfg(test)]
 mod tests {
-    use crate::rdma::report::write_bw::{Mode, Repetition, SizeResult, WriteBwReport};
-    use crate::rdma::request::write_bw::{Plan, PlanSpec};
+    use crate::report::rdma::plan::{Plan, PlanSpec};
+    use crate::report::rdma::write_bw::{Mode, Repetition, SizeResult, WriteBwReport};
 
     /// A full perftest-style sweep (2 B .. 8 MiB at 400 Gb/s, five repetitions) renders within
     /// the width, every size on one line at 100 and 80 columns (it was 142 columns,

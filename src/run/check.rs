@@ -335,7 +335,8 @@ fn level3(
     use crate::rdma::engine::error::ErrorClass;
     use crate::rdma::level3;
     use crate::rdma::request::gdr::GdrRequest;
-    use crate::rdma::request::write_bw::{Plan, Role, WriteBwRequest};
+    use crate::rdma::request::write_bw::{Role, WriteBwRequest};
+    use crate::report::rdma::plan::Plan;
     use checks::probe::level3 as l3;
     if replay_skip(source, l3::ID, "GPUDirect RDMA probes", findings) {
         return Ok(());
@@ -544,7 +545,7 @@ fn nccl_level1(
     opts: &CheckOptions,
     budget: Option<&Budget>,
     findings: &mut Vec<Finding>,
-) -> Result<Option<crate::nccl::report::NcclReport>, CheckError> {
+) -> Result<Option<crate::report::nccl::NcclReport>, CheckError> {
     use crate::nccl::live::LiveError;
     let id = CheckId::ProbeNccl;
     if topo.gpus.len() < 2 {
@@ -612,7 +613,7 @@ fn nccl_level1(
                 return Ok(None);
             }
             Some(b) => {
-                let mut r: crate::nccl::report::NcclReport =
+                let mut r: crate::report::nccl::NcclReport =
                     serde_json::from_slice(&b).map_err(|e| {
                         anyhow::anyhow!(
                             "{}: not a `probe nccl --json` report: {e}",

@@ -68,7 +68,7 @@ pub fn write_bw_runs(classes: impl Iterator<Item = Option<ErrorClass>>, fail_on_
 }
 
 /// `fleet`: 1 when a node is to be drained.
-pub fn fleet(r: &crate::fleet::FleetReport) -> i32 {
+pub fn fleet(r: &crate::report::fleet::FleetReport) -> i32 {
     if r.drain.is_empty() {
         EXIT_OK
     } else {
@@ -77,7 +77,7 @@ pub fn fleet(r: &crate::fleet::FleetReport) -> i32 {
 }
 
 /// `diff`: 1 when B is worse than A; a change for the better alone is no failure.
-pub fn diff(d: &crate::fleet::DiffReport) -> i32 {
+pub fn diff(d: &crate::report::fleet::DiffReport) -> i32 {
     if d.worse() {
         EXIT_FAILED_CHECK
     } else {

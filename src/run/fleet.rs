@@ -4,9 +4,10 @@
 use super::Outcome;
 use crate::config::CheckOptions;
 use crate::export::{ExportOptions, Format, export};
-use crate::fleet::{self, CheckReportIn, FindingIn, NodeData};
+use crate::fleet::{self, CheckReportIn, NodeData};
 use crate::probes::RecordedProbe;
 use crate::probes::{ProbeKind, ProbeReport};
+use crate::report::fleet::FindingIn;
 use crate::source::{Source, SourceSpec};
 use anyhow::{Context, Result, bail};
 use std::collections::{BTreeMap, BTreeSet};
@@ -460,8 +461,8 @@ fn read_docs(p: &Path, from_dir: bool, keep: Keep) -> Result<Vec<NodeData>> {
                 bandwidth_of(&r, &mut n);
             }
         }
-        crate::nccl::report::NCCL_SCHEMA | crate::nccl::report::NCCL_SCHEMA_V1 => {
-            let r: crate::nccl::report::NcclReport = serde_json::from_value(v)
+        crate::report::nccl::NCCL_SCHEMA | crate::report::nccl::NCCL_SCHEMA_V1 => {
+            let r: crate::report::nccl::NcclReport = serde_json::from_value(v)
                 .with_context(|| format!("{}: malformed NCCL report", p.display()))?;
             return Ok(nccl_nodes(&r, n));
         }
@@ -488,7 +489,7 @@ fn read_docs(p: &Path, from_dir: bool, keep: Keep) -> Result<Vec<NodeData>> {
 /// collective (median at the judged size) with the bar it was judged against; a report of a run
 /// across nodes (`--ranks`) gives every node its own GPUs' timing, so that fleet names the slow
 /// node among its peers.
-fn nccl_nodes(r: &crate::nccl::report::NcclReport, n: NodeData) -> Vec<NodeData> {
+fn nccl_nodes(r: &crate::report::nccl::NcclReport, n: NodeData) -> Vec<NodeData> {
     let mut bars = BTreeMap::new();
     for run in &r.runs {
         for c in &run.collectives {
@@ -640,7 +641,7 @@ fn merge(name: String, docs: Vec<NodeData>) -> NodeData {
     };
     let kept_check = if let Some((i, why)) = picked {
         if checks.len() > 1 {
-            n.duplicates.push(crate::fleet::Duplicate {
+            n.duplicates.push(crate::report::fleet::Duplicate {
                 node: name.clone(),
                 kind: "check report".into(),
                 kept: source(checks[i]),
@@ -681,7 +682,7 @@ fn merge(name: String, docs: Vec<NodeData>) -> NodeData {
             None => pick(&shapes),
         };
         if shapes.len() > 1 {
-            n.duplicates.push(crate::fleet::Duplicate {
+            n.duplicates.push(crate::report::fleet::Duplicate {
                 node: name.clone(),
                 kind: "shape".into(),
                 kept: source(shapes[i]),
@@ -730,7 +731,7 @@ fn merge(name: String, docs: Vec<NodeData>) -> NodeData {
         let mut kept: Vec<String> = clashes.keys().map(|id| from[id].clone()).collect();
         kept.sort();
         kept.dedup();
-        n.duplicates.push(crate::fleet::Duplicate {
+        n.duplicates.push(crate::report::fleet::Duplicate {
             node: name,
             kind: "probe measurements".into(),
             kept: kept.join(", "),

@@ -421,6 +421,18 @@ fn run_man(cfg: &Config, dir: &std::path::Path) -> Result<Outcome> {
     ))
 }
 
+/// `list`: every check of the catalog, in report order.
+fn catalog_report() -> crate::report::CatalogReport {
+    crate::report::CatalogReport::new(crate::checks::CATALOG.iter().map(|c| {
+        crate::report::CatalogEntry {
+            id: c.id,
+            level: c.level,
+            severity: c.severity,
+            title: c.title,
+        }
+    }))
+}
+
 /// Run the command `cfg` resolved: its output and exit code.
 fn run_action(cfg: &Config) -> Result<Outcome> {
     // What the text formats need; each command's exporter is chosen by `export` alone.
@@ -434,7 +446,7 @@ fn run_action(cfg: &Config) -> Result<Outcome> {
         Action::Check(opts) => run_check(cfg, opts, text),
         Action::List { json } => Ok(Outcome::new(
             export(json_or_table(*json), text, "the catalog", |e| {
-                e.catalog(&crate::report::CatalogReport::new())
+                e.catalog(&catalog_report())
             })?,
             EXIT_OK,
         )),

@@ -11,7 +11,7 @@
 use super::{EXIT_ERROR, Outcome};
 use crate::config::NcclConfig;
 use crate::nccl::cluster::ClusterOutcome;
-use crate::nccl::report::Mode;
+use crate::report::nccl::Mode;
 use anyhow::Result;
 use std::io::Write;
 

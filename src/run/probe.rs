@@ -45,7 +45,7 @@ pub(super) fn cuda(
 pub(super) fn write_bw(w: &WriteBwConfig, text: ExportOptions) -> Result<Outcome> {
     use crate::rdma::engine::error::ErrorClass;
     use crate::rdma::engine::run as rdma;
-    use crate::rdma::report::write_bw::Status;
+    use crate::report::rdma::write_bw::Status;
     if let Some(g) = &w.gdr {
         return gdr_write_bw(w, g, text);
     }
@@ -85,7 +85,7 @@ fn gdr_write_bw(
 ) -> Result<Outcome> {
     use crate::rdma::engine::error::ErrorClass;
     use crate::rdma::level3;
-    use crate::rdma::report::write_bw::Status;
+    use crate::report::rdma::write_bw::Status;
     let (source, inv, topo, level0) = live_gpu_machine(g.gpu, true)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level3::measure_gdr(&m, &w.request, g);
@@ -96,7 +96,7 @@ fn gdr_write_bw(
         };
         anyhow::bail!("probe write-bw: {why}");
     }
-    let reports: Vec<&crate::rdma::report::write_bw::WriteBwReport> =
+    let reports: Vec<&crate::report::rdma::write_bw::WriteBwReport> =
         runs.iter().map(|r| &r.report).collect();
     let stdout = export(w.format.into(), text, "a write-bw report", |e| {
         e.write_bw(&reports)
@@ -156,7 +156,7 @@ pub(super) fn gpu_write_bw(
     let (source, inv, topo, level0) = live_gpu_machine(w.request.gpu, false)?;
     let m = super::check::machine(&source, &inv, &topo, &level0);
     let runs = level4::measure_gpu_write(&m, &source.libs, &w.request, &w.cuda_homes);
-    let reports: Vec<&crate::rdma::report::gpu_write_bw::GpuWriteBwReport> =
+    let reports: Vec<&crate::report::rdma::gpu_write_bw::GpuWriteBwReport> =
         runs.iter().map(|r| &r.report).collect();
     let stdout = export(json_or_table(w.json), text, "a gpu-write-bw report", |e| {
         e.gpu_write_bw(&reports)

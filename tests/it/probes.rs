@@ -402,10 +402,10 @@ fn no_report_carries_ok_or_err_keys() {
         if p.extension().is_none_or(|x| x != "json") {
             continue;
         }
-        let mut r: gpudoctor::nccl::report::NcclReport =
+        let mut r: gpudoctor::report::nccl::NcclReport =
             serde_json::from_slice(&std::fs::read(&p).unwrap())
                 .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        r.schema = gpudoctor::nccl::report::NCCL_SCHEMA.to_string();
+        r.schema = gpudoctor::report::nccl::NCCL_SCHEMA.to_string();
         r.evaluate();
         result_keys(
             &serde_json::to_value(&r).unwrap(),

@@ -6,6 +6,10 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How a version difference counts (the fleet report names it too, so it lives in the leaf
+/// vocabulary `crate::findings`).
+pub use crate::findings::Enforce;
+
 pub const BASELINE_SCHEMA: &str = "gpudoctor.baseline/1";
 
 /// Fraction of a measured median kept as the floor when a baseline records bandwidth: run-to-run
@@ -170,16 +174,6 @@ pub struct PathShape {
     pub was: Option<String>,
     /// The cell as `nvidia-smi topo -m` prints it: NV18, PIX, PXB, PHB, NODE, SYS.
     pub path: String,
-}
-
-/// How a version difference counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Enforce {
-    /// The fleet pins it: a different value fails.
-    Policy,
-    /// Recorded for reference: a different value warns.
-    Fact,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

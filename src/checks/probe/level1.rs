@@ -136,7 +136,7 @@ const FIX_NCCL_TRANSPORT: &str = "Unset the NCCL_* variables named (NCCL_P2P_DIS
 /// `probe.nccl`'s findings from one NCCL report (measured live or replayed from a tree's
 /// `probes/nccl.json`): per configuration and collective the bus bandwidth at the judged size
 /// against its bar, and every contradiction between NCCL's transports and the topology.
-pub fn nccl_findings(r: &crate::nccl::report::NcclReport, out: &mut Vec<Finding>) {
+pub fn nccl_findings(r: &crate::report::nccl::NcclReport, out: &mut Vec<Finding>) {
     let id = CheckId::ProbeNccl;
     let library = r.library.as_ref().map(|l| {
         ev(

@@ -4,7 +4,7 @@
 use crate::checks::{CheckId, Evidence, Finding, SkipKind, ev};
 use crate::findings::Judgement;
 use crate::rdma::judge::write_bw::judge_run;
-use crate::rdma::report::write_bw::{SizeResult, Threshold, WriteBwReport};
+use crate::report::rdma::write_bw::{SizeResult, Threshold, WriteBwReport};
 
 pub const ID: CheckId = CheckId::ProbeWriteBw;
 
@@ -74,8 +74,8 @@ pub fn threshold_text(t: &Threshold) -> String {
 mod tests {
     use super::*;
     use crate::checks::Status;
-    use crate::rdma::report::write_bw::{Addressing, LineRate, Mode, PortFacts, Repetition};
-    use crate::rdma::request::write_bw::Plan;
+    use crate::report::rdma::plan::Plan;
+    use crate::report::rdma::write_bw::{Addressing, LineRate, Mode, PortFacts, Repetition};
 
     /// A completed, validated level-2 run at `gbps` (median of 5) on a port whose facts say
     /// `software` and `rate`: the finding the check makes of it.

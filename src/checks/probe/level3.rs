@@ -5,7 +5,7 @@
 use crate::checks::{CheckId, Finding, Status, ev};
 use crate::findings::Judgement;
 use crate::rdma::judge::write_bw::judge_run;
-use crate::rdma::report::write_bw::{Status as WStatus, WriteBwReport};
+use crate::report::rdma::write_bw::{Status as WStatus, WriteBwReport};
 
 pub const ID: CheckId = CheckId::ProbeGdrWriteBw;
 
@@ -115,9 +115,9 @@ mod tests {
     use super::*;
     use crate::checks::SkipKind;
     use crate::rdma::judge::gdr;
-    use crate::rdma::report::gdr::{GdrFacts, GpuFacts, NicChoice};
-    use crate::rdma::report::write_bw::{Mode, SizeResult, Threshold};
-    use crate::rdma::request::write_bw::{Plan, PlanSpec};
+    use crate::report::rdma::gdr::{GdrFacts, GpuFacts, NicChoice};
+    use crate::report::rdma::plan::{Plan, PlanSpec};
+    use crate::report::rdma::write_bw::{Mode, SizeResult, Threshold};
     use crate::topo::PathType;
 
     /// A 1 MiB run at `gbps` on a 200 Gb/s port (threshold 180 Gb/s), as level 3's `finish`
@@ -129,7 +129,7 @@ mod tests {
         })
         .unwrap();
         let mut r = WriteBwReport::new(Mode::Loopback, plan);
-        let rep = crate::rdma::report::write_bw::Repetition {
+        let rep = crate::report::rdma::write_bw::Repetition {
             elapsed_ns: 1,
             mb_per_s: gbps * 1e3 / 8.0,
             peak_mb_per_s: gbps * 1e3 / 8.0,
@@ -139,7 +139,7 @@ mod tests {
             .push(SizeResult::new(1 << 20, 500, vec![rep], Some(true)));
         r.status = status;
         let expectation = gdr::expectation(path);
-        let rate = crate::rdma::report::write_bw::LineRate {
+        let rate = crate::report::rdma::write_bw::LineRate {
             gbps: 200.0,
             source: "4X HDR".into(),
         };
@@ -216,13 +216,13 @@ mod tests {
             Some("no PCI function"),
             Err("x"),
         ));
-        r.local = Some(crate::rdma::report::write_bw::PortFacts {
+        r.local = Some(crate::report::rdma::write_bw::PortFacts {
             device: "rxe0".into(),
             port: 1,
             state: "ACTIVE".into(),
             link_layer: "Ethernet".into(),
             mtu_bytes: 1024,
-            addressing: crate::rdma::report::write_bw::Addressing::Lid { lid: 0 },
+            addressing: crate::report::rdma::write_bw::Addressing::Lid { lid: 0 },
             software_device: Some("no PCI function".into()),
             line_rate: None,
             line_rate_unknown: None,
@@ -245,7 +245,7 @@ mod tests {
             0.0,
         );
         if let Some(g) = r.gdr.as_mut() {
-            g.cause = Some(crate::rdma::report::gdr::Cause {
+            g.cause = Some(crate::report::rdma::gdr::Cause {
                 summary: "nvidia-peermem is not loaded".into(),
                 checks: vec!["gdr.peermem"],
                 evidence: vec![ev("check gdr.peermem host", "fail")],

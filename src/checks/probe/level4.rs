@@ -6,8 +6,8 @@
 use crate::checks::{CheckId, Finding, Status, ev};
 use crate::findings::Judgement;
 use crate::rdma::judge::write_bw::judge_run;
-use crate::rdma::report::gpu_write_bw::GpuWriteBwReport;
-use crate::rdma::report::write_bw::Status as WStatus;
+use crate::report::rdma::gpu_write_bw::GpuWriteBwReport;
+use crate::report::rdma::write_bw::Status as WStatus;
 
 pub const ID: CheckId = CheckId::ProbeGpuWriteBw;
 
@@ -76,25 +76,20 @@ pub fn finding(subject: &str, r: &GpuWriteBwReport) -> Finding {
 mod tests {
     use super::*;
     use crate::checks::SkipKind;
-    use crate::rdma::report::write_bw::SizeResult;
-    use crate::rdma::request::gdr::GpuSelect;
-    use crate::rdma::request::gpu_write_bw::{GpuWriteRequest, NicHandler};
+    use crate::report::rdma::gpu_write_bw::{NicHandler, PlanFacts, QueuePlace};
+    use crate::report::rdma::write_bw::SizeResult;
 
     fn report(status: WStatus, not_applicable: bool, validated: Option<bool>) -> GpuWriteBwReport {
-        let mut r = GpuWriteBwReport::new(&GpuWriteRequest {
-            gpu: GpuSelect::Auto,
-            device: None,
-            port: 1,
+        let plan = PlanFacts {
             sizes: vec![64],
             iters: 4,
             writes_per_iter: 512,
-            handler: NicHandler::Auto,
-            queues: crate::rdma::request::gpu_write_bw::QueuePlace::Auto,
             validate: true,
-        });
+        };
+        let mut r = GpuWriteBwReport::new(plan, NicHandler::Auto, QueuePlace::Auto);
         r.status = status;
         r.not_applicable = not_applicable;
-        let rep = crate::rdma::report::write_bw::Repetition {
+        let rep = crate::report::rdma::write_bw::Repetition {
             elapsed_ns: 1,
             mb_per_s: 1.0,
             peak_mb_per_s: 1.0,

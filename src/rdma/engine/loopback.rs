@@ -10,8 +10,8 @@ use super::side::{self, Endpoint, Side};
 use crate::inventory::RdmaDevice;
 use crate::rdma::judge::write_bw::threshold_for;
 use crate::rdma::progress;
-use crate::rdma::report::write_bw::{MemorySides, SizeResult, WriteBwReport};
 use crate::rdma::request::write_bw::WriteBwRequest;
+use crate::report::rdma::write_bw::{MemorySides, SizeResult, WriteBwReport};
 
 pub fn loopback(
     facts: &[RdmaDevice],

@@ -10,7 +10,7 @@
 
 use super::pattern::{check_pattern, fill_pattern};
 use crate::cuda::{self, CudaError, RdmaBuffer};
-use crate::rdma::report::memory::{MemoryFacts, Registration};
+use crate::report::rdma::memory::{MemoryFacts, Registration};
 use crate::verbs::{self, AlignedBuf, Pd, RawMr, VerbsError};
 use std::rc::Rc;
 

@@ -26,7 +26,7 @@
 //! Nothing here touches verbs.
 
 use super::side::Endpoint;
-use crate::rdma::report::write_bw::PortFacts;
+use crate::report::rdma::write_bw::PortFacts;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -583,7 +583,7 @@ pub fn client_handshake<S: Wire>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma::report::write_bw::Addressing;
+    use crate::report::rdma::write_bw::Addressing;
     use std::sync::{Arc, Mutex};
 
     const T: Duration = Duration::from_secs(5);

@@ -3,8 +3,8 @@
 
 use super::error::ProbeError;
 use super::side::{Endpoint, Side};
-use crate::rdma::report::write_bw::Repetition;
 use crate::rdma::request::write_bw::WriteBwRequest;
+use crate::report::rdma::write_bw::Repetition;
 
 /// Who posts the writes of one message size on the loopback's source side: the CPU through
 /// ibv_post_send (levels 2 and 3, `CpuPoster`) or a CUDA kernel on the QP's own mlx5 queues

@@ -10,8 +10,8 @@ use super::poster::{CpuPoster, Poster};
 use super::two_node::{client, serve};
 use crate::inventory::RdmaDevice;
 use crate::rdma::progress;
-use crate::rdma::report::write_bw::{Mode, Status, WriteBwReport};
 use crate::rdma::request::write_bw::{Role, WriteBwRequest};
+use crate::report::rdma::write_bw::{Mode, Status, WriteBwReport};
 
 /// Run the probe (level 2: host memory on both sides). The report always comes back (with a
 /// skipped/error status where it stopped); the class says what the stop means for the exit code.

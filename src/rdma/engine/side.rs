@@ -6,8 +6,9 @@ use super::error::ProbeError;
 use super::memory::{Memory, Region};
 use crate::inventory::{RdmaDevice, RdmaPort};
 use crate::rdma::judge::path::{self, GidError};
-use crate::rdma::report::write_bw::{Addressing, PortFacts, Timeline};
-use crate::rdma::request::write_bw::{Plan, WriteBwRequest};
+use crate::rdma::request::write_bw::WriteBwRequest;
+use crate::report::rdma::plan::Plan;
+use crate::report::rdma::write_bw::{Addressing, PortFacts, Timeline};
 use crate::verbs::{
     self, Context, Cq, LocalPath, Pd, PortAttr, Qp, RemoteQp, Verbs, VerbsError, sys,
 };
@@ -374,7 +375,7 @@ impl Side {
     }
 
     /// What this side's buffer is (host or GPU memory, how registered).
-    pub fn memory(&self) -> &crate::rdma::report::memory::MemoryFacts {
+    pub fn memory(&self) -> &crate::report::rdma::memory::MemoryFacts {
         self.region.facts()
     }
 

@@ -12,8 +12,9 @@ use crate::inventory::RdmaDevice;
 use crate::rdma::engine::memory::Memory;
 use crate::rdma::judge::write_bw::threshold_for;
 use crate::rdma::progress;
-use crate::rdma::report::write_bw::{MemorySides, Served, SizeResult, WriteBwReport};
-use crate::rdma::request::write_bw::{MAX_MESSAGE_BYTES, Plan, WriteBwRequest};
+use crate::rdma::request::write_bw::WriteBwRequest;
+use crate::report::rdma::plan::{MAX_MESSAGE_BYTES, Plan};
+use crate::report::rdma::write_bw::{MemorySides, Served, SizeResult, WriteBwReport};
 use std::time::Duration;
 
 fn peer_err(peer: &str) -> impl Fn(OobError) -> ProbeError + '_ {

@@ -7,10 +7,10 @@
 //! Nothing here does I/O; the runner (`level3`) gathers the facts and calls these.
 
 use crate::findings::{Evidence, Finding, Status, ev};
-use crate::rdma::report::gdr::{Cause, Decision, Expectation, NicChoice, PathVerdict};
-use crate::rdma::report::memory::Registration;
-use crate::rdma::request::gdr::GdrMode;
 use crate::reading::Reading;
+use crate::report::rdma::gdr::GdrMode;
+use crate::report::rdma::gdr::{Cause, Decision, Expectation, NicChoice, PathVerdict};
+use crate::report::rdma::memory::Registration;
 use crate::topo::{PathType, Topology};
 use crate::verbs::DmabufProbe;
 
@@ -637,7 +637,7 @@ pub fn cause(f: &Failure, cx: &CauseContext) -> Cause {
 mod tests {
     use super::*;
     use crate::findings::CheckId;
-    use crate::rdma::report::gdr::GpuMemoryCheck;
+    use crate::report::rdma::gdr::GpuMemoryCheck;
 
     fn gpu(cuda: Reading<bool>, open: Option<bool>, peermem: Option<bool>) -> GpuRegFacts {
         GpuRegFacts {

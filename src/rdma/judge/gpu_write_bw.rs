@@ -4,9 +4,21 @@
 
 use crate::facts::PortState;
 use crate::rdma::judge::write_bw::RunView;
-use crate::rdma::report::gpu_write_bw::{DeviceFacts, GpuWriteBwReport};
-use crate::rdma::request::gpu_write_bw::NicHandler;
+use crate::report::rdma::gpu_write_bw::{GpuWriteBwReport, NicHandler};
 use crate::verbs::LIBMLX5_SONAME as LIBMLX5;
+
+/// What the preconditions look at, gathered from the inventory and the library probe (so the
+/// decision is a pure function, tested on hand-made facts).
+#[derive(Debug, Clone, Default)]
+pub struct DeviceFacts {
+    pub name: String,
+    /// Kernel driver of the PCI function (mlx5_core); None for software devices.
+    pub driver: Option<String>,
+    /// Some("rxe") / Some("siw") for software devices.
+    pub software: Option<String>,
+    /// The port's state (outer None: no such port; inner None: state unreadable).
+    pub port_state: Option<Option<PortState>>,
+}
 
 /// Why an mlx5 direct-verbs run cannot happen on this device, or None when it can; the flag
 /// says there is nothing for level 4 to judge there (not an mlx5 device, port not ACTIVE) as

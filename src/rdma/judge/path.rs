@@ -3,7 +3,7 @@
 //! (sysfs) and from ibv_query_port.
 
 use crate::inventory::RdmaPort;
-use crate::rdma::report::write_bw::{Addressing, LineRate};
+use crate::report::rdma::write_bw::{Addressing, LineRate};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GidError {

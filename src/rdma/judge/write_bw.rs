@@ -3,12 +3,12 @@
 //! (`judge_run`, the one judge of levels 2-4, over `crate::findings::judge`). Nothing here
 //! does I/O or prints.
 
-use crate::rdma::report::write_bw::{
+use crate::rdma::request::write_bw::LARGE_MESSAGE_BYTES;
+use crate::report::rdma::write_bw::{
     Judged, Mode, PortFacts, Repetition, Served, SizeResult, Status, Threshold, Timeline,
     WriteBwReport,
 };
-use crate::rdma::report::write_bw::{LineRate, SOFTWARE_NOT_JUDGED};
-use crate::rdma::request::write_bw::LARGE_MESSAGE_BYTES;
+use crate::report::rdma::write_bw::{LineRate, SOFTWARE_NOT_JUDGED};
 
 /// Pass at >= 90% of the port's data rate, the margin AzNHC and SuperBench use for
 /// ib_write_bw loopback on healthy HCAs.
@@ -310,8 +310,9 @@ impl WriteBwReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma::report::write_bw::Verdict;
-    use crate::rdma::request::write_bw::{Plan, PlanError, PlanSpec, all_sizes};
+    use crate::rdma::request::write_bw::all_sizes;
+    use crate::report::rdma::plan::{Plan, PlanError, PlanSpec};
+    use crate::report::rdma::write_bw::Verdict;
 
     #[test]
     fn plan_checks() {

@@ -15,7 +15,7 @@
 use super::kernel::page_size;
 use super::prm::{self as prm, Cmd, CmdFailed};
 use crate::cuda::{self, HostRegistration, RdmaBuffer};
-use crate::rdma::report::memory::Registration;
+use crate::report::rdma::memory::Registration;
 use crate::verbs::mlx5dv_sys as dv;
 use crate::verbs::sys;
 use std::ffi::c_void;

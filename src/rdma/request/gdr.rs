@@ -3,6 +3,7 @@
 
 use crate::findings::Finding;
 use crate::inventory::Inventory;
+use crate::report::rdma::gdr::GdrMode;
 use crate::topo::Topology;
 use serde::Serialize;
 
@@ -56,18 +57,6 @@ pub struct Machine<'a> {
     /// the caller before any probe runs (`level4::netdev_macs`): level 4's RoCE next hop
     /// when its own QP loops back on a port. Nothing under `rdma` reads sysfs while probing.
     pub netdev_macs: std::collections::BTreeMap<String, [u8; 6]>,
-}
-
-/// `--gdr`: how GPU memory is to be registered with the NIC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GdrMode {
-    /// As NCCL decides: dma-buf where it can work, nvidia-peermem otherwise.
-    Auto,
-    /// ibv_reg_dmabuf_mr on a dma-buf exported by CUDA.
-    Dmabuf,
-    /// ibv_reg_mr on the device pointer (needs nvidia-peermem).
-    Peermem,
 }
 
 /// `--gpu-side`: which side's buffer is GPU memory in a loopback.

@@ -2,52 +2,8 @@
 //! handler and where the queues live. Plain data and its validation; no clap.
 
 use super::gdr::GpuSelect;
-use super::write_bw::{Plan, PlanError, PlanSpec};
-use serde::Serialize;
-
-/// `--nic-handler`: who rings the doorbell after the kernel wrote the WQEs and the record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NicHandler {
-    /// gpu when PeerMappingOverride=1 and the UAR page maps, else cpu-proxy.
-    Auto,
-    /// The kernel writes the BlueFlame register through the mapped UAR page.
-    Gpu,
-    /// A CPU thread watches the kernel's producer index and rings the doorbell.
-    CpuProxy,
-}
-
-impl NicHandler {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NicHandler::Auto => "auto",
-            NicHandler::Gpu => "gpu",
-            NicHandler::CpuProxy => "cpu-proxy",
-        }
-    }
-}
-
-/// `--queues`: where the SQ, the CQ and their doorbell records live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum QueuePlace {
-    /// gpu where the gpu handler rings and the DevX queues can be created, else host.
-    Auto,
-    /// DevX QP and CQ over umems in GPU memory (IBGDA's placement; GPU-scope fences).
-    Gpu,
-    /// libmlx5's own queues in host memory, mapped for the GPU (cuMemHostRegister).
-    Host,
-}
-
-impl QueuePlace {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueuePlace::Auto => "auto",
-            QueuePlace::Gpu => "gpu",
-            QueuePlace::Host => "host",
-        }
-    }
-}
+use crate::report::rdma::gpu_write_bw::{GpuWriteBwReport, NicHandler, PlanFacts, QueuePlace};
+use crate::report::rdma::plan::{Plan, PlanError, PlanSpec};
 
 /// `probe gpu-write-bw`, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +35,17 @@ impl GpuWriteRequest {
             queues: QueuePlace::Auto,
             validate: true,
         }
+    }
+
+    /// The report of a run of this request before anything is posted.
+    pub fn empty_report(&self) -> GpuWriteBwReport {
+        let plan = PlanFacts {
+            sizes: self.sizes.clone(),
+            iters: self.iters,
+            writes_per_iter: self.writes_per_iter,
+            validate: self.validate,
+        };
+        GpuWriteBwReport::new(plan, self.handler, self.queues)
     }
 
     /// The write-bw engine's plan for this request: per size, `iters` launches of

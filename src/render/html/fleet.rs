@@ -9,7 +9,7 @@
 
 use super::{badge, esc, footer, page};
 use crate::findings::Status;
-use crate::fleet::{DiffReport, FleetReport, ProbeRow};
+use crate::report::fleet::{DiffReport, FleetReport, ProbeRow};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -427,7 +427,8 @@ mod tests {
     #[test]
     fn hostile_strings_stay_text() {
         use super::super::tests::{HOSTILE, assert_inert};
-        use crate::fleet::{FindingIn, NodeData};
+        use crate::fleet::NodeData;
+        use crate::report::fleet::FindingIn;
         let finding = |i: usize, status: &str| FindingIn {
             id: HOSTILE[i % HOSTILE.len()].into(),
             subject: HOSTILE[(i + 1) % HOSTILE.len()].into(),

@@ -2,8 +2,7 @@
 //! chosen, the registration decision, the expectation, and the cause of a failure.
 
 use crate::findings::Evidence;
-use crate::rdma::report::memory::Registration;
-use crate::rdma::request::gdr::GdrMode;
+use crate::report::rdma::memory::Registration;
 use crate::topo::PathType;
 use serde::Serialize;
 
@@ -149,4 +148,16 @@ impl GpuMemoryCheck {
             )
         })
     }
+}
+
+/// `--gdr`: how GPU memory is to be registered with the NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GdrMode {
+    /// As NCCL decides: dma-buf where it can work, nvidia-peermem otherwise.
+    Auto,
+    /// ibv_reg_dmabuf_mr on a dma-buf exported by CUDA.
+    Dmabuf,
+    /// ibv_reg_mr on the device pointer (needs nvidia-peermem).
+    Peermem,
 }

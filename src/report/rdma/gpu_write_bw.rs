@@ -1,14 +1,55 @@
 //! The level-4 report (schema `gpudoctor.gpu-write-bw/1`), pure data: who posted, where the
 //! queues lived, what each size delivered, and why a run stopped.
 
-use crate::facts::PortState;
-use crate::rdma::engine::error::ErrorClass;
-use crate::rdma::report::gdr::{GpuFacts, NicChoice};
-use crate::rdma::report::write_bw::{SizeResult, Status, Threshold};
-use crate::rdma::request::gpu_write_bw::{GpuWriteRequest, NicHandler, QueuePlace};
+use crate::report::rdma::gdr::{GpuFacts, NicChoice};
+use crate::report::rdma::write_bw::{SizeResult, Status, Threshold};
 use serde::Serialize;
 
 pub const SCHEMA: &str = "gpudoctor.gpu-write-bw/1";
+
+/// `--nic-handler`: who rings the doorbell after the kernel wrote the WQEs and the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NicHandler {
+    /// gpu when PeerMappingOverride=1 and the UAR page maps, else cpu-proxy.
+    Auto,
+    /// The kernel writes the BlueFlame register through the mapped UAR page.
+    Gpu,
+    /// A CPU thread watches the kernel's producer index and rings the doorbell.
+    CpuProxy,
+}
+
+impl NicHandler {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NicHandler::Auto => "auto",
+            NicHandler::Gpu => "gpu",
+            NicHandler::CpuProxy => "cpu-proxy",
+        }
+    }
+}
+
+/// `--queues`: where the SQ, the CQ and their doorbell records live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueuePlace {
+    /// gpu where the gpu handler rings and the DevX queues can be created, else host.
+    Auto,
+    /// DevX QP and CQ over umems in GPU memory (IBGDA's placement; GPU-scope fences).
+    Gpu,
+    /// libmlx5's own queues in host memory, mapped for the GPU (cuMemHostRegister).
+    Host,
+}
+
+impl QueuePlace {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueuePlace::Auto => "auto",
+            QueuePlace::Gpu => "gpu",
+            QueuePlace::Host => "host",
+        }
+    }
+}
 
 /// Posting time per iteration (one kernel launch), from `%globaltimer`.
 #[derive(Debug, Clone, Serialize)]
@@ -82,27 +123,23 @@ pub struct GpuWriteBwReport {
 }
 
 impl GpuWriteBwReport {
-    pub fn new(req: &GpuWriteRequest) -> Self {
+    /// Nothing posted yet, for a run of `plan` asking for `handler` and `queues`.
+    pub fn new(plan: PlanFacts, handler: NicHandler, queues: QueuePlace) -> Self {
         GpuWriteBwReport {
             schema: SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
             gpudoctor_revision: crate::REVISION,
             mode: "loopback",
-            units: crate::rdma::report::write_bw::UNITS,
-            plan: PlanFacts {
-                sizes: req.sizes.clone(),
-                iters: req.iters,
-                writes_per_iter: req.writes_per_iter,
-                validate: req.validate,
-            },
+            units: crate::report::rdma::write_bw::UNITS,
+            plan,
             gpu: None,
             nic: None,
             path: None,
             provider: None,
             poster: Poster {
-                requested: req.handler,
+                requested: handler,
                 handler: None,
-                queues_requested: req.queues,
+                queues_requested: queues,
                 queues: None,
                 queues_why: String::new(),
                 why: "nothing was posted".into(),
@@ -123,23 +160,4 @@ impl GpuWriteBwReport {
             not_applicable: false,
         }
     }
-}
-
-pub struct Run {
-    pub subject: String,
-    pub report: GpuWriteBwReport,
-    pub class: Option<ErrorClass>,
-}
-
-/// What the preconditions look at, gathered from the inventory and the library probe (so the
-/// decision is a pure function, tested on hand-made facts).
-#[derive(Debug, Clone, Default)]
-pub struct DeviceFacts {
-    pub name: String,
-    /// Kernel driver of the PCI function (mlx5_core); None for software devices.
-    pub driver: Option<String>,
-    /// Some("rxe") / Some("siw") for software devices.
-    pub software: Option<String>,
-    /// The port's state (outer None: no such port; inner None: state unreadable).
-    pub port_state: Option<Option<PortState>>,
 }

@@ -1,6 +1,18 @@
-//! Report models: one serde model per command, with a versioned schema string. Renderers take
-//! these by reference; nothing here does I/O.
+//! Report models: one serde model per command, with a versioned schema string, all in this
+//! one home. Here: `check`, `topo` and `list` (and the envelope of `probe ... --json`); in
+//! submodules: the RDMA probe ladder's reports (`rdma`), `probe nccl`'s (`nccl`), and `fleet`'s
+//! and `diff`'s (`fleet`). Renderers and exporters take these by reference.
+//!
+//! Arrows point one way: the code that fills a report in (checks, probes, `crate::rdma`,
+//! `crate::nccl`, `crate::fleet`, `crate::run`) imports it, never the reverse; what a model
+//! needs of their vocabulary lives here or in a leaf (`crate::findings`). Nothing here does
+//! I/O or judges.
 
+pub mod fleet;
+pub mod nccl;
+pub mod rdma;
+
+use crate::findings::{CheckId, Status};
 use crate::inventory::{Inventory, Note};
 use crate::topo::Topology;
 use serde::Serialize;
@@ -44,23 +56,29 @@ pub struct CatalogReport {
     pub gpudoctor_version: &'static str,
     /// The source revision the binary was built from (`--version`'s; see build.rs).
     pub gpudoctor_revision: &'static str,
-    pub checks: &'static [crate::checks::CheckInfo],
+    pub checks: Vec<CatalogEntry>,
+}
+
+/// One check of the catalog as `list --json` gives it (`crate::checks::CheckInfo`'s public
+/// part: its document and function are not in the report).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CatalogEntry {
+    pub id: CheckId,
+    pub level: u8,
+    /// The worst status the check gives by default.
+    pub severity: Status,
+    pub title: &'static str,
 }
 
 impl CatalogReport {
-    pub fn new() -> Self {
+    /// The catalog report of `checks`, in the order given (`crate::checks::CATALOG`'s).
+    pub fn new(checks: impl IntoIterator<Item = CatalogEntry>) -> Self {
         CatalogReport {
             schema: CATALOG_SCHEMA,
             gpudoctor_version: env!("CARGO_PKG_VERSION"),
             gpudoctor_revision: crate::REVISION,
-            checks: crate::checks::CATALOG,
+            checks: checks.into_iter().collect(),
         }
-    }
-}
-
-impl Default for CatalogReport {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -244,7 +262,7 @@ impl Bandwidth {
     }
 
     /// The bus bandwidth of each collective of an NCCL report at the size it was judged at.
-    pub fn of_nccl(r: &crate::nccl::report::NcclReport) -> Vec<Bandwidth> {
+    pub fn of_nccl(r: &nccl::NcclReport) -> Vec<Bandwidth> {
         let mut out = Vec::new();
         for run in &r.runs {
             for c in &run.collectives {

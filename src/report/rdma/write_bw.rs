@@ -2,9 +2,9 @@
 //! which ports and memory, and the judge's word. Levels 2-4 share it; `render` and the
 //! exporters read it. Nothing here judges, does I/O or prints.
 
-use crate::rdma::report::gdr::GdrFacts;
-use crate::rdma::report::memory::MemoryFacts;
-use crate::rdma::request::write_bw::Plan;
+use crate::report::rdma::gdr::GdrFacts;
+use crate::report::rdma::memory::MemoryFacts;
+use crate::report::rdma::plan::Plan;
 use serde::{Deserialize, Serialize};
 
 /// /3: each size keeps its timed repetitions (`samples`) and their n/median/min/max (`stats`);
