@@ -15,6 +15,7 @@
 //! `render::fleet`.
 
 use crate::checks::baseline::Baseline;
+use crate::findings::Enforce;
 use crate::report::fleet::{
     BandwidthChange, BelowFloor, CheckRow, DIFF_SCHEMA, DiffReport, Difference, Drain, Duplicate,
     FLEET_SCHEMA, FindingChange, FindingIn, FleetReport, Group, Outlier, ProbeRow, Undecided,
@@ -960,8 +961,7 @@ fn majority_reference(
 /// `versions.cuda_driver.value`, `versions.kernel.value`, `versions.nic_firmware.MODEL.value`,
 /// `nics[*].firmware.value` (policy where any of its positions is pinned as policy). None for
 /// anything else.
-fn pin_of(d: &Difference, b: &Baseline) -> Option<crate::checks::baseline::Enforce> {
-    use crate::checks::baseline::Enforce;
+fn pin_of(d: &Difference, b: &Baseline) -> Option<Enforce> {
     let v = b.versions.as_ref();
     let one = match d.field.as_str() {
         "versions.nvidia_driver.value" => v.and_then(|v| v.nvidia_driver.as_ref()),
@@ -1010,7 +1010,6 @@ fn enforce_pin(
     b: &Baseline,
     warn: &mut BTreeMap<String, Vec<String>>,
 ) {
-    use crate::checks::baseline::Enforce;
     let Some(e) = pin_of(d, b) else {
         return;
     };

@@ -2,6 +2,7 @@
 
 use super::node::{Node, kernel_release};
 use super::schema::*;
+use crate::findings::Enforce;
 use crate::inventory::Inventory;
 use crate::probes::ProbeReport;
 use crate::topo::Topology;

@@ -3,12 +3,9 @@
 //!
 //! This module must not look at a node: it is the file's data and its validation only.
 
+use crate::findings::Enforce;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// How a version difference counts (the fleet report names it too, so it lives in the leaf
-/// vocabulary `crate::findings`).
-pub use crate::findings::Enforce;
 
 pub const BASELINE_SCHEMA: &str = "gpudoctor.baseline/1";
 

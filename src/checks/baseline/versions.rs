@@ -1,9 +1,10 @@
 //! `baseline.versions`: driver, CUDA, kernel and NIC firmware versions against the pinned ones.
 
 use super::node::{Node, kernel_release};
-use super::schema::{Baseline, Enforce, Pinned, Versions};
+use super::schema::{Baseline, Pinned, Versions};
 use super::{ID_VERSIONS, skip};
 use crate::checks::{Finding, Status, ev};
+use crate::findings::Enforce;
 
 pub(super) fn compare(b: &Baseline, node: &Node, out: &mut Vec<Finding>) {
     let empty = Versions::default();
