@@ -2,20 +2,18 @@
 //! plus the NVML snapshot and notes on everything that could not be read and why.
 //!
 //! This module must not interpret topology (that is `topo`) and must not judge health (that is
-//! `checks`). A value that could not be read is None with its reason in `unread`; nothing gets
-//! a default.
+//! `checks`). Every fact is a `Reading`: its value, absent (read, and not there) or unknown, the
+//! reason carried with the fact; nothing gets a default.
 
 use crate::facts::{self, GidType, LinkLayer, PhysState, PortState};
 use crate::numa;
 use crate::nvml::NvmlSnapshot;
 use crate::pci::config::{ConfigSpace, PcieCap};
 use crate::pci::{self, Bdf};
+use crate::reading::Reading;
 use crate::sysroot::{ReadError, SysRoot};
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// Why a fact is missing, keyed by the fact's name.
-pub type Unread = BTreeMap<String, String>;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PciFunction {
@@ -26,40 +24,104 @@ pub struct PciFunction {
     pub root_complex: String,
     /// Upstream PCI functions (bridges), nearest the root complex first.
     pub upstream: Vec<Bdf>,
-    pub class: Option<u32>,
-    pub vendor: Option<u16>,
-    pub device: Option<u16>,
-    pub driver: Option<String>,
-    pub numa_node: Option<u32>,
-    pub local_cpulist: Option<String>,
+    pub class: Reading<u32>,
+    pub vendor: Reading<u16>,
+    pub device: Reading<u16>,
+    /// Absent: no driver bound.
+    pub driver: Reading<String>,
+    /// Absent: the kernel reports -1 (no NUMA affinity known). A node the host does not list
+    /// is unknown (`check_numa_nodes`).
+    pub numa_node: Reading<u32>,
+    pub local_cpulist: Reading<String>,
     pub link: Link,
-    pub config: Option<ConfigSpace>,
+    pub config: Reading<ConfigSpace>,
     /// SR-IOV: the physical function this virtual function belongs to (its `physfn` link).
-    /// A VF has no PCIe link of its own; its PF's link carries its traffic.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub physfn: Option<Bdf>,
-    pub unread: Unread,
+    /// A VF has no PCIe link of its own; its PF's link carries its traffic. Absent: no VF (no
+    /// `physfn` link, or config space shows the function's own IDs and it was not looked for).
+    pub physfn: Reading<Bdf>,
 }
 
 impl PciFunction {
     /// What `nic::family` judges a function by.
     pub fn ids(&self) -> crate::nic::FunctionIds<'_> {
         crate::nic::FunctionIds {
-            class: self.class,
-            vendor: self.vendor,
-            device: self.device,
-            driver: self.driver.as_deref(),
-            virtual_function: self.physfn.is_some(),
+            class: self.class.value().copied(),
+            vendor: self.vendor.value().copied(),
+            device: self.device.value().copied(),
+            driver: self.driver.value().map(String::as_str),
+            virtual_function: self.physfn.is_value(),
+        }
+    }
+
+    /// Why each fact of the function (and of its `extras`, where read) has no value, keyed by
+    /// the fact's sysfs name: what a report shows as the device's unknowns. A function that is
+    /// no virtual function (`physfn` absent) is not unknown.
+    pub fn unknowns(&self, extras: Option<&DeviceExtras>) -> BTreeMap<String, String> {
+        let l = &self.link;
+        let facts: [(&str, Option<&str>); 12] = [
+            ("class", self.class.why()),
+            ("vendor", self.vendor.why()),
+            ("device", self.device.why()),
+            ("driver", self.driver.why()),
+            ("numa_node", self.numa_node.why()),
+            ("local_cpulist", self.local_cpulist.why()),
+            ("config", self.config.why()),
+            ("current_link_speed", l.cur_gen.why()),
+            ("current_link_width", l.cur_width.why()),
+            ("max_link_speed", l.max_gen.why()),
+            ("max_link_width", l.max_width.why()),
+            (
+                "physfn",
+                match &self.physfn {
+                    Reading::Unknown(w) => Some(w),
+                    _ => None,
+                },
+            ),
+        ];
+        let mut out: BTreeMap<String, String> = facts
+            .into_iter()
+            .filter_map(|(k, why)| Some((k.to_string(), why?.to_string())))
+            .collect();
+        if let Some(x) = extras {
+            for (name, r) in &x.aer {
+                if let Some(why) = r.why() {
+                    out.insert(name.to_string(), why.to_string());
+                }
+            }
+            if let Some(why) = x.resources.as_ref().and_then(Reading::why) {
+                out.insert("resource".into(), why.to_string());
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+impl Link {
+    /// A link none of whose attributes was read: for hand-built tests.
+    pub(crate) fn not_read() -> Link {
+        Link {
+            cur_gen: Reading::unknown("not read"),
+            cur_width: Reading::unknown("not read"),
+            max_gen: Reading::unknown("not read"),
+            max_width: Reading::unknown("not read"),
+            pcie_cap: None,
         }
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// The four link attributes, each a reading: from config space's PCI Express capability or
+/// from the kernel's attribute files (`pcie_cap` says which).
+#[derive(Debug, Clone, Serialize)]
 pub struct Link {
-    pub cur_gen: Option<u8>,
-    pub cur_width: Option<u8>,
-    pub max_gen: Option<u8>,
-    pub max_width: Option<u8>,
+    /// `current_link_speed` as a PCIe generation.
+    pub cur_gen: Reading<u8>,
+    /// `current_link_width`.
+    pub cur_width: Reading<u8>,
+    /// `max_link_speed` as a PCIe generation.
+    pub max_gen: Reading<u8>,
+    /// `max_link_width`.
+    pub max_width: Reading<u8>,
     /// Where the values came from: the PCI Express capability at this config-space offset
     /// (Link Capabilities/Status, as lspci shows them), or None for the sysfs attributes
     /// (`current_link_speed` ...), read when config space does not reach the capability.
@@ -72,13 +134,13 @@ pub struct RdmaDevice {
     pub name: String,
     /// What the device sits on: a PCI function, a netdev (software RDMA), or unknown.
     pub backing: RdmaBacking,
-    pub node_type: Option<String>,
-    pub hca_type: Option<String>,
-    pub fw_ver: Option<String>,
-    pub node_guid: Option<String>,
-    pub board_id: Option<String>,
-    pub ports: Vec<RdmaPort>,
-    pub unread: Unread,
+    pub node_type: Reading<String>,
+    pub hca_type: Reading<String>,
+    pub fw_ver: Reading<String>,
+    pub node_guid: Reading<String>,
+    pub board_id: Reading<String>,
+    /// Its `ports/` directory, listed (unknown: it could not be).
+    pub ports: Reading<Vec<RdmaPort>>,
 }
 
 /// What an RDMA device sits on, as read from its `device` link and `parent` attribute. Only a
@@ -98,6 +160,11 @@ pub enum RdmaBacking {
 }
 
 impl RdmaDevice {
+    /// Its ports; none where `ports/` could not be listed (why: `ports`).
+    pub fn port_list(&self) -> &[RdmaPort] {
+        self.ports.value().map_or(&[], Vec::as_slice)
+    }
+
     /// The PCI function behind it, when that was read.
     pub fn bdf(&self) -> Option<Bdf> {
         match self.backing {
@@ -149,53 +216,94 @@ impl ClassListing {
 #[derive(Debug, Clone, Serialize)]
 pub struct RdmaPort {
     pub port: u32,
-    /// The raw texts, as evidence; the `_kind` fields beside them are parsed once, here.
-    pub state: Option<String>,
-    pub phys_state: Option<String>,
-    pub rate: Option<String>,
-    pub link_layer: Option<String>,
+    /// The raw texts, as evidence; the `_kind` fields beside them are parsed once, here, from
+    /// a value (None where the raw reading has none: its reason is there).
+    pub state: Reading<String>,
+    pub phys_state: Reading<String>,
+    pub rate: Reading<String>,
+    pub link_layer: Reading<String>,
     pub state_kind: Option<PortState>,
     pub phys_state_kind: Option<PhysState>,
     pub link_layer_kind: Option<LinkLayer>,
     pub rate_gbps: Option<f64>,
-    pub lid: Option<String>,
-    pub gids: Vec<Gid>,
-    /// `counters/*` (the IB PMA port counters: symbol_error, link_downed...), by file name;
-    /// None when the directory could not be listed (why: `unread["counters"]`). A counter
-    /// file that could not be read or parsed is missing here, its reason under
-    /// `unread["counters.NAME"]`.
-    pub counters: Option<BTreeMap<String, u64>>,
+    pub lid: Reading<String>,
+    /// The populated GID entries (an InfiniBand port's are not read: none); unknown where the
+    /// `gids/` directory could not be listed.
+    pub gids: Reading<Vec<Gid>>,
+    /// `counters/*` (the IB PMA port counters: symbol_error, link_downed...), by file name:
+    /// the judged ones the directory lists, each read or unknown with why; unknown when the
+    /// directory could not be listed, or not read (topology scope).
+    pub counters: Reading<Counters>,
     /// `hw_counters/*` (driver counters: mlx5's out_of_buffer, rnr_nak_retry_err...), likewise.
-    pub hw_counters: Option<BTreeMap<String, u64>>,
-    pub unread: Unread,
+    pub hw_counters: Reading<Counters>,
+}
+
+/// Counter files by name, each read or unknown with why (some mlx5 firmware refuses a counter
+/// it does not implement: EINVAL). A name the directory does not list is not here.
+pub type Counters = BTreeMap<String, Reading<u64>>;
+
+impl RdmaPort {
+    /// Its populated GIDs; none where the table could not be listed (why: `gids`).
+    pub fn gid_list(&self) -> &[Gid] {
+        self.gids.value().map_or(&[], Vec::as_slice)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Gid {
     pub index: u32,
     pub gid: String,
-    /// "IB/RoCE v1" or "RoCE v2"; None where the kernel has no gid_attrs.
-    pub gid_type: Option<String>,
+    /// "IB/RoCE v1" or "RoCE v2"; absent where the kernel has no gid_attrs.
+    pub gid_type: Reading<String>,
     pub gid_type_kind: Option<GidType>,
-    pub ndev: Option<String>,
+    /// The netdev of a RoCE GID; absent where the kernel has no gid_attrs or names none.
+    pub ndev: Reading<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NetDev {
     pub name: String,
-    pub bdf: Option<Bdf>,
-    pub mtu: Option<u32>,
-    pub operstate: Option<String>,
-    pub if_type: Option<u32>,
-    pub unread: Unread,
+    /// The PCI function its `device` link leads to; absent for a virtual interface (lo,
+    /// bridges, veth: no link, or one that leads to no PCI function).
+    pub bdf: Reading<Bdf>,
+    pub mtu: Reading<u32>,
+    pub operstate: Reading<String>,
+    pub if_type: Reading<u32>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct NumaNode {
     pub id: u32,
-    pub cpulist: Option<String>,
-    pub distances: Option<Vec<u32>>,
-    pub unread: Unread,
+    pub cpulist: Reading<String>,
+    pub distances: Reading<Vec<u32>>,
+}
+
+/// A report's topology carries the nodes in the shape it always had: `cpulist` and
+/// `distances` null where unread, the reasons under `unread` keyed by file name.
+impl Serialize for NumaNode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shape<'a> {
+            id: u32,
+            cpulist: Option<&'a String>,
+            distances: Option<&'a Vec<u32>>,
+            unread: BTreeMap<&'static str, &'a str>,
+        }
+        let unread = [
+            ("cpulist", self.cpulist.why()),
+            ("distance", self.distances.why()),
+        ]
+        .into_iter()
+        .filter_map(|(k, w)| Some((k, w?)))
+        .collect();
+        Shape {
+            id: self.id,
+            cpulist: self.cpulist.value(),
+            distances: self.distances.value(),
+            unread,
+        }
+        .serialize(s)
+    }
 }
 
 /// A whole-inventory note: something that could not be read that is not a single attribute.
@@ -246,7 +354,7 @@ impl Inventory {
             netdevs: Vec::new(),
             numa_nodes: Vec::new(),
             nvml: Default::default(),
-            host: Host::default(),
+            host: Host::not_read("discovery did not finish"),
             extras: BTreeMap::new(),
             notes: vec![Note {
                 path: "/".to_string(),
@@ -278,41 +386,17 @@ pub enum InventoryError {
     NoPciBus(ReadError),
 }
 
-fn note_err(unread: &mut Unread, key: &str, e: &ReadError) {
-    unread.insert(key.to_string(), e.to_string());
+/// Read a text attribute: its text, or unknown with why.
+fn text(sr: &SysRoot, path: &str) -> Reading<String> {
+    Reading::from_result(sr.read_text(path))
 }
 
-/// Read a text attribute; on failure record why.
-fn text(sr: &SysRoot, unread: &mut Unread, key: &str, path: &str) -> Option<String> {
-    match sr.read_text(path) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            note_err(unread, key, &e);
-            None
-        }
-    }
-}
-
-/// Read and parse; a parse failure records the garbage seen.
-fn parsed<T>(
-    sr: &SysRoot,
-    unread: &mut Unread,
-    key: &str,
-    path: &str,
-    f: impl FnOnce(&str) -> Option<T>,
-) -> Option<T> {
-    let s = text(sr, unread, key, path)?;
-    match f(&s) {
-        Some(v) => Some(v),
-        None => {
-            let shown: String = s.chars().take(40).collect();
-            unread.insert(
-                key.to_string(),
-                format!("{path}: unparseable value '{shown}'"),
-            );
-            None
-        }
-    }
+/// Read and parse; a parse failure is unknown, naming the garbage seen.
+fn parsed<T>(sr: &SysRoot, path: &str, f: impl FnOnce(&str) -> Option<T>) -> Reading<T> {
+    text(sr, path).and_then(|s| match f(&s) {
+        Some(v) => Reading::Value(v),
+        None => Reading::Unknown(format!("{path}: unparseable value '{}'", shown(&s))),
+    })
 }
 
 impl Inventory {
@@ -363,7 +447,7 @@ impl Inventory {
         let mut netdevs = Vec::new();
         let mut rdma = Vec::new();
         let mut numa_nodes = Vec::new();
-        let mut host = Host::default();
+        let mut host = Host::not_read("host facts not read");
         let done = crate::workers::map_if(!sr.is_in_memory(), &jobs, |job| match *job {
             Job::Numa => {
                 let mut notes = Vec::new();
@@ -423,8 +507,8 @@ impl Inventory {
             let wanted: Vec<(&PciFunction, bool)> = pci
                 .values()
                 .filter_map(|f| {
-                    let c = f.class.map(pci::ClassCode)?;
-                    let gpu = f.vendor == Some(pci::VENDOR_NVIDIA) && c.is_display();
+                    let c = pci::ClassCode(*f.class.value()?);
+                    let gpu = f.vendor.value() == Some(&pci::VENDOR_NVIDIA) && c.is_display();
                     // A NIC of an RDMA-capable family is judged with or without its RDMA
                     // device.
                     let nic = (rdma_bdfs.contains(&f.bdf) || crate::nic::family(f.ids()).is_some())
@@ -440,20 +524,17 @@ impl Inventory {
                 .values()
                 .filter(|f| {
                     rdma_bdfs.contains(&f.bdf)
-                        || (f.vendor == Some(pci::VENDOR_NVIDIA)
-                            && f.class.is_some_and(|c| pci::ClassCode(c).is_display()))
+                        || (f.vendor.value() == Some(&pci::VENDOR_NVIDIA)
+                            && f.class
+                                .value()
+                                .is_some_and(|c| pci::ClassCode(*c).is_display()))
                 })
                 .collect();
             // Groups to look up only when there are any (none: IOMMU off, nothing to read).
-            if host.iommu_groups.as_ref().is_some_and(|g| !g.is_empty()) {
+            if host.iommu_groups.value().is_some_and(|g| !g.is_empty()) {
                 read_iommu(sr, &judged, &mut host);
             }
-            for (bdf, (x, u)) in read {
-                if let Some(f) = pci.get_mut(&bdf) {
-                    f.unread.extend(u);
-                }
-                extras.insert(bdf, x);
-            }
+            extras.extend(read);
         }
         notes.sort();
         Ok(Inventory {
@@ -485,23 +566,19 @@ fn check_numa_nodes(pci: &mut BTreeMap<Bdf, PciFunction>, nodes: &[NumaNode], no
     }
     let ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
     for f in pci.values_mut() {
-        if let Some(n) = f.numa_node.filter(|n| !ids.contains(n)) {
-            f.numa_node = None;
-            f.unread.insert(
-                "numa_node".into(),
-                format!(
-                    "{}/numa_node: node {n} is not one of the host's NUMA nodes ({})",
-                    f.sysfs_path,
-                    if ids.is_empty() {
-                        "none listed under /sys/devices/system/node".to_string()
-                    } else {
-                        ids.iter()
-                            .map(u32::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
-                ),
-            );
+        if let Some(&n) = f.numa_node.value().filter(|n| !ids.contains(n)) {
+            f.numa_node = Reading::Unknown(format!(
+                "{}/numa_node: node {n} is not one of the host's NUMA nodes ({})",
+                f.sysfs_path,
+                if ids.is_empty() {
+                    "none listed under /sys/devices/system/node".to_string()
+                } else {
+                    ids.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ));
         }
     }
 }
@@ -559,105 +636,70 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         }
     }
     let dir = canon.clone();
-    let mut u = Unread::new();
     let hex = |s: &str| pci::parse_hex(s);
-    let class = parsed(sr, &mut u, "class", &format!("{dir}/class"), hex);
-    let config = match sr.read_bytes(&format!("{dir}/config")) {
-        Ok(b) => Some(ConfigSpace::parse(&b)),
-        Err(e) => {
-            note_err(&mut u, "config", &e);
-            None
-        }
-    };
+    let class = parsed(sr, &format!("{dir}/class"), hex);
+    let config = Reading::from_result(sr.read_bytes(&format!("{dir}/config")))
+        .map(|b| ConfigSpace::parse(&b));
     // Vendor and device ID: the first four bytes of config space (readable without root)
     // are what the `vendor`/`device` attributes show, so those two files are read only when
     // config space cannot say: unreadable, or 0xffff as a virtual function reads (the kernel
     // takes a VF's IDs from its PF's SR-IOV capability).
     // A config space cut short of its 64-byte header (or garbage in its place) says nothing.
     let config_ids = config
-        .as_ref()
+        .value()
         .filter(|c| c.coverage != crate::pci::config::Coverage::Truncated)
         .and_then(|c| c.vendor_id.zip(c.device_id))
         .filter(|(v, _)| *v != 0xffff && *v != 0);
     let (vendor, device) = match config_ids {
-        Some((v, d)) => (Some(v), Some(d)),
+        Some((v, d)) => (Reading::Value(v), Reading::Value(d)),
         None => (
-            parsed(sr, &mut u, "vendor", &format!("{dir}/vendor"), hex).map(|v| v as u16),
-            parsed(sr, &mut u, "device", &format!("{dir}/device"), hex).map(|v| v as u16),
+            parsed(sr, &format!("{dir}/vendor"), hex).map(|v| v as u16),
+            parsed(sr, &format!("{dir}/device"), hex).map(|v| v as u16),
         ),
     };
     let driver = match sr.read_link(&format!("{dir}/driver")) {
-        Ok(t) => {
-            match pci_driver_name(&t) {
-                Some(d) => Some(d),
-                None => {
-                    u.insert(
-                    "driver".into(),
-                    format!("{dir}/driver: link to '{}' names no PCI driver (…/bus/pci/drivers/NAME)", shown(&t)),
-                );
-                    None
-                }
-            }
-        }
-        Err(ReadError::NotFound(_)) => {
-            u.insert("driver".into(), "no driver bound".into());
-            None
-        }
-        Err(e) => {
-            note_err(&mut u, "driver", &e);
-            None
-        }
-    };
-    let numa_node = match sr.read_text(&format!("{dir}/numa_node")) {
-        Ok(s) => match numa::parse_numa_node(&s) {
-            Ok(Some(n)) => Some(n),
-            Ok(None) => {
-                u.insert(
-                    "numa_node".into(),
-                    "kernel reports -1: no NUMA affinity known (typical in VMs and single-node firmware tables)".into(),
-                );
-                None
-            }
-            Err(m) => {
-                u.insert("numa_node".into(), format!("{dir}/numa_node: {m}"));
-                None
-            }
+        Ok(t) => match pci_driver_name(&t) {
+            Some(d) => Reading::Value(d),
+            None => Reading::Unknown(format!(
+                "{dir}/driver: link to '{}' names no PCI driver (…/bus/pci/drivers/NAME)",
+                shown(&t)
+            )),
         },
-        Err(e) => {
-            note_err(&mut u, "numa_node", &e);
-            None
-        }
+        Err(ReadError::NotFound(_)) => Reading::absent("no driver bound"),
+        Err(e) => Reading::Unknown(e.to_string()),
     };
-    let local_cpulist = parsed(
-        sr,
-        &mut u,
-        "local_cpulist",
-        &format!("{dir}/local_cpulist"),
-        |s| numa::parse_cpulist(s).map(|_| s.to_string()),
-    );
-    let link = match config.as_ref().and_then(|c| c.pcie.as_ref()) {
-        Some(p) => link_from_config(p, &dir, &mut u),
-        None => link_from_files(sr, &dir, &mut u),
+    let numa_node = text(sr, &format!("{dir}/numa_node")).and_then(|s| {
+        match numa::parse_numa_node(&s) {
+            Ok(Some(n)) => Reading::Value(n),
+            Ok(None) => Reading::absent(
+                "kernel reports -1: no NUMA affinity known (typical in VMs and single-node firmware tables)",
+            ),
+            Err(m) => Reading::Unknown(format!("{dir}/numa_node: {m}")),
+        }
+    });
+    let local_cpulist = parsed(sr, &format!("{dir}/local_cpulist"), |s| {
+        numa::parse_cpulist(s).map(|_| s.to_string())
+    });
+    let link = match config.value().and_then(|c| c.pcie.as_ref()) {
+        Some(p) => link_from_config(p, &dir),
+        None => link_from_files(sr, &dir),
     };
     // Only virtual functions have a physfn link: its absence is the normal case. A VF's
     // config space reads 0xffff for its IDs (SR-IOV), so a function whose config space shows
     // real IDs is no VF and the link is not looked for.
-    let physfn =
-        match config_ids.map_or_else(|| Some(sr.link_name(&format!("{dir}/physfn"))), |_| None) {
-            None => None,
-            Some(Ok(name)) => match name.parse::<Bdf>() {
-                Ok(pf) => Some(pf),
-                Err(_) => {
-                    u.insert("physfn".into(), format!("not a PCI address: {name:?}"));
-                    None
-                }
+    let physfn = match config_ids {
+        Some(_) => {
+            Reading::absent("config space shows the function's own IDs: no virtual function")
+        }
+        None => match sr.link_name(&format!("{dir}/physfn")) {
+            Ok(name) => match name.parse::<Bdf>() {
+                Ok(pf) => Reading::Value(pf),
+                Err(_) => Reading::Unknown(format!("not a PCI address: {name:?}")),
             },
-            Some(Err(ReadError::NotFound(_))) => None,
-            Some(Err(e)) => {
-                note_err(&mut u, "physfn", &e);
-                None
-            }
-        };
+            Err(ReadError::NotFound(_)) => Reading::absent("no physfn link: no virtual function"),
+            Err(e) => Reading::Unknown(e.to_string()),
+        },
+    };
     Ok(PciFunction {
         bdf,
         sysfs_path: canon,
@@ -672,7 +714,6 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         link,
         config,
         physfn,
-        unread: u,
     })
 }
 
@@ -691,36 +732,16 @@ fn pci_driver_name(target: &str) -> Option<String> {
 /// The link from the kernel's attributes (`current_link_speed`, `current_link_width`,
 /// `max_link_speed`, `max_link_width`): when config space does not reach the PCI Express
 /// capability (a non-root reader gets 64 bytes, a recording may lack `config`).
-fn link_from_files(sr: &SysRoot, dir: &str, u: &mut Unread) -> Link {
+fn link_from_files(sr: &SysRoot, dir: &str) -> Link {
     Link {
         cur_gen: parsed(
             sr,
-            u,
-            "current_link_speed",
             &format!("{dir}/current_link_speed"),
             pci::gen_from_speed,
         ),
-        cur_width: parsed(
-            sr,
-            u,
-            "current_link_width",
-            &format!("{dir}/current_link_width"),
-            pci::parse_width,
-        ),
-        max_gen: parsed(
-            sr,
-            u,
-            "max_link_speed",
-            &format!("{dir}/max_link_speed"),
-            pci::gen_from_speed,
-        ),
-        max_width: parsed(
-            sr,
-            u,
-            "max_link_width",
-            &format!("{dir}/max_link_width"),
-            pci::parse_width,
-        ),
+        cur_width: parsed(sr, &format!("{dir}/current_link_width"), pci::parse_width),
+        max_gen: parsed(sr, &format!("{dir}/max_link_speed"), pci::gen_from_speed),
+        max_width: parsed(sr, &format!("{dir}/max_link_width"), pci::parse_width),
         pcie_cap: None,
     }
 }
@@ -730,7 +751,7 @@ fn link_from_files(sr: &SysRoot, dir: &str, u: &mut Unread) -> Link {
 /// Link Capabilities 2 for the maximum), so the attributes need not be opened. A field the
 /// registers leave undefined (speed 0, width 0: link down, or a virtual function) is unknown,
 /// with why.
-fn link_from_config(p: &PcieCap, dir: &str, u: &mut Unread) -> Link {
+fn link_from_config(p: &PcieCap, dir: &str) -> Link {
     let sta = format!("{dir}/config Link Status @0x{:02x}", p.offset + 0x12);
     let cap = format!("{dir}/config Link Capabilities @0x{:02x}", p.offset + 0x0c);
     let sta_speed = u32::from(p.link_status) & 0xf;
@@ -753,58 +774,50 @@ fn link_from_config(p: &PcieCap, dir: &str, u: &mut Unread) -> Link {
             pci::MAX_GEN
         )
     };
-    for (missing, key, at, raw, bad) in [
-        (
-            p.link_cur_gen.is_none(),
+    let why = |key: &str, at: &str, raw: u32, bad: &dyn Fn(u32) -> String| {
+        let why = match (key, raw) {
+            // The maximum speed comes from a vector (Link Capabilities 2): say the register.
+            ("max_link_speed", _) if p.link_caps & 0xf > u32::from(pci::MAX_GEN) => {
+                gen_bad(p.link_caps & 0xf)
+            }
+            ("max_link_speed", _) if p.link_caps & 0xf == 0 => down.to_string(),
+            ("max_link_speed", _) => {
+                "no generation the Supported Link Speeds vector and Max Link Speed agree on"
+                    .to_string()
+            }
+            (_, 0) => down.to_string(),
+            (_, v) => bad(v),
+        };
+        format!("{at}: {why}")
+    };
+    let reading =
+        |v: Option<u8>, key: &str, at: &str, raw: u32, bad: &dyn Fn(u32) -> String| match v {
+            Some(v) => Reading::Value(v),
+            None => Reading::Unknown(why(key, at, raw, bad)),
+        };
+    Link {
+        cur_gen: reading(
+            p.link_cur_gen,
             "current_link_speed",
             &sta,
             sta_speed,
-            &gen_bad as &dyn Fn(u32) -> String,
+            &gen_bad,
         ),
-        (
-            p.link_cur_width.is_none(),
+        cur_width: reading(
+            p.link_cur_width,
             "current_link_width",
             &sta,
             sta_width,
             &width_bad,
         ),
-        (
-            p.link_max_gen.is_none(),
-            "max_link_speed",
-            &cap,
-            0,
-            &gen_bad,
-        ),
-        (
-            p.link_max_width.is_none(),
+        max_gen: reading(p.link_max_gen, "max_link_speed", &cap, 0, &gen_bad),
+        max_width: reading(
+            p.link_max_width,
             "max_link_width",
             &cap,
             cap_width,
             &width_bad,
         ),
-    ] {
-        if missing {
-            let why = match (key, raw) {
-                // The maximum speed comes from a vector (Link Capabilities 2): say the register.
-                ("max_link_speed", _) if p.link_caps & 0xf > u32::from(pci::MAX_GEN) => {
-                    gen_bad(p.link_caps & 0xf)
-                }
-                ("max_link_speed", _) if p.link_caps & 0xf == 0 => down.to_string(),
-                ("max_link_speed", _) => {
-                    "no generation the Supported Link Speeds vector and Max Link Speed agree on"
-                        .to_string()
-                }
-                (_, 0) => down.to_string(),
-                (_, v) => bad(v),
-            };
-            u.insert(key.into(), format!("{at}: {why}"));
-        }
-    }
-    Link {
-        cur_gen: p.link_cur_gen,
-        cur_width: p.link_cur_width,
-        max_gen: p.link_max_gen,
-        max_width: p.link_max_width,
         pcie_cap: Some(p.offset),
     }
 }
@@ -844,27 +857,19 @@ fn list_class(sr: &SysRoot, dir: &str, notes: &mut Vec<Note>) -> (Vec<String>, C
 fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
     let name = name.to_string();
     let dir = format!("/sys/class/net/{name}");
-    let mut u = Unread::new();
     let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
-        Ok(b) => b,
-        Err(ReadError::NotFound(_)) => None, // virtual interface (lo, bridges, veth)
-        Err(e) => {
-            note_err(&mut u, "device", &e);
-            None
-        }
+        Ok(Some(b)) => Reading::Value(b),
+        Ok(None) => Reading::absent(format!("{dir}/device leads to no PCI function")),
+        // A virtual interface (lo, bridges, veth).
+        Err(ReadError::NotFound(_)) => Reading::absent("virtual interface: no device link"),
+        Err(e) => Reading::Unknown(e.to_string()),
     };
-    let mtu = parsed(sr, &mut u, "mtu", &format!("{dir}/mtu"), |s| s.parse().ok());
-    let operstate = text(sr, &mut u, "operstate", &format!("{dir}/operstate"));
-    let if_type = parsed(sr, &mut u, "type", &format!("{dir}/type"), |s| {
-        s.parse().ok()
-    });
     NetDev {
+        mtu: parsed(sr, &format!("{dir}/mtu"), |s| s.parse().ok()),
+        operstate: text(sr, &format!("{dir}/operstate")),
+        if_type: parsed(sr, &format!("{dir}/type"), |s| s.parse().ok()),
         name,
         bdf,
-        mtu,
-        operstate,
-        if_type,
-        unread: u,
     }
 }
 
@@ -879,65 +884,52 @@ pub fn read_rdma_device(sr: &SysRoot, name: &str) -> Option<RdmaDevice> {
 
 fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
     let dir = format!("/sys/class/infiniband/{name}");
-    let mut u = Unread::new();
-    let backing = read_backing(sr, &dir, &mut u);
-    let node_type = text(sr, &mut u, "node_type", &format!("{dir}/node_type"));
-    let hca_type = text(sr, &mut u, "hca_type", &format!("{dir}/hca_type"));
-    let fw_ver = text(sr, &mut u, "fw_ver", &format!("{dir}/fw_ver"));
-    let node_guid = text(sr, &mut u, "node_guid", &format!("{dir}/node_guid"));
-    let board_id = text(sr, &mut u, "board_id", &format!("{dir}/board_id"));
-    let mut ports = Vec::new();
-    match sr.list_names(&format!("{dir}/ports")) {
-        Ok(pnames) => {
-            for p in pnames {
-                let Ok(num) = p.parse::<u32>() else { continue };
-                ports.push(read_port(sr, &format!("{dir}/ports/{p}"), num, scope));
-            }
-        }
-        Err(e) => note_err(&mut u, "ports", &e),
-    }
-    ports.sort_by_key(|p| p.port);
+    let backing = read_backing(sr, &dir);
+    let ports = Reading::from_result(sr.list_names(&format!("{dir}/ports"))).map(|pnames| {
+        let mut ports: Vec<RdmaPort> = pnames
+            .iter()
+            .filter_map(|p| {
+                let num = p.parse::<u32>().ok()?;
+                Some(read_port(sr, &format!("{dir}/ports/{p}"), num, scope))
+            })
+            .collect();
+        ports.sort_by_key(|p| p.port);
+        ports
+    });
     RdmaDevice {
-        name,
         backing,
-        node_type,
-        hca_type,
-        fw_ver,
-        node_guid,
-        board_id,
+        node_type: text(sr, &format!("{dir}/node_type")),
+        hca_type: text(sr, &format!("{dir}/hca_type")),
+        fw_ver: text(sr, &format!("{dir}/fw_ver")),
+        node_guid: text(sr, &format!("{dir}/node_guid")),
+        board_id: text(sr, &format!("{dir}/board_id")),
         ports,
-        unread: u,
+        name,
     }
 }
 
 /// What the RDMA device at `dir` sits on. The `device` link must be a link (a file in its place
 /// is damage, not a device) that resolves to a PCI function; only its positive absence, with a
 /// readable `parent` beside it, makes the device software RDMA. Every other outcome is
-/// `Unresolved`, its reason also recorded in `unread["device"]`.
-fn read_backing(sr: &SysRoot, dir: &str, u: &mut Unread) -> RdmaBacking {
+/// `Unresolved`, with its reason.
+fn read_backing(sr: &SysRoot, dir: &str) -> RdmaBacking {
     let link = format!("{dir}/device");
-    let unresolved = |u: &mut Unread, reason: String| {
-        u.insert("device".into(), reason.clone());
-        RdmaBacking::Unresolved { reason }
-    };
+    let unresolved = |reason: String| RdmaBacking::Unresolved { reason };
     match sr.read_link(&link) {
         Ok(target) => match bdf_of_device_link(sr, &link) {
             Ok(Some(bdf)) => RdmaBacking::Pci { bdf },
-            Ok(None) => unresolved(u, format!("{link} -> {target}: leads to no PCI function")),
-            Err(e) => unresolved(u, format!("{e} (the link reads {target})")),
+            Ok(None) => unresolved(format!("{link} -> {target}: leads to no PCI function")),
+            Err(e) => unresolved(format!("{e} (the link reads {target})")),
         },
         Err(ReadError::NotFound(_)) => match sr.read_text(&format!("{dir}/parent")) {
             Ok(p) if !p.is_empty() => RdmaBacking::Software { parent_netdev: p },
-            Ok(_) => unresolved(u, format!("{link}: not present, and {dir}/parent is empty")),
-            Err(ReadError::NotFound(_)) => unresolved(
-                u,
-                format!(
-                    "{link}: not present, and no {dir}/parent either (a software device names its netdev there)"
-                ),
-            ),
-            Err(e) => unresolved(u, format!("{link}: not present, and {e}")),
+            Ok(_) => unresolved(format!("{link}: not present, and {dir}/parent is empty")),
+            Err(ReadError::NotFound(_)) => unresolved(format!(
+                "{link}: not present, and no {dir}/parent either (a software device names its netdev there)"
+            )),
+            Err(e) => unresolved(format!("{link}: not present, and {e}")),
         },
-        Err(e) => unresolved(u, e.to_string()),
+        Err(e) => unresolved(e.to_string()),
     }
 }
 
@@ -968,118 +960,97 @@ pub const PORT_HW_COUNTERS: [&str; 4] = [
 ];
 
 fn read_port(sr: &SysRoot, dir: &str, port: u32, scope: Scope) -> RdmaPort {
-    let mut u = Unread::new();
-    let state = text(sr, &mut u, "state", &format!("{dir}/state"));
-    let phys_state = text(sr, &mut u, "phys_state", &format!("{dir}/phys_state"));
+    let state = text(sr, &format!("{dir}/state"));
+    let phys_state = text(sr, &format!("{dir}/phys_state"));
     // The kernel always writes a rate ("400 Gb/sec (4X NDR)"); an empty file is damage.
-    let rate = parsed(sr, &mut u, "rate", &format!("{dir}/rate"), |s| {
+    let rate = parsed(sr, &format!("{dir}/rate"), |s| {
         (!s.trim().is_empty()).then(|| s.to_string())
     });
-    let link_layer = text(sr, &mut u, "link_layer", &format!("{dir}/link_layer"));
-    let lid = text(sr, &mut u, "lid", &format!("{dir}/lid"));
-    let mut gids = Vec::new();
+    let link_layer = text(sr, &format!("{dir}/link_layer"));
+    let lid = text(sr, &format!("{dir}/lid"));
     // GIDs matter for RoCE (GID type and netdev pick the address family); an InfiniBand port's
     // GIDs are its GUID-derived addresses and nothing checks them, so skip the 100s of reads.
-    let link_layer_kind = link_layer.as_deref().map(LinkLayer::parse);
-    let listing = if link_layer_kind == Some(LinkLayer::InfiniBand) {
-        Ok(Vec::new())
+    let link_layer_kind = link_layer.value().map(|l| LinkLayer::parse(l));
+    let gids = if link_layer_kind == Some(LinkLayer::InfiniBand) {
+        Reading::Value(Vec::new())
     } else {
-        sr.list_names_max(&format!("{dir}/gids"), MAX_GID_ENTRIES)
+        Reading::from_result(sr.list_names_max(&format!("{dir}/gids"), MAX_GID_ENTRIES))
+            .map(|names| read_gids(sr, dir, &names))
     };
-    match listing {
-        Ok(names) => {
-            let mut idx: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
-            idx.sort_unstable();
-            for i in idx {
-                let Ok(g) = sr.read_text(&format!("{dir}/gids/{i}")) else {
-                    continue; // unpopulated GID entries fail to read on real kernels (EINVAL)
-                };
-                if g.chars().all(|c| c == '0' || c == ':') {
-                    continue;
-                }
-                // Absent on kernels without gid_attrs (None); any other failure is noted, so
-                // an unreadable type is never mistaken for a kernel that has none.
-                let mut attr =
-                    |what: &str| match sr.read_text(&format!("{dir}/gid_attrs/{what}/{i}")) {
-                        Ok(v) => Some(v),
-                        Err(ReadError::NotFound(_)) => None,
-                        Err(e) => {
-                            note_err(&mut u, &format!("gid_attrs.{what}.{i}"), &e);
-                            None
-                        }
-                    };
-                let gid_type = attr("types");
-                let ndev = attr("ndevs");
-                gids.push(Gid {
-                    index: i,
-                    gid: g,
-                    gid_type_kind: gid_type.as_deref().map(GidType::parse),
-                    gid_type,
-                    ndev,
-                });
-            }
-        }
-        Err(e) => note_err(&mut u, "gids", &e),
-    }
     // The topology and the verbs probes judge no counter.
     let (counters, hw_counters) = if scope == Scope::Checks {
         (
-            read_counters(sr, &mut u, dir, "counters", &PORT_COUNTERS),
-            read_counters(sr, &mut u, dir, "hw_counters", &PORT_HW_COUNTERS),
+            read_counters(sr, dir, "counters", &PORT_COUNTERS),
+            read_counters(sr, dir, "hw_counters", &PORT_HW_COUNTERS),
         )
     } else {
-        (None, None)
+        let not_read = || Reading::unknown("not read: the topology judges no counter");
+        (not_read(), not_read())
     };
     RdmaPort {
         port,
         counters,
         hw_counters,
-        state_kind: state.as_deref().map(PortState::parse),
-        phys_state_kind: phys_state.as_deref().map(PhysState::parse),
+        state_kind: state.value().map(|s| PortState::parse(s)),
+        phys_state_kind: phys_state.value().map(|s| PhysState::parse(s)),
         link_layer_kind,
-        rate_gbps: rate.as_deref().and_then(facts::rate_gbps),
+        rate_gbps: rate.value().and_then(|r| facts::rate_gbps(r)),
         state,
         phys_state,
         rate,
         link_layer,
         lid,
         gids,
-        unread: u,
     }
 }
 
+/// The populated entries of a port's GID table (`names`: its `gids/` listing).
+fn read_gids(sr: &SysRoot, dir: &str, names: &[String]) -> Vec<Gid> {
+    let mut idx: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
+    idx.sort_unstable();
+    let mut gids = Vec::new();
+    for i in idx {
+        let Ok(g) = sr.read_text(&format!("{dir}/gids/{i}")) else {
+            continue; // unpopulated GID entries fail to read on real kernels (EINVAL)
+        };
+        if g.chars().all(|c| c == '0' || c == ':') {
+            continue;
+        }
+        // Absent on kernels without gid_attrs; any other failure is unknown, so an unreadable
+        // type is never mistaken for a kernel that has none.
+        let attr = |what: &str| match sr.read_text(&format!("{dir}/gid_attrs/{what}/{i}")) {
+            Ok(v) => Reading::Value(v),
+            Err(e @ ReadError::NotFound(_)) => Reading::Absent(e.to_string()),
+            Err(e) => Reading::Unknown(e.to_string()),
+        };
+        let gid_type = attr("types");
+        gids.push(Gid {
+            index: i,
+            gid: g,
+            gid_type_kind: gid_type.value().map(|t| GidType::parse(t)),
+            gid_type,
+            ndev: attr("ndevs"),
+        });
+    }
+    gids
+}
+
 /// The `wanted` counter files of `dir/which` (`counters`, `hw_counters`) that its listing
-/// shows: decimal u64 values. Files that do not read or parse are left out with their reason
+/// shows: decimal u64 values. A file that does not read or parse is unknown with its reason
 /// (some mlx5 firmware refuses a counter it does not implement: EINVAL); one the listing does
 /// not show is missing, as before.
-fn read_counters(
-    sr: &SysRoot,
-    u: &mut Unread,
-    dir: &str,
-    which: &str,
-    wanted: &[&str],
-) -> Option<BTreeMap<String, u64>> {
+fn read_counters(sr: &SysRoot, dir: &str, which: &str, wanted: &[&str]) -> Reading<Counters> {
     let cdir = format!("{dir}/{which}");
-    let names = match sr.list_names(&cdir) {
-        Ok(n) => n,
-        Err(e) => {
-            note_err(u, which, &e);
-            return None;
-        }
-    };
-    let mut out = BTreeMap::new();
-    for n in names.into_iter().filter(|n| wanted.contains(&n.as_str())) {
-        if let Some(v) = parsed(
-            sr,
-            u,
-            &format!("{which}.{n}"),
-            &format!("{cdir}/{n}"),
-            |s| s.parse().ok(),
-        ) {
-            out.insert(n, v);
-        }
-    }
-    Some(out)
+    Reading::from_result(sr.list_names(&cdir)).map(|names| {
+        names
+            .into_iter()
+            .filter(|n| wanted.contains(&n.as_str()))
+            .map(|n| {
+                let v = parsed(sr, &format!("{cdir}/{n}"), |s| s.parse().ok());
+                (n, v)
+            })
+            .collect()
+    })
 }
 
 fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
@@ -1103,22 +1074,14 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
             continue;
         };
         let dir = format!("/sys/devices/system/node/{name}");
-        let mut u = Unread::new();
-        let cpulist = parsed(sr, &mut u, "cpulist", &format!("{dir}/cpulist"), |s| {
+        let cpulist = parsed(sr, &format!("{dir}/cpulist"), |s| {
             numa::parse_cpulist(s).map(|_| s.to_string())
         });
-        let distances = parsed(
-            sr,
-            &mut u,
-            "distance",
-            &format!("{dir}/distance"),
-            numa::parse_distances,
-        );
+        let distances = parsed(sr, &format!("{dir}/distance"), numa::parse_distances);
         out.push(NumaNode {
             id,
             cpulist,
             distances,
-            unread: u,
         });
     }
     out.sort_by_key(|n| n.id);
@@ -1126,57 +1089,101 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
 }
 
 /// Host-wide kernel facts the checks need (driver, modules, IOMMU, kernel version).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Host {
-    /// First line of /proc/driver/nvidia/version.
-    pub nvidia_version_line: Option<String>,
-    /// /proc/driver/nvidia/version is not there (the driver creates it when it loads), as
-    /// opposed to there and unreadable (`unread["nvidia_version"]` says why).
-    pub nvidia_version_absent: bool,
+    /// First line of /proc/driver/nvidia/version; absent where the file is not there (the
+    /// driver creates it when it loads), unknown where it is there and unreadable.
+    pub nvidia_version_line: Reading<String>,
     /// /proc/driver/nvidia/params: the module parameters the driver runs with (`Name: value`
     /// lines; RegistryDwords holds NVreg_RegistryDwords, e.g. PeerMappingOverride).
-    pub nvidia_params: Option<String>,
-    /// /proc/modules names (None when unreadable).
-    pub modules: Option<Vec<String>>,
+    pub nvidia_params: Reading<String>,
+    /// /proc/modules names.
+    pub modules: Reading<Vec<String>>,
     /// Directory names under /sys/module (built-in modules show here but not in /proc/modules).
-    pub sys_modules: Option<Vec<String>>,
-    /// Contents of the memory_peers version files nvidia-peermem registers (NCCL looks here).
-    pub memory_peers: BTreeMap<String, String>,
-    pub cmdline: Option<String>,
+    pub sys_modules: Reading<Vec<String>>,
+    /// The memory_peers version files nvidia-peermem registers (NCCL looks here), by path: a
+    /// file that is not there (nothing registered) is not listed; one there is read or unknown.
+    pub memory_peers: BTreeMap<String, Reading<String>>,
+    pub cmdline: Reading<String>,
     /// /proc/version.
-    pub kernel_version: Option<String>,
-    /// The groups under /sys/kernel/iommu_groups (None: the directory could not be listed;
-    /// absent: none, no IOMMU driver registered any).
-    pub iommu_groups: Option<Vec<u32>>,
+    pub kernel_version: Reading<String>,
+    /// The groups under /sys/kernel/iommu_groups (empty: none, no IOMMU driver registered any;
+    /// unknown: the directory could not be listed).
+    pub iommu_groups: Reading<Vec<u32>>,
     /// The domain type (`DMA`, `DMA-FQ`, `identity`, `blocked`) of each group a judged device
     /// (GPU, function behind an RDMA device) is in; other groups are not read.
-    pub iommu_group_types: BTreeMap<u32, String>,
-    /// Judged device -> its IOMMU group from its `iommu_group` link (None: no link, in no
-    /// group). A device missing here was not read (why: `unread["iommu_group_of.<bdf>"]`).
-    pub iommu_group_of: BTreeMap<Bdf, Option<u32>>,
+    pub iommu_group_types: BTreeMap<u32, Reading<String>>,
+    /// Judged device -> its IOMMU group from its `iommu_group` link (absent: no link, in no
+    /// group). A device missing here was not looked up.
+    pub iommu_group_of: BTreeMap<Bdf, Reading<u32>>,
     /// /proc/driver/nvidia/gpus entries (one per GPU the driver owns).
-    pub driver_gpus: Option<Vec<Bdf>>,
+    pub driver_gpus: Reading<Vec<Bdf>>,
+    /// Entries of /proc/driver/nvidia/gpus that are not a PCI address: kept out of
+    /// `driver_gpus`, but said (the driver listed something unexpected).
+    pub driver_gpus_strays: Vec<String>,
     /// /dev/nvidiaN nodes.
-    pub dev_nodes: Option<Vec<u32>>,
+    pub dev_nodes: Reading<Vec<u32>>,
     /// Seconds since boot (/proc/uptime): the interval cumulative counters span at most.
-    pub uptime_s: Option<f64>,
+    pub uptime_s: Reading<f64>,
     /// PIDs of running `nv-fabricmanager` processes (/proc/PID/comm), read only where NVML
-    /// shows an NVLink ending at an NVSwitch; None: not read there, or /proc not listable (why:
-    /// `unread["fabric_manager"]`).
-    pub fabric_manager_pids: Option<Vec<u32>>,
+    /// shows an NVLink ending at an NVSwitch; unknown: not read there, or /proc not listable,
+    /// or a process named like it could not be told.
+    pub fabric_manager_pids: Reading<Vec<u32>>,
     /// Processes named like the fabric manager that are not it (not root, or not its
     /// installed binary): "pid N: why"; they do not count as the daemon.
     pub fabric_manager_lookalikes: Vec<String>,
-    pub unread: Unread,
 }
+
+impl Host {
+    /// Nothing read, `why` said of every fact (a topology-only inventory, or none).
+    pub fn not_read(why: &str) -> Host {
+        Host {
+            nvidia_version_line: Reading::unknown(why),
+            nvidia_params: Reading::unknown(why),
+            modules: Reading::unknown(why),
+            sys_modules: Reading::unknown(why),
+            memory_peers: BTreeMap::new(),
+            cmdline: Reading::unknown(why),
+            kernel_version: Reading::unknown(why),
+            iommu_groups: Reading::unknown(why),
+            iommu_group_types: BTreeMap::new(),
+            iommu_group_of: BTreeMap::new(),
+            driver_gpus: Reading::unknown(why),
+            driver_gpus_strays: Vec::new(),
+            dev_nodes: Reading::unknown(why),
+            uptime_s: Reading::unknown(why),
+            fabric_manager_pids: Reading::unknown(FABRIC_MANAGER_NOT_READ),
+            fabric_manager_lookalikes: Vec::new(),
+        }
+    }
+}
+
+/// Why whether the fabric manager runs is unknown where it was not looked for.
+const FABRIC_MANAGER_NOT_READ: &str = "not read (no NVLink to an NVSwitch, or not recorded)";
 
 /// Per-function extras the checks need beyond topology.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DeviceExtras {
-    /// AER counters: file name -> TOTAL_* value.
-    pub aer: BTreeMap<String, u64>,
-    /// `resource` lines: (start, end, flags).
-    pub resources: Option<Vec<(u64, u64, u64)>>,
+    /// AER counters: file name -> TOTAL_* value, or unknown with why. A file not read is not
+    /// here.
+    pub aer: BTreeMap<&'static str, Reading<u64>>,
+    /// `resource` lines: (start, end, flags); None: not read (not a GPU).
+    pub resources: Option<Reading<Vec<(u64, u64, u64)>>>,
+}
+
+impl DeviceExtras {
+    /// Why AER counter file `name` has no count; None where it was counted or not read.
+    pub fn aer_why(&self, name: &str) -> Option<&str> {
+        self.aer.get(name).and_then(Reading::why)
+    }
+
+    /// The AER counts that were read, by file name.
+    pub fn aer_counted(&self) -> BTreeMap<&'static str, u64> {
+        self.aer
+            .iter()
+            .filter_map(|(k, r)| Some((*k, *r.value()?)))
+            .collect()
+    }
 }
 
 /// The AER counter files of a function (drivers/pci/pcie/aer.c).
@@ -1229,33 +1236,24 @@ pub fn parse_resources(s: &str) -> Option<Vec<(u64, u64, u64)>> {
 }
 
 /// AER counters, and for a GPU (`gpu`) its `resource` lines (the BAR1 fallback).
-pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> (DeviceExtras, Unread) {
-    let mut u = Unread::new();
+pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> DeviceExtras {
     let mut x = DeviceExtras::default();
     for name in AER_FILES {
         let path = format!("{}/{name}", f.sysfs_path);
-        match sr.read_text(&path) {
-            Ok(s) => match parse_aer_total(&s) {
-                Ok(v) => {
-                    x.aer.insert(name.to_string(), v);
-                }
-                Err(why) => {
-                    u.insert(name.into(), format!("{path}: {why}"));
-                }
-            },
-            Err(e) => note_err(&mut u, name, &e),
-        }
+        let r = text(sr, &path).and_then(|s| match parse_aer_total(&s) {
+            Ok(v) => Reading::Value(v),
+            Err(why) => Reading::Unknown(format!("{path}: {why}")),
+        });
+        x.aer.insert(name, r);
     }
     if gpu {
-        x.resources = parsed(
+        x.resources = Some(parsed(
             sr,
-            &mut u,
-            "resource",
             &format!("{}/resource", f.sysfs_path),
             parse_resources,
-        );
+        ));
     }
-    (x, u)
+    x
 }
 
 /// What an IOMMU group's `type` says (drivers/iommu/iommu.c, iommu_group_show_type); its
@@ -1272,45 +1270,39 @@ pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
         )
     });
     for (b, r) in links {
-        match r {
+        let group = match r {
             Ok(name) => match name.parse::<u32>() {
-                Ok(g) => {
-                    h.iommu_group_of.insert(b, Some(g));
-                }
-                Err(_) => {
-                    h.unread.insert(
-                        format!("iommu_group_of.{b}"),
-                        format!("iommu_group link names '{name}', not a group number"),
-                    );
-                }
+                Ok(g) => Reading::Value(g),
+                Err(_) => Reading::Unknown(format!(
+                    "iommu_group link names '{name}', not a group number"
+                )),
             },
             // No link: the device is in no IOMMU group.
-            Err(ReadError::NotFound(_)) => {
-                h.iommu_group_of.insert(b, None);
-            }
-            Err(e) => note_err(&mut h.unread, &format!("iommu_group_of.{b}"), &e),
-        }
+            Err(ReadError::NotFound(_)) => Reading::absent("no iommu_group link: in no group"),
+            Err(e) => Reading::Unknown(e.to_string()),
+        };
+        h.iommu_group_of.insert(b, group);
     }
-    let groups: std::collections::BTreeSet<u32> =
-        h.iommu_group_of.values().flatten().copied().collect();
+    let groups: std::collections::BTreeSet<u32> = h
+        .iommu_group_of
+        .values()
+        .filter_map(Reading::value)
+        .copied()
+        .collect();
     for g in groups {
         let path = format!("/sys/kernel/iommu_groups/{g}/type");
-        match sr.read_text(&path) {
-            Ok(t) if IOMMU_DOMAIN_TYPES.contains(&t.trim()) => {
-                h.iommu_group_types.insert(g, t);
+        let ty = text(sr, &path).and_then(|t| {
+            if IOMMU_DOMAIN_TYPES.contains(&t.trim()) {
+                Reading::Value(t)
+            } else {
+                Reading::Unknown(format!(
+                    "{path}: '{}' is not a domain type the kernel writes ({})",
+                    shown(&t),
+                    IOMMU_DOMAIN_TYPES.join(", ")
+                ))
             }
-            Ok(t) => {
-                let shown: String = t.chars().take(40).collect();
-                h.unread.insert(
-                    format!("iommu_group.{g}.type"),
-                    format!(
-                        "{path}: '{shown}' is not a domain type the kernel writes ({})",
-                        IOMMU_DOMAIN_TYPES.join(", ")
-                    ),
-                );
-            }
-            Err(e) => note_err(&mut h.unread, &format!("iommu_group.{g}.type"), &e),
-        }
+        });
+        h.iommu_group_types.insert(g, ty);
     }
 }
 
@@ -1389,7 +1381,7 @@ fn fabric_process(sr: &SysRoot, pid: u32) -> FabricProcess {
 /// The running nv-fabricmanager daemons: processes whose /proc/PID/comm is
 /// FABRIC_MANAGER_COMM, run by root from the installed binary. A process that exits between
 /// the listing and the read is simply gone. Where no daemon is found but a process so named
-/// could not be told, whether the daemon runs is unknown (`unread["fabric_manager"]`).
+/// could not be told, whether the daemon runs is unknown.
 pub fn read_fabric_manager(sr: &SysRoot, h: &mut Host) {
     match sr.list_names("/proc") {
         Ok(names) => {
@@ -1409,62 +1401,46 @@ pub fn read_fabric_manager(sr: &SysRoot, h: &mut Host) {
                 }
             }
             pids.sort_unstable();
-            if pids.is_empty() && !unknown.is_empty() {
-                h.unread.insert(
-                    "fabric_manager".into(),
-                    format!(
-                        "a process is named {FABRIC_MANAGER_COMM}, but whether it is the daemon (root, {}) could not be read: {}",
-                        FABRIC_MANAGER_BINARIES[0],
-                        unknown.join("; ")
-                    ),
-                );
+            h.fabric_manager_pids = if pids.is_empty() && !unknown.is_empty() {
+                Reading::Unknown(format!(
+                    "a process is named {FABRIC_MANAGER_COMM}, but whether it is the daemon (root, {}) could not be read: {}",
+                    FABRIC_MANAGER_BINARIES[0],
+                    unknown.join("; ")
+                ))
             } else {
-                h.fabric_manager_pids = Some(pids);
-            }
+                Reading::Value(pids)
+            };
         }
-        Err(e) => note_err(&mut h.unread, "fabric_manager", &e),
+        Err(e) => h.fabric_manager_pids = Reading::Unknown(e.to_string()),
     }
 }
 
 pub fn read_host(sr: &SysRoot) -> Host {
-    let mut u = Unread::new();
-    let (nvidia_version_line, nvidia_version_absent) =
-        match sr.read_text("/proc/driver/nvidia/version") {
-            Ok(s) => (
-                Some(s.lines().next().unwrap_or("").trim().to_string()),
-                false,
-            ),
-            Err(e) => {
-                note_err(&mut u, "nvidia_version", &e);
-                (None, matches!(e, ReadError::NotFound(_)))
-            }
-        };
+    let listed = |dir: &str| Reading::from_result(sr.list_names(dir));
+    let nvidia_version_line = match sr.read_text("/proc/driver/nvidia/version") {
+        Ok(s) => Reading::Value(s.lines().next().unwrap_or("").trim().to_string()),
+        Err(e @ ReadError::NotFound(_)) => Reading::Absent(e.to_string()),
+        Err(e) => Reading::Unknown(e.to_string()),
+    };
     let mut h = Host {
         nvidia_version_line,
-        nvidia_version_absent,
-        nvidia_params: text(sr, &mut u, "nvidia_params", "/proc/driver/nvidia/params"),
-        modules: text(sr, &mut u, "modules", "/proc/modules").map(|s| {
+        nvidia_params: text(sr, "/proc/driver/nvidia/params"),
+        modules: text(sr, "/proc/modules").map(|s| {
             s.lines()
                 .filter_map(|l| l.split_whitespace().next().map(str::to_string))
                 .collect()
         }),
-        sys_modules: match sr.list_names("/sys/module") {
-            Ok(v) => Some(v),
-            Err(e) => {
-                note_err(&mut u, "sys_modules", &e);
-                None
-            }
-        },
-        cmdline: text(sr, &mut u, "cmdline", "/proc/cmdline"),
-        kernel_version: text(sr, &mut u, "kernel_version", "/proc/version"),
-        uptime_s: parsed(sr, &mut u, "uptime", "/proc/uptime", |s| {
+        sys_modules: listed("/sys/module"),
+        cmdline: text(sr, "/proc/cmdline"),
+        kernel_version: text(sr, "/proc/version"),
+        uptime_s: parsed(sr, "/proc/uptime", |s| {
             s.split_whitespace()
                 .next()?
                 .parse::<f64>()
                 .ok()
                 .filter(|v| v.is_finite() && *v >= 0.0)
         }),
-        ..Default::default()
+        ..Host::not_read("not read")
     };
     for p in [
         "/sys/kernel/mm/memory_peers/nv_mem/version",
@@ -1472,56 +1448,43 @@ pub fn read_host(sr: &SysRoot) -> Host {
     ] {
         match sr.read_text(p) {
             Ok(v) => {
-                h.memory_peers.insert(p.to_string(), v);
+                h.memory_peers.insert(p.to_string(), Reading::Value(v));
             }
             // Absent means nothing registered there (nvidia-peermem not loaded).
             Err(ReadError::NotFound(_)) => {}
-            Err(e) => note_err(&mut u, &format!("memory_peers {p}"), &e),
+            Err(e) => {
+                h.memory_peers
+                    .insert(p.to_string(), Reading::Unknown(e.to_string()));
+            }
         }
     }
     // The groups' names only: members and types are read for the judged devices
     // (`read_iommu`), not for every group on the host.
-    match sr.list_names("/sys/kernel/iommu_groups") {
+    h.iommu_groups = match sr.list_names("/sys/kernel/iommu_groups") {
         // The kernel names groups by number only; anything else is not a group.
-        Ok(groups) => h.iommu_groups = Some(groups.iter().filter_map(|g| g.parse().ok()).collect()),
+        Ok(groups) => Reading::Value(groups.iter().filter_map(|g| g.parse().ok()).collect()),
         // No directory: no IOMMU driver registered any group (IOMMU off or absent).
-        Err(ReadError::NotFound(_)) => h.iommu_groups = Some(Vec::new()),
-        Err(e) => note_err(&mut u, "iommu_groups", &e),
-    }
-    h.driver_gpus = match sr.list_names("/proc/driver/nvidia/gpus") {
-        Ok(v) => {
-            let mut bdfs = Vec::new();
-            for n in &v {
-                match n.parse() {
-                    Ok(b) => bdfs.push(b),
-                    // Kept out of the count, but said: the driver listed something unexpected.
-                    Err(_) => {
-                        u.insert(
-                            "driver_gpus".into(),
-                            format!("/proc/driver/nvidia/gpus/{n} is not a PCI address"),
-                        );
-                    }
-                }
+        Err(ReadError::NotFound(_)) => Reading::Value(Vec::new()),
+        Err(e) => Reading::Unknown(e.to_string()),
+    };
+    h.driver_gpus = listed("/proc/driver/nvidia/gpus").map(|v| {
+        let mut bdfs = Vec::new();
+        for n in &v {
+            match n.parse() {
+                Ok(b) => bdfs.push(b),
+                // Kept out of the count, but said: the driver listed something unexpected.
+                Err(_) => h
+                    .driver_gpus_strays
+                    .push(format!("/proc/driver/nvidia/gpus/{n} is not a PCI address")),
             }
-            Some(bdfs)
         }
-        Err(e) => {
-            note_err(&mut u, "driver_gpus", &e);
-            None
-        }
-    };
-    h.dev_nodes = match sr.list_names("/dev") {
-        Ok(v) => Some(
-            v.iter()
-                .filter_map(|n| n.strip_prefix("nvidia")?.parse().ok())
-                .collect(),
-        ),
-        Err(e) => {
-            note_err(&mut u, "dev_nodes", &e);
-            None
-        }
-    };
-    h.unread = u;
+        bdfs
+    });
+    h.dev_nodes = listed("/dev").map(|v| {
+        v.iter()
+            .filter_map(|n| n.strip_prefix("nvidia")?.parse().ok())
+            .collect()
+    });
     h
 }
 
@@ -1545,9 +1508,9 @@ pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
 pub fn netdev_macs(sr: &SysRoot, inv: &Inventory) -> std::collections::BTreeMap<String, [u8; 6]> {
     inv.rdma
         .iter()
-        .flat_map(|d| d.ports.iter())
-        .flat_map(|p| p.gids.iter())
-        .filter_map(|g| g.ndev.as_deref())
+        .flat_map(|d| d.port_list())
+        .flat_map(|p| p.gid_list())
+        .filter_map(|g| g.ndev.value())
         .filter_map(|ndev| {
             let text = sr
                 .read_text(&format!("/sys/class/net/{ndev}/address"))

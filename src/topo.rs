@@ -460,16 +460,16 @@ fn short_vendor(v: &str) -> &str {
 }
 
 fn classify_kind(f: &PciFunction) -> DeviceKind {
-    let Some(class) = f.class.map(ClassCode) else {
+    let Some(class) = f.class.value().map(|c| ClassCode(*c)) else {
         return DeviceKind::Other;
     };
     if class.is_bridge_pci() {
         DeviceKind::Bridge
     } else if class.is_host_bridge() {
         DeviceKind::HostBridge
-    } else if f.vendor == Some(pci::VENDOR_NVIDIA) && class.is_display() {
+    } else if f.vendor.value() == Some(&pci::VENDOR_NVIDIA) && class.is_display() {
         DeviceKind::Gpu
-    } else if f.vendor == Some(pci::VENDOR_NVIDIA) && class.base_sub() == 0x0680 {
+    } else if f.vendor.value() == Some(&pci::VENDOR_NVIDIA) && class.base_sub() == 0x0680 {
         DeviceKind::NvSwitch
     } else if class.is_network() {
         DeviceKind::Nic
@@ -489,7 +489,7 @@ fn bridge_roles(inv: &Inventory) -> BTreeMap<Bdf, (BridgeRole, RoleSource)> {
         }
         let from_cfg = f
             .config
-            .as_ref()
+            .value()
             .and_then(|c| c.pcie.as_ref())
             .and_then(|p| match p.port_type {
                 PortType::RootPort => Some(BridgeRole::RootPort),
@@ -538,7 +538,7 @@ impl NodeCpus {
             inv.numa_nodes
                 .iter()
                 .filter_map(|n| {
-                    let cpus = numa::parse_cpulist(n.cpulist.as_deref()?)?;
+                    let cpus = numa::parse_cpulist(n.cpulist.value()?)?;
                     Some((n.id, cpus))
                 })
                 .collect(),
@@ -546,18 +546,18 @@ impl NodeCpus {
     }
 
     fn affinity(&self, f: &PciFunction) -> Numa {
-        if let Some(n) = f.numa_node {
+        if let Some(&n) = f.numa_node.value() {
             return Numa {
                 node: Some(n),
                 affinity: vec![n],
                 basis: NumaBasis::NumaNode,
-                cpu_affinity: f.local_cpulist.clone(),
+                cpu_affinity: f.local_cpulist.value().cloned(),
             };
         }
         let derived: Vec<u32> = f
             .local_cpulist
-            .as_deref()
-            .and_then(numa::parse_cpulist)
+            .value()
+            .and_then(|c| numa::parse_cpulist(c))
             .map(|cpus| {
                 self.0
                     .iter()
@@ -574,7 +574,7 @@ impl NodeCpus {
                 NumaBasis::LocalCpulist
             },
             affinity: derived,
-            cpu_affinity: f.local_cpulist.clone(),
+            cpu_affinity: f.local_cpulist.value().cloned(),
         }
     }
 }
@@ -768,22 +768,22 @@ fn devices(
                 kind,
                 role,
                 role_source,
-                class: f.class.map(|c| format!("0x{c:06x}")),
-                vendor_id: f.vendor.map(|v| format!("0x{v:04x}")),
-                device_id: f.device.map(|v| format!("0x{v:04x}")),
-                name: pci_name(f.vendor, f.device),
-                driver: f.driver.clone(),
+                class: f.class.value().map(|c| format!("0x{c:06x}")),
+                vendor_id: f.vendor.value().map(|v| format!("0x{v:04x}")),
+                device_id: f.device.value().map(|v| format!("0x{v:04x}")),
+                name: pci_name(f.vendor.value().copied(), f.device.value().copied()),
+                driver: f.driver.value().cloned(),
                 root_complex: f.root_complex.clone(),
                 upstream: f.upstream.clone(),
                 numa: numa[&f.bdf].clone(),
                 link: LinkState {
-                    cur_gen: f.link.cur_gen,
-                    cur_width: f.link.cur_width,
-                    max_gen: f.link.max_gen,
-                    max_width: f.link.max_width,
+                    cur_gen: f.link.cur_gen.value().copied(),
+                    cur_width: f.link.cur_width.value().copied(),
+                    max_gen: f.link.max_gen.value().copied(),
+                    max_width: f.link.max_width.value().copied(),
                 },
-                physfn: f.physfn,
-                unknown: f.unread.clone(),
+                physfn: f.physfn.value().copied(),
+                unknown: f.unknowns(inv.extras.get(&f.bdf)),
             }
         })
         .collect()
@@ -903,7 +903,7 @@ fn nics(
                 let mut netdevs: Vec<String> = inv
                     .netdevs
                     .iter()
-                    .filter(|n| n.bdf == Some(bdf))
+                    .filter(|n| n.bdf.value() == Some(&bdf))
                     .map(|n| n.name.clone())
                     .collect();
                 netdevs.sort_by(|a, b| pci::natural_cmp(a, b));
@@ -912,17 +912,20 @@ fn nics(
                     label,
                     rdma_device: r.name.clone(),
                     bdf,
-                    name: pci_name(f.and_then(|f| f.vendor), f.and_then(|f| f.device)),
+                    name: pci_name(
+                        f.and_then(|f| f.vendor.value().copied()),
+                        f.and_then(|f| f.device.value().copied()),
+                    ),
                     netdevs,
                     ports: r
-                        .ports
+                        .port_list()
                         .iter()
                         .map(|p| NicPort {
                             port: p.port,
-                            state: p.state.clone(),
+                            state: p.state.value().cloned(),
                             state_kind: p.state_kind,
-                            link_layer: p.link_layer.clone(),
-                            rate: p.rate.clone(),
+                            link_layer: p.link_layer.value().cloned(),
+                            rate: p.rate.value().cloned(),
                             rate_gbps: p.rate_gbps,
                         })
                         .collect(),
@@ -991,11 +994,11 @@ fn rdmaless_nics(
         let mut netdevs: Vec<String> = inv
             .netdevs
             .iter()
-            .filter(|n| n.bdf == Some(f.bdf))
+            .filter(|n| n.bdf.value() == Some(&f.bdf))
             .map(|n| n.name.clone())
             .collect();
         netdevs.sort_by(|a, b| pci::natural_cmp(a, b));
-        let name = pci_name(f.vendor, f.device);
+        let name = pci_name(f.vendor.value().copied(), f.device.value().copied());
         notes.push(match &unknown {
             None => format!(
                 "NIC {} ({name}): no RDMA device seen ({} would provide it): not in the matrix, see rdma.driver",
@@ -1010,7 +1013,7 @@ fn rdmaless_nics(
             bdf: f.bdf,
             name,
             family: fam.name.to_string(),
-            driver: f.driver.clone(),
+            driver: f.driver.value().cloned(),
             rdma_module: fam.rdma_module.to_string(),
             netdevs,
             unknown: unknown.clone(),
@@ -1234,6 +1237,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::inventory::{Link, NumaNode, PciFunction, RdmaDevice};
     use crate::nvml::{NvmlGpu, NvmlLink, NvmlReading, NvmlSnapshot};
+    use crate::reading::Reading;
 
     const BRIDGE: u32 = 0x060400;
     const GPU: u32 = 0x030200;
@@ -1250,20 +1254,23 @@ pub(crate) mod tests {
             sysfs_path: format!("/sys/devices/{rc}/{bdf}"),
             root_complex: rc.to_string(),
             upstream: up.iter().map(|u| b(u)).collect(),
-            class: Some(class),
-            vendor: Some(match class {
+            class: Reading::Value(class),
+            vendor: Reading::Value(match class {
                 GPU => 0x10de,
                 NIC => 0x15b3,
                 _ => 0x1000,
             }),
-            device: Some(1),
-            driver: None,
-            numa_node: numa,
-            local_cpulist: numa.map(|n| if n == 0 { "0-7".into() } else { "8-15".into() }),
-            link: Link::default(),
-            config: None,
-            physfn: None,
-            unread: Default::default(),
+            device: Reading::Value(1),
+            driver: Reading::absent("no driver bound"),
+            numa_node: numa.map_or_else(|| Reading::absent("kernel reports -1"), Reading::Value),
+            local_cpulist: match numa {
+                Some(0) => Reading::Value("0-7".into()),
+                Some(_) => Reading::Value("8-15".into()),
+                None => Reading::unknown("not read"),
+            },
+            link: Link::not_read(),
+            config: Reading::unknown("not read"),
+            physfn: Reading::absent("no virtual function"),
         }
     }
 
@@ -1272,13 +1279,12 @@ pub(crate) mod tests {
         RdmaDevice {
             name: name.into(),
             backing: crate::inventory::RdmaBacking::Pci { bdf: b(bdf) },
-            node_type: None,
-            hca_type: None,
-            fw_ver: None,
-            node_guid: None,
-            board_id: None,
-            ports: Vec::new(),
-            unread: Default::default(),
+            node_type: Reading::unknown("not read"),
+            hca_type: Reading::unknown("not read"),
+            fw_ver: Reading::unknown("not read"),
+            node_guid: Reading::unknown("not read"),
+            board_id: Reading::unknown("not read"),
+            ports: Reading::Value(Vec::new()),
         }
     }
 
@@ -1296,19 +1302,17 @@ pub(crate) mod tests {
             numa_nodes: vec![
                 NumaNode {
                     id: 0,
-                    cpulist: Some("0-7".into()),
-                    distances: None,
-                    unread: Default::default(),
+                    cpulist: Reading::Value("0-7".into()),
+                    distances: Reading::unknown("not read"),
                 },
                 NumaNode {
                     id: 1,
-                    cpulist: Some("8-15".into()),
-                    distances: None,
-                    unread: Default::default(),
+                    cpulist: Reading::Value("8-15".into()),
+                    distances: Reading::unknown("not read"),
                 },
             ],
             nvml: nvml.into(),
-            host: Default::default(),
+            host: crate::inventory::Host::not_read("not read"),
             extras: Default::default(),
             notes: Vec::new(),
             rdma_class: Default::default(),
@@ -1461,9 +1465,9 @@ pub(crate) mod tests {
         let mut a = f("0000:10:00.0", "pci0000:10", &[], GPU, None);
         let mut n = f("0000:20:00.0", "pci0000:20", &[], NIC, None);
         let mut g2 = f("0000:30:00.0", "pci0000:30", &[], GPU, None);
-        a.local_cpulist = Some("0-7".into());
-        n.local_cpulist = Some("0-7".into());
-        g2.local_cpulist = Some("8-15".into());
+        a.local_cpulist = Reading::Value("0-7".into());
+        n.local_cpulist = Reading::Value("0-7".into());
+        g2.local_cpulist = Reading::Value("8-15".into());
         let t = build(&inventory(
             vec![a, n, g2],
             vec![nic("mlx5_0", "0000:20:00.0")],
@@ -1481,8 +1485,8 @@ pub(crate) mod tests {
         // With no CPU list at all there is nothing to infer from: SYS, uncertain, never NODE.
         let mut a = f("0000:10:00.0", "pci0000:10", &[], GPU, None);
         let mut n = f("0000:20:00.0", "pci0000:20", &[], NIC, None);
-        a.local_cpulist = None;
-        n.local_cpulist = None;
+        a.local_cpulist = Reading::unknown("not read");
+        n.local_cpulist = Reading::unknown("not read");
         let t = build(&inventory(
             vec![a, n],
             vec![nic("mlx5_0", "0000:20:00.0")],

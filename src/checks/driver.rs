@@ -3,6 +3,7 @@
 use super::{CheckId, Ctx, Finding, Status, ev};
 use crate::facts::parse_nvrm;
 use crate::nvml::NvmlErrorKind;
+use crate::reading::Reading;
 use crate::topo::DeviceKind;
 
 const VER: &str = "/proc/driver/nvidia/version";
@@ -17,7 +18,7 @@ pub(super) fn missing_gpus<'a>(ctx: &Ctx<'a>) -> Vec<(&'a crate::topo::Gpu, Vec<
         if nvml.unavailable.is_none() && !nvml.gpus.iter().any(|n| n.bdf() == Some(g.bdf)) {
             lacking.push("NVML");
         }
-        if let Some(d) = &ctx.inv.host.driver_gpus
+        if let Some(d) = ctx.inv.host.driver_gpus.value()
             && !d.contains(&g.bdf)
         {
             lacking.push("/proc/driver/nvidia/gpus");
@@ -45,7 +46,7 @@ fn sysfs_gpu_count(ctx: &Ctx) -> usize {
 pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
     let (sysfs_gpus, h) = (sysfs_gpu_count(ctx), &ctx.inv.host);
     let id = CheckId::DriverNvidiaLoaded;
-    if let Some(line) = &h.nvidia_version_line
+    if let Reading::Value(line) = &h.nvidia_version_line
         && let (Some(v), open) = parse_nvrm(line)
     {
         let kind = match open {
@@ -65,20 +66,16 @@ pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     }
     let version_says = match &h.nvidia_version_line {
-        Some(l) => format!(
+        Reading::Value(l) => format!(
             "reads '{}' (no NVRM version)",
             l.chars().take(60).collect::<String>()
         ),
-        None => h
-            .unread
-            .get("nvidia_version")
-            .cloned()
-            .unwrap_or_else(|| "not read".into()),
+        Reading::Absent(why) | Reading::Unknown(why) => why.clone(),
     };
-    let in_proc = h.modules.as_ref().map(|m| m.iter().any(|n| n == "nvidia"));
+    let in_proc = h.modules.value().map(|m| m.iter().any(|n| n == "nvidia"));
     let in_sys = h
         .sys_modules
-        .as_ref()
+        .value()
         .map(|m| m.iter().any(|n| n == "nvidia"));
     if in_proc == Some(true) || in_sys == Some(true) {
         let (src, value) = if in_proc == Some(true) {
@@ -104,18 +101,18 @@ pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
         match in_proc {
             Some(_) => "/proc/modules does not list nvidia".to_string(),
             None => h
-                .unread
-                .get("modules")
-                .cloned()
-                .unwrap_or_else(|| "/proc/modules not read".into()),
+                .modules
+                .why()
+                .unwrap_or("/proc/modules not read")
+                .to_string(),
         },
         match in_sys {
             Some(_) => "/sys/module/nvidia absent".to_string(),
             None => h
-                .unread
-                .get("sys_modules")
-                .cloned()
-                .unwrap_or_else(|| "/sys/module not listed".into()),
+                .sys_modules
+                .why()
+                .unwrap_or("/sys/module not listed")
+                .to_string(),
         }
     );
     if sysfs_gpus == 0 {
@@ -124,7 +121,7 @@ pub(super) fn nvidia_loaded(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .not_applicable()
                 .with(ev(VER, version_says)),
         );
-    } else if h.nvidia_version_absent {
+    } else if matches!(h.nvidia_version_line, Reading::Absent(_)) {
         out.push(
             Finding::new(id, "host", Status::Fail, format!("{} on the PCI bus but the NVIDIA kernel driver is not loaded", crate::words::count(sysfs_gpus, "NVIDIA GPU", "NVIDIA GPUs")))
                 .with(ev(VER, version_says))
@@ -227,10 +224,7 @@ pub(super) fn nvml(ctx: &Ctx, out: &mut Vec<Finding>) {
 pub(super) fn version_match(ctx: &Ctx, out: &mut Vec<Finding>) {
     let (sysfs_gpus, h, nvml) = (sysfs_gpu_count(ctx), &ctx.inv.host, &ctx.inv.nvml);
     let id = CheckId::DriverVersionMatch;
-    let kmod = h
-        .nvidia_version_line
-        .as_deref()
-        .and_then(|l| parse_nvrm(l).0);
+    let kmod = h.nvidia_version_line.value().and_then(|l| parse_nvrm(l).0);
     match (&kmod, nvml.driver_version.value()) {
         (Some(k), Some(u)) if k == u => out.push(
             Finding::new(id, "host", Status::Pass, format!("kernel module and NVML both {k}"))
@@ -285,23 +279,20 @@ pub(super) fn gpu_count(ctx: &Ctx, out: &mut Vec<Finding>) {
         unknown.push("NVML");
     }
     match &h.driver_gpus {
-        Some(v) => {
+        Reading::Value(v) => {
             counts.push(("/proc/driver/nvidia/gpus", v.len()));
             evidence.push(ev("/proc/driver/nvidia/gpus", v.len().to_string()));
         }
-        None => unknown.push("/proc/driver/nvidia/gpus"),
+        Reading::Absent(_) | Reading::Unknown(_) => unknown.push("/proc/driver/nvidia/gpus"),
     }
     match &h.dev_nodes {
-        Some(v) => {
+        Reading::Value(v) => {
             counts.push(("/dev/nvidiaN", v.len()));
             evidence.push(ev("/dev/nvidia[0-9]*", v.len().to_string()));
         }
-        None => {
+        Reading::Absent(why) | Reading::Unknown(why) => {
             unknown.push("/dev/nvidiaN");
-            evidence.push(ev(
-                "/dev/nvidiaN",
-                h.unread.get("dev_nodes").cloned().unwrap_or_default(),
-            ));
+            evidence.push(ev("/dev/nvidiaN", why.clone()));
         }
     }
     let disagree = counts.iter().any(|(_, c)| *c != sysfs_gpus);

@@ -6,20 +6,27 @@
 
 use super::{CheckId, Ctx, Evidence, Finding, SkipKind, Status, ev};
 use crate::facts::{kernel_major_minor, parse_nvrm};
+use crate::reading::Reading;
 
 /// Where NCCL looks for nvidia-peermem (src/transport/net_ib.cc: memory_peers version files),
 /// plus the module itself (a built-in module has /sys/module/X but no /proc/modules line).
 fn peermem_facts(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
     let h = &ctx.inv.host;
     let mut e = Vec::new();
-    for (p, v) in &h.memory_peers {
-        e.push(ev(p.clone(), v.clone()));
+    // A version file that could not be read shows nothing of peermem (nor does it count).
+    let peers: Vec<(&String, &String)> = h
+        .memory_peers
+        .iter()
+        .filter_map(|(p, v)| Some((p, v.value()?)))
+        .collect();
+    for (p, v) in &peers {
+        e.push(ev(p.to_string(), v.to_string()));
     }
-    let in_sys = h.sys_modules.as_ref().map(|m| {
+    let in_sys = h.sys_modules.value().map(|m| {
         m.iter()
             .any(|n| n == "nvidia_peermem" || n == "nv_peer_mem")
     });
-    let in_proc = h.modules.as_ref().map(|m| {
+    let in_proc = h.modules.value().map(|m| {
         m.iter()
             .any(|n| n == "nvidia_peermem" || n == "nv_peer_mem")
     });
@@ -28,11 +35,7 @@ fn peermem_facts(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
         match in_sys {
             Some(true) => "present".into(),
             Some(false) => "absent".into(),
-            None => h
-                .unread
-                .get("sys_modules")
-                .cloned()
-                .unwrap_or_else(|| "unreadable".into()),
+            None => h.sys_modules.why().unwrap_or("unreadable").to_string(),
         },
     ));
     e.push(ev(
@@ -40,14 +43,10 @@ fn peermem_facts(ctx: &Ctx) -> (Option<bool>, Vec<Evidence>) {
         match in_proc {
             Some(true) => "nvidia_peermem listed".into(),
             Some(false) => "nvidia_peermem not listed".into(),
-            None => h
-                .unread
-                .get("modules")
-                .cloned()
-                .unwrap_or_else(|| "unreadable".into()),
+            None => h.modules.why().unwrap_or("unreadable").to_string(),
         },
     ));
-    let loaded = if !h.memory_peers.is_empty() || in_sys == Some(true) || in_proc == Some(true) {
+    let loaded = if !peers.is_empty() || in_sys == Some(true) || in_proc == Some(true) {
         Some(true)
     } else if in_sys.is_none() && in_proc.is_none() {
         None
@@ -65,7 +64,7 @@ fn dmabuf_facts(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
     let mut e = Vec::new();
     let mut missing = Vec::new();
     let mut unknown = false;
-    match h.nvidia_version_line.as_deref().map(parse_nvrm) {
+    match h.nvidia_version_line.value().map(|l| parse_nvrm(l)) {
         Some((_, Some(true))) => e.push(ev("/proc/driver/nvidia/version", "open kernel module")),
         Some((_, Some(false))) => {
             e.push(ev(
@@ -79,7 +78,7 @@ fn dmabuf_facts(ctx: &Ctx) -> (Option<bool>, Vec<String>, Vec<Evidence>) {
             unknown = true;
         }
     }
-    match h.kernel_version.as_deref().and_then(kernel_major_minor) {
+    match h.kernel_version.value().and_then(|v| kernel_major_minor(v)) {
         Some((maj, min)) => {
             e.push(ev("/proc/version", format!("{maj}.{min}")));
             if (maj, min) < (5, 12) {
@@ -144,12 +143,12 @@ fn not_applicable(ctx: &Ctx) -> Option<(String, SkipKind)> {
 fn basic_not_applicable(ctx: &Ctx) -> Option<(&'static str, SkipKind)> {
     if ctx.topo.gpus.is_empty() {
         Some(("no NVIDIA GPUs", SkipKind::NotApplicable))
-    } else if ctx.inv.host.nvidia_version_line.is_none() && ctx.inv.host.nvidia_version_absent {
+    } else if matches!(ctx.inv.host.nvidia_version_line, Reading::Absent(_)) {
         Some((
             "NVIDIA driver not loaded (see driver.nvidia-loaded): no GPUDirect path can exist",
             SkipKind::Unknown,
         ))
-    } else if ctx.inv.host.nvidia_version_line.is_none() {
+    } else if !ctx.inv.host.nvidia_version_line.is_value() {
         // Unreadable, not absent (a record that does not carry it, a damaged tree): whether
         // the driver runs is unknown, and so is every GPUDirect path.
         Some((
@@ -855,12 +854,8 @@ pub(super) fn peer_mapping(ctx: &Ctx, out: &mut Vec<Finding>) {
         }
         return;
     }
-    let Some(params) = &h.nvidia_params else {
-        let why = h
-            .unread
-            .get("nvidia_params")
-            .cloned()
-            .unwrap_or_else(|| "not read".into());
+    let Reading::Value(params) = &h.nvidia_params else {
+        let why = h.nvidia_params.why().unwrap_or("not read");
         out.push(
             Finding::new(
                 id,

@@ -138,8 +138,8 @@ pub(super) fn bar1(ctx: &Ctx, out: &mut Vec<Finding>) {
                 .inv
                 .extras
                 .get(&g.bdf)
-                .and_then(|x| x.resources.as_deref())
-                .and_then(bar1_from_resources)
+                .and_then(|x| x.resources.as_ref()?.value())
+                .and_then(|r| bar1_from_resources(r))
             {
                 Some((i, b)) => (
                     Some(b),
@@ -624,7 +624,7 @@ pub(super) fn throttle(ctx: &Ctx, out: &mut Vec<Finding>) {
 /// gpu.nvlink-errors: NVLink replay, recovery and CRC counters per active link.
 pub(super) fn nvlink_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::GpuNvlinkErrors;
-    let uptime = ctx.inv.host.uptime_s;
+    let uptime = ctx.inv.host.uptime_s.value().copied();
     each_nvml_gpu(ctx, id, out, |s, n, unread, out| {
         let active: Vec<u32> = n
             .nvlinks
@@ -762,7 +762,7 @@ fn nvswitches(ctx: &Ctx) -> Option<usize> {
         .inv
         .pci
         .values()
-        .any(|f| f.vendor.is_none() || f.class.is_none())
+        .any(|f| !f.vendor.is_value() || !f.class.is_value())
     {
         return None;
     }
@@ -821,7 +821,7 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                 f.status.map_or("-".into(), |s| s.to_string())
             ),
         );
-        let fm = &ctx.inv.host.fabric_manager_pids;
+        let fm = ctx.inv.host.fabric_manager_pids.value();
         let fm_ev = ev(
             "/proc/*/comm (nv-fabricmanage)",
             match fm {
@@ -838,18 +838,11 @@ pub(super) fn fabric(ctx: &Ctx, out: &mut Vec<Finding>) {
                 ),
                 None => format!(
                     "unknown: {}",
-                    ctx.inv
-                        .host
-                        .unread
-                        .get("fabric_manager")
-                        .cloned()
-                        .unwrap_or_else(
-                            || "not read (no NVLink to an NVSwitch, or not recorded)".into()
-                        )
+                    ctx.inv.host.fabric_manager_pids.why().unwrap_or_default()
                 ),
             },
         );
-        let fm_down = fm.as_ref().is_some_and(|p| p.is_empty());
+        let fm_down = fm.is_some_and(|p| p.is_empty());
         // No NVSwitch on this OS's PCI bus (every function identified) while the GPU is on a
         // fabric: the switches and their fabric manager belong to the host or a service VM
         // (NVIDIA's shared NVSwitch virtualization model), so none runs here, rightly.

@@ -1,13 +1,14 @@
 //! iommu.mode: translated DMA on GPUs/NICs breaks or slows GPUDirect RDMA peer mappings.
 
 use super::{CheckId, Ctx, Finding, Status, ev};
+use crate::reading::Reading;
 use std::collections::BTreeSet;
 
 pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::IommuMode;
     let h = &ctx.inv.host;
     let t = ctx.topo;
-    let cmd = h.cmdline.clone().unwrap_or_default();
+    let cmd = h.cmdline.value().cloned().unwrap_or_default();
     let args: BTreeSet<&str> = cmd.split_whitespace().collect();
     let pt = args.contains("iommu=pt");
     let off = args
@@ -15,7 +16,7 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         .any(|a| matches!(*a, "intel_iommu=off" | "amd_iommu=off" | "iommu=off"));
     let cmd_ev = ev(
         "/proc/cmdline",
-        if h.cmdline.is_some() {
+        if h.cmdline.is_value() {
             let mut v: Vec<&str> = args
                 .iter()
                 .copied()
@@ -26,7 +27,7 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
             }
             v.join(" ")
         } else {
-            h.unread.get("cmdline").cloned().unwrap_or_default()
+            h.cmdline.why().unwrap_or_default().to_string()
         },
     );
     let devices: Vec<(String, crate::pci::Bdf)> = t
@@ -39,7 +40,7 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         out.push(Finding::new(id, "host", Status::Skip, "no GPUs or RDMA NICs").not_applicable());
         return;
     }
-    let Some(groups) = &h.iommu_groups else {
+    let Reading::Value(groups) = &h.iommu_groups else {
         out.push(
             Finding::new(
                 id,
@@ -47,7 +48,7 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Status::Skip,
                 format!(
                     "IOMMU groups unreadable: {}",
-                    h.unread.get("iommu_groups").cloned().unwrap_or_default()
+                    h.iommu_groups.why().unwrap_or_default()
                 ),
             )
             .with(cmd_ev),
@@ -55,8 +56,10 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     };
     if groups.is_empty()
-        && h.iommu_group_of.values().all(Option::is_none)
-        && !h.unread.keys().any(|k| k.starts_with("iommu_group"))
+        && h.iommu_group_of
+            .values()
+            .all(|g| matches!(g, Reading::Absent(_)))
+        && h.iommu_group_types.values().all(Reading::is_value)
     {
         out.push(
             Finding::new(
@@ -75,8 +78,8 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
     let mut evs = vec![cmd_ev];
     for (who, b) in &devices {
         match h.iommu_group_of.get(b) {
-            Some(Some(g)) => match h.iommu_group_types.get(g) {
-                Some(ty) => {
+            Some(Reading::Value(g)) => match h.iommu_group_types.get(g) {
+                Some(Reading::Value(ty)) => {
                     evs.push(ev(
                         format!("/sys/kernel/iommu_groups/{g}/type ({who})"),
                         ty.clone(),
@@ -86,12 +89,8 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
                     }
                 }
                 // In a group whose type could not be read: unknown, never "none".
-                None => {
-                    let why = h
-                        .unread
-                        .get(&format!("iommu_group.{g}.type"))
-                        .cloned()
-                        .unwrap_or_else(|| "type not read".into());
+                other => {
+                    let why = other.and_then(Reading::why).unwrap_or("type not read");
                     evs.push(ev(
                         format!("/sys/kernel/iommu_groups/{g}/type ({who})"),
                         format!("unread: {why}"),
@@ -100,17 +99,13 @@ pub(super) fn iommu_mode(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
             },
             // No `iommu_group` link: in no group.
-            Some(None) => evs.push(ev(
+            Some(Reading::Absent(_)) => evs.push(ev(
                 format!("{}/iommu_group ({who})", sysfs_dir(ctx, *b)),
                 "none",
             )),
             // The link could not be read: unknown, never "none".
-            None => {
-                let why = h
-                    .unread
-                    .get(&format!("iommu_group_of.{b}"))
-                    .cloned()
-                    .unwrap_or_else(|| "not read".into());
+            other => {
+                let why = other.and_then(Reading::why).unwrap_or("not read");
                 evs.push(ev(
                     format!("{}/iommu_group ({who})", sysfs_dir(ctx, *b)),
                     format!("unknown: {why}"),

@@ -49,22 +49,18 @@ struct ConfigGap {
 
 fn config_gap(f: &PciFunction) -> Option<ConfigGap> {
     match &f.config {
-        None => Some(ConfigGap {
+        Reading::Absent(why) | Reading::Unknown(why) => Some(ConfigGap {
             needs_root: false,
-            why: f
-                .unread
-                .get("config")
-                .cloned()
-                .unwrap_or_else(|| "config unreadable".into()),
+            why: why.clone(),
         }),
-        Some(c) if c.coverage != Coverage::Extended => Some(ConfigGap {
+        Reading::Value(c) if c.coverage != Coverage::Extended => Some(ConfigGap {
             needs_root: true,
             why: format!(
                 "only {} bytes of config space readable (needs root for the 4096-byte extended space)",
                 c.length
             ),
         }),
-        Some(_) => None,
+        Reading::Value(_) => None,
     }
 }
 
@@ -448,7 +444,7 @@ impl AcsBootParam {
                 ctx.inv.pci.get(b).is_some_and(|f| {
                     config_gap(f).is_none()
                         && f.config
-                            .as_ref()
+                            .value()
                             .and_then(|c| c.acs)
                             .is_some_and(|a| a.redirect_bits() != 0)
                 })
@@ -506,7 +502,7 @@ fn bridge_finding(
         };
         return Some(skip.with(pairs_ev));
     }
-    let cfg = f.config.as_ref().expect("checked by config_gap");
+    let cfg = f.config.value().expect("checked by config_gap");
     let plain = AcsExpect {
         on: 0,
         off: RR | CR | UF,
@@ -678,7 +674,7 @@ fn each_link(
         } else {
             who
         };
-        if let Some(pf) = f.physfn {
+        if let Reading::Value(pf) = f.physfn {
             out.push(vf_not_applicable(id, b, &who, pf, "no PCIe link of its own (its link registers read 0); its physical function's link carries its traffic and is checked"));
             continue;
         }
@@ -819,7 +815,13 @@ pub(super) fn slot_mismatch(ctx: &Ctx, out: &mut Vec<Finding>) {
 fn link_unknown_why(ctx: &Ctx, f: &PciFunction, keys: &[&str]) -> String {
     let mut parts: Vec<String> = Vec::new();
     for k in keys {
-        let Some(r) = f.unread.get(*k) else {
+        let reading = match *k {
+            "current_link_speed" => &f.link.cur_gen,
+            "current_link_width" => &f.link.cur_width,
+            "max_link_speed" => &f.link.max_gen,
+            _ => &f.link.max_width,
+        };
+        let Some(r) = reading.why() else {
             continue;
         };
         let zero =
@@ -827,7 +829,7 @@ fn link_unknown_why(ctx: &Ctx, f: &PciFunction, keys: &[&str]) -> String {
         parts.push(if zero {
             format!("{r}: no value (the link is down, or a virtual port does not report it)")
         } else {
-            r.clone()
+            r.to_string()
         });
     }
     if parts.is_empty() {
@@ -917,7 +919,7 @@ pub(super) fn devctl(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::PcieDevctl;
     each_endpoint(ctx, id, out, |b, f, who, is_nic, out| {
         let subject = b.to_string();
-        match f.config.as_ref().and_then(|c| c.pcie.clone()) {
+        match f.config.value().and_then(|c| c.pcie.clone()) {
             Some(p) => {
                 let src = ev(
                     format!(
@@ -959,15 +961,17 @@ pub(super) fn devctl(ctx: &Ctx, out: &mut Vec<Finding>) {
             None => {
                 let root = f
                     .config
-                    .as_ref()
+                    .value()
                     .is_some_and(|c| c.coverage == Coverage::Header);
                 let why = match &f.config {
-                    Some(c) if c.coverage == Coverage::Header => format!(
+                    Reading::Value(c) if c.coverage == Coverage::Header => format!(
                         "needs root: only {} bytes of config space readable",
                         c.length
                     ),
-                    Some(c) => format!("PCIe capability not found ({})", c.problems.join("; ")),
-                    None => f.unread.get("config").cloned().unwrap_or_default(),
+                    Reading::Value(c) => {
+                        format!("PCIe capability not found ({})", c.problems.join("; "))
+                    }
+                    Reading::Absent(why) | Reading::Unknown(why) => why.clone(),
                 };
                 let skip = Finding::new(id, subject, Status::Skip, format!("{who}: {why}"));
                 out.push(if root { skip.not_root() } else { skip });
@@ -981,22 +985,16 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::PcieAer;
     each_endpoint(ctx, id, out, |b, f, who, _is_nic, out| {
         let subject = b.to_string();
-        let counted = ctx
-            .inv
-            .extras
-            .get(&b)
-            .map(|x| &x.aer)
-            .filter(|a| !a.is_empty());
+        let extras = ctx.inv.extras.get(&b);
+        let counted = extras.map(|x| x.aer_counted()).filter(|a| !a.is_empty());
         // A counter file that could not be read or parsed: its count is unknown, and so is
         // "no errors" (only errors that were counted are a fact).
         let unread: Vec<String> = crate::inventory::AER_FILES
             .iter()
-            .filter(|n| counted.is_none_or(|a| !a.contains_key(**n)))
-            .map(|n| {
-                f.unread
-                    .get(*n)
-                    .cloned()
-                    .unwrap_or_else(|| format!("{n}: not read"))
+            .filter(|n| counted.as_ref().is_none_or(|a| !a.contains_key(**n)))
+            .map(|n| match extras.and_then(|x| x.aer_why(n)) {
+                Some(why) => why.to_string(),
+                None => format!("{n}: not read"),
             })
             .collect();
         match (counted, aer_source(ctx.inv, f)) {
@@ -1041,13 +1039,13 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
                 }
             }
             // A VF without the files: no AER capability of its own (a read error is still unknown).
-            (None, Reading::Value(AerSource::None)) if f.physfn.is_some() => {
-                let pf = f.physfn.unwrap_or(b);
+            (None, Reading::Value(AerSource::None)) if f.physfn.is_value() => {
+                let pf = f.physfn.value().copied().unwrap_or(b);
                 out.push(vf_not_applicable(id, b, &who, pf, "no AER capability of its own; errors on its link are counted on its physical function"));
             }
             // The kernel keeps no counters for this function (no native AER control: a guest,
             // firmware-first platforms): the capability's own status registers are the record.
-            (None, source) if no_aer_counters(f) => {
+            (None, source) if no_aer_counters(extras) => {
                 out.push(aer_from_config(id, subject, f, &who, &source));
             }
             (None, source) => out.push(Finding::new(
@@ -1063,11 +1061,14 @@ pub(super) fn aer(ctx: &Ctx, out: &mut Vec<Finding>) {
     });
 }
 
-/// The kernel keeps no `aer_dev_*` counters for this function: every counter file is absent.
-fn no_aer_counters(f: &PciFunction) -> bool {
-    crate::inventory::AER_FILES
-        .iter()
-        .all(|n| f.unread.get(*n).is_some_and(|r| r.ends_with("not present")))
+/// The kernel keeps no `aer_dev_*` counters for this function (`extras`, as read): every
+/// counter file is absent.
+fn no_aer_counters(extras: Option<&crate::inventory::DeviceExtras>) -> bool {
+    crate::inventory::AER_FILES.iter().all(|n| {
+        extras
+            .and_then(|x| x.aer_why(n))
+            .is_some_and(|r| r.ends_with("not present"))
+    })
 }
 
 /// Where a function's PCIe errors are recorded, as `pcie.aer` reads them: the kernel's
@@ -1076,21 +1077,22 @@ fn no_aer_counters(f: &PciFunction) -> bool {
 /// counts). Unknown where a counter file could not be read or config space stops short of the
 /// capability (not root). The one decision both `pcie.aer` and a baseline's `aer` rest on.
 pub(crate) fn aer_source(inv: &crate::inventory::Inventory, f: &PciFunction) -> Reading<AerSource> {
-    if inv.extras.get(&f.bdf).is_some_and(|x| !x.aer.is_empty()) {
+    let extras = inv.extras.get(&f.bdf);
+    if extras.is_some_and(|x| x.aer.values().any(Reading::is_value)) {
         return Reading::Value(AerSource::Counters);
     }
-    let first = f.unread.get("aer_dev_correctable");
-    if f.physfn.is_some() && first.is_none_or(|r| r.ends_with("not present")) {
+    let first = extras.and_then(|x| x.aer_why("aer_dev_correctable"));
+    if f.physfn.is_value() && first.is_none_or(|r| r.ends_with("not present")) {
         return Reading::Value(AerSource::None);
     }
-    if !no_aer_counters(f) {
+    if !no_aer_counters(extras) {
         return Reading::unknown(format!(
             "AER counters unavailable ({})",
-            first.map_or("not read", String::as_str)
+            first.unwrap_or("not read")
         ));
     }
-    let Some(cs) = &f.config else {
-        let why = f.unread.get("config").map_or("", String::as_str);
+    let Reading::Value(cs) = &f.config else {
+        let why = f.config.why().unwrap_or_default();
         return Reading::unknown(format!(
             "the kernel keeps no AER counters and config space is unreadable ({why})"
         ));
@@ -1131,7 +1133,7 @@ fn aer_from_config(
         "not present: the kernel keeps no AER counters for this function",
     );
     let config = format!("{}/config", f.sysfs_path);
-    if let Some(aer) = f.config.as_ref().and_then(|c| c.aer.as_ref()) {
+    if let Some(aer) = f.config.value().and_then(|c| c.aer.as_ref()) {
         let regs = ev(
             format!("{config} AER capability at 0x{:03x}", aer.offset),
             format!(
@@ -1200,7 +1202,7 @@ fn aer_from_config(
     )
     .with(counters);
     if f.config
-        .as_ref()
+        .value()
         .is_some_and(|c| c.coverage == Coverage::Header)
     {
         skip.not_root()
@@ -1240,26 +1242,24 @@ pub(super) fn unidentified(ctx: &Ctx) -> Vec<(Bdf, String)> {
     for f in ctx.inv.pci.values() {
         // GPUs are NVIDIA display controllers; a function of another vendor is none, whatever
         // its class (NICs are found from their RDMA devices, not their class).
-        let unread = |k: &str| {
-            f.unread
-                .get(k)
-                .map_or("not read", String::as_str)
-                .to_string()
-        };
-        let why = match (f.class.map(crate::pci::ClassCode), f.vendor) {
+        let unread = |r: Option<&str>| r.unwrap_or("not read").to_string();
+        let why = match (
+            f.class.value().map(|c| crate::pci::ClassCode(*c)),
+            f.vendor.value().copied(),
+        ) {
             (_, Some(v)) if v != crate::pci::VENDOR_NVIDIA => None,
             (None, Some(_)) => Some(format!(
                 "an NVIDIA function whose class could not be read ({})",
-                unread("class")
+                unread(f.class.why())
             )),
             (None, None) => Some(format!(
                 "neither its vendor nor its class could be read ({}; {})",
-                unread("vendor"),
-                unread("class")
+                unread(f.vendor.why()),
+                unread(f.class.why())
             )),
             (Some(c), None) if c.is_display() => Some(format!(
                 "a display controller whose vendor could not be read ({})",
-                unread("vendor")
+                unread(f.vendor.why())
             )),
             _ => None,
         };
@@ -1338,14 +1338,14 @@ mod tests {
             sysfs_path: format!("/sys/devices/pci0000:00/{bdf}"),
             root_complex: "pci0000:00".into(),
             upstream: up.iter().map(|u| b(u)).collect(),
-            class: Some(class),
-            vendor: Some(vendor),
-            device: Some(device),
-            driver: None,
-            numa_node: Some(0),
-            local_cpulist: Some("0-7".into()),
-            link: Link::default(),
-            config: Some(ConfigSpace {
+            class: Reading::Value(class),
+            vendor: Reading::Value(vendor),
+            device: Reading::Value(device),
+            driver: Reading::absent("no driver bound"),
+            numa_node: Reading::Value(0),
+            local_cpulist: Reading::Value("0-7".into()),
+            link: Link::not_read(),
+            config: Reading::Value(ConfigSpace {
                 length: 4096,
                 coverage: Coverage::Extended,
                 vendor_id: Some(vendor),
@@ -1363,8 +1363,7 @@ mod tests {
                 ext_caps_readable: true,
                 problems: Vec::new(),
             }),
-            physfn: None,
-            unread: Default::default(),
+            physfn: Reading::absent("no virtual function"),
         }
     }
 

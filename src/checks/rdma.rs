@@ -14,6 +14,7 @@ use super::{CheckId, Ctx, Finding, SkipKind, Status, ev};
 use crate::facts::{GidType, LinkLayer, PhysState, PortState};
 use crate::inventory::{RdmaDevice, RdmaPort};
 use crate::kmsg::KernelLog;
+use crate::reading::Reading;
 use std::collections::BTreeMap;
 
 /// Largest RoCE MTU a netdev MTU allows: the IB MTU plus RoCE v2 headers (GRH/UDP/IP 40-ish,
@@ -92,24 +93,21 @@ fn each_port(
     for (r, _) in devices {
         // A device whose ports could not be listed (or that lists none) leaves every
         // port-level check unjudged: one unknown skip on the device, never silence.
-        if r.ports.is_empty() {
+        if r.port_list().is_empty() {
             out.push(Finding::new(
                 id,
                 r.name.clone(),
                 Status::Skip,
                 format!(
                     "no ports readable: {}",
-                    r.unread
-                        .get("ports")
-                        .map(String::as_str)
-                        .unwrap_or("the device lists no ports")
+                    r.ports.why().unwrap_or("the device lists no ports")
                 ),
             ));
         }
-        for p in &r.ports {
+        for p in r.port_list() {
             let subject = format!("{}/{}", r.name, p.port);
             let pdir = format!("/sys/class/infiniband/{}/ports/{}", r.name, p.port);
-            let ll = p.link_layer.clone().unwrap_or_else(|| "?".into());
+            let ll = p.link_layer.value().cloned().unwrap_or_else(|| "?".into());
             check(r, p, subject, pdir, ll, out);
         }
     }
@@ -132,48 +130,29 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
             p.state_kind == Some(PortState::Other) || p.phys_state_kind == Some(PhysState::Other);
         let ib = p.link_layer_kind == Some(LinkLayer::InfiniBand);
         let evs = vec![
-            ev(
-                format!("{pdir}/state"),
-                p.state
-                    .clone()
-                    .unwrap_or_else(|| p.unread.get("state").cloned().unwrap_or_default()),
-            ),
-            ev(
-                format!("{pdir}/phys_state"),
-                p.phys_state
-                    .clone()
-                    .unwrap_or_else(|| p.unread.get("phys_state").cloned().unwrap_or_default()),
-            ),
-            ev(
-                format!("{pdir}/rate"),
-                p.rate
-                    .clone()
-                    .unwrap_or_else(|| p.unread.get("rate").cloned().unwrap_or_else(|| "?".into())),
-            ),
+            ev(format!("{pdir}/state"), evidence_text(&p.state)),
+            ev(format!("{pdir}/phys_state"), evidence_text(&p.phys_state)),
+            ev(format!("{pdir}/rate"), evidence_text(&p.rate)),
             ev(format!("{pdir}/link_layer"), ll.clone()),
         ];
         // Whether the LID matters hangs on the link layer, and an InfiniBand port's LID 0 fails:
         // neither may be guessed (unreadable passed before).
-        let unread = |k: &str| {
-            p.unread
-                .get(k)
-                .cloned()
-                .unwrap_or_else(|| "not read".into())
-        };
+        let unread = |r: &Reading<String>| r.why().unwrap_or("not read").to_string();
         let lid_value = p
             .lid
-            .as_deref()
+            .value()
             .map(|l| u32::from_str_radix(l.trim_start_matches("0x"), 16).ok());
         let unknown = if p.link_layer_kind.is_none() {
             Some(format!(
                 "link layer unreadable ({}): whether the port needs a LID from a subnet manager is unknown",
-                unread("link_layer")
+                unread(&p.link_layer)
             ))
         } else if p.link_layer_kind == Some(LinkLayer::Other) {
             Some(format!(
                 "link layer '{}' not recognised (neither InfiniBand nor Ethernet): whether the port needs a LID from a subnet manager is unknown",
                 p.link_layer
-                    .as_deref()
+                    .value()
+                    .map(String::as_str)
                     .unwrap_or_default()
                     .chars()
                     .take(40)
@@ -182,12 +161,12 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
         } else if ib && lid_value.is_none() {
             Some(format!(
                 "InfiniBand port's LID unreadable ({}): whether a subnet manager configured it is unknown",
-                unread("lid")
+                unread(&p.lid)
             ))
         } else if ib && lid_value == Some(None) {
             Some(format!(
                 "InfiniBand port's LID unparseable ('{}'): whether a subnet manager configured it is unknown",
-                p.lid.as_deref().unwrap_or_default()
+                p.lid.value().map(String::as_str).unwrap_or_default()
             ))
         } else {
             None
@@ -197,22 +176,22 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
                 (Some(true), Some(true)) if unknown.is_some() => out.push(
                     Finding::new(id, subject.clone(), Status::Skip, unknown.unwrap_or_default())
                         .evidence(evs)
-                        .with(ev(format!("{pdir}/lid"), p.lid.clone().unwrap_or_else(|| unread("lid")))),
+                        .with(ev(format!("{pdir}/lid"), p.lid.value().cloned().unwrap_or_else(|| unread(&p.lid)))),
                 ),
                 (Some(true), Some(true)) if ib_no_lid => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, "InfiniBand port ACTIVE but LID 0: no subnet manager has configured it")
                         .evidence(evs)
-                        .with(ev(format!("{pdir}/lid"), p.lid.clone().unwrap_or_default()))
+                        .with(ev(format!("{pdir}/lid"), p.lid.value().cloned().unwrap_or_default()))
                         .fix("Make sure a subnet manager (opensm or the switch's SM) runs on the fabric; `sminfo` shows it"),
                 ),
                 (Some(true), Some(true)) => out.push(
-                    Finding::new(id, subject.clone(), Status::Pass, format!("ACTIVE, LinkUp, {} {ll}", p.rate.as_deref().unwrap_or("rate ?"))).evidence(evs),
+                    Finding::new(id, subject.clone(), Status::Pass, format!("ACTIVE, LinkUp, {} {ll}", p.rate.value().map(String::as_str).unwrap_or("rate ?"))).evidence(evs),
                 ),
                 (Some(false), _) | (_, Some(false)) => out.push(
                     Finding::new(id, subject.clone(), Status::Fail, format!(
                         "port not usable: state {}, physical state {}",
-                        p.state.as_deref().unwrap_or("?"),
-                        p.phys_state.as_deref().unwrap_or("?")
+                        p.state.value().map(String::as_str).unwrap_or("?"),
+                        p.phys_state.value().map(String::as_str).unwrap_or("?")
                     ))
                     .evidence(evs)
                     .fix(if ib {
@@ -223,8 +202,8 @@ pub(super) fn port_state(ctx: &Ctx, out: &mut Vec<Finding>) {
                 ),
                 _ if not_kernel_text => out.push(Finding::new(id, subject.clone(), Status::Skip, format!(
                     "port state not in the kernel's form (state '{}', physical state '{}'): unknown",
-                    p.state.as_deref().unwrap_or("?").chars().take(40).collect::<String>(),
-                    p.phys_state.as_deref().unwrap_or("?").chars().take(40).collect::<String>()
+                    p.state.value().map(String::as_str).unwrap_or("?").chars().take(40).collect::<String>(),
+                    p.phys_state.value().map(String::as_str).unwrap_or("?").chars().take(40).collect::<String>()
                 )).evidence(evs)),
                 _ => out.push(Finding::new(id, subject.clone(), Status::Skip, "port state unreadable").evidence(evs)),
             }
@@ -239,14 +218,14 @@ pub(super) fn roce_gid(ctx: &Ctx, out: &mut Vec<Finding>) {
             return;
         }
         let v2: Vec<_> = p
-            .gids
+            .gid_list()
             .iter()
             .filter(|g| g.gid_type_kind == Some(GidType::RoceV2))
             .collect();
-        let types_known = p.gids.iter().any(|g| g.gid_type.is_some());
+        let types_known = p.gid_list().iter().any(|g| g.gid_type.is_value());
         // A GID table that could not be listed (absent, denied, or over MAX_GID_ENTRIES) is
         // unknown: its emptiness is no evidence that the port lacks a RoCE v2 GID.
-        let unlisted = p.unread.get("gids").filter(|_| p.gids.is_empty());
+        let unlisted = p.gids.why();
         if let Some(why) = unlisted {
             out.push(Finding::new(
                 id,
@@ -278,9 +257,9 @@ pub(super) fn roce_gid(ctx: &Ctx, out: &mut Vec<Finding>) {
                     "RoCE v2",
                 )),
             );
-        } else if types_known || p.gids.is_empty() {
+        } else if types_known || p.gid_list().is_empty() {
             out.push(Finding::new(id, subject.clone(), Status::Fail, "no RoCE v2 GID on this RoCE port: NCCL and most RDMA apps need RoCE v2 for routable traffic")
-                    .with(ev(format!("{pdir}/gid_attrs/types/*"), if p.gids.is_empty() { "no populated GIDs".to_string() } else { p.gids.iter().map(|g| format!("{}={}", g.index, g.gid_type.clone().unwrap_or_default())).collect::<Vec<_>>().join(", ") }))
+                    .with(ev(format!("{pdir}/gid_attrs/types/*"), if p.gid_list().is_empty() { "no populated GIDs".to_string() } else { p.gid_list().iter().map(|g| format!("{}={}", g.index, g.gid_type.value().cloned().unwrap_or_default())).collect::<Vec<_>>().join(", ") }))
                     .fix("Assign an IP address to the port's netdev (GIDs are derived from its addresses) and make sure RoCE v2 is enabled (`cma_roce_mode -d <dev> -p 1 -m 2`; on ConnectX check `mlxconfig ... ROCE_CONTROL`)"));
         } else {
             out.push(Finding::new(
@@ -301,14 +280,18 @@ pub(super) fn mtu(ctx: &Ctx, out: &mut Vec<Finding>) {
         if p.link_layer_kind != Some(LinkLayer::Ethernet) {
             return;
         }
-        let ndev = p.gids.iter().find_map(|g| g.ndev.clone()).or_else(|| {
-            inv.netdevs
-                .iter()
-                .find(|n| n.bdf.is_some() && n.bdf == r.bdf())
-                .map(|n| n.name.clone())
-        });
+        let ndev = p
+            .gid_list()
+            .iter()
+            .find_map(|g| g.ndev.value().cloned())
+            .or_else(|| {
+                inv.netdevs
+                    .iter()
+                    .find(|n| n.bdf.value().is_some() && n.bdf.value().copied() == r.bdf())
+                    .map(|n| n.name.clone())
+            });
         match ndev.as_ref().and_then(|n| inv.netdevs.iter().find(|x| &x.name == n)) {
-                Some(nd) => match nd.mtu {
+                Some(nd) => match nd.mtu.value().copied() {
                     Some(m) if roce_mtu(m) >= 4096 => out.push(Finding::new(id, subject.clone(), Status::Pass, format!("{} MTU {m} allows RoCE MTU 4096", nd.name)).with(ev(format!("/sys/class/net/{}/mtu", nd.name), m.to_string()))),
                     Some(m) => out.push(Finding::new(id, subject.clone(), Status::Warn, format!("{} MTU {m} limits RoCE MTU to {}: more packets per message, lower large-message bandwidth", nd.name, roce_mtu(m)))
                         .with(ev(format!("/sys/class/net/{}/mtu", nd.name), m.to_string()))
@@ -336,15 +319,10 @@ pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
     // NICs left out, with the model they are known to be (None: unknown, could be any).
     let mut unread: Vec<(Option<String>, String)> = Vec::new();
     for (r, _) in &pci_rdma {
-        let model = r.hca_type.clone().or(r.board_id.clone());
+        let model = r.hca_type.value().or(r.board_id.value()).cloned();
         let dir = format!("/sys/class/infiniband/{}", r.name);
-        let why = |k: &str| {
-            r.unread
-                .get(k)
-                .cloned()
-                .unwrap_or_else(|| "not read".into())
-        };
-        match (&model, &r.fw_ver) {
+        let why = |f: &Reading<String>| f.why().unwrap_or("not read").to_string();
+        match (&model, r.fw_ver.value()) {
             (Some(m), Some(fw)) => {
                 by_model
                     .entry(m.clone())
@@ -355,12 +333,12 @@ pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
             }
             (m, fw) => {
                 let what = if fw.is_none() {
-                    format!("fw_ver unreadable ({})", why("fw_ver"))
+                    format!("fw_ver unreadable ({})", why(&r.fw_ver))
                 } else {
                     format!(
                         "model unreadable (hca_type: {}; board_id: {})",
-                        why("hca_type"),
-                        why("board_id")
+                        why(&r.hca_type),
+                        why(&r.board_id)
                     )
                 };
                 out.push(
@@ -421,7 +399,7 @@ pub(super) fn fw_consistency(ctx: &Ctx, out: &mut Vec<Finding>) {
 /// Whether kernel module `name` is loaded: listed in /proc/modules, or a directory in
 /// /sys/module (built-in modules show only there). None when neither list could be read.
 fn module_loaded(h: &crate::inventory::Host, name: &str) -> Option<bool> {
-    let listed = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.iter().any(|m| m == name));
+    let listed = |v: &Reading<Vec<String>>| v.value().map(|v| v.iter().any(|m| m == name));
     match (listed(&h.modules), listed(&h.sys_modules)) {
         (Some(true), _) | (_, Some(true)) => Some(true),
         (None, None) => None,
@@ -452,7 +430,11 @@ pub(super) fn driver(ctx: &Ctx, out: &mut Vec<Finding>) {
         return;
     }
     for n in &t.nics {
-        let driver = ctx.inv.pci.get(&n.bdf).and_then(|f| f.driver.clone());
+        let driver = ctx
+            .inv
+            .pci
+            .get(&n.bdf)
+            .and_then(|f| f.driver.value().cloned());
         out.push(
             Finding::new(
                 id,
@@ -484,14 +466,8 @@ fn modules_evidence(h: &crate::inventory::Host, m: &str) -> super::Evidence {
             Some(false) => "not loaded".to_string(),
             None => format!(
                 "unknown ({}; {})",
-                h.unread
-                    .get("modules")
-                    .map(String::as_str)
-                    .unwrap_or("not read"),
-                h.unread
-                    .get("sys_modules")
-                    .map(String::as_str)
-                    .unwrap_or("not read")
+                h.modules.why().unwrap_or("not read"),
+                h.sys_modules.why().unwrap_or("not read")
             ),
         },
     )
@@ -637,13 +613,27 @@ const SHOWN_COUNTERS: [(&str, &str); 3] = [
     ("hw_counters", "rnr_nak_retry_err"),
 ];
 
-fn counter(p: &RdmaPort, dir: &str, name: &str) -> Option<u64> {
+/// Counter `name` of port `p`'s `dir` (`counters`, `hw_counters`) as read; None where the
+/// directory was not listed or does not list it.
+fn counter_reading<'a>(p: &'a RdmaPort, dir: &str, name: &str) -> Option<&'a Reading<u64>> {
     let m = if dir == "counters" {
-        p.counters.as_ref()
+        &p.counters
     } else {
-        p.hw_counters.as_ref()
+        &p.hw_counters
     };
-    m.and_then(|m| m.get(name)).copied()
+    m.value()?.get(name)
+}
+
+fn counter(p: &RdmaPort, dir: &str, name: &str) -> Option<u64> {
+    counter_reading(p, dir, name)?.value().copied()
+}
+
+/// A text reading as evidence: the text, or why there is none.
+fn evidence_text(r: &Reading<String>) -> String {
+    match r {
+        Reading::Value(v) => v.clone(),
+        Reading::Absent(why) | Reading::Unknown(why) => why.clone(),
+    }
 }
 
 /// Every port of every PCI RDMA device as (device, port, "dev/port", its sysfs dir), or one
@@ -658,7 +648,7 @@ fn each_pci_port(
         return;
     };
     for (r, _) in devices {
-        for p in &r.ports {
+        for p in r.port_list() {
             let subject = format!("{}/{}", r.name, p.port);
             let pdir = format!("/sys/class/infiniband/{}/ports/{}", r.name, p.port);
             check(r, p, subject, pdir, out);
@@ -669,16 +659,16 @@ fn each_pci_port(
 /// rdma.port-errors: IB port counters and RoCE/mlx5 hw_counters against published thresholds.
 pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaPortErrors;
-    let uptime = ctx.inv.host.uptime_s;
+    let uptime = ctx.inv.host.uptime_s.value().copied();
     each_pci_port(ctx, id, out, |_r, p, subject, pdir, out| {
-        let Some(_) = &p.counters else {
+        let Reading::Value(_) = &p.counters else {
             out.push(Finding::new(
                 id,
                 subject,
                 Status::Skip,
                 format!(
                     "port counters unreadable: {}",
-                    p.unread.get("counters").cloned().unwrap_or_default()
+                    p.counters.why().unwrap_or_default()
                 ),
             ));
             return;
@@ -714,7 +704,7 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
             );
         } else if !unjudged.is_empty() {
             out.push(
-                Finding::new(id, subject, Status::Skip, format!("nonzero error counters ({}) but the time since boot is unknown (/proc/uptime: {}): rates not judged", unjudged.join(", "), ctx.inv.host.unread.get("uptime").cloned().unwrap_or_else(|| "not read".into())))
+                Finding::new(id, subject, Status::Skip, format!("nonzero error counters ({}) but the time since boot is unknown (/proc/uptime: {}): rates not judged", unjudged.join(", "), ctx.inv.host.uptime_s.why().unwrap_or("not read")))
                     .evidence(evs),
             );
         } else {
@@ -776,11 +766,13 @@ fn port_counters(p: &RdmaPort, pdir: &str, uptime: Option<f64>) -> PortCounters 
         .map(|(d, n)| (*d, *n))
         .chain(RATE_COUNTERS.iter().map(|(d, n, _, _)| (*d, *n)))
         .filter(|(d, n)| counter(p, d, n).is_none())
-        .filter_map(|(d, n)| match p.unread.get(&format!("{d}.{n}")) {
-            Some(why) => Some(format!("{d}/{n}: {why}")),
-            None if d == "counters" => Some(format!("{d}/{n}: missing")),
-            None => None,
-        })
+        .filter_map(
+            |(d, n)| match counter_reading(p, d, n).and_then(Reading::why) {
+                Some(why) => Some(format!("{d}/{n}: {why}")),
+                None if d == "counters" => Some(format!("{d}/{n}: missing")),
+                None => None,
+            },
+        )
         .collect();
     let mut fatal = Vec::new();
     for (dir, name) in FATAL_COUNTERS {
@@ -846,12 +838,16 @@ fn port_counters(p: &RdmaPort, pdir: &str, uptime: Option<f64>) -> PortCounters 
 
 /// The kernel log's link-down records naming this port's netdev or its PCI function.
 fn log_link_downs<'a>(ctx: &Ctx, log: &'a KernelLog, r: &RdmaDevice, p: &RdmaPort) -> Vec<&'a str> {
-    let mut names: Vec<String> = p.gids.iter().filter_map(|g| g.ndev.clone()).collect();
+    let mut names: Vec<String> = p
+        .gid_list()
+        .iter()
+        .filter_map(|g| g.ndev.value().cloned())
+        .collect();
     names.extend(
         ctx.inv
             .netdevs
             .iter()
-            .filter(|n| n.bdf.is_some() && n.bdf == r.bdf())
+            .filter(|n| n.bdf.value().is_some() && n.bdf.value().copied() == r.bdf())
             .map(|n| n.name.clone()),
     );
     names.sort();
@@ -883,12 +879,11 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
             format!("{pdir}/counters/link_downed"),
             match downed {
                 Some(v) => v.to_string(),
-                None => p
-                    .unread
-                    .get("counters.link_downed")
-                    .or(p.unread.get("counters"))
-                    .cloned()
-                    .unwrap_or_else(|| "not present".into()),
+                None => counter_reading(p, "counters", "link_downed")
+                    .and_then(Reading::why)
+                    .or(p.counters.why())
+                    .unwrap_or("not present")
+                    .to_string(),
             },
         )];
         match &logged {
@@ -975,13 +970,9 @@ pub(super) fn mlx5dv(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Status::Skip,
                 format!("PCI function {bdf} behind {} was not read", r.name),
             ),
-            Some(p) => match p.driver.as_deref() {
+            Some(p) => match p.driver.value().map(String::as_str) {
                 None => {
-                    let why = p
-                        .unread
-                        .get("driver")
-                        .cloned()
-                        .unwrap_or_else(|| "unknown".into());
+                    let why = p.driver.why().unwrap_or("unknown");
                     Finding::new(
                         id,
                         r.name.clone(),

@@ -122,13 +122,13 @@ fn pci_element(inv: &Inventory, bdf: Bdf) -> Element {
     let Some(f) = inv.pci.get(&bdf) else {
         return e;
     };
-    if let Some(c) = f.class {
+    if let Some(c) = f.class.value() {
         e = e.attr("class", format!("0x{c:06x}"));
     }
-    if let Some(v) = f.vendor {
+    if let Some(v) = f.vendor.value() {
         e = e.attr("vendor", format!("0x{v:04x}"));
     }
-    if let Some(d) = f.device {
+    if let Some(d) = f.device.value() {
         e = e.attr("device", format!("0x{d:04x}"));
     }
     let parent = f.upstream.last().and_then(|p| inv.pci.get(p));
@@ -136,11 +136,17 @@ fn pci_element(inv: &Inventory, bdf: Bdf) -> Element {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, _) => a,
     };
-    let speed = lower(f.link.max_gen, parent.and_then(|p| p.link.max_gen));
+    let speed = lower(
+        f.link.max_gen.value().copied(),
+        parent.and_then(|p| p.link.max_gen.value().copied()),
+    );
     if let Some(s) = speed.and_then(speed_string) {
         e = e.attr("link_speed", s);
     }
-    if let Some(w) = lower(f.link.max_width, parent.and_then(|p| p.link.max_width)) {
+    if let Some(w) = lower(
+        f.link.max_width.value().copied(),
+        parent.and_then(|p| p.link.max_width.value().copied()),
+    ) {
         e = e.attr("link_width", w.to_string());
     }
     e
@@ -149,7 +155,11 @@ fn pci_element(inv: &Inventory, bdf: Bdf) -> Element {
 /// The `<pci>` NCCL puts a NIC's nets under: function 0 of the physical function (see
 /// `topo_xml`), where the inventory has that function; else the function itself.
 fn nccl_nic_bdf(inv: &Inventory, bdf: Bdf) -> Bdf {
-    let base = inv.pci.get(&bdf).and_then(|f| f.physfn).unwrap_or(bdf);
+    let base = inv
+        .pci
+        .get(&bdf)
+        .and_then(|f| f.physfn.value().copied())
+        .unwrap_or(bdf);
     let merged = Bdf {
         function: 0,
         ..base
@@ -200,7 +210,7 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
                 let numa = inv
                     .pci
                     .get(&bdf)
-                    .and_then(|t| t.numa_node)
+                    .and_then(|t| t.numa_node.value())
                     .map_or("-1".to_string(), |n| n.to_string());
                 tops.entry(numa).or_default().insert(bdf);
             }
@@ -231,8 +241,8 @@ pub fn topo_xml(inv: &Inventory, topo: &Topology) -> String {
             .parse::<u32>()
             .ok()
             .and_then(|id| inv.numa_nodes.iter().find(|n| n.id == id))
-            .and_then(|n| n.cpulist.as_deref())
-            .and_then(cpumap)
+            .and_then(|n| n.cpulist.value())
+            .and_then(|c| cpumap(c))
         {
             cpu = cpu.attr("affinity", map);
         }
@@ -273,7 +283,7 @@ fn gpu_leaves(inv: &Inventory, topo: &Topology, leaves: &mut BTreeMap<Bdf, Eleme
                         .parse::<Bdf>()
                         .ok()
                         .and_then(|b| inv.pci.get(&b))
-                        .and_then(|f| f.class)
+                        .and_then(|f| f.class.value())
                         .map(|c| format!("0x{c:06x}"))
                         .or(Some("0x030200".to_string())),
                     _ => None,
@@ -322,7 +332,7 @@ fn nic_leaves(inv: &Inventory, topo: &Topology, leaves: &mut BTreeMap<Bdf, Eleme
             {
                 net = net.attr("speed", format!("{:.0}", gbps * 1000.0));
             }
-            if let Some(guid) = r.and_then(|r| r.node_guid.as_deref()) {
+            if let Some(guid) = r.and_then(|r| r.node_guid.value()) {
                 let hex: String = guid.chars().filter(|c| c.is_ascii_hexdigit()).collect();
                 if !hex.is_empty() {
                     net = net.attr("guid", format!("0x{hex}"));

@@ -60,13 +60,13 @@ pub fn measure_ports(devices: &[RdmaDevice], progress: bool, limits: &Limits) ->
             ));
             continue;
         }
-        for p in &d.ports {
+        for p in d.port_list() {
             let subject = format!("{}/{}", d.name, p.port);
             if p.state_kind != Some(PortState::Active) {
                 // rdma.port-state judges the port; there is nothing to measure here.
                 let reason = format!(
                     "port not ACTIVE ({}): see rdma.port-state",
-                    p.state.as_deref().unwrap_or("state unknown")
+                    p.state.value().map_or("state unknown", String::as_str)
                 );
                 out.push(skipped(subject, reason, true));
                 continue;

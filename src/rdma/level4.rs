@@ -55,7 +55,7 @@ fn device_facts(m: &Machine, name: &str, port: u8) -> Option<DeviceFacts> {
         driver,
         software,
         port_state: d
-            .ports
+            .port_list()
             .iter()
             .find(|p| p.port == u32::from(port))
             .map(|p| p.state_kind),
@@ -440,14 +440,14 @@ fn port_macs(m: &Machine, device: &str, port: u8) -> Vec<(u32, [u8; 6])> {
         .rdma
         .iter()
         .find(|d| d.name == device)
-        .and_then(|d| d.ports.iter().find(|p| p.port == u32::from(port)))
+        .and_then(|d| d.port_list().iter().find(|p| p.port == u32::from(port)))
     else {
         return Vec::new();
     };
-    p.gids
+    p.gid_list()
         .iter()
         .filter_map(|g| {
-            let ndev = g.ndev.as_deref()?;
+            let ndev = g.ndev.value()?;
             Some((g.index, *m.netdev_macs.get(ndev)?))
         })
         .collect()

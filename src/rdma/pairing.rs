@@ -11,6 +11,7 @@ use super::judge::gdr::{self, GpuRegFacts, RegistrationFacts};
 use super::request::gdr::{GpuSelect, Machine};
 use crate::cuda;
 use crate::inventory::{Inventory, RdmaBacking};
+use crate::reading::Reading;
 use crate::report::rdma::gdr::Decision;
 use crate::report::rdma::gdr::GdrMode;
 use crate::topo::{PathType, Topology};
@@ -30,10 +31,10 @@ pub fn gpu_labels(topo: &Topology, sel: GpuSelect) -> Vec<String> {
 /// memory_peers version files, or /sys/module/nvidia_peermem).
 pub fn peermem_loaded(inv: &Inventory) -> Option<bool> {
     let h = &inv.host;
-    if !h.memory_peers.is_empty() {
+    if h.memory_peers.values().any(Reading::is_value) {
         return Some(true);
     }
-    h.sys_modules.as_ref().map(|m| {
+    h.sys_modules.value().map(|m| {
         m.iter()
             .any(|n| n == "nvidia_peermem" || n == "nv_peer_mem")
     })
@@ -88,8 +89,8 @@ pub fn probe_provider(device: &str) -> Result<DmabufProbe, ProbeError> {
 pub fn kernel_version(inv: &Inventory) -> Option<(u32, u32)> {
     inv.host
         .kernel_version
-        .as_deref()
-        .and_then(crate::facts::kernel_major_minor)
+        .value()
+        .and_then(|v| crate::facts::kernel_major_minor(v))
 }
 
 /// The CUDA device of `label` found by its PCI address (never by index); Err: why it cannot
@@ -137,7 +138,7 @@ pub fn decide_registration(
                     .inv
                     .host
                     .nvidia_version_line
-                    .as_deref()
+                    .value()
                     .and_then(|l| crate::facts::parse_nvrm(l).1),
                 peermem_loaded: peermem_loaded(m.inv),
             }),
@@ -156,15 +157,20 @@ mod tests {
         let mut inv =
             Inventory::collect(&sr, crate::nvml::NvmlSnapshot::unavailable("t", "t")).unwrap();
         inv.host.memory_peers.clear();
-        inv.host.sys_modules = Some(vec!["nvidia".into()]);
+        inv.host.sys_modules = Reading::Value(vec!["nvidia".into()]);
         assert_eq!(peermem_loaded(&inv), Some(false));
-        inv.host.sys_modules = Some(vec!["nvidia_peermem".into()]);
+        inv.host.sys_modules = Reading::Value(vec!["nvidia_peermem".into()]);
         assert_eq!(peermem_loaded(&inv), Some(true));
-        inv.host.sys_modules = None;
+        inv.host.sys_modules = Reading::unknown("permission denied");
+        assert_eq!(peermem_loaded(&inv), None);
+        inv.host.memory_peers.insert(
+            "/sys/kernel/mm/memory_peers/nv_mem_nc/version".into(),
+            Reading::unknown("permission denied"),
+        );
         assert_eq!(peermem_loaded(&inv), None);
         inv.host.memory_peers.insert(
             "/sys/kernel/mm/memory_peers/nv_mem/version".into(),
-            "1.3".into(),
+            Reading::Value("1.3".into()),
         );
         assert_eq!(peermem_loaded(&inv), Some(true));
     }

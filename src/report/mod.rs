@@ -458,7 +458,7 @@ impl CheckReport {
         let driver_version = inv
             .host
             .nvidia_version_line
-            .as_deref()
+            .value()
             .and_then(|l| crate::facts::parse_nvrm(l).0)
             .or_else(|| inv.nvml.driver_version.cloned());
         CheckReport {

@@ -20,7 +20,7 @@ pub fn position(f: &PciFunction) -> String {
 /// The kernel release from `/proc/version` ("Linux version 6.8.0-45-generic (builder...) ..."
 /// gives "6.8.0-45-generic"): the build host and date are not part of a version to pin.
 pub(super) fn kernel_release(inv: &Inventory) -> Option<String> {
-    let line = inv.host.kernel_version.as_deref()?;
+    let line = inv.host.kernel_version.value()?;
     let rest = line.trim().strip_prefix("Linux version ")?;
     rest.split_whitespace().next().map(str::to_string)
 }
@@ -50,7 +50,11 @@ impl<'a> Node<'a> {
 
     pub(super) fn pci_id(&self, bdf: crate::pci::Bdf) -> Option<String> {
         let f = self.inv.pci.get(&bdf)?;
-        Some(format!("{:04x}:{:04x}", f.vendor?, f.device?))
+        Some(format!(
+            "{:04x}:{:04x}",
+            f.vendor.value()?,
+            f.device.value()?
+        ))
     }
 
     /// The link as the baseline sees it: capability capped by the port above (`aer` left out).
@@ -112,7 +116,7 @@ impl<'a> Node<'a> {
 
     pub(super) fn nic_model(&self, rdma_device: &str) -> Option<String> {
         let r = self.inv.rdma.iter().find(|r| r.name == rdma_device)?;
-        r.hca_type.clone().or_else(|| r.board_id.clone())
+        r.hca_type.value().or(r.board_id.value()).cloned()
     }
 
     pub(super) fn nic_fw(&self, rdma_device: &str) -> Option<String> {
@@ -121,7 +125,8 @@ impl<'a> Node<'a> {
             .iter()
             .find(|r| r.name == rdma_device)?
             .fw_ver
-            .clone()
+            .value()
+            .cloned()
     }
 }
 
@@ -141,16 +146,15 @@ mod tests {
             sysfs_path: String::new(),
             root_complex: "pci0000:c0".into(),
             upstream: up,
-            class: None,
-            vendor: None,
-            device: None,
-            driver: None,
-            numa_node: None,
-            local_cpulist: None,
-            link: Default::default(),
-            config: None,
-            physfn: None,
-            unread: Default::default(),
+            class: Reading::unknown("not read"),
+            vendor: Reading::unknown("not read"),
+            device: Reading::unknown("not read"),
+            driver: Reading::unknown("not read"),
+            numa_node: Reading::unknown("not read"),
+            local_cpulist: Reading::unknown("not read"),
+            link: crate::inventory::Link::not_read(),
+            config: Reading::unknown("not read"),
+            physfn: Reading::unknown("not read"),
         };
         let rp = |bus: u8| crate::pci::Bdf {
             domain: 0,

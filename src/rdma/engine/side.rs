@@ -7,6 +7,7 @@ use super::memory::{Memory, Region};
 use crate::inventory::{RdmaDevice, RdmaPort};
 use crate::rdma::judge::path::{self, GidError};
 use crate::rdma::request::write_bw::WriteBwRequest;
+use crate::reading::Reading;
 use crate::report::rdma::plan::Plan;
 use crate::report::rdma::write_bw::{Addressing, PortFacts, Timeline};
 use crate::verbs::{
@@ -131,7 +132,7 @@ fn sysfs_port<'a>(
         reason,
     };
     let sport = dev
-        .ports
+        .port_list()
         .iter()
         .find(|p| p.port == u32::from(port))
         .ok_or_else(|| no_sysfs("port not listed".into()))?;
@@ -195,12 +196,8 @@ fn port_facts(
         .map(|n| format!("no PCI function, on netdev {n}"));
     // The line rate from verbs (active_speed_ex for XDR), agreed by sysfs `rate`.
     let sysfs_rate = match &sport.rate {
-        Some(t) => Ok(t.as_str()),
-        None => Err(sport
-            .unread
-            .get("rate")
-            .map(String::as_str)
-            .unwrap_or("not read")),
+        Reading::Value(t) => Ok(t.as_str()),
+        Reading::Absent(why) | Reading::Unknown(why) => Err(why.as_str()),
     };
     let line_rate = path::port_line_rate(
         pattr.active_speed,

@@ -27,10 +27,10 @@ fn link_local(gid: &str) -> bool {
 }
 
 fn populated(port: &RdmaPort) -> String {
-    if port.gids.is_empty() {
+    if port.gid_list().is_empty() {
         return "none".into();
     }
-    port.gids
+    port.gid_list()
         .iter()
         .map(|g| g.index.to_string())
         .collect::<Vec<_>>()
@@ -49,7 +49,7 @@ pub fn choose_addressing(
     given: Option<u32>,
 ) -> Result<Addressing, GidError> {
     if let Some(index) = given {
-        let Some(g) = port.gids.iter().find(|g| g.index == index) else {
+        let Some(g) = port.gid_list().iter().find(|g| g.index == index) else {
             return Err(GidError::BadIndex {
                 index,
                 port: port.port,
@@ -59,7 +59,7 @@ pub fn choose_addressing(
         return Ok(Addressing::Gid {
             index,
             gid: g.gid.clone(),
-            gid_type: g.gid_type.clone(),
+            gid_type: g.gid_type.value().cloned(),
             why: "given with --gid-index".into(),
         });
     }
@@ -78,7 +78,7 @@ pub fn choose_addressing(
         (u8::from(!v2), family, g.index)
     };
     let best = port
-        .gids
+        .gid_list()
         .iter()
         .min_by_key(|g| rank(g))
         .ok_or(GidError::NoGid { port: port.port })?;
@@ -95,7 +95,7 @@ pub fn choose_addressing(
     Ok(Addressing::Gid {
         index: best.index,
         gid: best.gid.clone(),
-        gid_type: best.gid_type.clone(),
+        gid_type: best.gid_type.value().cloned(),
         why,
     })
 }
@@ -189,32 +189,33 @@ pub fn port_line_rate(
 mod tests {
     use super::*;
     use crate::inventory::{Gid, RdmaPort};
+    use crate::reading::Reading;
 
     fn port(gids: &[(u32, &str, &str)]) -> RdmaPort {
         RdmaPort {
             port: 1,
-            state: Some("4: ACTIVE".into()),
-            phys_state: None,
-            rate: None,
-            link_layer: Some("Ethernet".into()),
+            state: Reading::Value("4: ACTIVE".into()),
+            phys_state: Reading::unknown("not read"),
+            rate: Reading::unknown("not read"),
+            link_layer: Reading::Value("Ethernet".into()),
             state_kind: Some(crate::facts::PortState::Active),
             phys_state_kind: None,
             link_layer_kind: Some(crate::facts::LinkLayer::Ethernet),
             rate_gbps: None,
-            lid: None,
-            gids: gids
-                .iter()
-                .map(|(i, g, t)| Gid {
-                    index: *i,
-                    gid: g.to_string(),
-                    gid_type: Some(t.to_string()),
-                    gid_type_kind: Some(crate::facts::GidType::parse(t)),
-                    ndev: None,
-                })
-                .collect(),
-            counters: None,
-            hw_counters: None,
-            unread: Default::default(),
+            lid: Reading::unknown("not read"),
+            gids: Reading::Value(
+                gids.iter()
+                    .map(|(i, g, t)| Gid {
+                        index: *i,
+                        gid: g.to_string(),
+                        gid_type: Reading::Value(t.to_string()),
+                        gid_type_kind: Some(crate::facts::GidType::parse(t)),
+                        ndev: Reading::unknown("not read"),
+                    })
+                    .collect(),
+            ),
+            counters: Reading::unknown("not read"),
+            hw_counters: Reading::unknown("not read"),
         }
     }
 
