@@ -232,10 +232,11 @@ pub struct RdmaPort {
     pub gids: Reading<Vec<Gid>>,
     /// `counters/*` (the IB PMA port counters: symbol_error, link_downed...), by file name:
     /// the judged ones the directory lists, each read or unknown with why; unknown when the
-    /// directory could not be listed, or not read (topology scope).
-    pub counters: Reading<Counters>,
+    /// directory could not be listed. None: not looked for (the topology and the verbs probes
+    /// judge no counter).
+    pub counters: Option<Reading<Counters>>,
     /// `hw_counters/*` (driver counters: mlx5's out_of_buffer, rnr_nak_retry_err...), likewise.
-    pub hw_counters: Reading<Counters>,
+    pub hw_counters: Option<Reading<Counters>>,
 }
 
 /// Counter files by name, each read or unknown with why (some mlx5 firmware refuses a counter
@@ -980,12 +981,11 @@ fn read_port(sr: &SysRoot, dir: &str, port: u32, scope: Scope) -> RdmaPort {
     // The topology and the verbs probes judge no counter.
     let (counters, hw_counters) = if scope == Scope::Checks {
         (
-            read_counters(sr, dir, "counters", &PORT_COUNTERS),
-            read_counters(sr, dir, "hw_counters", &PORT_HW_COUNTERS),
+            Some(read_counters(sr, dir, "counters", &PORT_COUNTERS)),
+            Some(read_counters(sr, dir, "hw_counters", &PORT_HW_COUNTERS)),
         )
     } else {
-        let not_read = || Reading::unknown("not read: the topology judges no counter");
-        (not_read(), not_read())
+        (None, None)
     };
     RdmaPort {
         port,

@@ -621,11 +621,17 @@ fn counter_reading<'a>(p: &'a RdmaPort, dir: &str, name: &str) -> Option<&'a Rea
     } else {
         &p.hw_counters
     };
-    m.value()?.get(name)
+    m.as_ref()?.value()?.get(name)
 }
 
 fn counter(p: &RdmaPort, dir: &str, name: &str) -> Option<u64> {
     counter_reading(p, dir, name)?.value().copied()
+}
+
+/// Why port `p`'s `counters/` has no listing: unknown with why; None where it was listed or
+/// not looked for.
+fn counters_why(p: &RdmaPort) -> Option<&str> {
+    p.counters.as_ref().and_then(Reading::why)
 }
 
 /// A text reading as evidence: the text, or why there is none.
@@ -661,14 +667,14 @@ pub(super) fn port_errors(ctx: &Ctx, out: &mut Vec<Finding>) {
     let id = CheckId::RdmaPortErrors;
     let uptime = ctx.inv.host.uptime_s.value().copied();
     each_pci_port(ctx, id, out, |_r, p, subject, pdir, out| {
-        let Reading::Value(_) = &p.counters else {
+        let Some(Reading::Value(_)) = &p.counters else {
             out.push(Finding::new(
                 id,
                 subject,
                 Status::Skip,
                 format!(
                     "port counters unreadable: {}",
-                    p.counters.why().unwrap_or_default()
+                    counters_why(p).unwrap_or("not read")
                 ),
             ));
             return;
@@ -881,7 +887,7 @@ pub(super) fn link_flaps(ctx: &Ctx, out: &mut Vec<Finding>) {
                 Some(v) => v.to_string(),
                 None => counter_reading(p, "counters", "link_downed")
                     .and_then(Reading::why)
-                    .or(p.counters.why())
+                    .or(counters_why(p))
                     .unwrap_or("not present")
                     .to_string(),
             },

@@ -214,8 +214,8 @@ mod tests {
                     })
                     .collect(),
             ),
-            counters: Reading::unknown("not read"),
-            hw_counters: Reading::unknown("not read"),
+            counters: None,
+            hw_counters: None,
         }
     }
 
