@@ -302,6 +302,8 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
             out.iter().all(|f| f.id == *id),
             "{id} reported a finding under another id"
         );
+        // In order here, side by side: the sort of all of them below then merges runs.
+        sort_findings(&mut out);
         out
     });
     let mut out: Vec<Finding> = found.into_iter().flatten().collect();
