@@ -679,7 +679,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         }
     });
     let local_cpulist = parsed(sr, &format!("{dir}/local_cpulist"), |s| {
-        numa::parse_cpulist(s).map(|_| s.to_string())
+        numa::is_cpulist(s).then(|| s.to_string())
     });
     let link = match config.value().and_then(|c| c.pcie.as_ref()) {
         Some(p) => link_from_config(p, &dir),
@@ -1075,7 +1075,7 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
         };
         let dir = format!("/sys/devices/system/node/{name}");
         let cpulist = parsed(sr, &format!("{dir}/cpulist"), |s| {
-            numa::parse_cpulist(s).map(|_| s.to_string())
+            numa::is_cpulist(s).then(|| s.to_string())
         });
         let distances = parsed(sr, &format!("{dir}/distance"), numa::parse_distances);
         out.push(NumaNode {

@@ -11,11 +11,29 @@ const MAX_CPU_ID: u32 = 1 << 20;
 /// Parse a kernel cpulist (`0-3,8,10-11`). Empty text is an empty set. Linear in the input
 /// and in MAX_CPULIST_CPUS: a list naming more CPUs than that is refused (None).
 pub fn parse_cpulist(s: &str) -> Option<BTreeSet<u32>> {
+    let mut cpus: Vec<u32> = Vec::new();
+    each_range(s, |a, b, stride| {
+        cpus.extend((a..=b).step_by(stride as usize))
+    })?;
+    cpus.sort_unstable();
+    cpus.dedup();
+    // From sorted input, BTreeSet builds in linear time.
+    Some(cpus.into_iter().collect())
+}
+
+/// Whether `parse_cpulist` accepts `s`, without building the set (discovery keeps the text).
+pub fn is_cpulist(s: &str) -> bool {
+    each_range(s, |_, _, _| {}).is_some()
+}
+
+/// Each range of a cpulist as (first, last, stride), checked as `parse_cpulist` checks it:
+/// None for a malformed list or one naming more than MAX_CPULIST_CPUS CPUs.
+fn each_range(s: &str, mut f: impl FnMut(u32, u32, u32)) -> Option<()> {
     let t = s.trim();
     if t.is_empty() {
-        return Some(BTreeSet::new());
+        return Some(());
     }
-    let mut cpus: Vec<u32> = Vec::new();
+    let mut count = 0usize;
     for part in t.split(',') {
         let part = part.trim();
         // Kernel also writes strides (`0-31:2`) in some files; accept them.
@@ -33,16 +51,13 @@ pub fn parse_cpulist(s: &str) -> Option<BTreeSet<u32>> {
         if b < a || b > MAX_CPU_ID {
             return None;
         }
-        let n = ((b - a) / stride) as usize + 1;
-        if cpus.len() + n > MAX_CPULIST_CPUS {
+        count += ((b - a) / stride) as usize + 1;
+        if count > MAX_CPULIST_CPUS {
             return None;
         }
-        cpus.extend((a..=b).step_by(stride as usize));
+        f(a, b, stride);
     }
-    cpus.sort_unstable();
-    cpus.dedup();
-    // From sorted input, BTreeSet builds in linear time.
-    Some(cpus.into_iter().collect())
+    Some(())
 }
 
 /// Format a set back into the kernel's compact form.
@@ -144,6 +159,12 @@ mod tests {
     }
 
     proptest! {
+        /// The check without the set accepts exactly what the parse accepts.
+        #[test]
+        fn is_cpulist_is_whether_it_parses(s in "[0-9,:\\- a]{0,14}") {
+            prop_assert_eq!(is_cpulist(&s), parse_cpulist(&s).is_some());
+        }
+
         #[test]
         fn never_panics(s in ".{0,40}") {
             let _ = parse_cpulist(&s);
