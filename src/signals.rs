@@ -97,9 +97,13 @@ fn lock_temps() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf, bool)>> {
 
 /// Remove every registered temporary now (the process is about to end without running
 /// destructors: a signal, or an exit that leaves a stuck worker thread behind).
+///
+/// The list stays locked until every path is gone: the signal thread and the exit path may
+/// both call this, and the one that finds the list empty must not end the process while the
+/// other is still removing a directory (it would be left half removed).
 pub fn remove_temporaries() {
-    let temps: Vec<(u64, PathBuf, bool)> = lock_temps().drain(..).collect();
-    for (_, p, dir) in temps {
+    let mut temps = lock_temps();
+    for (_, p, dir) in temps.drain(..) {
         if dir {
             // Another thread may still be creating files in it: a few tries.
             for _ in 0..3 {

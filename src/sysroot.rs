@@ -523,6 +523,14 @@ impl SysRoot {
         self
     }
 
+    /// For a process about to end: release what backs the tree now (an extracted bundle's
+    /// scratch directory, removed as it is dropped) and leave the rest, caches of tens of
+    /// thousands of entries on a large host, to the exit instead of freeing it piece by piece.
+    pub fn dismiss(mut self) {
+        drop(self._owner.take());
+        std::mem::forget(self);
+    }
+
     /// Whether this reader replays recorded errors (a bundle's, or a tree in memory's).
     fn replays_errors(&self) -> bool {
         !self.recorded.is_empty() || self.mem.as_ref().is_some_and(|m| m.unreadable_count() > 0)

@@ -64,9 +64,10 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
     let (r, inv) = report_within(&source, opts, budget.as_ref())?;
     // The command line's check: the process ends once the report is written, so the facts
     // behind it are not freed piece by piece (a large host's take tens of thousands of frees).
-    // What outlives the process is not memory: an extracted bundle's scratch directory is
-    // registered with `signals` and removed at exit.
-    std::mem::forget((source, inv));
+    // What is not memory is released now: an extracted bundle's scratch directory is removed
+    // before the report is written, as it always was.
+    std::mem::forget(inv);
+    source.dismiss();
     Ok(r)
 }
 

@@ -197,6 +197,38 @@ impl Source {
         self.nvml.get()
     }
 
+    /// For a process about to end (the command line's `check`): what backs the tree is
+    /// released now (an extracted bundle's scratch directory is removed), the rest is left to
+    /// the exit. A reader another thread still holds (discovery abandoned at its deadline) is
+    /// left as it is: its scratch directory is removed at exit (`signals`).
+    pub fn dismiss(self) {
+        let Source {
+            spec,
+            sysroot,
+            nvml,
+            libs,
+            kernel_log,
+            info,
+            hostname,
+            time,
+            foreign_gdr,
+        } = self;
+        std::mem::forget((
+            spec,
+            nvml,
+            libs,
+            kernel_log,
+            info,
+            hostname,
+            time,
+            foreign_gdr,
+        ));
+        match Arc::try_unwrap(sysroot) {
+            Ok(sr) => sr.dismiss(),
+            Err(shared) => std::mem::forget(shared),
+        }
+    }
+
     /// NVML's snapshot as it comes (for a thread that waits for it while it reads the tree).
     pub fn nvml_facts(&self) -> Arc<NvmlFacts> {
         self.nvml.clone()
