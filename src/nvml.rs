@@ -427,6 +427,19 @@ pub enum SnapshotError {
 }
 
 impl NvmlSnapshot {
+    /// The GPUs by PCI address, each address parsed once; a GPU whose bus id does not parse is
+    /// left out. Were an address listed twice (a damaged record), its first GPU is the one
+    /// found, as a search from the front finds it.
+    pub fn by_bdf(&self) -> std::collections::BTreeMap<Bdf, &NvmlGpu> {
+        let mut by = std::collections::BTreeMap::new();
+        for g in &self.gpus {
+            if let Some(b) = g.bdf() {
+                by.entry(b).or_insert(g);
+            }
+        }
+        by
+    }
+
     /// NVML could not be used at all: every fact unknown for that reason.
     pub fn unavailable(reason: impl Into<String>, source: &str) -> Self {
         Self::unavailable_as(reason, None, source)

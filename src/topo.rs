@@ -818,12 +818,7 @@ fn root_complexes(devices: &[Device]) -> Vec<RootComplex> {
 
 /// Stage 3: GPUs in PCI bus order, joined with NVML on the numeric BDF.
 fn gpus(inv: &Inventory, devices: &[Device], notes: &mut Vec<String>) -> Vec<Gpu> {
-    let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
-        .nvml
-        .gpus
-        .iter()
-        .filter_map(|g| Some((g.bdf()?, g)))
-        .collect();
+    let nvml_by_bdf = inv.nvml.by_bdf();
     let gpu_devs: Vec<&Device> = devices
         .iter()
         .filter(|d| d.kind == DeviceKind::Gpu)
@@ -1062,12 +1057,7 @@ pub fn build(inv: &Inventory) -> Topology {
     let gpus = gpus(inv, &devices, &mut notes);
     let (nics, software_rdma, unresolved_rdma) = nics(inv, &mut notes);
     let nics_without_rdma = rdmaless_nics(inv, &nics, &unresolved_rdma, &mut notes);
-    let nvml_by_bdf: BTreeMap<Bdf, &NvmlGpu> = inv
-        .nvml
-        .gpus
-        .iter()
-        .filter_map(|g| Some((g.bdf()?, g)))
-        .collect();
+    let nvml_by_bdf = inv.nvml.by_bdf();
     let graph = PciGraph {
         inv,
         roles,

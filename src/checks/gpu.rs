@@ -35,18 +35,6 @@ fn gib(b: u64) -> String {
     }
 }
 
-/// NVML's records by PCI address, each address parsed once (the first record wins, as a
-/// search from the front would find it).
-fn nvml_by_bdf<'a>(ctx: &'a Ctx) -> BTreeMap<Bdf, &'a NvmlGpu> {
-    let mut by = BTreeMap::new();
-    for g in &ctx.inv.nvml.gpus {
-        if let Some(b) = g.bdf() {
-            by.entry(b).or_insert(g);
-        }
-    }
-    by
-}
-
 fn nvml_missing(ctx: &Ctx) -> String {
     ctx.inv
         .nvml
@@ -67,7 +55,7 @@ fn each_gpu(
         out.push(Finding::new(id, "host", Status::Skip, "no NVIDIA GPUs").not_applicable());
         return;
     }
-    let nvml = nvml_by_bdf(ctx);
+    let nvml = ctx.inv.nvml.by_bdf();
     for g in &ctx.topo.gpus {
         check(g, nvml.get(&g.bdf).copied(), out);
     }
