@@ -505,37 +505,47 @@ impl Inventory {
             // devices, gpu.bar1 reads a GPU's `resource` (bridges and plain NICs: nothing).
             let rdma_bdfs: std::collections::BTreeSet<Bdf> =
                 rdma.iter().filter_map(RdmaDevice::bdf).collect();
-            let wanted: Vec<(&PciFunction, bool)> = pci
+            // Groups to look up only when there are any (none: IOMMU off, nothing to read).
+            let iommu_on = host.iommu_groups.value().is_some_and(|g| !g.is_empty());
+            // Each subject: its extras where wanted (Some(is a GPU)), and its IOMMU group
+            // where judged (iommu.mode judges every GPU and every function behind an RDMA
+            // device), read in one pass so each device's directory is opened once for both.
+            let subjects: Vec<(&PciFunction, Option<bool>, bool)> = pci
                 .values()
                 .filter_map(|f| {
-                    let c = pci::ClassCode(*f.class.value()?);
-                    let gpu = f.vendor.value() == Some(&pci::VENDOR_NVIDIA) && c.is_display();
+                    let class = f.class.value().map(|c| pci::ClassCode(*c));
+                    let gpu = f.vendor.value() == Some(&pci::VENDOR_NVIDIA)
+                        && class.is_some_and(|c| c.is_display());
                     // A NIC of an RDMA-capable family is judged with or without its RDMA
                     // device.
-                    let nic = (rdma_bdfs.contains(&f.bdf) || crate::nic::family(f.ids()).is_some())
-                        && (c.is_bridge_pci() || c.is_network());
-                    (gpu || nic).then_some((f, gpu))
+                    let extras = class.and_then(|c| {
+                        let nic = (rdma_bdfs.contains(&f.bdf)
+                            || crate::nic::family(f.ids()).is_some())
+                            && (c.is_bridge_pci() || c.is_network());
+                        (gpu || nic).then_some(gpu)
+                    });
+                    let iommu = iommu_on && (gpu || rdma_bdfs.contains(&f.bdf));
+                    (extras.is_some() || iommu).then_some((f, extras, iommu))
                 })
                 .collect();
-            let read = crate::workers::map_if(!sr.is_in_memory(), &wanted, |(f, gpu)| {
-                (f.bdf, read_extras(sr, f, *gpu))
+            let read = crate::workers::map_if(!sr.is_in_memory(), &subjects, |(f, x, iommu)| {
+                (
+                    f.bdf,
+                    x.map(|gpu| read_extras(sr, f, gpu)),
+                    iommu.then(|| iommu_group(sr, f)),
+                )
             });
-            // iommu.mode judges every GPU and every function behind an RDMA device.
-            let judged: Vec<&PciFunction> = pci
-                .values()
-                .filter(|f| {
-                    rdma_bdfs.contains(&f.bdf)
-                        || (f.vendor.value() == Some(&pci::VENDOR_NVIDIA)
-                            && f.class
-                                .value()
-                                .is_some_and(|c| pci::ClassCode(*c).is_display()))
-                })
-                .collect();
-            // Groups to look up only when there are any (none: IOMMU off, nothing to read).
-            if host.iommu_groups.value().is_some_and(|g| !g.is_empty()) {
-                read_iommu(sr, &judged, &mut host);
+            for (bdf, x, group) in read {
+                if let Some(x) = x {
+                    extras.insert(bdf, x);
+                }
+                if let Some(g) = group {
+                    host.iommu_group_of.insert(bdf, g);
+                }
             }
-            extras.extend(read);
+            if iommu_on {
+                read_iommu_types(sr, &mut host);
+            }
         }
         notes.sort();
         Ok(Inventory {
@@ -1260,29 +1270,24 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> DeviceExtras {
 /// "unknown" (no default domain) is the kernel not knowing, so it is not among them.
 const IOMMU_DOMAIN_TYPES: [&str; 5] = ["blocked", "identity", "unmanaged", "DMA", "DMA-FQ"];
 
-/// The IOMMU group of each of `judged` (from its `iommu_group` link: one readlink, where
-/// listing every group's members costs a directory per group) and the type of those groups.
-pub fn read_iommu(sr: &SysRoot, judged: &[&PciFunction], h: &mut Host) {
-    let links = crate::workers::map_if(!sr.is_in_memory(), judged, |f| {
-        (
-            f.bdf,
-            sr.link_name(&format!("{}/iommu_group", f.sysfs_path)),
-        )
-    });
-    for (b, r) in links {
-        let group = match r {
-            Ok(name) => match name.parse::<u32>() {
-                Ok(g) => Reading::Value(g),
-                Err(_) => Reading::Unknown(format!(
-                    "iommu_group link names '{name}', not a group number"
-                )),
-            },
-            // No link: the device is in no IOMMU group.
-            Err(ReadError::NotFound(_)) => Reading::absent("no iommu_group link: in no group"),
-            Err(e) => Reading::Unknown(e.to_string()),
-        };
-        h.iommu_group_of.insert(b, group);
+/// The IOMMU group of `f` (from its `iommu_group` link: one readlink, where listing every
+/// group's members costs a directory per group).
+fn iommu_group(sr: &SysRoot, f: &PciFunction) -> Reading<u32> {
+    match sr.link_name(&format!("{}/iommu_group", f.sysfs_path)) {
+        Ok(name) => match name.parse::<u32>() {
+            Ok(g) => Reading::Value(g),
+            Err(_) => Reading::Unknown(format!(
+                "iommu_group link names '{name}', not a group number"
+            )),
+        },
+        // No link: the device is in no IOMMU group.
+        Err(ReadError::NotFound(_)) => Reading::absent("no iommu_group link: in no group"),
+        Err(e) => Reading::Unknown(e.to_string()),
     }
+}
+
+/// The type of each IOMMU group named in `h.iommu_group_of`.
+fn read_iommu_types(sr: &SysRoot, h: &mut Host) {
     let groups: std::collections::BTreeSet<u32> = h
         .iommu_group_of
         .values()
@@ -1459,7 +1464,7 @@ pub fn read_host(sr: &SysRoot) -> Host {
         }
     }
     // The groups' names only: members and types are read for the judged devices
-    // (`read_iommu`), not for every group on the host.
+    // (`read_iommu_types`), not for every group on the host.
     h.iommu_groups = match sr.list_names("/sys/kernel/iommu_groups") {
         // The kernel names groups by number only; anything else is not a group.
         Ok(groups) => Reading::Value(groups.iter().filter_map(|g| g.parse().ok()).collect()),

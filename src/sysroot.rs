@@ -216,19 +216,22 @@ type Recorded = HashMap<String, memory::Recorded, Fnv>;
 /// A resolved directory: its physical path below the root (components joined by '/').
 type Dir = Arc<str>;
 
-/// An open O_PATH handle on a directory, shared so that no lock is held while the kernel opens
-/// a file relative to it.
-type DirFd = Arc<std::os::fd::OwnedFd>;
+/// An open handle on a directory (and, for a recorded tree, its listing), shared so that no
+/// lock is held while the kernel opens a file relative to it.
+type DirFd = Arc<directory::Handle>;
 
 #[derive(Default)]
 struct DirCache {
     /// Kernel directory path (as written by callers) -> its resolved path, shared so that a
     /// read does not copy it.
     parents: HashMap<String, Dir, Fnv>,
-    /// Recently used directory handles (see `dir_fd`), keyed by resolved path (no leading
+    /// Recently opened directory handles (see `dir_fd`), keyed by resolved path (no leading
     /// slash), or, for a directory the kernel resolved (`kernel_dir_fd`), by its kernel path
-    /// (leading slash): the two never collide.
-    fds: Vec<(Dir, DirFd)>,
+    /// (leading slash): the two never collide. At most DIR_CACHE, the oldest closed first
+    /// (`opened`).
+    fds: HashMap<Dir, DirFd, Fnv>,
+    /// The keys of `fds`, oldest first.
+    opened: std::collections::VecDeque<Dir>,
     /// What listings of recorded trees' directories showed (`list_entries`), keyed as `fds`
     /// is (a directory is found both ways), so that a read of a file in a directory already
     /// listed needs no stat before its open.
@@ -244,13 +247,8 @@ impl DirCache {
         Some(self.listings.get(dir)?.kind(name))
     }
 
-    fn fd(&self, dir: &Dir) -> Option<DirFd> {
-        // Most reads name a directory just resolved through `parents`: the same Arc.
-        self.fds
-            .iter()
-            .rev()
-            .find(|(k, _)| Arc::ptr_eq(k, dir) || **k == **dir)
-            .map(|(_, fd)| fd.clone())
+    fn fd(&self, dir: &str) -> Option<DirFd> {
+        self.fds.get(dir).cloned()
     }
 }
 
@@ -357,9 +355,10 @@ thread_local! {
     static FIRST: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; FIRST_READ]);
 }
 
-/// Directory handles kept open: discovery reads one directory at a time per thread, so a few
-/// dozen suffice.
-const DIR_CACHE: usize = 32;
+/// Directory handles kept open: discovery reads one directory at a time per thread, and opens
+/// a directory below one it holds by its name alone (`kernel_dir_fd`), so the handles of a
+/// device's directories stay while they are read.
+const DIR_CACHE: usize = 128;
 
 /// Most directory entries kept from listings over a run (`DirCache::listings`, a few tens of
 /// bytes each); past it, a file's type is asked of the kernel before its open, as for a
@@ -933,7 +932,10 @@ impl SysRoot {
         if let Some(fd) = self.lock_dirs().fd(dir) {
             return Ok(fd);
         }
-        let owned = Arc::new(self.disk().open_resolved(dir, &self.host_path(dir))?);
+        let owned = Arc::new(
+            self.disk()
+                .open_resolved(dir, &self.host_path(dir), !self.live)?,
+        );
         Ok(self.keep_dir_fd(dir, owned))
     }
 
@@ -957,20 +959,53 @@ impl SysRoot {
             // where a link led: such a path, rare, is walked here.
             return None;
         }
-        let key: Dir = Arc::from(kdir);
-        if let Some(fd) = self.lock_dirs().fd(&key) {
-            return Some(fd);
-        }
-        let owned = Arc::new(self.disk().open_kernel(rel).ok()?);
-        Some(self.keep_dir_fd(&key, owned))
+        let parent = {
+            let dirs = self.lock_dirs();
+            if let Some(fd) = dirs.fd(kdir) {
+                return Some(fd);
+            }
+            kdir.rsplit_once('/').and_then(|(p, name)| {
+                let p = if p.is_empty() { "/" } else { p };
+                Some((dirs.fd(p)?, name))
+            })
+        };
+        // Below a directory already open, a name that its listing shows as a directory (or,
+        // unlisted, one that opens without following a link) is the directory the kernel's
+        // walk from the root would reach: one lookup instead of a walk of the whole path.
+        let below = match parent {
+            Some((p, name)) => match p.listed().map(|l| l.kind(name)) {
+                Some(Some(EntryKind::Dir)) | None => p.open_below(name, true).ok(),
+                Some(Some(EntryKind::Link)) => None,
+                // Not there, or not a directory: the walk says how.
+                Some(_) => return None,
+            },
+            None => None,
+        };
+        let owned = match below {
+            Some(h) => h,
+            None => self.disk().open_kernel(rel, true).ok()?,
+        };
+        Some(self.keep_dir_fd(&Arc::from(kdir), Arc::new(owned)))
     }
 
     /// Keep `fd` among the recent directory handles under `key`, closing the oldest.
     fn keep_dir_fd(&self, key: &Dir, owned: DirFd) -> DirFd {
         let evicted = {
             let mut cache = self.lock_dirs();
-            let evicted = (cache.fds.len() >= DIR_CACHE).then(|| cache.fds.remove(0));
-            cache.fds.push((key.clone(), owned.clone()));
+            if let Some(held) = cache.fds.get(key) {
+                // Another thread opened it meanwhile: keep one.
+                return held.clone();
+            }
+            let evicted = if cache.opened.len() >= DIR_CACHE {
+                cache
+                    .opened
+                    .pop_front()
+                    .and_then(|old| cache.fds.remove(&old))
+            } else {
+                None
+            };
+            cache.opened.push_back(key.clone());
+            cache.fds.insert(key.clone(), owned.clone());
             evicted
         };
         // Closed (when no reader still holds it) after the lock is released.
@@ -1017,6 +1052,8 @@ impl SysRoot {
         // else looked at without following.
         let listed = if live {
             None
+        } else if let Some(l) = dirfd.listed() {
+            Some(l.kind(name))
         } else {
             self.lock_dirs().listed(dir, name)
         };
@@ -1479,9 +1516,16 @@ impl SysRoot {
         if self.replays_errors() {
             self.recorded_error(kpath, &self.resolve(kpath, false)?)?;
         }
+        let _reading = self.in_flight();
+        if let Some(h) = self.kernel_dir_fd(kpath)
+            && let Some(l) = h.listing()
+        {
+            // A recorded tree's directory, resolved by the kernel and listed through its
+            // handle (once: reads in it then need no stat).
+            return self.entries_of(kpath, l, kinds, max);
+        }
         let comps = self.resolve(kpath, true)?;
         self.recorded_error(kpath, &comps)?;
-        let _reading = self.in_flight();
         if let Some(m) = &self.mem {
             let mut ents = m
                 .read_dir(&comps)
@@ -1553,6 +1597,43 @@ impl SysRoot {
         if let Some(t) = typed {
             self.keep_listing(kpath, &comps, t);
         }
+        Ok(out)
+    }
+
+    /// `list_entries` from the listing `l` of the directory at `kpath`, as a listing of the
+    /// directory itself gives them.
+    fn entries_of(
+        &self,
+        kpath: &str,
+        l: &Listing,
+        kinds: bool,
+        max: usize,
+    ) -> Result<Vec<Entry>, ReadError> {
+        let mut out = Vec::with_capacity(l.len());
+        for (name, kind) in l.iter() {
+            if name == KEEP_FILE {
+                continue;
+            }
+            if out.len() >= max {
+                return Err(Self::too_many(kpath, max));
+            }
+            let is_symlink = kind == EntryKind::Link;
+            let is_dir = if is_symlink && kinds {
+                // A link to a directory counts as one when it resolves inside the root.
+                let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
+                self.resolve(&child, true)
+                    .map(|c| self.host_path(&c).is_dir())
+                    .unwrap_or(false)
+            } else {
+                kind == EntryKind::Dir
+            };
+            out.push(Entry {
+                name: name.to_string(),
+                is_dir,
+                is_symlink,
+            });
+        }
+        out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 
@@ -1716,6 +1797,73 @@ mod tests {
     fn absolute_links_are_rerooted() {
         let (_d, s) = tree();
         assert!(s.exists("/sys/abs/0000:00:01.0/numa_node"));
+    }
+
+    #[test]
+    fn listings_and_opens_below_held_directories_keep_every_rule() {
+        let (_d, s) = tree();
+        let r = s.root_dir().to_path_buf();
+        let dev = r.join("sys/devices/pci0000:00/0000:00:01.0");
+        fs::create_dir_all(dev.join("power")).unwrap();
+        fs::write(dev.join(KEEP_FILE), "").unwrap();
+        fs::write(r.join("sys/devices/pci0000:00/shallow"), "1\n").unwrap();
+        symlink("power", dev.join("power_link")).unwrap();
+        symlink("numa_node", dev.join("numa_link")).unwrap();
+        symlink("../../../../..", dev.join("up")).unwrap();
+        let fifo =
+            std::ffi::CString::new(dev.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: fifo is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let want = [
+            ("fifo", false, false),
+            ("numa_link", false, true),
+            ("numa_node", false, false),
+            ("power", true, false),
+            ("power_link", true, true),
+            ("up", true, true),
+        ];
+        // The same entries however the directory is named, listed through its handle or not.
+        for via in [
+            "/sys/bus/pci/devices/0000:00:01.0",
+            "/sys/devices/pci0000:00/0000:00:01.0",
+            "/sys/abs/0000:00:01.0",
+            "/sys/abs/0000:00:01.0/up/sys/abs/0000:00:01.0",
+        ] {
+            let got: Vec<(String, bool, bool)> = s
+                .list(via)
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.name, e.is_dir, e.is_symlink))
+                .collect();
+            let want: Vec<(String, bool, bool)> = want
+                .iter()
+                .map(|(n, d, l)| (n.to_string(), *d, *l))
+                .collect();
+            assert_eq!(got, want, "{via}");
+            assert_eq!(s.read_text(&format!("{via}/numa_link")).unwrap(), "-1");
+            let e = s.read_text(&format!("{via}/fifo")).unwrap_err().to_string();
+            assert!(e.contains(NOT_REGULAR), "{e}");
+            // A directory below the held one: by its name where it is one, through the walk
+            // where it is a link (`up` climbs to the tree's root, never above it).
+            assert!(matches!(
+                s.read_text(&format!("{via}/power/absent")),
+                Err(ReadError::NotFound(_))
+            ));
+            assert_eq!(
+                s.read_text(&format!("{via}/up/sys/devices/pci0000:00/shallow"))
+                    .unwrap(),
+                "1"
+            );
+            assert!(matches!(
+                s.read_text(&format!("{via}/numa_node/x")),
+                Err(ReadError::NotFound(_)) | Err(ReadError::Io { .. })
+            ));
+        }
+        // Past the tree's root, nothing: the host's /etc is never reached from a held handle.
+        assert!(matches!(
+            s.read_text("/sys/abs/0000:00:01.0/up/up/etc/passwd"),
+            Err(ReadError::NotFound(_))
+        ));
     }
 
     #[test]

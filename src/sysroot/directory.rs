@@ -9,17 +9,20 @@
 //! - `open_kernel`: a directory named as a kernel path (`sys/bus/pci/devices/0000:17:00.0`)
 //!   is resolved by the kernel in one system call instead of one readlink per component.
 //!
-//! It also keeps what a listing of a directory showed (`Listing`: each entry's type, as the
-//! listing's d_type gave it), so that reading a file in a directory already listed needs no
-//! stat to know it is a regular file before opening it.
+//! A directory of a recorded tree is opened once for a while (`Handle`) and listed through the
+//! same handle when a listing is asked for (each entry's type, as the listing's d_type gave
+//! it), so that reading a file in a listed directory needs no stat to know it is a regular
+//! file before opening it, and a listing needs no walk and no second open; a directory below
+//! one held open is opened by its one name instead of a walk from the root.
 //!
 //! Where openat2 is refused (ENOSYS on older kernels, EPERM or ENOSYS from a seccomp filter)
 //! `open_kernel` says so (`Unsupported`) and the reader walks the path itself as it always
 //! has; `open_resolved` opens the resolved path under the root, not following a final link.
 //!
-//! This module must not follow a link out of the root, read or list what it opens, or write.
-//! A listing is a hint that spares a system call, never the last word: every open still
-//! refuses to follow a link (O_NOFOLLOW).
+//! This module must not follow a link out of the root, read what it opens, or write; it lists
+//! only the directories of recorded trees (never the live machine's), at most
+//! MAX_HANDLE_ENTRIES entries each, and only where asked. A listing is a hint that spares a
+//! system call, never the last word: every open still refuses to follow a link (O_NOFOLLOW).
 
 use std::ffi::CString;
 use std::io;
@@ -37,44 +40,228 @@ pub(super) enum EntryKind {
     Special,
 }
 
-/// The entries a complete listing of a directory showed, with their types, sorted by name.
+/// The entries a complete listing of a directory showed, with their types.
 #[derive(Debug, Default)]
 pub(super) struct Listing {
     /// Every name, one after another.
     names: String,
-    /// (start in `names`, length, type), sorted by name.
+    /// (start in `names`, length, type): sorted by name when `sorted`, else in the order the
+    /// directory gave them (a few tens, looked through faster than sorted).
     entries: Vec<(u32, u32, EntryKind)>,
+    sorted: bool,
 }
+
+/// A listing of at most this many entries is looked through rather than sorted.
+const SCAN_ENTRIES: usize = 64;
 
 impl Listing {
     /// A listing of `entries` (every entry of the directory: a name absent from it is absent
     /// from the directory); None when it would not fit the offsets.
-    pub(super) fn new(mut entries: Vec<(String, EntryKind)>) -> Option<Listing> {
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    pub(super) fn new(entries: Vec<(String, EntryKind)>) -> Option<Listing> {
         let mut l = Listing {
             names: String::with_capacity(entries.iter().map(|e| e.0.len()).sum()),
             entries: Vec::with_capacity(entries.len()),
+            sorted: false,
         };
         for (name, kind) in entries {
-            let start = u32::try_from(l.names.len()).ok()?;
-            let len = u32::try_from(name.len()).ok()?;
-            l.names.push_str(&name);
-            l.entries.push((start, len, kind));
+            l.push(&name, kind)?;
         }
-        Some(l)
+        Some(l.sorted())
+    }
+
+    /// Add `name` (not yet in order); None when it would not fit the offsets.
+    fn push(&mut self, name: &str, kind: EntryKind) -> Option<()> {
+        let start = u32::try_from(self.names.len()).ok()?;
+        let len = u32::try_from(name.len()).ok()?;
+        start.checked_add(len)?;
+        self.names.push_str(name);
+        self.entries.push((start, len, kind));
+        Some(())
+    }
+
+    /// The entries put in order by name.
+    fn sorted(mut self) -> Listing {
+        let names = &self.names;
+        self.entries.sort_unstable_by(|a, b| {
+            names[a.0 as usize..(a.0 + a.1) as usize]
+                .cmp(&names[b.0 as usize..(b.0 + b.1) as usize])
+        });
+        self.sorted = true;
+        self
+    }
+
+    /// The entries as they are, or sorted where a listing is too long to look through.
+    fn searchable(self) -> Listing {
+        if self.entries.len() > SCAN_ENTRIES {
+            self.sorted()
+        } else {
+            self
+        }
+    }
+
+    fn name(&self, e: &(u32, u32, EntryKind)) -> &str {
+        &self.names[e.0 as usize..(e.0 + e.1) as usize]
     }
 
     /// The type of `name`: None when the directory holds no such entry.
     pub(super) fn kind(&self, name: &str) -> Option<EntryKind> {
+        if self.sorted {
+            return self
+                .entries
+                .binary_search_by(|e| self.name(e).cmp(name))
+                .ok()
+                .map(|i| self.entries[i].2);
+        }
         self.entries
-            .binary_search_by(|e| self.names[e.0 as usize..(e.0 + e.1) as usize].cmp(name))
-            .ok()
-            .map(|i| self.entries[i].2)
+            .iter()
+            .find(|e| e.1 as usize == name.len() && self.name(e) == name)
+            .map(|e| e.2)
+    }
+
+    /// Every entry and its type (sorted by name only where `sorted`).
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&str, EntryKind)> {
+        self.entries.iter().map(|e| (self.name(e), e.2))
     }
 
     /// Entries held.
     pub(super) fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// Most entries a handle's listing may hold (`Handle`); a larger directory has none (then
+/// each read in it asks its file's type first, and a listing of it is made, and bounded, by
+/// the caller). sysfs directories hold tens of entries; mlx5's hw_counters about a hundred.
+const MAX_HANDLE_ENTRIES: usize = 4096;
+
+/// An open directory: a place to open files from (`fd`), and, for a recorded tree, what it
+/// holds once somebody asks (`listing`, made once: None for the live machine's, for a
+/// directory too large or not readable, or where the filesystem gives no entry types).
+#[derive(Debug)]
+pub(super) struct Handle {
+    fd: OwnedFd,
+    /// Whether `fd` may be listed (opened with READ_FLAGS).
+    readable: bool,
+    listing: std::sync::OnceLock<Option<Listing>>,
+}
+
+impl AsRawFd for Handle {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Handle {
+    fn new(fd: OwnedFd, readable: bool) -> Handle {
+        Handle {
+            fd,
+            readable,
+            listing: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// What the directory holds, listed on the first call (once: later calls, from any
+    /// thread, get the same listing). None where it cannot be listed (see `Handle`).
+    pub(super) fn listing(&self) -> Option<&Listing> {
+        if !self.readable {
+            return None;
+        }
+        self.listing.get_or_init(|| list_fd(&self.fd)).as_ref()
+    }
+
+    /// The listing if one was made already (never lists).
+    pub(super) fn listed(&self) -> Option<&Listing> {
+        self.listing.get()?.as_ref()
+    }
+
+    /// The plain directory `name` below this one (no link followed: a link, or anything that
+    /// is not a directory, fails), readable when `readable`. A name that is a directory here
+    /// is the directory a walk from the root would find below this one, whatever that walk
+    /// followed to get here.
+    pub(super) fn open_below(&self, name: &str, readable: bool) -> io::Result<Handle> {
+        let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let open = |flags: i32| {
+            // SAFETY: self.fd is live; c is NUL-terminated; a descriptor returned is owned by
+            // the OwnedFd below.
+            let fd =
+                unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags | libc::O_NOFOLLOW) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        open_handle(readable, open)
+    }
+}
+
+/// A handle from `open` (given the flags to open with): one that may be listed when
+/// `readable` and the directory may be read; a directory that may only be searched is opened
+/// as a place to open files from.
+fn open_handle(readable: bool, open: impl Fn(i32) -> io::Result<OwnedFd>) -> io::Result<Handle> {
+    if !readable {
+        return open(DIR_FLAGS).map(|fd| Handle::new(fd, false));
+    }
+    match open(READ_FLAGS) {
+        Ok(fd) => Ok(Handle::new(fd, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            open(DIR_FLAGS).map(|fd| Handle::new(fd, false))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Every entry of the directory open on `fd` (from its start: the handle lists it once, and
+/// nothing else reads it), with its type; None when there are more than MAX_HANDLE_ENTRIES, a
+/// name is not UTF-8, the filesystem gives an entry without a type, or the listing fails.
+fn list_fd(fd: &OwnedFd) -> Option<Listing> {
+    // linux_dirent64 records are 8-byte aligned. Not zeroed first: the kernel writes the
+    // records, and only the bytes it says it wrote are read.
+    let mut buf = std::mem::MaybeUninit::<[u64; 2048]>::uninit();
+    let mut l = Listing::default();
+    loop {
+        // SAFETY: fd is a live directory descriptor; buf is writable for its whole length,
+        // which is what we pass.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                std::mem::size_of_val(&buf),
+            )
+        };
+        let n = usize::try_from(n).ok()?.min(std::mem::size_of_val(&buf));
+        if n == 0 {
+            return Some(l.searchable());
+        }
+        // SAFETY: getdents64(2) wrote the first n bytes of buf (n <= its size).
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+        let mut at = 0usize;
+        while at < n {
+            // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+            let rec = bytes.get(at..)?;
+            let reclen = usize::from(u16::from_ne_bytes([*rec.get(16)?, *rec.get(17)?]));
+            if reclen == 0 {
+                return None;
+            }
+            let name = rec.get(19..reclen)?;
+            let name = &name[..name.iter().position(|b| *b == 0)?];
+            at += reclen;
+            let kind = match *rec.get(18)? {
+                libc::DT_REG => EntryKind::File,
+                libc::DT_DIR => EntryKind::Dir,
+                libc::DT_LNK => EntryKind::Link,
+                libc::DT_UNKNOWN => return None,
+                _ => EntryKind::Special,
+            };
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if l.entries.len() >= MAX_HANDLE_ENTRIES {
+                return None;
+            }
+            l.push(std::str::from_utf8(name).ok()?, kind)?;
+        }
     }
 }
 
@@ -87,8 +274,10 @@ pub(super) struct Root {
     openat2: AtomicBool,
 }
 
-/// Flags for a directory handle: a place to open files from, never read itself.
+/// Flags for a directory handle that is never listed: a place to open files from.
 const DIR_FLAGS: i32 = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+/// Flags for a directory handle of a recorded tree, listed once as it is opened.
+const READ_FLAGS: i32 = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
 
 impl Root {
     pub(super) fn open(root: &Path) -> Root {
@@ -108,35 +297,50 @@ impl Root {
     }
 
     /// The directory `rel` (below the root, no leading slash; "" is the root), resolved by
-    /// the kernel inside the root, links followed. `Unsupported` when openat2 cannot be used.
-    pub(super) fn open_kernel(&self, rel: &str) -> io::Result<OwnedFd> {
-        self.openat2(rel, libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS)
+    /// the kernel inside the root, links followed; one that may be listed when `readable`.
+    /// `Unsupported` when openat2 cannot be used.
+    pub(super) fn open_kernel(&self, rel: &str, readable: bool) -> io::Result<Handle> {
+        open_handle(readable, |flags| {
+            self.openat2(
+                rel,
+                flags,
+                libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+            )
+        })
     }
 
     /// The resolved directory `phys` (below the root, no link among its components; "" is
-    /// the root), opened without following any link; `host` is the same directory as a host
-    /// path, for kernels without openat2.
-    pub(super) fn open_resolved(&self, phys: &str, host: &Path) -> io::Result<OwnedFd> {
-        match self.openat2(
-            phys,
-            libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-        ) {
-            Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
-            r => return r,
-        }
-        let c = CString::new(host.as_os_str().as_encoded_bytes())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: c is a valid NUL-terminated path; a descriptor returned is owned by the
-        // OwnedFd below.
-        let fd = unsafe { libc::open(c.as_ptr(), DIR_FLAGS | libc::O_NOFOLLOW) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by open(2) and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    /// the root), opened without following any link; one that may be listed when `readable`;
+    /// `host` is the same directory as a host path, for kernels without openat2.
+    pub(super) fn open_resolved(
+        &self,
+        phys: &str,
+        host: &Path,
+        readable: bool,
+    ) -> io::Result<Handle> {
+        open_handle(readable, |flags| {
+            match self.openat2(
+                phys,
+                flags,
+                libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+            ) {
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
+                r => return r,
+            }
+            let c = CString::new(host.as_os_str().as_encoded_bytes())
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            // SAFETY: c is a valid NUL-terminated path; a descriptor returned is owned by the
+            // OwnedFd below.
+            let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NOFOLLOW) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: fd was just returned by open(2) and is owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })
     }
 
-    fn openat2(&self, rel: &str, resolve: u64) -> io::Result<OwnedFd> {
+    fn openat2(&self, rel: &str, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
         let unsupported = || io::Error::from(io::ErrorKind::Unsupported);
         let Some(root) = self
             .fd
@@ -149,7 +353,7 @@ impl Root {
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: open_how is plain integers; all zero is its default.
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = DIR_FLAGS as u64;
+        how.flags = flags as u64;
         how.resolve = resolve;
         // SAFETY: root is a live descriptor; rel is NUL-terminated; how is a valid open_how and
         // its size is what we pass.
@@ -205,7 +409,7 @@ mod tests {
     }
 
     /// The directory a handle from `open_kernel` is on, as a host path.
-    fn where_is(fd: &OwnedFd) -> std::path::PathBuf {
+    fn where_is(fd: &impl AsRawFd) -> std::path::PathBuf {
         std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap()
     }
 
@@ -214,7 +418,7 @@ mod tests {
         let (_d, r) = tree();
         let root = Root::open(&r);
         let r = std::fs::canonicalize(&r).unwrap();
-        match root.open_kernel("sys/bus/pci/devices/0000:00:01.0") {
+        match root.open_kernel("sys/bus/pci/devices/0000:00:01.0", true) {
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {
                 eprintln!("openat2 not available here: the reader walks paths itself");
                 return;
@@ -225,17 +429,19 @@ mod tests {
             ),
         }
         // `..` stops at the root: a link lands on the tree's own root, never beside it.
-        assert_eq!(where_is(&root.open_kernel("sys/up").unwrap()), r);
+        assert_eq!(where_is(&root.open_kernel("sys/up", true).unwrap()), r);
         assert_eq!(
-            root.open_kernel("sys/away").unwrap_err().raw_os_error(),
+            root.open_kernel("sys/away", false)
+                .unwrap_err()
+                .raw_os_error(),
             Some(libc::ENOENT)
         );
         // An absolute target starts from the root.
         assert_eq!(
-            where_is(&root.open_kernel("sys/top/sys").unwrap()),
+            where_is(&root.open_kernel("sys/top/sys", false).unwrap()),
             r.join("sys")
         );
-        assert_eq!(where_is(&root.open_kernel("../../..").unwrap()), r);
+        assert_eq!(where_is(&root.open_kernel("../../..", true).unwrap()), r);
     }
 
     #[test]
@@ -266,9 +472,12 @@ mod tests {
             "sys/up",
             "sys/bus/pci/devices/0000:00:01.0",
         ] {
-            assert!(root.open_resolved(phys, &r.join(phys)).is_err(), "{phys}");
+            assert!(
+                root.open_resolved(phys, &r.join(phys), true).is_err(),
+                "{phys}"
+            );
         }
-        assert!(root.open_resolved("sys", &r.join("sys")).is_ok());
-        assert!(root.open_resolved("", &r).is_ok());
+        assert!(root.open_resolved("sys", &r.join("sys"), true).is_ok());
+        assert!(root.open_resolved("", &r, false).is_ok());
     }
 }
