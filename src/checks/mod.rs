@@ -295,6 +295,10 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
             _ => None,
         })
         .collect();
+    // Where every PCI function was identified (the rule), no finding joins a check's after it
+    // ran: each check's findings are sorted and folded on its own worker, and joined in
+    // catalog order (CheckId order) they are what sorting and folding them all gives.
+    let identified = pcie::unidentified(ctx).is_empty();
     let found = crate::workers::map_min(&facts, 1, |(id, check)| {
         let mut out = Vec::new();
         check(ctx, &mut out);
@@ -304,9 +308,20 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
         );
         // In order here, side by side: the sort of all of them below then merges runs.
         sort_findings(&mut out);
+        if identified {
+            fold_excess(&mut out);
+        }
         out
     });
     let mut out: Vec<Finding> = found.into_iter().flatten().collect();
+    if identified {
+        debug_assert!(
+            out.is_sorted_by_key(|f| f.id),
+            "checks joined out of CheckId order"
+        );
+        debug_assert_sound(&out);
+        return out;
+    }
     // A function that may be a GPU or NIC but could not be identified: unknown, never absent.
     let unidentified = pcie::unidentified_skips(ctx, &out);
     out.extend(unidentified);
@@ -339,7 +354,11 @@ pub const MAX_FINDINGS_PER_KIND: usize = 256;
 /// The kind of a subject, from a small fixed set (a hostile tree names its devices freely;
 /// the kinds must stay few so that the findings stay few).
 fn subject_kind(subject: &str) -> &'static str {
-    if crate::pci::Bdf::parse(subject).is_some() {
+    if is_folded(subject) {
+        // What an earlier fold left ("1144 more devices"): never folded among the devices
+        // it stands for (a second fold would bury one fold's count inside another's).
+        "folded findings"
+    } else if crate::pci::Bdf::parse(subject).is_some() {
         "PCI functions"
     } else if subject == "host" {
         "host"
@@ -354,6 +373,13 @@ fn subject_kind(subject: &str) -> &'static str {
     } else {
         "devices"
     }
+}
+
+/// Whether `subject` is a folded finding's ("N more KIND", see `fold_excess`).
+fn is_folded(subject: &str) -> bool {
+    subject
+        .split_once(" more ")
+        .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Bound the findings by the checks, not by the input: past `MAX_FINDINGS_PER_KIND` findings
@@ -612,5 +638,84 @@ mod tests {
         assert_eq!(suggest("zzzzzzzz"), None);
         assert_eq!(suggest(""), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    /// 600 RDMA devices (subjects of the "devices" kind) and 300 PCI functions under two
+    /// checks, each check's findings in order, a few failing.
+    fn many() -> Vec<Finding> {
+        let mut out = Vec::new();
+        for id in [CheckId::RdmaMlx5dv, CheckId::RdmaDriver] {
+            let mut mine = Vec::new();
+            for i in 0..600 {
+                let st = if i % 97 == 5 {
+                    Status::Fail
+                } else {
+                    Status::Pass
+                };
+                let mut f = Finding::new(id, format!("mlx5_{i}"), st, format!("device {i}"));
+                if st == Status::Fail {
+                    f = f.fix("replace it");
+                }
+                mine.push(f);
+            }
+            for i in 0..300u32 {
+                let b = format!("0000:{:02x}:{:02x}.{}", i / 64, (i % 64) / 8, i % 8);
+                mine.push(Finding::new(id, b, Status::Pass, "function"));
+            }
+            sort_findings(&mut mine);
+            out.extend(mine);
+        }
+        out
+    }
+
+    #[test]
+    fn folding_again_changes_nothing() {
+        let mut once = many();
+        fold_excess(&mut once);
+        let mut twice = once.clone();
+        fold_excess(&mut twice);
+        let subjects = |v: &[Finding]| -> Vec<String> {
+            v.iter()
+                .map(|f| format!("{} {}", f.id, f.subject))
+                .collect()
+        };
+        assert_eq!(subjects(&once), subjects(&twice));
+        // One fold per check and kind, never a fold of a fold.
+        let folded: Vec<&str> = once
+            .iter()
+            .filter(|f| is_folded(&f.subject))
+            .map(|f| f.subject.as_str())
+            .collect();
+        assert_eq!(
+            folded,
+            [
+                "44 more PCI functions",
+                "344 more devices",
+                "44 more PCI functions",
+                "344 more devices"
+            ]
+        );
+        // Every failure is kept or folded into a failing finding.
+        assert!(once.iter().filter(|f| f.status == Status::Fail).count() >= 2 * 6);
+    }
+
+    #[test]
+    fn folding_each_check_alone_is_folding_them_all() {
+        let mut all = many();
+        fold_excess(&mut all);
+        let mut each: Vec<Finding> = Vec::new();
+        for id in [CheckId::RdmaMlx5dv, CheckId::RdmaDriver] {
+            let mut mine: Vec<Finding> = many().into_iter().filter(|f| f.id == id).collect();
+            fold_excess(&mut mine);
+            each.extend(mine);
+        }
+        let show = |v: &[Finding]| -> Vec<String> {
+            v.iter()
+                .map(|f| format!("{} {} {:?} {}", f.id, f.subject, f.status, f.message))
+                .collect()
+        };
+        assert_eq!(show(&all), show(&each));
+        assert!("mlx5_3 more x".split_once(" more ").is_some() && !is_folded("mlx5_3 more x"));
+        assert!(is_folded("12 more ports") && !is_folded(" more ports"));
     }
 }
