@@ -622,6 +622,16 @@ fn bdf_of_device_link(sr: &SysRoot, path: &str) -> Result<Option<Bdf>, ReadError
         .next_back())
 }
 
+/// `dir/name`, allocated once at its length (a `format!` grows its string as it writes, and
+/// discovery builds a path for each of tens of thousands of reads).
+fn at(dir: &str, name: &str) -> String {
+    let mut p = String::with_capacity(dir.len() + 1 + name.len());
+    p.push_str(dir);
+    p.push('/');
+    p.push_str(name);
+    p
+}
+
 fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, ReadError> {
     let canon = sr.canonical(&format!("/sys/bus/pci/devices/{name}"))?;
     let comps: Vec<&str> = canon.split('/').collect();
@@ -648,9 +658,9 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     }
     let dir = canon.clone();
     let hex = |s: &str| pci::parse_hex(s);
-    let class = parsed(sr, &format!("{dir}/class"), hex);
-    let config = Reading::from_result(sr.read_bytes(&format!("{dir}/config")))
-        .map(|b| ConfigSpace::parse(&b));
+    let class = parsed(sr, &at(&dir, "class"), hex);
+    let config =
+        Reading::from_result(sr.read_bytes(&at(&dir, "config"))).map(|b| ConfigSpace::parse(&b));
     // Vendor and device ID: the first four bytes of config space (readable without root)
     // are what the `vendor`/`device` attributes show, so those two files are read only when
     // config space cannot say: unreadable, or 0xffff as a virtual function reads (the kernel
@@ -664,11 +674,11 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     let (vendor, device) = match config_ids {
         Some((v, d)) => (Reading::Value(v), Reading::Value(d)),
         None => (
-            parsed(sr, &format!("{dir}/vendor"), hex).map(|v| v as u16),
-            parsed(sr, &format!("{dir}/device"), hex).map(|v| v as u16),
+            parsed(sr, &at(&dir, "vendor"), hex).map(|v| v as u16),
+            parsed(sr, &at(&dir, "device"), hex).map(|v| v as u16),
         ),
     };
-    let driver = match sr.read_link(&format!("{dir}/driver")) {
+    let driver = match sr.read_link(&at(&dir, "driver")) {
         Ok(t) => match pci_driver_name(&t) {
             Some(d) => Reading::Value(d),
             None => Reading::Unknown(format!(
@@ -679,7 +689,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         Err(ReadError::NotFound(_)) => Reading::absent("no driver bound"),
         Err(e) => Reading::Unknown(e.to_string()),
     };
-    let numa_node = text(sr, &format!("{dir}/numa_node")).and_then(|s| {
+    let numa_node = text(sr, &at(&dir, "numa_node")).and_then(|s| {
         match numa::parse_numa_node(&s) {
             Ok(Some(n)) => Reading::Value(n),
             Ok(None) => Reading::absent(
@@ -688,7 +698,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
             Err(m) => Reading::Unknown(format!("{dir}/numa_node: {m}")),
         }
     });
-    let local_cpulist = parsed(sr, &format!("{dir}/local_cpulist"), |s| {
+    let local_cpulist = parsed(sr, &at(&dir, "local_cpulist"), |s| {
         numa::is_cpulist(s).then(|| s.to_string())
     });
     let link = match config.value().and_then(|c| c.pcie.as_ref()) {
@@ -702,7 +712,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         Some(_) => {
             Reading::absent("config space shows the function's own IDs: no virtual function")
         }
-        None => match sr.link_name(&format!("{dir}/physfn")) {
+        None => match sr.link_name(&at(&dir, "physfn")) {
             Ok(name) => match name.parse::<Bdf>() {
                 Ok(pf) => Reading::Value(pf),
                 Err(_) => Reading::Unknown(format!("not a PCI address: {name:?}")),
@@ -745,14 +755,10 @@ fn pci_driver_name(target: &str) -> Option<String> {
 /// capability (a non-root reader gets 64 bytes, a recording may lack `config`).
 fn link_from_files(sr: &SysRoot, dir: &str) -> Link {
     Link {
-        cur_gen: parsed(
-            sr,
-            &format!("{dir}/current_link_speed"),
-            pci::gen_from_speed,
-        ),
-        cur_width: parsed(sr, &format!("{dir}/current_link_width"), pci::parse_width),
-        max_gen: parsed(sr, &format!("{dir}/max_link_speed"), pci::gen_from_speed),
-        max_width: parsed(sr, &format!("{dir}/max_link_width"), pci::parse_width),
+        cur_gen: parsed(sr, &at(&dir, "current_link_speed"), pci::gen_from_speed),
+        cur_width: parsed(sr, &at(&dir, "current_link_width"), pci::parse_width),
+        max_gen: parsed(sr, &at(&dir, "max_link_speed"), pci::gen_from_speed),
+        max_width: parsed(sr, &at(&dir, "max_link_width"), pci::parse_width),
         pcie_cap: None,
     }
 }
@@ -868,7 +874,7 @@ fn list_class(sr: &SysRoot, dir: &str, notes: &mut Vec<Note>) -> (Vec<String>, C
 fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
     let name = name.to_string();
     let dir = format!("/sys/class/net/{name}");
-    let bdf = match bdf_of_device_link(sr, &format!("{dir}/device")) {
+    let bdf = match bdf_of_device_link(sr, &at(&dir, "device")) {
         Ok(Some(b)) => Reading::Value(b),
         Ok(None) => Reading::absent(format!("{dir}/device leads to no PCI function")),
         // A virtual interface (lo, bridges, veth).
@@ -876,9 +882,9 @@ fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
         Err(e) => Reading::Unknown(e.to_string()),
     };
     NetDev {
-        mtu: parsed(sr, &format!("{dir}/mtu"), |s| s.parse().ok()),
-        operstate: text(sr, &format!("{dir}/operstate")),
-        if_type: parsed(sr, &format!("{dir}/type"), |s| s.parse().ok()),
+        mtu: parsed(sr, &at(&dir, "mtu"), |s| s.parse().ok()),
+        operstate: text(sr, &at(&dir, "operstate")),
+        if_type: parsed(sr, &at(&dir, "type"), |s| s.parse().ok()),
         name,
         bdf,
     }
@@ -896,7 +902,7 @@ pub fn read_rdma_device(sr: &SysRoot, name: &str) -> Option<RdmaDevice> {
 fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
     let dir = format!("/sys/class/infiniband/{name}");
     let backing = read_backing(sr, &dir);
-    let ports = Reading::from_result(sr.list_names(&format!("{dir}/ports"))).map(|pnames| {
+    let ports = Reading::from_result(sr.list_names(&at(&dir, "ports"))).map(|pnames| {
         let mut ports: Vec<RdmaPort> = pnames
             .iter()
             .filter_map(|p| {
@@ -909,11 +915,11 @@ fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
     });
     RdmaDevice {
         backing,
-        node_type: text(sr, &format!("{dir}/node_type")),
-        hca_type: text(sr, &format!("{dir}/hca_type")),
-        fw_ver: text(sr, &format!("{dir}/fw_ver")),
-        node_guid: text(sr, &format!("{dir}/node_guid")),
-        board_id: text(sr, &format!("{dir}/board_id")),
+        node_type: text(sr, &at(&dir, "node_type")),
+        hca_type: text(sr, &at(&dir, "hca_type")),
+        fw_ver: text(sr, &at(&dir, "fw_ver")),
+        node_guid: text(sr, &at(&dir, "node_guid")),
+        board_id: text(sr, &at(&dir, "board_id")),
         ports,
         name,
     }
@@ -924,7 +930,7 @@ fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
 /// readable `parent` beside it, makes the device software RDMA. Every other outcome is
 /// `Unresolved`, with its reason.
 fn read_backing(sr: &SysRoot, dir: &str) -> RdmaBacking {
-    let link = format!("{dir}/device");
+    let link = at(&dir, "device");
     let unresolved = |reason: String| RdmaBacking::Unresolved { reason };
     match sr.read_link(&link) {
         Ok(target) => match bdf_of_device_link(sr, &link) {
@@ -932,7 +938,7 @@ fn read_backing(sr: &SysRoot, dir: &str) -> RdmaBacking {
             Ok(None) => unresolved(format!("{link} -> {target}: leads to no PCI function")),
             Err(e) => unresolved(format!("{e} (the link reads {target})")),
         },
-        Err(ReadError::NotFound(_)) => match sr.read_text(&format!("{dir}/parent")) {
+        Err(ReadError::NotFound(_)) => match sr.read_text(&at(&dir, "parent")) {
             Ok(p) if !p.is_empty() => RdmaBacking::Software { parent_netdev: p },
             Ok(_) => unresolved(format!("{link}: not present, and {dir}/parent is empty")),
             Err(ReadError::NotFound(_)) => unresolved(format!(
@@ -971,21 +977,21 @@ pub const PORT_HW_COUNTERS: [&str; 4] = [
 ];
 
 fn read_port(sr: &SysRoot, dir: &str, port: u32, scope: Scope) -> RdmaPort {
-    let state = text(sr, &format!("{dir}/state"));
-    let phys_state = text(sr, &format!("{dir}/phys_state"));
+    let state = text(sr, &at(&dir, "state"));
+    let phys_state = text(sr, &at(&dir, "phys_state"));
     // The kernel always writes a rate ("400 Gb/sec (4X NDR)"); an empty file is damage.
-    let rate = parsed(sr, &format!("{dir}/rate"), |s| {
+    let rate = parsed(sr, &at(&dir, "rate"), |s| {
         (!s.trim().is_empty()).then(|| s.to_string())
     });
-    let link_layer = text(sr, &format!("{dir}/link_layer"));
-    let lid = text(sr, &format!("{dir}/lid"));
+    let link_layer = text(sr, &at(&dir, "link_layer"));
+    let lid = text(sr, &at(&dir, "lid"));
     // GIDs matter for RoCE (GID type and netdev pick the address family); an InfiniBand port's
     // GIDs are its GUID-derived addresses and nothing checks them, so skip the 100s of reads.
     let link_layer_kind = link_layer.value().map(|l| LinkLayer::parse(l));
     let gids = if link_layer_kind == Some(LinkLayer::InfiniBand) {
         Reading::Value(Vec::new())
     } else {
-        Reading::from_result(sr.list_names_max(&format!("{dir}/gids"), MAX_GID_ENTRIES))
+        Reading::from_result(sr.list_names_max(&at(&dir, "gids"), MAX_GID_ENTRIES))
             .map(|names| read_gids(sr, dir, &names))
     };
     // The topology and the verbs probes judge no counter.
@@ -1050,13 +1056,13 @@ fn read_gids(sr: &SysRoot, dir: &str, names: &[String]) -> Vec<Gid> {
 /// (some mlx5 firmware refuses a counter it does not implement: EINVAL); one the listing does
 /// not show is missing, as before.
 fn read_counters(sr: &SysRoot, dir: &str, which: &str, wanted: &[&str]) -> Reading<Counters> {
-    let cdir = format!("{dir}/{which}");
+    let cdir = at(dir, which);
     Reading::from_result(sr.list_names(&cdir)).map(|names| {
         names
             .into_iter()
             .filter(|n| wanted.contains(&n.as_str()))
             .map(|n| {
-                let v = parsed(sr, &format!("{cdir}/{n}"), |s| s.parse().ok());
+                let v = parsed(sr, &at(&cdir, &n), |s| s.parse().ok());
                 (n, v)
             })
             .collect()
@@ -1084,10 +1090,10 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
             continue;
         };
         let dir = format!("/sys/devices/system/node/{name}");
-        let cpulist = parsed(sr, &format!("{dir}/cpulist"), |s| {
+        let cpulist = parsed(sr, &at(&dir, "cpulist"), |s| {
             numa::is_cpulist(s).then(|| s.to_string())
         });
-        let distances = parsed(sr, &format!("{dir}/distance"), numa::parse_distances);
+        let distances = parsed(sr, &at(&dir, "distance"), numa::parse_distances);
         out.push(NumaNode {
             id,
             cpulist,
@@ -1249,7 +1255,7 @@ pub fn parse_resources(s: &str) -> Option<Vec<(u64, u64, u64)>> {
 pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> DeviceExtras {
     let mut x = DeviceExtras::default();
     for name in AER_FILES {
-        let path = format!("{}/{name}", f.sysfs_path);
+        let path = at(&f.sysfs_path, name);
         let r = text(sr, &path).and_then(|s| match parse_aer_total(&s) {
             Ok(v) => Reading::Value(v),
             Err(why) => Reading::Unknown(format!("{path}: {why}")),
@@ -1257,11 +1263,7 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> DeviceExtras {
         x.aer.insert(name, r);
     }
     if gpu {
-        x.resources = Some(parsed(
-            sr,
-            &format!("{}/resource", f.sysfs_path),
-            parse_resources,
-        ));
+        x.resources = Some(parsed(sr, &at(&f.sysfs_path, "resource"), parse_resources));
     }
     x
 }
@@ -1273,7 +1275,7 @@ const IOMMU_DOMAIN_TYPES: [&str; 5] = ["blocked", "identity", "unmanaged", "DMA"
 /// The IOMMU group of `f` (from its `iommu_group` link: one readlink, where listing every
 /// group's members costs a directory per group).
 fn iommu_group(sr: &SysRoot, f: &PciFunction) -> Reading<u32> {
-    match sr.link_name(&format!("{}/iommu_group", f.sysfs_path)) {
+    match sr.link_name(&at(&f.sysfs_path, "iommu_group")) {
         Ok(name) => match name.parse::<u32>() {
             Ok(g) => Reading::Value(g),
             Err(_) => Reading::Unknown(format!(
