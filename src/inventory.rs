@@ -755,10 +755,10 @@ fn pci_driver_name(target: &str) -> Option<String> {
 /// capability (a non-root reader gets 64 bytes, a recording may lack `config`).
 fn link_from_files(sr: &SysRoot, dir: &str) -> Link {
     Link {
-        cur_gen: parsed(sr, &at(&dir, "current_link_speed"), pci::gen_from_speed),
-        cur_width: parsed(sr, &at(&dir, "current_link_width"), pci::parse_width),
-        max_gen: parsed(sr, &at(&dir, "max_link_speed"), pci::gen_from_speed),
-        max_width: parsed(sr, &at(&dir, "max_link_width"), pci::parse_width),
+        cur_gen: parsed(sr, &at(dir, "current_link_speed"), pci::gen_from_speed),
+        cur_width: parsed(sr, &at(dir, "current_link_width"), pci::parse_width),
+        max_gen: parsed(sr, &at(dir, "max_link_speed"), pci::gen_from_speed),
+        max_width: parsed(sr, &at(dir, "max_link_width"), pci::parse_width),
         pcie_cap: None,
     }
 }
@@ -930,7 +930,7 @@ fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
 /// readable `parent` beside it, makes the device software RDMA. Every other outcome is
 /// `Unresolved`, with its reason.
 fn read_backing(sr: &SysRoot, dir: &str) -> RdmaBacking {
-    let link = at(&dir, "device");
+    let link = at(dir, "device");
     let unresolved = |reason: String| RdmaBacking::Unresolved { reason };
     match sr.read_link(&link) {
         Ok(target) => match bdf_of_device_link(sr, &link) {
@@ -938,7 +938,7 @@ fn read_backing(sr: &SysRoot, dir: &str) -> RdmaBacking {
             Ok(None) => unresolved(format!("{link} -> {target}: leads to no PCI function")),
             Err(e) => unresolved(format!("{e} (the link reads {target})")),
         },
-        Err(ReadError::NotFound(_)) => match sr.read_text(&at(&dir, "parent")) {
+        Err(ReadError::NotFound(_)) => match sr.read_text(&at(dir, "parent")) {
             Ok(p) if !p.is_empty() => RdmaBacking::Software { parent_netdev: p },
             Ok(_) => unresolved(format!("{link}: not present, and {dir}/parent is empty")),
             Err(ReadError::NotFound(_)) => unresolved(format!(
@@ -977,21 +977,21 @@ pub const PORT_HW_COUNTERS: [&str; 4] = [
 ];
 
 fn read_port(sr: &SysRoot, dir: &str, port: u32, scope: Scope) -> RdmaPort {
-    let state = text(sr, &at(&dir, "state"));
-    let phys_state = text(sr, &at(&dir, "phys_state"));
+    let state = text(sr, &at(dir, "state"));
+    let phys_state = text(sr, &at(dir, "phys_state"));
     // The kernel always writes a rate ("400 Gb/sec (4X NDR)"); an empty file is damage.
-    let rate = parsed(sr, &at(&dir, "rate"), |s| {
+    let rate = parsed(sr, &at(dir, "rate"), |s| {
         (!s.trim().is_empty()).then(|| s.to_string())
     });
-    let link_layer = text(sr, &at(&dir, "link_layer"));
-    let lid = text(sr, &at(&dir, "lid"));
+    let link_layer = text(sr, &at(dir, "link_layer"));
+    let lid = text(sr, &at(dir, "lid"));
     // GIDs matter for RoCE (GID type and netdev pick the address family); an InfiniBand port's
     // GIDs are its GUID-derived addresses and nothing checks them, so skip the 100s of reads.
     let link_layer_kind = link_layer.value().map(|l| LinkLayer::parse(l));
     let gids = if link_layer_kind == Some(LinkLayer::InfiniBand) {
         Reading::Value(Vec::new())
     } else {
-        Reading::from_result(sr.list_names_max(&at(&dir, "gids"), MAX_GID_ENTRIES))
+        Reading::from_result(sr.list_names_max(&at(dir, "gids"), MAX_GID_ENTRIES))
             .map(|names| read_gids(sr, dir, &names))
     };
     // The topology and the verbs probes judge no counter.
