@@ -11,7 +11,7 @@ use crate::nvml::NvmlSnapshot;
 use crate::pci::config::{ConfigSpace, PcieCap};
 use crate::pci::{self, Bdf};
 use crate::reading::Reading;
-use crate::sysroot::{ReadError, SysRoot};
+use crate::sysroot::{ReadError, SysRoot, join};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -622,16 +622,6 @@ fn bdf_of_device_link(sr: &SysRoot, path: &str) -> Result<Option<Bdf>, ReadError
         .next_back())
 }
 
-/// `dir/name`, allocated once at its length (a `format!` grows its string as it writes, and
-/// discovery builds a path for each of tens of thousands of reads).
-fn at(dir: &str, name: &str) -> String {
-    let mut p = String::with_capacity(dir.len() + 1 + name.len());
-    p.push_str(dir);
-    p.push('/');
-    p.push_str(name);
-    p
-}
-
 fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, ReadError> {
     let canon = sr.canonical(&format!("/sys/bus/pci/devices/{name}"))?;
     let comps: Vec<&str> = canon.split('/').collect();
@@ -658,9 +648,9 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     }
     let dir = canon.clone();
     let hex = |s: &str| pci::parse_hex(s);
-    let class = parsed(sr, &at(&dir, "class"), hex);
+    let class = parsed(sr, &join(&dir, "class"), hex);
     let config =
-        Reading::from_result(sr.read_bytes(&at(&dir, "config"))).map(|b| ConfigSpace::parse(&b));
+        Reading::from_result(sr.read_bytes(&join(&dir, "config"))).map(|b| ConfigSpace::parse(&b));
     // Vendor and device ID: the first four bytes of config space (readable without root)
     // are what the `vendor`/`device` attributes show, so those two files are read only when
     // config space cannot say: unreadable, or 0xffff as a virtual function reads (the kernel
@@ -674,11 +664,11 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
     let (vendor, device) = match config_ids {
         Some((v, d)) => (Reading::Value(v), Reading::Value(d)),
         None => (
-            parsed(sr, &at(&dir, "vendor"), hex).map(|v| v as u16),
-            parsed(sr, &at(&dir, "device"), hex).map(|v| v as u16),
+            parsed(sr, &join(&dir, "vendor"), hex).map(|v| v as u16),
+            parsed(sr, &join(&dir, "device"), hex).map(|v| v as u16),
         ),
     };
-    let driver = match sr.read_link(&at(&dir, "driver")) {
+    let driver = match sr.read_link(&join(&dir, "driver")) {
         Ok(t) => match pci_driver_name(&t) {
             Some(d) => Reading::Value(d),
             None => Reading::Unknown(format!(
@@ -689,7 +679,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         Err(ReadError::NotFound(_)) => Reading::absent("no driver bound"),
         Err(e) => Reading::Unknown(e.to_string()),
     };
-    let numa_node = text(sr, &at(&dir, "numa_node")).and_then(|s| {
+    let numa_node = text(sr, &join(&dir, "numa_node")).and_then(|s| {
         match numa::parse_numa_node(&s) {
             Ok(Some(n)) => Reading::Value(n),
             Ok(None) => Reading::absent(
@@ -698,7 +688,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
             Err(m) => Reading::Unknown(format!("{dir}/numa_node: {m}")),
         }
     });
-    let local_cpulist = parsed(sr, &at(&dir, "local_cpulist"), |s| {
+    let local_cpulist = parsed(sr, &join(&dir, "local_cpulist"), |s| {
         numa::is_cpulist(s).then(|| s.to_string())
     });
     let link = match config.value().and_then(|c| c.pcie.as_ref()) {
@@ -712,7 +702,7 @@ fn read_function(sr: &SysRoot, name: &str, bdf: Bdf) -> Result<PciFunction, Read
         Some(_) => {
             Reading::absent("config space shows the function's own IDs: no virtual function")
         }
-        None => match sr.link_name(&at(&dir, "physfn")) {
+        None => match sr.link_name(&join(&dir, "physfn")) {
             Ok(name) => match name.parse::<Bdf>() {
                 Ok(pf) => Reading::Value(pf),
                 Err(_) => Reading::Unknown(format!("not a PCI address: {name:?}")),
@@ -755,10 +745,10 @@ fn pci_driver_name(target: &str) -> Option<String> {
 /// capability (a non-root reader gets 64 bytes, a recording may lack `config`).
 fn link_from_files(sr: &SysRoot, dir: &str) -> Link {
     Link {
-        cur_gen: parsed(sr, &at(dir, "current_link_speed"), pci::gen_from_speed),
-        cur_width: parsed(sr, &at(dir, "current_link_width"), pci::parse_width),
-        max_gen: parsed(sr, &at(dir, "max_link_speed"), pci::gen_from_speed),
-        max_width: parsed(sr, &at(dir, "max_link_width"), pci::parse_width),
+        cur_gen: parsed(sr, &join(dir, "current_link_speed"), pci::gen_from_speed),
+        cur_width: parsed(sr, &join(dir, "current_link_width"), pci::parse_width),
+        max_gen: parsed(sr, &join(dir, "max_link_speed"), pci::gen_from_speed),
+        max_width: parsed(sr, &join(dir, "max_link_width"), pci::parse_width),
         pcie_cap: None,
     }
 }
@@ -874,7 +864,7 @@ fn list_class(sr: &SysRoot, dir: &str, notes: &mut Vec<Note>) -> (Vec<String>, C
 fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
     let name = name.to_string();
     let dir = format!("/sys/class/net/{name}");
-    let bdf = match bdf_of_device_link(sr, &at(&dir, "device")) {
+    let bdf = match bdf_of_device_link(sr, &join(&dir, "device")) {
         Ok(Some(b)) => Reading::Value(b),
         Ok(None) => Reading::absent(format!("{dir}/device leads to no PCI function")),
         // A virtual interface (lo, bridges, veth).
@@ -882,9 +872,9 @@ fn read_netdev(sr: &SysRoot, name: &str) -> NetDev {
         Err(e) => Reading::Unknown(e.to_string()),
     };
     NetDev {
-        mtu: parsed(sr, &at(&dir, "mtu"), |s| s.parse().ok()),
-        operstate: text(sr, &at(&dir, "operstate")),
-        if_type: parsed(sr, &at(&dir, "type"), |s| s.parse().ok()),
+        mtu: parsed(sr, &join(&dir, "mtu"), |s| s.parse().ok()),
+        operstate: text(sr, &join(&dir, "operstate")),
+        if_type: parsed(sr, &join(&dir, "type"), |s| s.parse().ok()),
         name,
         bdf,
     }
@@ -902,7 +892,7 @@ pub fn read_rdma_device(sr: &SysRoot, name: &str) -> Option<RdmaDevice> {
 fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
     let dir = format!("/sys/class/infiniband/{name}");
     let backing = read_backing(sr, &dir);
-    let ports = Reading::from_result(sr.list_names(&at(&dir, "ports"))).map(|pnames| {
+    let ports = Reading::from_result(sr.list_names(&join(&dir, "ports"))).map(|pnames| {
         let mut ports: Vec<RdmaPort> = pnames
             .iter()
             .filter_map(|p| {
@@ -915,11 +905,11 @@ fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
     });
     RdmaDevice {
         backing,
-        node_type: text(sr, &at(&dir, "node_type")),
-        hca_type: text(sr, &at(&dir, "hca_type")),
-        fw_ver: text(sr, &at(&dir, "fw_ver")),
-        node_guid: text(sr, &at(&dir, "node_guid")),
-        board_id: text(sr, &at(&dir, "board_id")),
+        node_type: text(sr, &join(&dir, "node_type")),
+        hca_type: text(sr, &join(&dir, "hca_type")),
+        fw_ver: text(sr, &join(&dir, "fw_ver")),
+        node_guid: text(sr, &join(&dir, "node_guid")),
+        board_id: text(sr, &join(&dir, "board_id")),
         ports,
         name,
     }
@@ -930,7 +920,7 @@ fn read_one_rdma(sr: &SysRoot, name: String, scope: Scope) -> RdmaDevice {
 /// readable `parent` beside it, makes the device software RDMA. Every other outcome is
 /// `Unresolved`, with its reason.
 fn read_backing(sr: &SysRoot, dir: &str) -> RdmaBacking {
-    let link = at(dir, "device");
+    let link = join(dir, "device");
     let unresolved = |reason: String| RdmaBacking::Unresolved { reason };
     match sr.read_link(&link) {
         Ok(target) => match bdf_of_device_link(sr, &link) {
@@ -938,7 +928,7 @@ fn read_backing(sr: &SysRoot, dir: &str) -> RdmaBacking {
             Ok(None) => unresolved(format!("{link} -> {target}: leads to no PCI function")),
             Err(e) => unresolved(format!("{e} (the link reads {target})")),
         },
-        Err(ReadError::NotFound(_)) => match sr.read_text(&at(dir, "parent")) {
+        Err(ReadError::NotFound(_)) => match sr.read_text(&join(dir, "parent")) {
             Ok(p) if !p.is_empty() => RdmaBacking::Software { parent_netdev: p },
             Ok(_) => unresolved(format!("{link}: not present, and {dir}/parent is empty")),
             Err(ReadError::NotFound(_)) => unresolved(format!(
@@ -977,21 +967,21 @@ pub const PORT_HW_COUNTERS: [&str; 4] = [
 ];
 
 fn read_port(sr: &SysRoot, dir: &str, port: u32, scope: Scope) -> RdmaPort {
-    let state = text(sr, &at(dir, "state"));
-    let phys_state = text(sr, &at(dir, "phys_state"));
+    let state = text(sr, &join(dir, "state"));
+    let phys_state = text(sr, &join(dir, "phys_state"));
     // The kernel always writes a rate ("400 Gb/sec (4X NDR)"); an empty file is damage.
-    let rate = parsed(sr, &at(dir, "rate"), |s| {
+    let rate = parsed(sr, &join(dir, "rate"), |s| {
         (!s.trim().is_empty()).then(|| s.to_string())
     });
-    let link_layer = text(sr, &at(dir, "link_layer"));
-    let lid = text(sr, &at(dir, "lid"));
+    let link_layer = text(sr, &join(dir, "link_layer"));
+    let lid = text(sr, &join(dir, "lid"));
     // GIDs matter for RoCE (GID type and netdev pick the address family); an InfiniBand port's
     // GIDs are its GUID-derived addresses and nothing checks them, so skip the 100s of reads.
     let link_layer_kind = link_layer.value().map(|l| LinkLayer::parse(l));
     let gids = if link_layer_kind == Some(LinkLayer::InfiniBand) {
         Reading::Value(Vec::new())
     } else {
-        Reading::from_result(sr.list_names_max(&at(dir, "gids"), MAX_GID_ENTRIES))
+        Reading::from_result(sr.list_names_max(&join(dir, "gids"), MAX_GID_ENTRIES))
             .map(|names| read_gids(sr, dir, &names))
     };
     // The topology and the verbs probes judge no counter.
@@ -1056,13 +1046,13 @@ fn read_gids(sr: &SysRoot, dir: &str, names: &[String]) -> Vec<Gid> {
 /// (some mlx5 firmware refuses a counter it does not implement: EINVAL); one the listing does
 /// not show is missing, as before.
 fn read_counters(sr: &SysRoot, dir: &str, which: &str, wanted: &[&str]) -> Reading<Counters> {
-    let cdir = at(dir, which);
+    let cdir = join(dir, which);
     Reading::from_result(sr.list_names(&cdir)).map(|names| {
         names
             .into_iter()
             .filter(|n| wanted.contains(&n.as_str()))
             .map(|n| {
-                let v = parsed(sr, &at(&cdir, &n), |s| s.parse().ok());
+                let v = parsed(sr, &join(&cdir, &n), |s| s.parse().ok());
                 (n, v)
             })
             .collect()
@@ -1090,10 +1080,10 @@ fn read_numa(sr: &SysRoot, notes: &mut Vec<Note>) -> Vec<NumaNode> {
             continue;
         };
         let dir = format!("/sys/devices/system/node/{name}");
-        let cpulist = parsed(sr, &at(&dir, "cpulist"), |s| {
+        let cpulist = parsed(sr, &join(&dir, "cpulist"), |s| {
             numa::is_cpulist(s).then(|| s.to_string())
         });
-        let distances = parsed(sr, &at(&dir, "distance"), numa::parse_distances);
+        let distances = parsed(sr, &join(&dir, "distance"), numa::parse_distances);
         out.push(NumaNode {
             id,
             cpulist,
@@ -1255,7 +1245,7 @@ pub fn parse_resources(s: &str) -> Option<Vec<(u64, u64, u64)>> {
 pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> DeviceExtras {
     let mut x = DeviceExtras::default();
     for name in AER_FILES {
-        let path = at(&f.sysfs_path, name);
+        let path = join(&f.sysfs_path, name);
         let r = text(sr, &path).and_then(|s| match parse_aer_total(&s) {
             Ok(v) => Reading::Value(v),
             Err(why) => Reading::Unknown(format!("{path}: {why}")),
@@ -1263,7 +1253,11 @@ pub fn read_extras(sr: &SysRoot, f: &PciFunction, gpu: bool) -> DeviceExtras {
         x.aer.insert(name, r);
     }
     if gpu {
-        x.resources = Some(parsed(sr, &at(&f.sysfs_path, "resource"), parse_resources));
+        x.resources = Some(parsed(
+            sr,
+            &join(&f.sysfs_path, "resource"),
+            parse_resources,
+        ));
     }
     x
 }
@@ -1275,7 +1269,7 @@ const IOMMU_DOMAIN_TYPES: [&str; 5] = ["blocked", "identity", "unmanaged", "DMA"
 /// The IOMMU group of `f` (from its `iommu_group` link: one readlink, where listing every
 /// group's members costs a directory per group).
 fn iommu_group(sr: &SysRoot, f: &PciFunction) -> Reading<u32> {
-    match sr.link_name(&at(&f.sysfs_path, "iommu_group")) {
+    match sr.link_name(&join(&f.sysfs_path, "iommu_group")) {
         Ok(name) => match name.parse::<u32>() {
             Ok(g) => Reading::Value(g),
             Err(_) => Reading::Unknown(format!(

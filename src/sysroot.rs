@@ -252,6 +252,17 @@ impl DirCache {
     }
 }
 
+/// The kernel path of the entry `name` in the directory `dir` (`/` included), allocated once
+/// at its length (discovery builds one for each of tens of thousands of reads).
+pub fn join(dir: &str, name: &str) -> String {
+    let dir = if dir == "/" { "" } else { dir };
+    let mut p = String::with_capacity(dir.len() + 1 + name.len());
+    p.push_str(dir);
+    p.push('/');
+    p.push_str(name);
+    p
+}
+
 /// Append component `c` to the physical path `base`.
 fn push_comp(base: &mut String, c: &str) {
     if !base.is_empty() {
@@ -964,10 +975,10 @@ impl SysRoot {
             if let Some(fd) = dirs.fd(kdir) {
                 return Some(fd);
             }
-            kdir.rsplit_once('/').and_then(|(p, name)| {
-                let p = if p.is_empty() { "/" } else { p };
-                Some((dirs.fd(p)?, name))
-            })
+            // A kernel path's parent as written; "" (a directory just below the root) is the
+            // root's own resolved key, the same directory.
+            kdir.rsplit_once('/')
+                .and_then(|(p, name)| Some((dirs.fd(p)?, name)))
         };
         // Below a directory already open, a name that its listing shows as a directory (or,
         // unlisted, one that opens without following a link) is the directory the kernel's
@@ -1537,10 +1548,7 @@ impl SysRoot {
             let mut out = Vec::with_capacity(ents.len());
             for (name, is_dir, is_symlink) in ents {
                 let is_dir = if is_symlink && kinds {
-                    let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
-                    self.resolve(&child, true)
-                        .map(|c| m.is_dir(&c))
-                        .unwrap_or(false)
+                    self.link_leads_to_dir(kpath, name)
                 } else {
                     is_dir
                 };
@@ -1579,11 +1587,7 @@ impl SysRoot {
             let is_dir = if ft.is_symlink() && !kinds {
                 false
             } else if ft.is_symlink() {
-                // A link to a directory counts as one when it resolves inside the root.
-                let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
-                self.resolve(&child, true)
-                    .map(|c| self.host_path(&c).is_dir())
-                    .unwrap_or(false)
+                self.link_leads_to_dir(kpath, &name)
             } else {
                 ft.is_dir()
             };
@@ -1619,11 +1623,7 @@ impl SysRoot {
             }
             let is_symlink = kind == EntryKind::Link;
             let is_dir = if is_symlink && kinds {
-                // A link to a directory counts as one when it resolves inside the root.
-                let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
-                self.resolve(&child, true)
-                    .map(|c| self.host_path(&c).is_dir())
-                    .unwrap_or(false)
+                self.link_leads_to_dir(kpath, name)
             } else {
                 kind == EntryKind::Dir
             };
@@ -1635,6 +1635,14 @@ impl SysRoot {
         }
         out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Whether the link `name` in the directory `kpath` counts as a directory in a listing: it
+    /// resolves inside the root, to a directory.
+    fn link_leads_to_dir(&self, kpath: &str, name: &str) -> bool {
+        let child = format!("{}/{}", kpath.trim_end_matches('/'), name);
+        self.resolve(&child, true)
+            .is_ok_and(|c| self.is_dir_phys(&c))
     }
 
     /// What a directory entry's type (from d_type, or an lstat where the filesystem gives

@@ -9,7 +9,7 @@
 //! This module copies; it must not interpret what it reads (redaction is `redact`, the archive
 //! format is `write`/`read`).
 
-use crate::sysroot::{FileKind, ReadError, SysRoot};
+use crate::sysroot::{FileKind, ReadError, SysRoot, join};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Read by discovery but deliberately not captured: the hostname (a bundle records its
@@ -167,14 +167,6 @@ fn path_matches(pattern: &str, path: &str) -> bool {
             Seg::Glob(alts) => alts.iter().any(|a| glob_match(a, c)),
             Seg::Tree => false,
         })
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
 }
 
 fn parent(path: &str) -> Option<&str> {

@@ -298,7 +298,8 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
     // Where every PCI function was identified (the rule), no finding joins a check's after it
     // ran: each check's findings are sorted and folded on its own worker, and joined in
     // catalog order (CheckId order) they are what sorting and folding them all gives.
-    let identified = pcie::unidentified(ctx).is_empty();
+    let unidentified = pcie::unidentified(ctx);
+    let identified = unidentified.is_empty();
     let found = crate::workers::map_min(&facts, 1, |(id, check)| {
         let mut out = Vec::new();
         check(ctx, &mut out);
@@ -319,15 +320,15 @@ pub fn run_level0(ctx: &Ctx) -> Vec<Finding> {
             out.is_sorted_by_key(|f| f.id),
             "checks joined out of CheckId order"
         );
-        debug_assert_sound(&out);
-        return out;
+    } else {
+        // A function that may be a GPU or NIC but could not be identified: unknown, never
+        // absent.
+        let skips = pcie::unidentified_skips(&unidentified, &out);
+        out.extend(skips);
+        sort_findings(&mut out);
+        fold_excess(&mut out);
     }
-    // A function that may be a GPU or NIC but could not be identified: unknown, never absent.
-    let unidentified = pcie::unidentified_skips(ctx, &out);
-    out.extend(unidentified);
     debug_assert_sound(&out);
-    sort_findings(&mut out);
-    fold_excess(&mut out);
     out
 }
 

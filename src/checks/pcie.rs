@@ -1289,11 +1289,14 @@ pub(super) fn unidentified(ctx: &Ctx) -> Vec<(Bdf, String)> {
     out.into_iter().collect()
 }
 
-/// An unknown skip from every device check for every unidentified function it has no finding
-/// on (`found`: every finding so far).
-pub(super) fn unidentified_skips(ctx: &Ctx, found: &[Finding]) -> Vec<Finding> {
+/// An unknown skip from every device check for every function of `unidentified` (as
+/// `unidentified` gives them) it has no finding on (`found`: every finding so far).
+pub(super) fn unidentified_skips(
+    unidentified: &[(Bdf, String)],
+    found: &[Finding],
+) -> Vec<Finding> {
     let mut out = Vec::new();
-    for (b, why) in unidentified(ctx) {
+    for (b, why) in unidentified {
         let subject = b.to_string();
         for id in DEVICE_CHECKS {
             if found.iter().any(|f| f.id == id && f.subject == subject) {

@@ -70,36 +70,28 @@ pub(super) fn each_closest(
         }
         return;
     }
-    // Each NIC by label, once (an SR-IOV host has thousands, each GPU tens of closest). Labels
-    // are unique in a topology; where one repeats, every NIC under it is found by a scan.
-    let by_label: std::collections::HashMap<&str, usize> = t
-        .nics
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.label.as_str(), i))
-        .collect();
-    let unique = by_label.len() == t.nics.len();
+    // Each NIC's places by label, once (an SR-IOV host has thousands, each GPU tens of
+    // closest; a label a damaged tree repeats has several).
+    let mut by_label: std::collections::HashMap<&str, Vec<usize>> = Default::default();
+    for (i, n) in t.nics.iter().enumerate() {
+        by_label.entry(n.label.as_str()).or_default().push(i);
+    }
     for c in &t.closest_nics {
         let Some(g) = t.gpu(&c.gpu) else {
             continue;
         };
         let gd = t.device(g.bdf);
         // Every NIC whose label is among the closest, in the topology's order.
-        let nics: Vec<&Nic> = if unique {
-            let mut at: Vec<usize> = c
-                .nics
-                .iter()
-                .filter_map(|l| by_label.get(l.as_str()).copied())
-                .collect();
-            at.sort_unstable();
-            at.dedup();
-            at.into_iter().map(|i| &t.nics[i]).collect()
-        } else {
-            t.nics
-                .iter()
-                .filter(|n| c.nics.contains(&n.label))
-                .collect()
-        };
+        let mut at: Vec<usize> = c
+            .nics
+            .iter()
+            .filter_map(|l| by_label.get(l.as_str()))
+            .flatten()
+            .copied()
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        let nics: Vec<&Nic> = at.into_iter().map(|i| &t.nics[i]).collect();
         check(c, g, gd, &nics, &c.rdma_devices.join(", "), out);
     }
 }

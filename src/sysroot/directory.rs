@@ -180,19 +180,27 @@ impl Handle {
     /// followed to get here.
     pub(super) fn open_below(&self, name: &str, readable: bool) -> io::Result<Handle> {
         let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let open = |flags: i32| {
-            // SAFETY: self.fd is live; c is NUL-terminated; a descriptor returned is owned by
-            // the OwnedFd below.
-            let fd =
-                unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags | libc::O_NOFOLLOW) };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-        };
-        open_handle(readable, open)
+        open_handle(readable, |flags| {
+            open_nofollow(self.fd.as_raw_fd(), &c, flags)
+        })
     }
+}
+
+/// `path` opened relative to `dirfd` (AT_FDCWD: as written) with `flags`, never following a
+/// final link.
+fn open_nofollow(
+    dirfd: std::os::fd::RawFd,
+    path: &std::ffi::CStr,
+    flags: i32,
+) -> io::Result<OwnedFd> {
+    // SAFETY: dirfd is a live descriptor or AT_FDCWD; path is NUL-terminated; a descriptor
+    // returned is owned by the OwnedFd below.
+    let fd = unsafe { libc::openat(dirfd, path.as_ptr(), flags | libc::O_NOFOLLOW) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by openat(2) and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A handle from `open` (given the flags to open with): one that may be listed when
@@ -329,14 +337,7 @@ impl Root {
             }
             let c = CString::new(host.as_os_str().as_encoded_bytes())
                 .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-            // SAFETY: c is a valid NUL-terminated path; a descriptor returned is owned by the
-            // OwnedFd below.
-            let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NOFOLLOW) };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: fd was just returned by open(2) and is owned by nobody else.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+            open_nofollow(libc::AT_FDCWD, &c, flags)
         })
     }
 
