@@ -927,8 +927,16 @@ impl SysRoot {
         }
         // One readlink answers both questions: EINVAL is "present, not a link" (what an lstat
         // would say), any other error is what the lstat would have failed with.
-        let target = match fs::read_link(self.host_path(phys)) {
-            Ok(t) => Some(t.to_string_lossy().into_owned()),
+        // Relative to the root's handle where it is open (the kernel walks only the tree's
+        // part of the path), else by the host path.
+        let read = match (phys.is_empty(), self.disk().readlink(phys)) {
+            (false, Some(r)) => r,
+            _ => {
+                fs::read_link(self.host_path(phys)).map(|t| t.into_os_string().into_encoded_bytes())
+            }
+        };
+        let target = match read {
+            Ok(t) => Some(String::from_utf8_lossy(&t).into_owned()),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
             Err(e) => return Err(ReadError::from_io(kpath, &e)),
         };

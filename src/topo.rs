@@ -280,11 +280,13 @@ pub struct Matrix {
     /// Full classification per cell (PCIe type under NV#, certainty). In JSON, `cells`: each
     /// cell as printed by `nvidia-smi topo -m` (`Path::cell`), written as it is serialized
     /// (a matrix of every GPU and NIC, SR-IOV functions included, holds millions of cells:
-    /// no string is kept per cell); the uncertain ones are also listed, as `uncertain`.
+    /// no string is kept per cell); the uncertain ones are also listed, as `uncertain`. Built
+    /// with `Cells::WithGpu` (`build_with`), a NIC row holds only its GPU columns: look cells
+    /// up with `get`, never by index.
     #[serde(rename = "cells", serialize_with = "serialize_cells")]
     pub paths: Vec<Vec<Path>>,
     /// Cells whose NODE/SYS was inferred from CPU affinity because NUMA is unknown:
-    /// [row label, column label].
+    /// [row label, column label] (of the cells computed).
     pub uncertain: Vec<[String; 2]>,
     pub cpu_affinity: Vec<String>,
     pub numa_affinity: Vec<String>,
@@ -1043,7 +1045,26 @@ fn closest_nics(gpus: &[Gpu], nics: &[Nic], paths: &[Vec<Path>]) -> Vec<Closest>
         .collect()
 }
 
+/// Which cells of the path matrix `build_with` computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cells {
+    /// Every pair of ends: what `topo` and the HTML page print, and what a baseline may pin.
+    All,
+    /// Each pair with a GPU at one end at least: every GPU row whole, and each NIC row only its
+    /// GPU columns (`Matrix::paths`). What the checks and probes judge; on a host with SR-IOV
+    /// functions the NIC-by-NIC block, which nothing judges, is nearly all of the matrix.
+    WithGpu,
+}
+
+/// The topology of `inv` with its whole path matrix (`Cells::All`).
 pub fn build(inv: &Inventory) -> Topology {
+    build_with(inv, Cells::All)
+}
+
+/// The topology of `inv`, its path matrix holding `cells`. The topology's notes are the same
+/// either way: whether some NIC-by-NIC path is only inferred is found without its cell
+/// (`nic_pairs_uncertain`).
+pub fn build_with(inv: &Inventory, cells: Cells) -> Topology {
     let mut notes: Vec<String> = Vec::new();
     let roles = bridge_roles(inv);
     let cpus = NodeCpus::new(inv);
@@ -1075,8 +1096,8 @@ pub fn build(inv: &Inventory) -> Topology {
                 .map(|n| (n.bdf, None, Some(n.rdma_device.as_str()))),
         )
         .collect();
-    let computed = path_rows(&graph, &ends);
-    let uncertain = computed.iter().any(|(_, u)| *u);
+    let (computed, nic_pairs_uncertain) = path_rows(&graph, &ends, gpus.len(), cells);
+    let uncertain = nic_pairs_uncertain || computed.iter().any(|(_, u)| *u);
     let paths: Vec<Vec<Path>> = computed.into_iter().map(|(row, _)| row).collect();
     if uncertain {
         notes.push(
@@ -1139,11 +1160,16 @@ pub fn build(inv: &Inventory) -> Topology {
     }
 }
 /// Each row of the path matrix between `ends` (GPUs, then NICs: PCI function, NVML GPU, RDMA
-/// device), and whether any of its PCIe paths is inferred rather than proven.
+/// device; the first `gpus` are GPUs), and whether any of its PCIe paths is inferred rather
+/// than proven. With `Cells::WithGpu` a NIC row holds only its GPU columns; the second value
+/// then says whether some NIC-by-NIC path, not computed, would be inferred (with `Cells::All`:
+/// false, the rows say it).
 fn path_rows(
     graph: &PciGraph,
     ends: &[(Bdf, Option<&NvmlGpu>, Option<&str>)],
-) -> Vec<(Vec<Path>, bool)> {
+    gpus: usize,
+    cells: Cells,
+) -> (Vec<(Vec<Path>, bool)>, bool) {
     // Each end looked up once; rows are independent (the graph is read-only): computed side
     // by side, kept in order.
     let mut rcs = RootComplexIds::default();
@@ -1152,11 +1178,15 @@ fn path_rows(
         .map(|(b, _, _)| graph.end_key(*b, &mut rcs))
         .collect();
     let rows: Vec<usize> = (0..ends.len()).collect();
-    crate::workers::map(&rows, |&i| {
+    let computed = crate::workers::map(&rows, |&i| {
         let (a, ga, ra) = &ends[i];
+        let columns = match cells {
+            Cells::WithGpu if i >= gpus => gpus.min(ends.len()),
+            _ => ends.len(),
+        };
         let mut uncertain = false;
-        let mut row = Vec::with_capacity(ends.len());
-        for (j, (b, gb, rb)) in ends.iter().enumerate() {
+        let mut row = Vec::with_capacity(columns);
+        for (j, (b, gb, rb)) in ends[..columns].iter().enumerate() {
             let (pcie, certain) = if i == j {
                 (PathType::X, true)
             } else if a == b && ra != rb {
@@ -1187,7 +1217,31 @@ fn path_rows(
             });
         }
         (row, uncertain)
-    })
+    });
+    let skipped = cells == Cells::WithGpu && nic_pairs_uncertain(&keys[gpus.min(keys.len())..]);
+    (computed, skipped)
+}
+
+/// Whether some pair of `ends` on two PCI functions has a path `PciGraph::keyed_path` can only
+/// infer, found without classifying each pair: such a pair has an end off the PCI devices
+/// read, or crosses root complexes with an end whose NUMA node is unknown. (Two ends on one
+/// function are X or one card: certain.)
+fn nic_pairs_uncertain(ends: &[EndKey]) -> bool {
+    let Some(first) = ends.first() else {
+        return false;
+    };
+    if ends.iter().all(|e| e.bdf == first.bdf) {
+        return false;
+    }
+    // Two functions at least: an end off the bus has one of a different function.
+    if ends.iter().any(|e| e.on_bus.is_none()) {
+        return true;
+    }
+    let rc = |e: &EndKey| e.on_bus.as_ref().map(|b| b.rc);
+    let node_known = |e: &EndKey| e.numa.and_then(|n| n.node).is_some();
+    // An end of unknown node and another under a different root complex (which exists
+    // wherever there are two root complexes, whatever the first end's).
+    ends.iter().any(|e| !node_known(e)) && ends.iter().any(|e| rc(e) != rc(first))
 }
 
 /// Names, for each GPU, the NICs without an RDMA device closer to it than its closest NIC
@@ -1514,5 +1568,97 @@ pub(crate) mod tests {
         // GPUDirect RDMA does not ride NVLink: GPU3's closest NIC is still by PCIe.
         let c = t.closest_nics.iter().find(|c| c.gpu == "GPU3").unwrap();
         assert_eq!(c.path, Some(PathType::SYS));
+    }
+
+    /// The matrix with only the cells that have a GPU end (`Cells::WithGpu`) against the whole
+    /// one: the same labels, notes and closest NICs; every cell it holds the same; exactly the
+    /// cells with a GPU end held.
+    fn assert_partial_is_full_where_computed(inv: &Inventory, what: &str) {
+        let full = build_with(inv, Cells::All);
+        let part = build_with(inv, Cells::WithGpu);
+        let (fm, pm) = (&full.matrix, &part.matrix);
+        assert_eq!(fm.labels, pm.labels, "{what}");
+        assert_eq!(full.notes, part.notes, "{what}");
+        assert_eq!(
+            format!("{:?}", full.closest_nics),
+            format!("{:?}", part.closest_nics),
+            "{what}"
+        );
+        let gpus = full.gpus.len();
+        assert_eq!(fm.paths.len(), pm.paths.len(), "{what}");
+        for (i, (frow, prow)) in fm.paths.iter().zip(&pm.paths).enumerate() {
+            let want = if i < gpus { frow.len() } else { gpus };
+            assert_eq!(prow.len(), want, "{what}: row {i}");
+            for (j, p) in prow.iter().enumerate() {
+                assert_eq!(
+                    format!("{p:?}"),
+                    format!("{:?}", frow[j]),
+                    "{what}: {i},{j}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_matrix_without_nic_pairs_is_the_whole_one_where_computed() {
+        assert_partial_is_full_where_computed(&two_socket(), "two sockets");
+        // Only a NIC pair inferred: the GPU and mlx5_0 share a host bridge, mlx5_1 (node
+        // known) sits on another; mlx5_0's node is unknown. The note must still be there.
+        let pci = vec![
+            f("0000:10:00.0", "pci0000:10", &[], GPU, Some(0)),
+            f("0000:11:00.0", "pci0000:10", &[], NIC, None),
+            f("0000:20:00.0", "pci0000:20", &[], NIC, Some(0)),
+        ];
+        let inv = inventory(
+            pci,
+            vec![nic("mlx5_0", "0000:11:00.0"), nic("mlx5_1", "0000:20:00.0")],
+            NvmlSnapshot::default(),
+        );
+        let t = build_with(&inv, Cells::WithGpu);
+        assert!(
+            t.notes.iter().any(|n| n.contains("inferred")),
+            "{:?}",
+            t.notes
+        );
+        assert_partial_is_full_where_computed(&inv, "one NIC pair inferred");
+        // The same with mlx5_0's node known: nothing inferred, no note.
+        let pci = vec![
+            f("0000:10:00.0", "pci0000:10", &[], GPU, Some(0)),
+            f("0000:11:00.0", "pci0000:10", &[], NIC, Some(0)),
+            f("0000:20:00.0", "pci0000:20", &[], NIC, Some(0)),
+        ];
+        let inv = inventory(
+            pci,
+            vec![nic("mlx5_0", "0000:11:00.0"), nic("mlx5_1", "0000:20:00.0")],
+            NvmlSnapshot::default(),
+        );
+        let t = build_with(&inv, Cells::WithGpu);
+        assert!(
+            !t.notes.iter().any(|n| n.contains("inferred")),
+            "{:?}",
+            t.notes
+        );
+        assert_partial_is_full_where_computed(&inv, "nothing inferred");
+        // A NIC whose function was not read (off the bus), two on one function, no GPU.
+        let pci = vec![f("0000:11:00.0", "pci0000:10", &[], NIC, Some(0))];
+        let rdma = vec![
+            nic("mlx5_0", "0000:11:00.0"),
+            nic("mlx5_1", "0000:11:00.0"),
+            nic("mlx5_2", "0000:99:00.0"),
+        ];
+        let inv = inventory(pci, rdma, NvmlSnapshot::default());
+        assert_partial_is_full_where_computed(&inv, "a NIC off the bus, no GPU");
+        // Recorded machines, from a single box to a two-socket RoCE host and a VM.
+        for name in [
+            "hgx-h100-8gpu",
+            "pcie-2socket-roce",
+            "vm-flat-4gpu",
+            "h100x4-live",
+            "hwloc-32intel64-2p8co2t-8ve",
+        ] {
+            let sr = crate::sysroot::SysRoot::at(&crate::fixture_trees::tree(name)).unwrap();
+            let inv = Inventory::collect(&sr, NvmlSnapshot::unavailable("test", "test")).unwrap();
+            assert_partial_is_full_where_computed(&inv, name);
+        }
     }
 }

@@ -75,7 +75,7 @@ struct PlanGpu {
 #[derive(Debug, Clone)]
 struct Plan {
     gpus: Vec<PlanGpu>,
-    /// (label a, label b) -> path cell (`NV18`, `PIX`...) and NVLink count.
+    /// (GPU label a, GPU label b) -> path cell (`NV18`, `PIX`...) and NVLink count.
     paths: BTreeMap<(String, String), (String, Option<u32>)>,
 }
 
@@ -103,10 +103,13 @@ fn plan(topo: &Topology) -> Plan {
             link_max,
         });
     }
+    // GPU pairs only (what the peer copies look up): the matrix's GPUs come first, and a host
+    // with SR-IOV functions has millions of NIC pairs.
     let mut paths = BTreeMap::new();
     let m = &topo.matrix;
-    for (i, a) in m.labels.iter().enumerate() {
-        for (j, b) in m.labels.iter().enumerate() {
+    let gpu_labels = &m.labels[..topo.gpus.len().min(m.labels.len())];
+    for (i, a) in gpu_labels.iter().enumerate() {
+        for (j, b) in gpu_labels.iter().enumerate() {
             if let Some(p) = m.paths.get(i).and_then(|r| r.get(j)) {
                 paths.insert((a.clone(), b.clone()), (p.cell(), p.nvlinks));
             }

@@ -3,7 +3,7 @@
 use super::budget::{Budget, Step};
 use super::{Waited, inventory, wait_at_most};
 use crate::checks::{self, CheckId, Finding, SkipKind, Status};
-use crate::config::CheckOptions;
+use crate::config::{CheckOptions, OutputFormat};
 use crate::inventory::{Inventory, Scope};
 use crate::probes::RecordedProbe;
 use crate::probes::{self, ProbeKind, ProbeReport};
@@ -149,7 +149,14 @@ fn report_within(
         return Ok((r, None));
     };
     let inv = Arc::new(inv);
-    let topo = Arc::new(crate::topo::build(&inv));
+    // The NIC-by-NIC cells of the path matrix only where something shows or compares them:
+    // the HTML page prints the matrix, a baseline may pin any pair.
+    let cells = if opts.format == OutputFormat::Html || opts.expect.is_some() {
+        crate::topo::Cells::All
+    } else {
+        crate::topo::Cells::WithGpu
+    };
+    let topo = Arc::new(crate::topo::build_with(&inv, cells));
     let mut findings = budgeted_level0(&inv, &topo, &source.libs, budget)?;
     let mut probe_reports = None;
     let mut bandwidth = Vec::new();

@@ -304,6 +304,40 @@ impl Root {
         }
     }
 
+    /// The target of the link at `phys` (below the root, no leading slash, no link before its
+    /// last component), read relative to the root's handle: the kernel walks only the path
+    /// inside the tree. None when the root could not be opened (the caller reads the host
+    /// path instead).
+    pub(super) fn readlink(&self, phys: &str) -> Option<io::Result<Vec<u8>>> {
+        let fd = self.fd.as_ref()?;
+        Some(
+            CString::new(phys)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+                .and_then(|c| {
+                    let mut buf = vec![0u8; 4096];
+                    // SAFETY: fd is a live descriptor; c is NUL-terminated; buf is writable for the
+                    // length we pass.
+                    let n = unsafe {
+                        libc::readlinkat(
+                            fd.as_raw_fd(),
+                            c.as_ptr(),
+                            buf.as_mut_ptr().cast(),
+                            buf.len(),
+                        )
+                    };
+                    if n < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    let n = n as usize;
+                    if n >= buf.len() {
+                        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+                    }
+                    buf.truncate(n);
+                    Ok(buf)
+                }),
+        )
+    }
+
     /// The directory `rel` (below the root, no leading slash; "" is the root), resolved by
     /// the kernel inside the root, links followed; one that may be listed when `readable`.
     /// `Unsupported` when openat2 cannot be used.
