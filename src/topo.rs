@@ -90,9 +90,19 @@ fn serialize_cells<S: serde::Serializer>(paths: &[Vec<Path>], s: S) -> Result<S:
             seq.end()
         }
     }
+    // Each row compact, on one line of the document (as `nvidia-smi topo -m` shows a row):
+    // written cell by cell, pretty JSON gave every cell a line of its own, and a host with
+    // SR-IOV functions millions of lines.
     let mut seq = s.serialize_seq(Some(paths.len()))?;
+    let mut line = Vec::new();
     for r in paths {
-        seq.serialize_element(&Row(r))?;
+        line.clear();
+        serde_json::to_writer(&mut line, &Row(r)).map_err(serde::ser::Error::custom)?;
+        let text =
+            String::from_utf8(std::mem::take(&mut line)).map_err(serde::ser::Error::custom)?;
+        let raw =
+            serde_json::value::RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
+        seq.serialize_element(&raw)?;
     }
     seq.end()
 }
