@@ -1047,12 +1047,32 @@ fn read_gids(sr: &SysRoot, dir: &str, names: &[String]) -> Vec<Gid> {
 /// not show is missing, as before.
 fn read_counters(sr: &SysRoot, dir: &str, which: &str, wanted: &[&str]) -> Reading<Counters> {
     let cdir = join(dir, which);
-    Reading::from_result(sr.list_names(&cdir)).map(|names| {
+    // Where every wanted counter reads, its listing would show each of them: they are read by
+    // name, without one (a device directory's listing costs the kernel more than the reads'
+    // own checks of the files). Any other outcome is taken as the listing gives it.
+    let mut all = Counters::new();
+    for name in wanted {
+        let path = join(&cdir, name);
+        let Ok(s) = sr.read_text(&path) else {
+            return read_listed_counters(sr, &cdir, wanted);
+        };
+        let v = match s.parse() {
+            Ok(v) => Reading::Value(v),
+            Err(_) => Reading::Unknown(format!("{path}: unparseable value '{}'", shown(&s))),
+        };
+        all.insert((*name).to_string(), v);
+    }
+    Reading::Value(all)
+}
+
+/// `read_counters` by the listing of `cdir`: the wanted counters it shows.
+fn read_listed_counters(sr: &SysRoot, cdir: &str, wanted: &[&str]) -> Reading<Counters> {
+    Reading::from_result(sr.list_names(cdir)).map(|names| {
         names
             .into_iter()
             .filter(|n| wanted.contains(&n.as_str()))
             .map(|n| {
-                let v = parsed(sr, &join(&cdir, &n), |s| s.parse().ok());
+                let v = parsed(sr, &join(cdir, &n), |s| s.parse().ok());
                 (n, v)
             })
             .collect()

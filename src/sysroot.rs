@@ -188,6 +188,23 @@ pub struct SysRoot {
     /// A tree held in memory (a record in another format, see `in_memory`): read instead of
     /// the filesystem under `root`, under the same rules.
     mem: Option<MemTree>,
+    /// This reader among those of the process (`LAST_DIR` is per thread, not per reader).
+    id: u64,
+    /// Whether `DirCache::listings` holds anything: until it does, a read needs not take the
+    /// lock to ask it.
+    has_listings: std::sync::atomic::AtomicBool,
+}
+
+/// Numbers the readers of this process (`SysRoot::id`).
+static NEXT_READER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// The directory handle this thread's last read went through (`kernel_dir_fd`): reader,
+    /// kernel path, handle. Discovery reads a device's attributes one after another on one
+    /// thread, so most reads find their directory here without taking the cache's lock. Not
+    /// an owner: the handle stays open only while the cache (or a read) holds it.
+    static LAST_DIR: std::cell::RefCell<(u64, String, std::sync::Weak<directory::Handle>)> =
+        const { std::cell::RefCell::new((u64::MAX, String::new(), std::sync::Weak::new())) };
 }
 
 impl std::fmt::Debug for SysRoot {
@@ -414,6 +431,8 @@ impl SysRoot {
             slow_read: std::sync::OnceLock::new(),
             _owner: None,
             mem,
+            id: NEXT_READER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            has_listings: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -972,6 +991,9 @@ impl SysRoot {
         if self.live || self.mem.is_some() || self.replays_errors() {
             return None;
         }
+        if let Some(fd) = self.last_dir(kdir) {
+            return Some(fd);
+        }
         let rel = kdir.strip_prefix('/')?;
         if rel.split('/').any(|c| matches!(c, "" | "." | "..")) {
             // This reader applies `..` to the path as written (`components`), the kernel to
@@ -981,6 +1003,8 @@ impl SysRoot {
         let parent = {
             let dirs = self.lock_dirs();
             if let Some(fd) = dirs.fd(kdir) {
+                drop(dirs);
+                self.set_last_dir(kdir, &fd);
                 return Some(fd);
             }
             // A kernel path's parent as written; "" (a directory just below the root) is the
@@ -1004,7 +1028,30 @@ impl SysRoot {
             Some(h) => h,
             None => self.disk().open_kernel(rel, true).ok()?,
         };
-        Some(self.keep_dir_fd(&Arc::from(kdir), Arc::new(owned)))
+        let fd = self.keep_dir_fd(&Arc::from(kdir), Arc::new(owned));
+        self.set_last_dir(kdir, &fd);
+        Some(fd)
+    }
+
+    /// The handle `kernel_dir_fd` gave this thread last, if it was for `kdir` of this reader
+    /// and is still open.
+    fn last_dir(&self, kdir: &str) -> Option<DirFd> {
+        LAST_DIR.with(|l| {
+            let l = l.borrow();
+            (l.0 == self.id && l.1 == kdir)
+                .then(|| l.2.upgrade())
+                .flatten()
+        })
+    }
+
+    fn set_last_dir(&self, kdir: &str, fd: &DirFd) {
+        LAST_DIR.with(|l| {
+            let mut l = l.borrow_mut();
+            l.0 = self.id;
+            l.1.clear();
+            l.1.push_str(kdir);
+            l.2 = Arc::downgrade(fd);
+        });
     }
 
     /// Keep `fd` among the recent directory handles under `key`, closing the oldest.
@@ -1073,8 +1120,10 @@ impl SysRoot {
             None
         } else if let Some(l) = dirfd.listed() {
             Some(l.kind(name))
-        } else {
+        } else if self.has_listings.load(std::sync::atomic::Ordering::Acquire) {
             self.lock_dirs().listed(dir, name)
+        } else {
+            None
         };
         match listed {
             Some(Some(EntryKind::File)) | None => {}
@@ -1681,6 +1730,8 @@ impl SysRoot {
             return;
         }
         c.listed_entries += 2 * n;
+        self.has_listings
+            .store(true, std::sync::atomic::Ordering::Release);
         let l = Arc::new(l);
         c.listings.insert(Arc::from(comps), l.clone());
         if !kdir.is_empty() {
