@@ -156,6 +156,9 @@ pub struct SysRoot {
     /// buffer of the paths as asked, repeats included, and where each ends (`touched()` splits,
     /// sorts and dedups; an append is cheaper than a hashed insert of a new String per read).
     touched: Mutex<(String, Vec<usize>)>,
+    /// Whether `touched` keeps every path (the default) or the last one only
+    /// (`keep_last_path_only`).
+    keep_touched: std::sync::atomic::AtomicBool,
     /// Resolved prefixes (see `resolve_prefix`). Paths below the root are kept as one string,
     /// components joined by '/', no leading slash ("" is the root): one allocation per path.
     resolved: Mutex<HashMap<String, String, Fnv>>,
@@ -420,6 +423,7 @@ impl SysRoot {
             root,
             live,
             touched: Mutex::new(touched),
+            keep_touched: std::sync::atomic::AtomicBool::new(true),
             resolved: Mutex::new(HashMap::with_capacity_and_hasher(capacity, Fnv)),
             links: Mutex::new(HashMap::with_capacity_and_hasher(capacity, Fnv)),
             dirs: Mutex::new(DirCache::default()),
@@ -497,7 +501,7 @@ impl SysRoot {
         &self.root
     }
 
-    /// Kernel paths read so far (sorted).
+    /// Kernel paths read so far (sorted); only the last one after `keep_last_path_only`.
     pub fn touched(&self) -> Vec<String> {
         let t = match self.touched.lock() {
             Ok(t) => t,
@@ -514,6 +518,14 @@ impl SysRoot {
         v.sort_unstable();
         v.dedup();
         v
+    }
+
+    /// Keep only the last path read from now on (what `last_path` names when discovery
+    /// stalls): for a command that never asks `touched()`, whose log of every read (tens of
+    /// thousands of paths on a large host) would only cost memory.
+    pub fn keep_last_path_only(&self) {
+        self.keep_touched
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Kernel paths listed as directories so far (sorted); a subset of `touched()`.
@@ -751,6 +763,10 @@ impl SysRoot {
             Ok(t) => t,
             Err(p) => p.into_inner(),
         };
+        if !self.keep_touched.load(std::sync::atomic::Ordering::Relaxed) {
+            t.0.clear();
+            t.1.clear();
+        }
         t.0.push_str(kpath);
         let end = t.0.len();
         t.1.push(end);
@@ -1844,6 +1860,23 @@ mod tests {
         symlink("loop1", r.join("sys/loop2")).unwrap();
         let s = SysRoot::at(r).unwrap();
         (d, s)
+    }
+
+    #[test]
+    fn keeping_the_last_path_only_still_names_it() {
+        let (_d, s) = tree();
+        let a = "/sys/bus/pci/devices/0000:00:01.0/numa_node";
+        let b = "/sys/devices/pci0000:00/0000:00:01.0/numa_node";
+        s.read_text(a).unwrap();
+        s.read_text(b).unwrap();
+        assert_eq!(s.touched(), vec![a.to_string(), b.to_string()]);
+        s.keep_last_path_only();
+        s.read_text(b).unwrap();
+        let _ = s.read_text("/sys/missing");
+        assert_eq!(s.touched(), vec!["/sys/missing".to_string()]);
+        assert_eq!(s.last_path(), "/sys/missing");
+        s.read_text(a).unwrap();
+        assert_eq!(s.last_path(), a);
     }
 
     #[test]

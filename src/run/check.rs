@@ -46,6 +46,7 @@ fn topo_report_and_inventory(source: &Source) -> Result<(TopoReport, Inventory)>
 /// piece (a tenth of a `topo --from FILE` run went into freeing them).
 pub fn topo_report_for_exit(spec: &SourceSpec) -> Result<TopoReport> {
     let source = Source::open(spec)?;
+    source.sysroot.keep_last_path_only();
     let (report, inv) = topo_report_and_inventory(&source)?;
     if source.sysroot.owns_nothing_outside() {
         std::mem::forget(inv);
@@ -58,6 +59,8 @@ pub fn check_report(spec: &SourceSpec, opts: &CheckOptions) -> Result<CheckRepor
     // The budget counts from the start, opening the source included.
     let budget = opts.time_budget.map(Budget::start);
     let source = Source::open(spec)?;
+    // Nothing here asks which paths were read (a bundle does, and opens its own source).
+    source.sysroot.keep_last_path_only();
     if let Some((path, delay)) = &opts.test_slow_read {
         source.sysroot.delay_reads_of(path.clone(), *delay);
     }
