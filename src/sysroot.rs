@@ -1115,7 +1115,7 @@ impl SysRoot {
 
     /// Open `name` inside the resolved directory `dir` (no symlink following, non-blocking so
     /// a FIFO planted in a recorded tree cannot hang the open).
-    fn open_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<Opened<'_>> {
+    fn open_in(&self, dir: &str, fd: Option<DirFd>, name: &str) -> io::Result<Opened<'_>> {
         use std::os::fd::{AsRawFd, FromRawFd};
         if let Some(m) = &self.mem {
             let mut p = String::with_capacity(dir.len() + name.len() + 1);
@@ -1125,7 +1125,7 @@ impl SysRoot {
         }
         let dirfd = match fd {
             Some(fd) => fd,
-            None => self.dir_fd(dir)?,
+            None => self.dir_fd(&Arc::from(dir))?,
         };
         let live = self.live;
         // A recorded tree is files, directories and links: never open anything else (a device
@@ -1188,7 +1188,7 @@ impl SysRoot {
     }
 
     /// The target of the link `name` inside the resolved directory `dir`.
-    fn readlink_in(&self, dir: &Dir, fd: Option<DirFd>, name: &str) -> io::Result<String> {
+    fn readlink_in(&self, dir: &str, fd: Option<DirFd>, name: &str) -> io::Result<String> {
         use std::os::fd::AsRawFd;
         if let Some(m) = &self.mem {
             let mut p = String::with_capacity(dir.len() + name.len() + 1);
@@ -1198,7 +1198,7 @@ impl SysRoot {
         }
         let dirfd = match fd {
             Some(fd) => fd,
-            None => self.dir_fd(dir)?,
+            None => self.dir_fd(&Arc::from(dir))?,
         };
         Self::with_cname(name, |c| {
             // Not zeroed first: the kernel writes the target's bytes, and only those are read.
@@ -1284,7 +1284,7 @@ impl SysRoot {
         {
             // The directory as the kernel resolved it: its entry `last` is what the walk below
             // would find. Only a last component that is itself a link (ELOOP) is left to it.
-            match self.open_in(&Arc::from(kdir), Some(fd), last) {
+            match self.open_in(kdir, Some(fd), last) {
                 Ok(f) => return Ok(f),
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
                 Err(e) => return Err(ReadError::from_io(kpath, &e)),
@@ -1299,7 +1299,7 @@ impl SysRoot {
                 let comps = self.resolve(kpath, true)?;
                 let (dir, last) =
                     split_comp(&comps).ok_or_else(|| ReadError::BadPath(kpath.to_string()))?;
-                self.open_in(&Arc::from(dir), None, last)
+                self.open_in(dir, None, last)
                     .map_err(|e| ReadError::from_io(kpath, &e))
             }
             Err(e) => Err(ReadError::from_io(kpath, &e)),
@@ -1510,7 +1510,7 @@ impl SysRoot {
         {
             // The directory as the kernel resolved it: the same entry the walk below finds.
             return self
-                .readlink_in(&Arc::from(kdir), Some(fd), last)
+                .readlink_in(kdir, Some(fd), last)
                 .map_err(|e| ReadError::from_io(kpath, &e));
         }
         let Some((dir, fd, last)) = self.resolve_dir(kpath)? else {
@@ -1534,7 +1534,7 @@ impl SysRoot {
         let phys = self.resolve(kpath, false)?;
         let target = {
             let (dir, last) = split_comp(&phys).ok_or_else(|| ReadError::BadPath(kpath.into()))?;
-            self.readlink_in(&Arc::from(dir), None, last)
+            self.readlink_in(dir, None, last)
                 .map_err(|e| ReadError::from_io(kpath, &e))?
         };
         let mut comps: Vec<&str> = target.split('/').filter(|c| !c.is_empty()).collect();

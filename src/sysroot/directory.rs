@@ -310,32 +310,28 @@ impl Root {
     /// path instead).
     pub(super) fn readlink(&self, phys: &str) -> Option<io::Result<Vec<u8>>> {
         let fd = self.fd.as_ref()?;
-        Some(
-            CString::new(phys)
-                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-                .and_then(|c| {
-                    let mut buf = vec![0u8; 4096];
-                    // SAFETY: fd is a live descriptor; c is NUL-terminated; buf is writable for the
-                    // length we pass.
-                    let n = unsafe {
-                        libc::readlinkat(
-                            fd.as_raw_fd(),
-                            c.as_ptr(),
-                            buf.as_mut_ptr().cast(),
-                            buf.len(),
-                        )
-                    };
-                    if n < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    let n = n as usize;
-                    if n >= buf.len() {
-                        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-                    }
-                    buf.truncate(n);
-                    Ok(buf)
-                }),
-        )
+        let Ok(c) = CString::new(phys) else {
+            return Some(Err(io::Error::from(io::ErrorKind::InvalidInput)));
+        };
+        // Not zeroed first (a zeroed page per readlink was a fifteenth of discovery's
+        // instructions): the kernel writes the target's bytes, and only those are read.
+        let mut buf = std::mem::MaybeUninit::<[u8; 4096]>::uninit();
+        // SAFETY: fd is a live descriptor; c is NUL-terminated; buf is writable for its whole
+        // length, which is what we pass.
+        let n =
+            unsafe { libc::readlinkat(fd.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), 4096) };
+        if n < 0 {
+            return Some(Err(io::Error::last_os_error()));
+        }
+        let n = n as usize;
+        if n >= 4096 {
+            return Some(Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG)));
+        }
+        // SAFETY: readlinkat(2) wrote the first n bytes of buf (n < its length).
+        Some(Ok(unsafe {
+            std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n)
+        }
+        .to_vec()))
     }
 
     /// The directory `rel` (below the root, no leading slash; "" is the root), resolved by
