@@ -1612,42 +1612,28 @@ pub(crate) mod tests {
     #[test]
     fn the_matrix_without_nic_pairs_is_the_whole_one_where_computed() {
         assert_partial_is_full_where_computed(&two_socket(), "two sockets");
-        // Only a NIC pair inferred: the GPU and mlx5_0 share a host bridge, mlx5_1 (node
-        // known) sits on another; mlx5_0's node is unknown. The note must still be there.
-        let pci = vec![
-            f("0000:10:00.0", "pci0000:10", &[], GPU, Some(0)),
-            f("0000:11:00.0", "pci0000:10", &[], NIC, None),
-            f("0000:20:00.0", "pci0000:20", &[], NIC, Some(0)),
-        ];
-        let inv = inventory(
-            pci,
-            vec![nic("mlx5_0", "0000:11:00.0"), nic("mlx5_1", "0000:20:00.0")],
-            NvmlSnapshot::default(),
-        );
-        let t = build_with(&inv, Cells::WithGpu);
-        assert!(
-            t.notes.iter().any(|n| n.contains("inferred")),
-            "{:?}",
-            t.notes
-        );
+        // A GPU and mlx5_0 under one host bridge, mlx5_1 (node 0) under another; mlx5_0's
+        // node as given.
+        let hosts = |mlx5_0_node: Option<u32>| {
+            let pci = vec![
+                f("0000:10:00.0", "pci0000:10", &[], GPU, Some(0)),
+                f("0000:11:00.0", "pci0000:10", &[], NIC, mlx5_0_node),
+                f("0000:20:00.0", "pci0000:20", &[], NIC, Some(0)),
+            ];
+            let rdma = vec![nic("mlx5_0", "0000:11:00.0"), nic("mlx5_1", "0000:20:00.0")];
+            inventory(pci, rdma, NvmlSnapshot::default())
+        };
+        let inferred = |inv: &Inventory| {
+            let t = build_with(inv, Cells::WithGpu);
+            t.notes.iter().any(|n| n.contains("inferred"))
+        };
+        // Only the NIC pair is inferred (mlx5_0's node unknown): the note must still be there.
+        let inv = hosts(None);
+        assert!(inferred(&inv));
         assert_partial_is_full_where_computed(&inv, "one NIC pair inferred");
-        // The same with mlx5_0's node known: nothing inferred, no note.
-        let pci = vec![
-            f("0000:10:00.0", "pci0000:10", &[], GPU, Some(0)),
-            f("0000:11:00.0", "pci0000:10", &[], NIC, Some(0)),
-            f("0000:20:00.0", "pci0000:20", &[], NIC, Some(0)),
-        ];
-        let inv = inventory(
-            pci,
-            vec![nic("mlx5_0", "0000:11:00.0"), nic("mlx5_1", "0000:20:00.0")],
-            NvmlSnapshot::default(),
-        );
-        let t = build_with(&inv, Cells::WithGpu);
-        assert!(
-            !t.notes.iter().any(|n| n.contains("inferred")),
-            "{:?}",
-            t.notes
-        );
+        // mlx5_0's node known: nothing inferred, no note.
+        let inv = hosts(Some(0));
+        assert!(!inferred(&inv));
         assert_partial_is_full_where_computed(&inv, "nothing inferred");
         // A NIC whose function was not read (off the bus), two on one function, no GPU.
         let pci = vec![f("0000:11:00.0", "pci0000:10", &[], NIC, Some(0))];
