@@ -394,10 +394,15 @@ fn text(sr: &SysRoot, path: &str) -> Reading<String> {
 
 /// Read and parse; a parse failure is unknown, naming the garbage seen.
 fn parsed<T>(sr: &SysRoot, path: &str, f: impl FnOnce(&str) -> Option<T>) -> Reading<T> {
-    text(sr, path).and_then(|s| match f(&s) {
+    text(sr, path).and_then(|s| parse_read(path, &s, f))
+}
+
+/// `s`, read from `path`, parsed by `f` (what `parsed` does once the read succeeded).
+fn parse_read<T>(path: &str, s: &str, f: impl FnOnce(&str) -> Option<T>) -> Reading<T> {
+    match f(s) {
         Some(v) => Reading::Value(v),
-        None => Reading::Unknown(format!("{path}: unparseable value '{}'", shown(&s))),
-    })
+        None => Reading::Unknown(format!("{path}: unparseable value '{}'", shown(s))),
+    }
 }
 
 impl Inventory {
@@ -1056,11 +1061,10 @@ fn read_counters(sr: &SysRoot, dir: &str, which: &str, wanted: &[&str]) -> Readi
         let Ok(s) = sr.read_text(&path) else {
             return read_listed_counters(sr, &cdir, wanted);
         };
-        let v = match s.parse() {
-            Ok(v) => Reading::Value(v),
-            Err(_) => Reading::Unknown(format!("{path}: unparseable value '{}'", shown(&s))),
-        };
-        all.insert((*name).to_string(), v);
+        all.insert(
+            (*name).to_string(),
+            parse_read(&path, &s, |s| s.parse().ok()),
+        );
     }
     Reading::Value(all)
 }

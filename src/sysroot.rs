@@ -964,14 +964,15 @@ impl SysRoot {
         // would say), any other error is what the lstat would have failed with.
         // Relative to the root's handle where it is open (the kernel walks only the tree's
         // part of the path), else by the host path.
-        let read = match (phys.is_empty(), self.disk().readlink(phys)) {
-            (false, Some(r)) => r,
-            _ => {
-                fs::read_link(self.host_path(phys)).map(|t| t.into_os_string().into_encoded_bytes())
-            }
+        let read = match (!phys.is_empty())
+            .then(|| self.disk().readlink(phys))
+            .flatten()
+        {
+            Some(r) => r,
+            None => fs::read_link(self.host_path(phys)).map(|t| t.to_string_lossy().into_owned()),
         };
         let target = match read {
-            Ok(t) => Some(String::from_utf8_lossy(&t).into_owned()),
+            Ok(t) => Some(t),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
             Err(e) => return Err(ReadError::from_io(kpath, &e)),
         };
@@ -1200,25 +1201,7 @@ impl SysRoot {
             Some(fd) => fd,
             None => self.dir_fd(&Arc::from(dir))?,
         };
-        Self::with_cname(name, |c| {
-            // Not zeroed first: the kernel writes the target's bytes, and only those are read.
-            let mut buf = std::mem::MaybeUninit::<[u8; 4096]>::uninit();
-            // SAFETY: dirfd is a live descriptor; c is NUL-terminated; buf is writable for its
-            // whole length, which is what we pass.
-            let n = unsafe {
-                libc::readlinkat(dirfd.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), 4096)
-            };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = n as usize;
-            if n >= 4096 {
-                return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-            }
-            // SAFETY: readlinkat(2) wrote the first n bytes of buf (n < its length).
-            let target = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
-            Ok(String::from_utf8_lossy(target).into_owned())
-        })
+        Self::with_cname(name, |c| directory::readlink_at(dirfd.as_raw_fd(), c))
     }
 
     fn lock_dirs(&self) -> std::sync::MutexGuard<'_, DirCache> {

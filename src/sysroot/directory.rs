@@ -273,6 +273,27 @@ fn list_fd(fd: &OwnedFd) -> Option<Listing> {
     }
 }
 
+/// The target of the link `name` relative to `dirfd` (non-UTF-8 bytes replaced), or the error
+/// readlinkat(2) gave: EINVAL where `name` is not a link.
+pub(super) fn readlink_at(dirfd: std::os::fd::RawFd, name: &std::ffi::CStr) -> io::Result<String> {
+    // Not zeroed first (a zeroed page per readlink was a fifteenth of discovery's
+    // instructions): the kernel writes the target's bytes, and only those are read.
+    let mut buf = std::mem::MaybeUninit::<[u8; 4096]>::uninit();
+    // SAFETY: dirfd is a live descriptor or AT_FDCWD; name is NUL-terminated; buf is writable
+    // for its whole length, which is what we pass.
+    let n = unsafe { libc::readlinkat(dirfd, name.as_ptr(), buf.as_mut_ptr().cast(), 4096) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    if n >= 4096 {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    // SAFETY: readlinkat(2) wrote the first n bytes of buf (n < its length).
+    let target = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+    Ok(String::from_utf8_lossy(target).into_owned())
+}
+
 /// The root of a tree on disk, as a handle opened once.
 #[derive(Debug)]
 pub(super) struct Root {
@@ -308,30 +329,12 @@ impl Root {
     /// last component), read relative to the root's handle: the kernel walks only the path
     /// inside the tree. None when the root could not be opened (the caller reads the host
     /// path instead).
-    pub(super) fn readlink(&self, phys: &str) -> Option<io::Result<Vec<u8>>> {
+    pub(super) fn readlink(&self, phys: &str) -> Option<io::Result<String>> {
         let fd = self.fd.as_ref()?;
-        let Ok(c) = CString::new(phys) else {
-            return Some(Err(io::Error::from(io::ErrorKind::InvalidInput)));
-        };
-        // Not zeroed first (a zeroed page per readlink was a fifteenth of discovery's
-        // instructions): the kernel writes the target's bytes, and only those are read.
-        let mut buf = std::mem::MaybeUninit::<[u8; 4096]>::uninit();
-        // SAFETY: fd is a live descriptor; c is NUL-terminated; buf is writable for its whole
-        // length, which is what we pass.
-        let n =
-            unsafe { libc::readlinkat(fd.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), 4096) };
-        if n < 0 {
-            return Some(Err(io::Error::last_os_error()));
-        }
-        let n = n as usize;
-        if n >= 4096 {
-            return Some(Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG)));
-        }
-        // SAFETY: readlinkat(2) wrote the first n bytes of buf (n < its length).
-        Some(Ok(unsafe {
-            std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n)
-        }
-        .to_vec()))
+        Some(match CString::new(phys) {
+            Ok(c) => readlink_at(fd.as_raw_fd(), &c),
+            Err(_) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        })
     }
 
     /// The directory `rel` (below the root, no leading slash; "" is the root), resolved by
