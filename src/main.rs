@@ -130,7 +130,9 @@ fn path_hint(took: &str, path: &Path) -> Option<String> {
 }
 
 fn main() {
-    // Before any thread starts: a signal removes temporaries and exits 2 (see signals).
+    // Before any thread starts: room for discovery's descriptors (see reserve_descriptors),
+    // then a signal removes temporaries and exits 2 (see signals).
+    gpudoctor::sysroot::reserve_descriptors();
     gpudoctor::signals::guard();
     let argv = argv();
     let args = match Args::try_parse_from(&argv) {

@@ -155,3 +155,76 @@ fn sriov_host() {
     );
     assert!(nic.contains("name=\"mlx5_12\""), "{nic}");
 }
+
+/// Discovery holds up to 128 directory handles across its threads. The kernel grows a
+/// descriptor table that threads share only after an RCU grace period, which every thread
+/// opening a file waits for (15 to 25 ms on a 32-core machine, twice per run): so the binary
+/// grows its table to 256 entries first thing, while it has one thread, without keeping a
+/// descriptor, and discovery of this host (234 functions) never needs more. Needs strace
+/// (skipped, saying so, without it).
+#[test]
+fn the_descriptor_table_grows_before_any_thread_starts() {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("GPUDOCTOR_REQUIRE_STRACE").as_deref() != Ok("1"),
+            "strace is required (GPUDOCTOR_REQUIRE_STRACE=1) but not installed"
+        );
+        eprintln!("strace not installed: skipped");
+        return;
+    }
+    let tree = sriov_tree();
+    let trace = tree.path().join("trace");
+    let st = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-o"])
+        .arg(&trace)
+        .args(["-e", "trace=fcntl,close,clone,clone3,openat,openat2"])
+        .arg(env!("CARGO_BIN_EXE_gpudoctor"))
+        .args(["check", "--json", "--root"])
+        .arg(tree.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(matches!(st.code(), Some(0 | 1)), "{st:?}");
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    // Each call's result (strace: `... = N`), in order, with the call's text.
+    let calls: Vec<(&str, Option<i64>)> = trace
+        .lines()
+        .map(|l| {
+            let ret = l.rsplit_once(" = ").and_then(|(_, r)| {
+                r.split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse::<i64>().ok())
+            });
+            (l, ret)
+        })
+        .collect();
+    let first_thread = calls
+        .iter()
+        .position(|(l, _)| l.contains("clone3(") || l.contains("clone("))
+        .expect("no thread started");
+    let reserved = calls[..first_thread]
+        .iter()
+        .position(|(l, r)| l.contains("F_DUPFD_CLOEXEC, 255)") && r.is_some_and(|n| n >= 255))
+        .unwrap_or_else(|| {
+            panic!("no descriptor at 255 or above before the first thread:\n{trace}")
+        });
+    let fd = calls[reserved].1.unwrap();
+    assert!(
+        calls[reserved..first_thread]
+            .iter()
+            .any(|(l, r)| l.contains(&format!("close({fd})")) && *r == Some(0)),
+        "descriptor {fd} kept"
+    );
+    let highest = calls
+        .iter()
+        .filter(|(l, _)| l.contains("openat"))
+        .filter_map(|(_, r)| *r)
+        .max()
+        .unwrap();
+    assert!(highest < 256, "discovery opened descriptor {highest}");
+}
