@@ -969,17 +969,7 @@ fn bundles_carry_no_other_process_names() {
 /// /sys/fs/cgroup on every replay. Needs strace (skipped, saying so, without it).
 #[test]
 fn bundle_replay_reads_nothing_of_the_host() {
-    if std::process::Command::new("strace")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        // scripts/test installs strace and sets this: there the test must run, not skip.
-        assert!(
-            std::env::var("GPUDOCTOR_REQUIRE_STRACE").as_deref() != Ok("1"),
-            "strace is required (GPUDOCTOR_REQUIRE_STRACE=1) but not installed"
-        );
-        eprintln!("strace not installed: skipped");
+    if !crate::have_strace() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1002,24 +992,11 @@ fn bundle_replay_reads_nothing_of_the_host() {
         dir.as_os_str(),
         ".".as_ref(),
     ]);
-    let trace = tmp.path().join("trace");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_gpudoctor"));
-    let st = std::process::Command::new("strace")
-        .args(["-f", "-qq", "-s", "8192", "-o"])
-        .arg(&trace)
-        .arg("-e")
-        .arg("trace=open,openat,openat2,readlink,readlinkat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2")
-        .arg(&bin)
-        // cargo's library path would have the loader search target/ first.
-        .env_remove("LD_LIBRARY_PATH")
-        .args(["check", "--bundle"])
-        .arg(&hostile)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(matches!(st.code(), Some(0 | 1)), "{st:?}");
-    let trace = std::fs::read_to_string(&trace).unwrap();
+    let trace = crate::strace_gpudoctor(
+        "open,openat,openat2,readlink,readlinkat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2",
+        &["check".as_ref(), "--bundle".as_ref(), hostile.as_os_str()],
+    );
     let scratch: Vec<String> = [PathBuf::from("/dev/shm"), std::env::temp_dir()]
         .iter()
         .map(|d| format!("{}/gpudoctor-bundle-", d.display()))

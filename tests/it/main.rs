@@ -95,6 +95,47 @@ use std::path::{Path, PathBuf};
 
 /// The repository, where the tests run, with the fixture trees laid out (`fixtures/NAME`, see
 /// `fixture_trees`): every test that reaches the repository or runs gpudoctor comes through here.
+/// Whether strace can run here; false (the caller skips, saying so) only where it is not
+/// installed and the run does not require it: scripts/test installs strace and sets
+/// GPUDOCTOR_REQUIRE_STRACE=1, and there a test must run, not skip.
+pub fn have_strace() -> bool {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    assert!(
+        std::env::var("GPUDOCTOR_REQUIRE_STRACE").as_deref() != Ok("1"),
+        "strace is required (GPUDOCTOR_REQUIRE_STRACE=1) but not installed"
+    );
+    eprintln!("strace not installed: skipped");
+    false
+}
+
+/// The system calls of `set` (strace's `-e trace=`) that `gpudoctor ARGS` made, every thread's,
+/// as strace writes them (strings up to 8 KiB); the run must end in a verdict (exit 0 or 1).
+pub fn strace_gpudoctor(set: &str, args: &[&std::ffi::OsStr]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace");
+    let st = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-s", "8192", "-o"])
+        .arg(&trace)
+        .arg("-e")
+        .arg(format!("trace={set}"))
+        .arg(env!("CARGO_BIN_EXE_gpudoctor"))
+        // cargo's library path would have the loader search target/ first.
+        .env_remove("LD_LIBRARY_PATH")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(matches!(st.code(), Some(0 | 1)), "{st:?}");
+    std::fs::read_to_string(&trace).unwrap()
+}
+
 pub fn repo() -> PathBuf {
     fixture_trees::ensure();
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

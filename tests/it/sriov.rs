@@ -164,33 +164,19 @@ fn sriov_host() {
 /// (skipped, saying so, without it).
 #[test]
 fn the_descriptor_table_grows_before_any_thread_starts() {
-    if std::process::Command::new("strace")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var("GPUDOCTOR_REQUIRE_STRACE").as_deref() != Ok("1"),
-            "strace is required (GPUDOCTOR_REQUIRE_STRACE=1) but not installed"
-        );
-        eprintln!("strace not installed: skipped");
+    if !crate::have_strace() {
         return;
     }
     let tree = sriov_tree();
-    let trace = tree.path().join("trace");
-    let st = std::process::Command::new("strace")
-        .args(["-f", "-qq", "-o"])
-        .arg(&trace)
-        .args(["-e", "trace=fcntl,close,clone,clone3,openat,openat2"])
-        .arg(env!("CARGO_BIN_EXE_gpudoctor"))
-        .args(["check", "--json", "--root"])
-        .arg(tree.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(matches!(st.code(), Some(0 | 1)), "{st:?}");
-    let trace = std::fs::read_to_string(&trace).unwrap();
+    let trace = crate::strace_gpudoctor(
+        "fcntl,close,clone,clone3,openat,openat2",
+        &[
+            "check".as_ref(),
+            "--json".as_ref(),
+            "--root".as_ref(),
+            tree.path().as_os_str(),
+        ],
+    );
     // Each call's result (strace: `... = N`), in order, with the call's text.
     let calls: Vec<(&str, Option<i64>)> = trace
         .lines()
