@@ -990,11 +990,8 @@ impl SysRoot {
         // would say), any other error is what the lstat would have failed with.
         // Relative to the root's handle where it is open (the kernel walks only the tree's
         // part of the path), else by the host path.
-        let read = match (!phys.is_empty())
-            .then(|| self.disk().readlink(phys))
-            .flatten()
-        {
-            Some(r) => r,
+        let read = match self.disk().raw_fd().filter(|_| !phys.is_empty()) {
+            Some(root) => Self::with_cname(phys, |c| directory::readlink_at(root, c)),
             None => fs::read_link(self.host_path(phys)).map(|t| t.to_string_lossy().into_owned()),
         };
         let target = match read {

@@ -93,15 +93,10 @@ fn serialize_cells<S: serde::Serializer>(paths: &[Vec<Path>], s: S) -> Result<S:
     // Each row compact, on one line of the document (as `nvidia-smi topo -m` shows a row):
     // written cell by cell, pretty JSON gave every cell a line of its own, and a host with
     // SR-IOV functions millions of lines.
+    // (`to_raw_value` takes the row's text as serde_json wrote it, without parsing it again.)
     let mut seq = s.serialize_seq(Some(paths.len()))?;
-    let mut line = Vec::new();
     for r in paths {
-        line.clear();
-        serde_json::to_writer(&mut line, &Row(r)).map_err(serde::ser::Error::custom)?;
-        let text =
-            String::from_utf8(std::mem::take(&mut line)).map_err(serde::ser::Error::custom)?;
-        let raw =
-            serde_json::value::RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
+        let raw = serde_json::value::to_raw_value(&Row(r)).map_err(serde::ser::Error::custom)?;
         seq.serialize_element(&raw)?;
     }
     seq.end()

@@ -325,16 +325,10 @@ impl Root {
         }
     }
 
-    /// The target of the link at `phys` (below the root, no leading slash, no link before its
-    /// last component), read relative to the root's handle: the kernel walks only the path
-    /// inside the tree. None when the root could not be opened (the caller reads the host
-    /// path instead).
-    pub(super) fn readlink(&self, phys: &str) -> Option<io::Result<String>> {
-        let fd = self.fd.as_ref()?;
-        Some(match CString::new(phys) {
-            Ok(c) => readlink_at(fd.as_raw_fd(), &c),
-            Err(_) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
-        })
+    /// The root's handle, for reads relative to it (`readlink_at`: the kernel walks only the
+    /// path inside the tree). None when the root could not be opened.
+    pub(super) fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.fd.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// The directory `rel` (below the root, no leading slash; "" is the root), resolved by
